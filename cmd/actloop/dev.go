@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/demo"
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/localredis"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/sim"
+)
+
+// devSummary is the last line of `actloop dev --json`.
+type devSummary struct {
+	Trajectories int     `json:"trajectories"`
+	Completed    int     `json:"completed"`
+	Fallback     int     `json:"fallback"`
+	Solved       int     `json:"solved"`
+	GenSteps     int     `json:"gen_steps"`
+	EnvSteps     int     `json:"env_steps"`
+	GenTokens    int     `json:"gen_tokens"`
+	WallS        float64 `json:"wall_s"`
+	Replicas     int     `json:"replicas"`
+	Redis        string  `json:"redis"`
+}
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tasks := fs.Int("tasks", 6, "demo trajectories to run")
+	asJSON := fs.Bool("json", false, "end with one JSON object on the last line instead of the summary")
+	replicas := fs.Int("replicas", 2, "inference replicas (one simulator and gen-worker each)")
+	slots := fs.Int("slots", 4, "generation slots per replica")
+	envSlots := fs.Int("env-slots", 8, "concurrent env steps")
+	redisKind := fs.String("redis", "auto", "auto (redis-server from PATH, else in-process), redis-server or in-process")
+	dir := fs.String("dir", "", "state directory (default: a temporary one, removed at exit)")
+	addr := fs.String("addr", "127.0.0.1:8080", "coordinator status address (a free port if taken)")
+	timeScale := fs.Float64("time-scale", 0.02, "simulator wall seconds per simulated second")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tasks < 1 {
+		return &exitError{2, errors.New("dev: --tasks must be >= 1")}
+	}
+	kind := *redisKind
+	switch kind {
+	case "auto":
+		kind = ""
+	case localredis.KindReal, localredis.KindInProcess:
+	default:
+		return &exitError{2, fmt.Errorf("dev: --redis %q: want auto, %s or %s", kind, localredis.KindReal, localredis.KindInProcess)}
+	}
+	common := service.CommonDefaults()
+	if err := envconfig.Process("ACTLOOP", &common); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	if err := common.Validate(); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "actloop-dev-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		*dir = d
+	}
+	logPath := filepath.Join(*dir, "actloop-dev.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	log := service.NewLogger(logFile, common.LogLevel)
+	coordAddr := *addr
+	if l, err := net.Listen("tcp", coordAddr); err != nil {
+		coordAddr = "127.0.0.1:0"
+	} else {
+		_ = l.Close()
+	}
+
+	start := time.Now()
+	svcCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	st, err := devstack.StartInfra(svcCtx, devstack.Options{Dir: *dir, RedisKind: kind, Replicas: *replicas,
+		Slots: *slots, EnvSlots: *envSlots, Sim: sim.Config{TimeScale: *timeScale}, Common: common,
+		CoordinatorAddr: coordAddr, Log: log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	defer func() {
+		stop()
+		if werr := st.Wait(); werr != nil {
+			log.Error("services", "error", werr)
+		}
+	}()
+	if _, err := st.StartAll(svcCtx); err != nil {
+		return err
+	}
+	ws, err := demo.Workspace(*dir)
+	if err != nil {
+		return err
+	}
+	d, err := st.Deps(ctx, "trainer")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if !*asJSON {
+		fmt.Fprintf(stderr, "actloop dev: NATS %s, Redis %s (%s), %d replicas x %d slots, logs in %s\n",
+			st.NATS.ClientURL(), st.Redis.Addr, st.Redis.Kind, *replicas, *slots, logPath)
+	}
+	samples := demo.Samples(*tasks, ws, "demo")
+	for _, s := range samples {
+		if err := d.Pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err != nil {
+			return err
+		}
+	}
+	results, err := collect(ctx, d.JS, len(samples), func(done int) {
+		if !*asJSON {
+			progress(stderr, done, len(samples), time.Since(start))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	sum := devSummary{Trajectories: len(samples), WallS: time.Since(start).Seconds(), Replicas: *replicas, Redis: st.Redis.Kind}
+	for _, r := range results {
+		switch r.Status {
+		case schema.StatusCompleted:
+			sum.Completed++
+		case schema.StatusFallback:
+			sum.Fallback++
+			log.Warn("fallback result", "traj_id", r.TrajID, "reason", r.Reason)
+		}
+		if r.Solved() {
+			sum.Solved++
+		}
+		sum.GenSteps += r.Turns
+		sum.EnvSteps += r.Commands
+		sum.GenTokens += r.GenTokens
+	}
+	if *asJSON {
+		b, _ := json.Marshal(sum)
+		fmt.Fprintln(stdout, string(b))
+	} else {
+		fmt.Fprintf(stderr, "\n")
+		fmt.Fprintf(stdout, "%d trajectories: %d completed, %d fallback, %d solved; %d gen steps, %d env steps, %d generated tokens in %.1fs\n",
+			sum.Trajectories, sum.Completed, sum.Fallback, sum.Solved, sum.GenSteps, sum.EnvSteps, sum.GenTokens, sum.WallS)
+	}
+	if sum.Solved < sum.Trajectories {
+		return fmt.Errorf("%d of %d demo tasks not solved (see %s)", sum.Trajectories-sum.Solved, sum.Trajectories, logPath)
+	}
+	return nil
+}
+
+// collect reads n distinct results from the results stream.
+func collect(ctx context.Context, js jetstream.JetStream, n int, tick func(done int)) (map[string]schema.Result, error) {
+	c, err := js.OrderedConsumer(ctx, bus.StreamResults, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]schema.Result{}
+	tick(0)
+	for len(out) < n {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		m, err := c.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		r, err := schema.Decode[schema.Result](m.Data())
+		if err != nil {
+			return nil, fmt.Errorf("result: %w", err)
+		}
+		out[r.TrajID] = r
+		tick(len(out))
+	}
+	return out, nil
+}
+
+// progress draws a one-line progress bar.
+func progress(w io.Writer, done, total int, elapsed time.Duration) {
+	const width = 30
+	fill := done * width / total
+	fmt.Fprintf(w, "\r[%s%s] %d/%d trajectories  %.1fs", strings.Repeat("#", fill), strings.Repeat(".", width-fill),
+		done, total, elapsed.Seconds())
+}
+

@@ -1,0 +1,85 @@
+// Command actloop is actloop for people: `dev` runs everything in one
+// process with a demo batch; `submit`, `results` and `status` drive a running
+// deployment as a trainer would.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: actloop <command> [flags]
+
+commands:
+  dev       run NATS, Redis, the inference simulator and all four services in
+            one process, and drive a demo batch of coding tasks through them
+  submit    publish samples from a JSONL file (one sample per line)
+  results   print finished trajectories as JSONL and acknowledge them
+  status    print the coordinator's /v1/status
+  schema    print the JSON Schema of a sample or a result
+
+Run 'actloop <command> -h' for its flags. Settings come from ACTLOOP_*
+environment variables (see README.md).
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "actloop:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitError carries an exit code other than 1.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func exitCode(err error) int {
+	var e *exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 2
+	}
+	return 1
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return &exitError{2, errors.New("no command")}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "dev":
+		return runDev(ctx, rest, stdout, stderr)
+	case "submit":
+		return runSubmit(ctx, rest, stdout, stderr)
+	case "results":
+		return runResults(ctx, rest, stdout, stderr)
+	case "status":
+		return runStatus(ctx, rest, stdout, stderr)
+	case "schema":
+		return runSchema(rest, stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return &exitError{2, fmt.Errorf("unknown command %q", cmd)}
+}

@@ -1,0 +1,58 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/priority"
+)
+
+// Config is the coordinator's settings (ACTLOOP_ prefix).
+type Config struct {
+	service.Common
+	Replicas     []string      `envconfig:"REPLICAS" default:"r0"`
+	Slots        int           `envconfig:"SLOTS" default:"4"`
+	MaxActive    int           `envconfig:"MAX_ACTIVE" default:"0"`
+	Policy       string        `envconfig:"POLICY" default:"fcfs"`
+	StallTimeout time.Duration `envconfig:"STALL_TIMEOUT" default:"30m"`
+	Addr         string        `envconfig:"COORDINATOR_ADDR" default:":8080"`
+}
+
+// Validate joins every problem with c.
+func (c *Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if len(c.Replicas) == 0 {
+		errs = append(errs, errors.New("ACTLOOP_REPLICAS: at least one replica"))
+	}
+	for _, r := range c.Replicas {
+		if !bus.ValidName(r) {
+			errs = append(errs, fmt.Errorf("ACTLOOP_REPLICAS: %q is not a valid name ([A-Za-z0-9_-], not \"start\")", r))
+		}
+	}
+	if c.Slots < 1 {
+		errs = append(errs, errors.New("ACTLOOP_SLOTS: must be >= 1"))
+	}
+	if c.MaxActive < 0 {
+		errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE: must be >= 0 (0 = slots x replicas x 1.5)"))
+	}
+	if _, err := priority.ByName(c.Policy); err != nil {
+		errs = append(errs, fmt.Errorf("ACTLOOP_POLICY: %w", err))
+	}
+	if c.StallTimeout < time.Second {
+		errs = append(errs, errors.New("ACTLOOP_STALL_TIMEOUT: must be >= 1s"))
+	}
+	return errors.Join(errs...)
+}
+
+// ActiveLimit is MAX_ACTIVE, or total gen slots x 1.5 when unset, so sandbox
+// start-up overlaps generation.
+func (c *Config) ActiveLimit() int {
+	if c.MaxActive > 0 {
+		return c.MaxActive
+	}
+	return int(math.Ceil(float64(c.Slots*len(c.Replicas)) * 1.5))
+}

@@ -1,0 +1,76 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sort"
+
+	"github.com/actloop/actloop/internal/service"
+)
+
+// Status is the body of GET /v1/status.
+type Status struct {
+	Active    int              `json:"active"`
+	MaxActive int              `json:"max_active"`
+	Queued    uint64           `json:"queued"`
+	Finished  map[string]int64 `json:"finished"`
+	Replicas  []ReplicaStatus  `json:"replicas"`
+	Policy    string           `json:"policy"`
+}
+
+// ReplicaStatus is one replica's share of the active trajectories.
+type ReplicaStatus struct {
+	Name   string `json:"name"`
+	Active int    `json:"active"`
+	Slots  int    `json:"slots"`
+}
+
+// Status reports admission and per-replica load.
+func (c *Coordinator) Status(ctx context.Context) (Status, error) {
+	st := Status{MaxActive: c.cfg.ActiveLimit(), Policy: c.cfg.Policy}
+	info, err := c.samples.Info(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.Queued = info.NumPending
+	if st.Finished, err = c.d.Store.Counts(ctx); err != nil {
+		return st, err
+	}
+	load := map[string]int{}
+	c.mu.Lock()
+	st.Active = len(c.active)
+	for _, a := range c.active {
+		load[a.replica]++
+	}
+	c.mu.Unlock()
+	for _, r := range c.cfg.Replicas {
+		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: c.cfg.Slots})
+		delete(load, r)
+	}
+	// Replicas no longer configured that still hold trajectories.
+	var rest []string
+	for r := range load {
+		rest = append(rest, r)
+	}
+	sort.Strings(rest)
+	for _, r := range rest {
+		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r]})
+	}
+	return st, nil
+}
+
+// Handler serves /v1/status, /healthz and /readyz.
+func (c *Coordinator) Handler() http.Handler {
+	mux := service.HealthMux(c.d)
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := c.Status(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(st)
+	})
+	return mux
+}

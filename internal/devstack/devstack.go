@@ -1,0 +1,240 @@
+// Package devstack runs all of actloop in one process: an embedded NATS
+// server with JetStream, a local Redis (redis-server from PATH or the
+// in-process one), one inference simulator per replica speaking SGLang's
+// HTTP API, and the four services, each on its own NATS connection and Redis
+// client as if it ran alone. `actloop dev` and the pipeline tests use it.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/actloop/actloop/internal/coordinator"
+	"github.com/actloop/actloop/internal/envworker"
+	"github.com/actloop/actloop/internal/genworker"
+	"github.com/actloop/actloop/internal/localnats"
+	"github.com/actloop/actloop/internal/localredis"
+	"github.com/actloop/actloop/internal/predictor"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/sim"
+)
+
+// Options configure a Stack.
+type Options struct {
+	Dir       string // state: JetStream store, Redis files, sandboxes
+	RedisKind string // "", localredis.KindReal or localredis.KindInProcess
+	Replicas  int    // inference replicas (one simulator and gen-worker each)
+	Slots     int    // generation slots per replica
+	EnvSlots  int    // concurrent env steps of the env-worker
+	Sim       sim.Config
+	Common    service.Common
+	// CoordinatorAddr is where the coordinator serves /v1/status ("" = none).
+	CoordinatorAddr string
+	Log             *slog.Logger
+}
+
+// Stack is a running actloop in one process.
+type Stack struct {
+	Opts      Options
+	NATS      *server.Server
+	Redis     *localredis.Server
+	Sims      map[string]*sim.Server // by replica
+	SimURLs   map[string]string
+	Replicas  []string
+	simServer []*http.Server
+
+	mu      sync.Mutex
+	wg      sync.WaitGroup
+	errs    []error
+	closing []func()
+}
+
+// StartInfra starts NATS, Redis and the simulators; no services yet.
+func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
+	if o.Replicas < 1 || o.Slots < 1 || o.EnvSlots < 1 {
+		return nil, errors.New("devstack: replicas, slots and env slots must be >= 1")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	s = &Stack{Opts: o, Sims: map[string]*sim.Server{}, SimURLs: map[string]string{}}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.NATS, err = localnats.Start(filepath.Join(o.Dir, "jetstream"), -1); err != nil {
+		return nil, err
+	}
+	if s.Redis, err = localredis.Start(ctx, o.RedisKind, o.Dir); err != nil {
+		return nil, err
+	}
+	s.Opts.Common.NATSURL = s.NATS.ClientURL()
+	s.Opts.Common.RedisURL = "redis://" + s.Redis.Addr + "/0"
+	for i := range o.Replicas {
+		name := fmt.Sprintf("r%d", i)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("simulator listen: %w", err)
+		}
+		sv := sim.New(o.Sim)
+		hs := &http.Server{Handler: sv, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(l) }()
+		s.simServer = append(s.simServer, hs)
+		s.Replicas = append(s.Replicas, name)
+		s.Sims[name], s.SimURLs[name] = sv, "http://"+l.Addr().String()
+	}
+	return s, nil
+}
+
+// Deps connects a new NATS connection and Redis client for one service.
+func (s *Stack) Deps(ctx context.Context, name string) (*service.Deps, error) {
+	nc, err := nats.Connect(s.Opts.Common.NATSURL, nats.Name("actloop-"+name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("connect nats: %w", err)
+	}
+	d, err := service.NewDeps(ctx, s.Opts.Common, nc, redis.NewClient(&redis.Options{Addr: s.Redis.Addr}),
+		s.Opts.Log.With("service", name))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Go runs one service under ctx with its own connections; Wait collects its
+// error. It returns once the service is built (consumers declared).
+func (s *Stack) Go(ctx context.Context, name string, build func(ctx context.Context, d *service.Deps) (func(context.Context) error, error)) (*service.Deps, error) {
+	d, err := s.Deps(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	run, err := build(ctx, d)
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s.wg.Go(func() {
+		defer d.Close()
+		if err := run(ctx); err != nil && ctx.Err() == nil {
+			s.mu.Lock()
+			s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
+			s.mu.Unlock()
+		}
+	})
+	return d, nil
+}
+
+// CoordinatorConfig is the coordinator's configuration in this stack.
+func (s *Stack) CoordinatorConfig() coordinator.Config {
+	return coordinator.Config{Common: s.Opts.Common, Replicas: s.Replicas, Slots: s.Opts.Slots, Policy: "fcfs",
+		StallTimeout: 30 * time.Minute, Addr: s.Opts.CoordinatorAddr}
+}
+
+// StartCoordinator runs the coordinator.
+func (s *Stack) StartCoordinator(ctx context.Context, cfg coordinator.Config) (*coordinator.Coordinator, error) {
+	var c *coordinator.Coordinator
+	_, err := s.Go(ctx, "coordinator", func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+		var err error
+		c, err = coordinator.New(ctx, cfg, d)
+		if err != nil {
+			return nil, err
+		}
+		return c.Run, nil
+	})
+	return c, err
+}
+
+// StartGenWorker runs the gen-worker of replica; gen nil means the SGLang
+// client on the replica's simulator. It returns the worker's connections.
+func (s *Stack) StartGenWorker(ctx context.Context, replica string, gen llm.Generator) (*service.Deps, error) {
+	cfg := genworker.Config{Common: s.Opts.Common, Replica: replica, Slots: s.Opts.Slots,
+		LLMURL: s.SimURLs[replica], LLMTimeout: 10 * time.Minute, WorkerID: "gen-" + replica}
+	return s.Go(ctx, "gen-worker-"+replica, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+		w, err := genworker.New(ctx, cfg, d, gen)
+		if err != nil {
+			return nil, err
+		}
+		return w.Run, nil
+	})
+}
+
+// EnvWorkerConfig is the configuration of env-worker id in this stack.
+func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
+	return envworker.Config{Common: s.Opts.Common, ID: id, Slots: s.Opts.EnvSlots,
+		SandboxRoot: filepath.Join(s.Opts.Dir, "sandboxes", id), OutputLimit: 10000, Isolation: "none",
+		SimStartLatency: 2 * time.Second, SimExecLatency: 500 * time.Millisecond, SimEnvTimeScale: s.Opts.Sim.TimeScale}
+}
+
+// StartEnvWorker runs an env-worker.
+func (s *Stack) StartEnvWorker(ctx context.Context, cfg envworker.Config) (*service.Deps, error) {
+	return s.Go(ctx, "env-worker-"+cfg.ID, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+		w, err := envworker.New(ctx, cfg, d)
+		if err != nil {
+			return nil, err
+		}
+		return w.Run, nil
+	})
+}
+
+// StartPredictor runs predictor-gw.
+func (s *Stack) StartPredictor(ctx context.Context) error {
+	_, err := s.Go(ctx, "predictor-gw", func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+		return predictor.New(predictor.Config{Common: s.Opts.Common}, d).Run, nil
+	})
+	return err
+}
+
+// StartAll runs every service: coordinator, one gen-worker per replica, one
+// env-worker, predictor-gw.
+func (s *Stack) StartAll(ctx context.Context) (*coordinator.Coordinator, error) {
+	c, err := s.StartCoordinator(ctx, s.CoordinatorConfig())
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range s.Replicas {
+		if _, err := s.StartGenWorker(ctx, r, nil); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := s.StartEnvWorker(ctx, s.EnvWorkerConfig("env-0")); err != nil {
+		return nil, err
+	}
+	return c, s.StartPredictor(ctx)
+}
+
+// Wait waits for every service to stop (their ctx ended) and returns their
+// errors.
+func (s *Stack) Wait() error {
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.errs...)
+}
+
+// Close stops the simulators, Redis and NATS. Stop the services first
+// (cancel their ctx, then Wait).
+func (s *Stack) Close() {
+	for _, hs := range s.simServer {
+		_ = hs.Close()
+	}
+	if s.Redis != nil {
+		s.Redis.Close()
+	}
+	if s.NATS != nil {
+		s.NATS.Shutdown()
+		s.NATS.WaitForShutdown()
+	}
+}

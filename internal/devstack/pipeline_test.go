@@ -1,0 +1,323 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/demo"
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/store"
+	"github.com/actloop/actloop/pkg/tokenize"
+)
+
+const wait = 2 * time.Minute // generous: CI machines are small and loaded
+
+type env struct {
+	t     *testing.T
+	stack *devstack.Stack
+	ctx   context.Context
+	js    jetstream.JetStream
+	pub   *bus.Publisher
+	st    *store.Store
+	ws    string
+}
+
+func newEnv(t *testing.T, replicas int) *env {
+	t.Helper()
+	common := service.CommonDefaults()
+	common.AckWait = 2 * time.Second // the crash test waits for redelivery
+	common.PullWait = 100 * time.Millisecond
+	common.ShutdownTimeout = 5 * time.Second
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := devstack.StartInfra(ctx, devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t),
+		Replicas: replicas, Slots: 2, EnvSlots: 4, Common: common, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := s.Wait(); err != nil {
+			t.Errorf("services: %v", err)
+		}
+		s.Close()
+	})
+	d, err := s.Deps(ctx, "trainer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	ws, err := demo.Workspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, stack: s, ctx: ctx, js: d.JS, pub: d.Pub, st: d.Store, ws: ws}
+}
+
+func (e *env) submit(samples ...schema.Sample) {
+	e.t.Helper()
+	for _, s := range samples {
+		if err := e.pub.Publish(e.ctx, bus.SubjectSamples, s.ID, s); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// results reads the results stream until it holds n distinct trajectories.
+func (e *env) results(n int) map[string]schema.Result {
+	e.t.Helper()
+	return readStream[schema.Result](e, bus.StreamResults, n, func(r schema.Result) string { return r.TrajID })
+}
+
+func readStream[T any](e *env, stream string, n int, key func(T) string) map[string]T {
+	e.t.Helper()
+	c, err := e.js.OrderedConsumer(e.ctx, stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]T{}
+	deadline := time.Now().Add(wait)
+	for len(out) < n {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: got %d of %d messages within %v", stream, len(out), n, wait)
+		}
+		m, err := c.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal(m.Data(), &v); err != nil {
+			e.t.Fatalf("%s: %v", stream, err)
+		}
+		out[key(v)] = v
+	}
+	return out
+}
+
+// checkConsistent asserts a completed result's tokens are exactly its
+// messages rendered turn by turn, with the loss mask 1 exactly on generated
+// tokens.
+func checkConsistent(t *testing.T, r schema.Result) {
+	t.Helper()
+	tmpl := tokenize.NewByteChatML()
+	var toks []int32
+	var mask []int8
+	add := func(ids []int32, m int8) {
+		toks = append(toks, ids...)
+		for range ids {
+			mask = append(mask, m)
+		}
+	}
+	turns := 0
+	for _, m := range r.Messages {
+		if m.Role == schema.RoleAssistant {
+			turns++
+			add(append(tmpl.Tok.Encode(m.Content), tokenize.ImEnd), 1)
+			add(tmpl.Tok.Encode("\n"), 0)
+			continue
+		}
+		add(tmpl.Message(m.Role, m.Content), 0)
+		if m.Role == schema.RoleUser {
+			add(tmpl.GenerationPrompt(), 0)
+		}
+	}
+	if !slices.Equal(toks, r.Tokens) {
+		t.Fatalf("%s: tokens differ from rendered messages:\n got %q\nwant %q", r.TrajID,
+			tmpl.Tok.Decode(r.Tokens), tmpl.Tok.Decode(toks))
+	}
+	if !slices.Equal(mask, r.LossMask) {
+		t.Fatalf("%s: loss mask differs from generated positions", r.TrajID)
+	}
+	if turns != r.Turns || len(r.Logprobs) != len(r.Tokens) || len(r.Versions) != len(r.Tokens) {
+		t.Fatalf("%s: %d assistant messages, %d turns; %d tokens, %d logprobs, %d versions",
+			r.TrajID, turns, r.Turns, len(r.Tokens), len(r.Logprobs), len(r.Versions))
+	}
+	for i, m := range r.LossMask {
+		if (m == 1) != (r.Logprobs[i] != 0 || r.Versions[i] >= 0) {
+			t.Fatalf("%s: token %d: mask %d with logprob %g version %d", r.TrajID, i, m, r.Logprobs[i], r.Versions[i])
+		}
+	}
+}
+
+func TestPipelineSolvesDemoAndSimTasks(t *testing.T) {
+	e := newEnv(t, 2)
+	if _, err := e.stack.StartAll(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	samples := demo.Samples(6, e.ws, "demo")
+	// Unscripted trajectories on the simulated backend: the simulator
+	// decides the turns and submits at the end.
+	for i := range 4 {
+		s := schema.Sample{V: schema.Version, ID: "sim-" + string(rune('a'+i)), Task: "simulated task",
+			Env: schema.Env{Backend: schema.BackendSim, Eval: "exit 0"}, Sampling: schema.Sampling{MaxNewTokens: 4096},
+			Metadata: json.RawMessage(`{"i":` + string(rune('0'+i)) + `}`)}
+		s.Normalize()
+		samples = append(samples, s)
+	}
+	e.submit(samples...)
+	got := e.results(len(samples))
+	for _, s := range samples {
+		r, ok := got[s.ID]
+		if !ok {
+			t.Fatalf("no result for %s", s.ID)
+		}
+		if r.Status != schema.StatusCompleted || r.Reason != "submitted" || !r.Solved() {
+			t.Errorf("%s: status %s reason %q reward %g", s.ID, r.Status, r.Reason, r.Reward)
+		}
+		if string(r.Metadata) != string(s.Metadata) || r.GroupID != s.GroupID || r.GroupIndex != s.GroupIndex {
+			t.Errorf("%s: sample fields not passed through: %s %s %d", s.ID, r.Metadata, r.GroupID, r.GroupIndex)
+		}
+		checkConsistent(t, r)
+		if s.Env.Backend == schema.BackendLocal && !strings.Contains(r.Diff, "+++ b/") {
+			t.Errorf("%s: no diff in result: %q", s.ID, r.Diff)
+		}
+	}
+	// The greet task's first reply has no bash block: a format error turn.
+	greet := got["demo-002"]
+	if greet.Turns != 4 || greet.Commands != 3 || !strings.Contains(greet.Messages[3].Content, "bash") {
+		t.Errorf("greet: turns %d commands %d, messages %+v", greet.Turns, greet.Commands, greet.Messages)
+	}
+	testkit.Eventually(t, wait, "coordinator to see every result", func() bool {
+		c, err := e.st.Counts(e.ctx)
+		return err == nil && c[schema.StatusCompleted] == int64(len(samples))
+	})
+}
+
+// Bad input lands on the dead-letter subject with the reason and the
+// original bytes; the consumer goes on and a good sample still completes.
+func TestBadSamplesAreDeadLettered(t *testing.T) {
+	e := newEnv(t, 1)
+	if _, err := e.stack.StartAll(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]string{
+		"malformed":       `{"v":1,"id":"x",`,
+		"missing fields":  `{"v":1,"id":"m1"}`,
+		"wrong types":     `{"v":1,"id":"w1","task":7,"env":{"backend":"sim"}}`,
+		"unknown version": `{"v":99,"id":"u1","task":"t","env":{"backend":"sim"}}`,
+		"oversized":       `{"v":1,"id":"o1","env":{"backend":"sim"},"task":"` + strings.Repeat("x", schema.MaxSampleBytes) + `"}`,
+	}
+	want := map[string]string{"malformed": "malformed JSON", "missing fields": "task: missing",
+		"wrong types": "task: has JSON type number", "unknown version": "v: unsupported schema version 99",
+		"oversized": "exceeds the sample limit"}
+	for _, b := range bad {
+		if err := e.pub.PublishRaw(e.ctx, bus.SubjectSamples, "", []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := demo.Samples(1, e.ws, "good")
+	e.submit(good...)
+	dl := readStream[schema.DLQEntry](e, bus.StreamDLQ, len(bad), func(d schema.DLQEntry) string { return string(d.Data) })
+	for name, b := range bad {
+		d, ok := dl[b]
+		if !ok {
+			t.Errorf("%s: original bytes not in the dead-letter stream", name)
+			continue
+		}
+		if !strings.Contains(d.Reason, want[name]) || d.Subject != bus.SubjectSamples || d.Consumer != "coordinator-samples" {
+			t.Errorf("%s: dead letter %q from %s/%s, want reason containing %q", name, d.Reason, d.Subject, d.Consumer, want[name])
+		}
+	}
+	r := e.results(1)["good-000"]
+	if !r.Solved() {
+		t.Fatalf("good sample after bad ones: %+v", r)
+	}
+}
+
+// blockingGen blocks its nth generation until released, ignoring
+// cancellation, like a worker that hangs and is then cut off.
+type blockingGen struct {
+	llm.Generator
+	n       int64
+	calls   atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingGen) Generate(ctx context.Context, req llm.Request) (llm.Result, error) {
+	if b.calls.Add(1) == b.n {
+		close(b.entered)
+		<-b.release
+	}
+	return b.Generator.Generate(context.WithoutCancel(ctx), req)
+}
+
+// A gen-worker cut off from NATS in the middle of a step (its ack can no
+// longer arrive) while a second worker takes over after AckWait: every step
+// is applied exactly once, and the step the first worker finishes late is
+// stale and changes nothing.
+func TestCrashedWorkerStepsApplyOnce(t *testing.T) {
+	e := newEnv(t, 1)
+	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
+		t.Fatal(err)
+	}
+	sg := llm.NewSGLang(e.stack.SimURLs["r0"], llm.SGLangOptions{})
+	blk := &blockingGen{Generator: sg, n: 3, entered: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	releaseBlocked := func() { once.Do(func() { close(blk.release) }) }
+	t.Cleanup(releaseBlocked)
+	crashed, err := e.stack.StartGenWorker(e.ctx, "r0", blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := demo.Samples(4, e.ws, "crash")
+	e.submit(samples...)
+	select {
+	case <-blk.entered:
+	case <-time.After(wait):
+		t.Fatal("the blocking generation never started")
+	}
+	crashed.NC.Close() // cut off: no ack, nak or publish from this worker any more
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	got := e.results(len(samples))
+	releaseBlocked() // the cut-off worker finishes its step late: a stale commit
+	for _, s := range samples {
+		r := got[s.ID]
+		if !r.Solved() {
+			t.Errorf("%s: %s %q reward %g", s.ID, r.Status, r.Reason, r.Reward)
+		}
+		checkConsistent(t, r)
+	}
+	// Re-deliver an old step of every trajectory: nothing changes.
+	for _, s := range samples {
+		old := schema.GenStep{V: schema.Version, TrajID: s.ID, Seq: 1, Replica: "r0"}
+		if err := e.pub.Publish(e.ctx, bus.SubjectGen("r0", "lo"), "replay-"+s.ID, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, wait, "replayed steps to be consumed", func() bool {
+		info, err := e.js.Stream(e.ctx, bus.StreamGen)
+		if err != nil {
+			return false
+		}
+		si, err := info.Info(e.ctx)
+		return err == nil && si.State.Msgs == 0
+	})
+	for _, s := range samples {
+		tr, err := e.st.Load(e.ctx, s.ID, store.WithAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := got[s.ID]; len(tr.Tokens) != len(r.Tokens) || tr.Calls != r.Turns || tr.Status != store.StatusTerminated {
+			t.Errorf("%s changed after replay: %d tokens (result %d), %d calls", s.ID, len(tr.Tokens), len(r.Tokens), tr.Calls)
+		}
+	}
+}

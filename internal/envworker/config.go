@@ -1,0 +1,72 @@
+package envworker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/sandbox"
+)
+
+// Config is an env-worker's settings (ACTLOOP_ prefix).
+type Config struct {
+	service.Common
+	// ID names this worker; its sandboxes' later steps are routed to
+	// actloop.env.<ID>. It must be stable across restarts so a restarted
+	// worker finds its sandboxes again. Default: the host name.
+	ID              string        `envconfig:"ENV_WORKER_ID"`
+	Slots           int           `envconfig:"ENV_SLOTS" default:"8"`
+	SandboxRoot     string        `envconfig:"SANDBOX_ROOT"`
+	OutputLimit     int           `envconfig:"OUTPUT_LIMIT" default:"10000"`
+	Isolation       string        `envconfig:"SANDBOX_ISOLATION" default:"none"`
+	SimStartLatency time.Duration `envconfig:"SIM_ENV_START_LATENCY" default:"2s"`
+	SimExecLatency  time.Duration `envconfig:"SIM_ENV_EXEC_LATENCY" default:"500ms"`
+	SimEnvTimeScale float64       `envconfig:"SIM_ENV_TIME_SCALE" default:"1"`
+	Addr            string        `envconfig:"ENV_WORKER_ADDR" default:":8082"`
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// Normalize fills the defaults that depend on the machine.
+func (c *Config) Normalize() {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = unsafeName.ReplaceAllString(host, "-")
+	}
+	if c.SandboxRoot == "" {
+		c.SandboxRoot = filepath.Join(os.TempDir(), "actloop-sandboxes", c.ID)
+	}
+}
+
+// Validate joins every problem with c.
+func (c *Config) Validate() error {
+	c.Normalize()
+	errs := []error{c.Common.Validate()}
+	if !bus.ValidName(c.ID) {
+		errs = append(errs, fmt.Errorf("ACTLOOP_ENV_WORKER_ID: %q is not a valid name ([A-Za-z0-9_-], not \"start\")", c.ID))
+	}
+	if c.Slots < 1 {
+		errs = append(errs, errors.New("ACTLOOP_ENV_SLOTS: must be >= 1"))
+	}
+	if err := c.local().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("ACTLOOP_SANDBOX_*: %w", err))
+	}
+	if c.SimEnvTimeScale < 0 {
+		errs = append(errs, errors.New("ACTLOOP_SIM_ENV_TIME_SCALE: must be >= 0"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) local() sandbox.LocalConfig {
+	return sandbox.LocalConfig{Root: c.SandboxRoot, OutputLimit: c.OutputLimit, Isolation: c.Isolation}
+}
+
+func (c *Config) sim() sandbox.SimConfig {
+	return sandbox.SimConfig{StartLatency: c.SimStartLatency, ExecLatency: c.SimExecLatency, Jitter: 0.5,
+		TimeScale: c.SimEnvTimeScale}
+}

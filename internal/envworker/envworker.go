@@ -1,0 +1,377 @@
+// Package envworker runs environment steps: it starts and bootstraps a
+// trajectory's sandbox (any worker, from actloop.env.start), then runs each
+// action in it (the owner, from actloop.env.<id>), and at the end takes the
+// diff, scores it by running the sample's eval command in a fresh sandbox,
+// cleans up and publishes the result.
+//
+// Acks: a step that ran (or was already committed) → ack; undecodable →
+// dead letter; Redis/NATS trouble → nak with back-off; a sandbox that cannot
+// start or was lost → the step is reported failed at once and the
+// coordinator ends the trajectory with a fallback. A command's timeout is an
+// observation for the model, not a failure.
+package envworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/agent"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/sandbox"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/store"
+	"github.com/actloop/actloop/pkg/tokenize"
+)
+
+// Worker is one env-worker.
+type Worker struct {
+	cfg      Config
+	d        *service.Deps
+	backends map[string]sandbox.Backend
+	tmpl     tokenize.ChatTemplate
+	agent    agent.Config
+	cls      flow.Classifier
+
+	own, start jetstream.Consumer
+
+	mu    sync.Mutex
+	boxes map[string]sandbox.Sandbox // by handle
+}
+
+// New builds the sandbox backends and declares the worker's consumers.
+func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	local, err := sandbox.NewLocal(cfg.local())
+	if err != nil {
+		return nil, fmt.Errorf("local sandbox backend: %w", err)
+	}
+	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: agent.DefaultConfig(), cls: flow.LowOnly{},
+		backends: map[string]sandbox.Backend{schema.BackendLocal: local, schema.BackendSim: sandbox.NewSim(cfg.sim())},
+		boxes:    map[string]sandbox.Sandbox{}}
+	if w.own, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-"+cfg.ID, bus.SubjectEnv(cfg.ID)); err != nil {
+		return nil, err
+	}
+	if w.start, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-start", bus.SubjectEnvStart); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Run pulls and runs env steps until ctx ends, then drains. Steps of
+// sandboxes it owns come before starting new ones.
+func (w *Worker) Run(ctx context.Context) error {
+	c := w.d.Common
+	r := &bus.Runner{Name: "env-" + w.cfg.ID, Sources: []jetstream.Consumer{w.own, w.start}, Slots: w.cfg.Slots,
+		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("worker", w.cfg.ID),
+		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.Run(ctx) })
+	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
+	return g.Wait()
+}
+
+func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) {
+	step, err := schema.Decode[schema.EnvStep](m.Data())
+	if err != nil || step.Kind == schema.EnvClose {
+		return
+	}
+	flow.ReportFailed(ctx, w.d, w.cfg.ID, step.TrajID, step.Seq, cause)
+}
+
+func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
+	step, err := schema.Decode[schema.EnvStep](m.Data())
+	if err != nil {
+		return bus.Malformed(fmt.Errorf("env step: %w", err))
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID),
+		attribute.Int64("seq", step.Seq), attribute.String("kind", string(step.Kind)))
+	parts := store.Parts(0)
+	if step.Kind == schema.EnvFinish {
+		parts = store.WithAll
+	}
+	t, err := w.d.Store.Load(ctx, step.TrajID, parts)
+	if errors.Is(err, store.ErrNotFound) {
+		w.d.Log.Warn("env step for unknown trajectory dropped", "traj_id", step.TrajID, "seq", step.Seq)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if step.Kind == schema.EnvClose {
+		w.closeSandbox(ctx, t.Handle)
+		return nil
+	}
+	switch flow.PosOf(t, step.Seq) {
+	case flow.PosJustDone:
+		return w.publishNext(ctx, t)
+	case flow.PosOld:
+		return nil
+	case flow.PosAhead:
+		return fmt.Errorf("trajectory %s at seq %d is behind step %d", t.ID, t.Seq, step.Seq)
+	}
+	want := map[schema.EnvKind]store.Status{schema.EnvStart: store.StatusStarting,
+		schema.EnvExec: store.StatusNeedsEnvStep, schema.EnvFinish: store.StatusFinishing}[step.Kind]
+	if t.Status != want {
+		if t.Status.Terminal() {
+			return nil
+		}
+		return bus.Malformed(fmt.Errorf("%s step %d for trajectory %s in status %s", step.Kind, step.Seq, t.ID, t.Status))
+	}
+	var c store.Commit
+	switch step.Kind {
+	case schema.EnvStart:
+		c, err = w.startStep(ctx, t)
+	case schema.EnvExec:
+		c, err = w.execStep(ctx, t)
+	case schema.EnvFinish:
+		c, err = w.finishStep(ctx, t)
+	}
+	if err != nil {
+		return err
+	}
+	if err := w.d.Store.Commit(ctx, c); errors.Is(err, store.ErrStale) {
+		if step.Kind == schema.EnvStart {
+			w.closeSandbox(ctx, c.Set[store.FieldHandle]) // another delivery started one too
+		}
+		return nil
+	} else if err != nil {
+		return err
+	}
+	t.Apply(c)
+	return w.publishNext(ctx, t)
+}
+
+// publishNext publishes the follow-up of t's state: the next step, or for a
+// finished trajectory its result, after which its state expires.
+func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
+	n, err := flow.NextOf(t, w.cls)
+	if !errors.Is(err, flow.ErrNoNext) {
+		if err != nil {
+			return err
+		}
+		return flow.Publish(ctx, w.d.Pub, t.Trace, n)
+	}
+	if t.Status != store.StatusTerminated {
+		return nil // aborted: the coordinator published the fallback
+	}
+	if t.Tokens == nil { // a redelivered finish loads everything; other kinds never get here
+		if t, err = w.d.Store.Load(ctx, t.ID, store.WithAll); err != nil {
+			return err
+		}
+	}
+	r := flow.Result(t)
+	if err := w.d.Pub.Publish(flow.TrajContext(ctx, t.Trace), bus.SubjectResults, flow.ResultMsgID(t), r); err != nil {
+		return err
+	}
+	return w.d.Store.Expire(ctx, t.ID, w.d.Common.ResultTTL)
+}
+
+func (w *Worker) backend(t *store.Trajectory) (sandbox.Backend, error) {
+	b := w.backends[t.Sample.Env.Backend]
+	if b == nil {
+		return nil, bus.Fatal(fmt.Errorf("env backend %q is not available on this worker", t.Sample.Env.Backend))
+	}
+	return b, nil
+}
+
+// startStep starts the sandbox, runs setup, and renders the system prompt
+// and task as the first tokens.
+func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+	b, err := w.backend(t)
+	if err != nil {
+		return store.Commit{}, err
+	}
+	env := t.Sample.Env
+	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout()})
+	if err != nil {
+		if ctx.Err() != nil {
+			return store.Commit{}, err
+		}
+		return store.Commit{}, bus.Fatal(fmt.Errorf("start sandbox: %w", err))
+	}
+	w.remember(sb)
+	system, err := w.agent.System(nil)
+	if err != nil {
+		return store.Commit{}, bus.Fatal(err)
+	}
+	task, err := w.agent.Instance(t.Sample.Task, nil)
+	if err != nil {
+		return store.Commit{}, bus.Fatal(err)
+	}
+	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
+		store.FieldStatus: string(store.StatusNeedsGeneration), store.FieldOwner: w.cfg.ID,
+		store.FieldHandle: sb.Handle()}}
+	c.Messages = []schema.Message{{Role: schema.RoleSystem, Content: system}, {Role: schema.RoleUser, Content: task}}
+	c.Append(w.tmpl.Message(schema.RoleSystem, system), nil, 0, -1)
+	c.Append(w.tmpl.Message(schema.RoleUser, task), nil, 0, -1)
+	c.Append(w.tmpl.GenerationPrompt(), nil, 0, -1)
+	c.Set[store.FieldPromptLen] = strconv.Itoa(len(c.Tokens))
+	return c, nil
+}
+
+// execStep runs the pending action and appends its observation, or moves
+// the trajectory to finishing when the action submitted.
+func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+	sb, err := w.sandbox(ctx, t)
+	if err != nil {
+		return store.Commit{}, err
+	}
+	res, err := sb.Exec(ctx, t.Action, t.Sample.Env.StepTimeout())
+	if err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return store.Commit{}, bus.Fatal(fmt.Errorf("sandbox lost: %w", err))
+		}
+		return store.Commit{}, err
+	}
+	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
+		store.FieldAction: "", store.FieldCommands: strconv.Itoa(t.Commands + 1)}}
+	if submitted, _ := agent.Submission(res.Output); submitted && !res.TimedOut {
+		c.Set[store.FieldStatus] = string(store.StatusFinishing)
+		c.Set[store.FieldReason] = "submitted"
+		return c, nil
+	}
+	var obs string
+	if res.TimedOut {
+		obs, err = w.agent.Timeout(t.Action, res.Output)
+	} else {
+		obs, err = w.agent.Observation(res.Output, res.ReturnCode)
+	}
+	if err != nil {
+		return store.Commit{}, bus.Fatal(fmt.Errorf("render observation: %w", err))
+	}
+	c.Set[store.FieldStatus] = string(store.StatusNeedsGeneration)
+	c.Messages = []schema.Message{{Role: schema.RoleUser, Content: obs}}
+	c.Append(w.tmpl.Message(schema.RoleUser, obs), nil, 0, -1)
+	c.Append(w.tmpl.GenerationPrompt(), nil, 0, -1)
+	return c, nil
+}
+
+// finishStep takes the diff, scores it in a fresh sandbox and removes the
+// trajectory's sandbox.
+func (w *Worker) finishStep(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+	reason := t.Reason
+	var diff string
+	sb, err := w.sandbox(ctx, t)
+	switch {
+	case err == nil:
+		if diff, err = sb.Diff(ctx); err != nil {
+			return store.Commit{}, fmt.Errorf("diff: %w", err)
+		}
+	case bus.IsFatal(err):
+		reason += "; sandbox lost before the diff"
+	default:
+		return store.Commit{}, err
+	}
+	reward, note, err := w.evaluate(ctx, t, diff)
+	if err != nil {
+		return store.Commit{}, err
+	}
+	if note != "" {
+		reason += "; " + note
+	}
+	w.closeSandbox(ctx, t.Handle)
+	return store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
+		store.FieldStatus: string(store.StatusTerminated), store.FieldReason: reason, store.FieldDiff: diff,
+		store.FieldReward:     strconv.FormatFloat(reward, 'g', -1, 64),
+		store.FieldFinishedAt: strconv.FormatInt(w.d.Now().UnixMilli(), 10)}}, nil
+}
+
+// evaluate runs the eval command in a fresh sandbox with diff applied:
+// reward 1 when it exits 0, else 0. note explains a 0 that is not the eval's
+// verdict.
+func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string) (reward float64, note string, err error) {
+	env := t.Sample.Env
+	if env.Eval == "" {
+		return 0, "no eval command", nil
+	}
+	b, err := w.backend(t)
+	if err != nil {
+		return 0, "", err
+	}
+	sb, err := b.Start(ctx, t.ID+"-eval", sandbox.Spec{Workspace: env.Workspace, Patch: diff,
+		Setup: env.Setup, SetupTimeout: env.SetupTimeout()})
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, "", err
+		}
+		return 0, "eval sandbox: " + err.Error(), nil
+	}
+	defer func() { _ = sb.Close(context.WithoutCancel(ctx)) }()
+	res, err := sb.Exec(ctx, env.Eval, env.EvalTimeout())
+	if err != nil {
+		return 0, "", fmt.Errorf("eval: %w", err)
+	}
+	switch {
+	case res.TimedOut:
+		return 0, "eval timed out", nil
+	case res.ReturnCode == 0:
+		return 1, "", nil
+	}
+	return 0, "", nil
+}
+
+// sandbox returns t's sandbox, from this process or re-attached by handle
+// (after a restart). A sandbox that is gone is a Fatal error.
+func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sandbox, error) {
+	w.mu.Lock()
+	sb := w.boxes[t.Handle]
+	w.mu.Unlock()
+	if sb != nil {
+		return sb, nil
+	}
+	b, err := w.backend(t)
+	if err != nil {
+		return nil, err
+	}
+	sb, err = b.Attach(ctx, t.Handle)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil, bus.Fatal(fmt.Errorf("sandbox %s lost: %w", t.Handle, err))
+	}
+	if err != nil {
+		return nil, err
+	}
+	w.remember(sb)
+	return sb, nil
+}
+
+func (w *Worker) remember(sb sandbox.Sandbox) {
+	w.mu.Lock()
+	w.boxes[sb.Handle()] = sb
+	w.mu.Unlock()
+}
+
+// closeSandbox removes a sandbox by handle; best effort.
+func (w *Worker) closeSandbox(ctx context.Context, handle string) {
+	if handle == "" {
+		return
+	}
+	w.mu.Lock()
+	sb := w.boxes[handle]
+	delete(w.boxes, handle)
+	w.mu.Unlock()
+	if sb == nil {
+		for _, b := range w.backends {
+			if s, err := b.Attach(ctx, handle); err == nil {
+				sb = s
+				break
+			}
+		}
+	}
+	if sb != nil {
+		if err := sb.Close(context.WithoutCancel(ctx)); err != nil {
+			w.d.Log.Warn("close sandbox", "handle", handle, "error", err)
+		}
+	}
+}

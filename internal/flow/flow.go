@@ -1,0 +1,170 @@
+// Package flow knows the shape of a trajectory's life that every service
+// shares: which message follows a committed state, how a finished trajectory
+// becomes a result, and how a step's span joins its trajectory's trace.
+//
+// The next message is derived from the trajectory's committed state alone, so
+// a worker that finds its step already committed (a redelivery) can publish
+// the follow-up again; the Nats-Msg-Id "<traj_id>:<seq>:<kind>" lets the
+// stream's duplicate window swallow it if it went out before.
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/store"
+)
+
+// Classifier tells the priority class of a trajectory's next gen step.
+type Classifier interface {
+	Class(replica, trajID string) string
+}
+
+// LowOnly puts every gen step in the low class (no snapshots yet).
+type LowOnly struct{}
+
+// Class implements Classifier.
+func (LowOnly) Class(string, string) string { return priority.ClassLow }
+
+// ErrNoNext: the trajectory is terminal; its follow-up is a result, which
+// only Result builds.
+var ErrNoNext = errors.New("terminal trajectory has no next step")
+
+// Next is the message that follows t's committed state.
+type Next struct {
+	Subject string
+	MsgID   string
+	Msg     any
+}
+
+// NextOf returns the message that t's status calls for.
+func NextOf(t *store.Trajectory, cls Classifier) (Next, error) {
+	env := func(subject string, kind schema.EnvKind) Next {
+		return Next{subject, schema.MsgID(t.ID, t.Seq, string(kind)),
+			schema.EnvStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Kind: kind, Reason: t.Reason}}
+	}
+	switch t.Status {
+	case store.StatusStarting:
+		return env(bus.SubjectEnvStart, schema.EnvStart), nil
+	case store.StatusNeedsGeneration:
+		return Next{bus.SubjectGen(t.Replica, cls.Class(t.Replica, t.ID)), schema.MsgID(t.ID, t.Seq, "gen"),
+			schema.GenStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Replica: t.Replica}}, nil
+	case store.StatusNeedsEnvStep:
+		return env(bus.SubjectEnv(t.Owner), schema.EnvExec), nil
+	case store.StatusFinishing:
+		return env(bus.SubjectEnv(t.Owner), schema.EnvFinish), nil
+	case store.StatusTerminated, store.StatusAborted:
+		return Next{}, ErrNoNext
+	}
+	return Next{}, fmt.Errorf("trajectory %s: unknown status %q", t.ID, t.Status)
+}
+
+// Publish publishes n in the trace of the trajectory (trace context from
+// its stored traceparent).
+func Publish(ctx context.Context, pub *bus.Publisher, traceparent string, n Next) error {
+	return pub.Publish(TrajContext(ctx, traceparent), n.Subject, n.MsgID, n.Msg)
+}
+
+// ResultMsgID is the Nats-Msg-Id of t's result.
+func ResultMsgID(t *store.Trajectory) string { return schema.MsgID(t.ID, t.Seq, "result") }
+
+// Result builds the result of a terminal trajectory loaded WithAll. A
+// fallback carries no trainable tokens.
+func Result(t *store.Trajectory) schema.Result {
+	s := t.Sample
+	r := schema.Result{
+		V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID, GroupIndex: s.GroupIndex,
+		GroupSize: s.GroupSize, Reason: t.Reason, Reward: t.Reward, Diff: t.Diff, Turns: t.Calls,
+		Commands: t.Commands, GenTokens: t.GenTokens, PromptLen: t.PromptLen, Metadata: s.Metadata,
+		AdmittedAt: t.AdmittedAt.UTC(), FinishedAt: t.FinishedAt.UTC(),
+		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{},
+		Messages: t.Messages, MinVersion: -1, MaxVersion: -1,
+	}
+	if r.Messages == nil {
+		r.Messages = []schema.Message{}
+	}
+	if t.Status == store.StatusAborted {
+		r.Status, r.Reward = schema.StatusFallback, 0
+		return r
+	}
+	r.Status = schema.StatusCompleted
+	r.Tokens, r.Logprobs, r.LossMask, r.Versions = t.Tokens, t.Logprobs, t.Mask, t.Versions
+	lo, hi := int32(math.MaxInt32), int32(-1)
+	for i, m := range t.Mask {
+		if m == 1 {
+			lo, hi = min(lo, t.Versions[i]), max(hi, t.Versions[i])
+		}
+	}
+	if hi >= 0 {
+		r.MinVersion, r.MaxVersion = lo, hi
+	}
+	return r
+}
+
+// TrajContext returns ctx carrying the trajectory's span context (from its
+// stored traceparent) as the parent of what is started or published next.
+func TrajContext(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
+}
+
+// Traceparent returns the W3C traceparent of the span in ctx, or "".
+func Traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
+}
+
+// Pos is where a step stands against its trajectory's committed state.
+type Pos int
+
+// Positions of a step.
+const (
+	// PosCurrent: the step is the trajectory's next; run it.
+	PosCurrent Pos = iota + 1
+	// PosJustDone: the step was the last one committed; its follow-up may not
+	// have gone out (a crash between commit and publish), so publish it again.
+	PosJustDone
+	// PosOld: a later step committed, so the follow-up was consumed; drop.
+	PosOld
+	// PosAhead: the state has not reached the step yet (should not happen:
+	// steps are published after their commit); retry later.
+	PosAhead
+)
+
+// PosOf places a step for seq against t.
+func PosOf(t *store.Trajectory, seq int64) Pos {
+	switch {
+	case t.Seq == seq:
+		return PosCurrent
+	case t.Seq == seq+1:
+		return PosJustDone
+	case t.Seq > seq:
+		return PosOld
+	}
+	return PosAhead
+}
+
+// ReportFailed tells the coordinator that step seq of a trajectory cannot be
+// done; the coordinator ends the trajectory with a fallback result.
+func ReportFailed(ctx context.Context, d *service.Deps, worker, trajID string, seq int64, cause error) {
+	e := schema.Event{V: schema.Version, Type: schema.EventFailed, TrajID: trajID, Seq: seq, Worker: worker,
+		Reason: cause.Error(), At: d.Now().UTC()}
+	if err := d.Pub.Publish(ctx, bus.SubjectEvents, schema.MsgID(trajID, seq, "failed"), e); err != nil {
+		d.Log.Error("report failed step", "traj_id", trajID, "seq", seq, "error", err)
+	}
+}

@@ -1,0 +1,259 @@
+// Package genworker serves one inference replica: it pulls gen steps (.hi
+// before .lo) only while one of its SLOTS is free, runs one LLM call per
+// step, appends the generated tokens, parses the action and publishes the
+// step that follows.
+//
+// Acks: a step that ran (or was already committed) → ack; undecodable →
+// dead letter; inference unavailable or Redis/NATS errors → nak with
+// back-off; after MAX_DELIVER deliveries, or a request the server rejects,
+// the worker reports the step failed and the coordinator ends the trajectory
+// with a fallback.
+package genworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/agent"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/store"
+	"github.com/actloop/actloop/pkg/tokenize"
+)
+
+// Config is a gen-worker's settings (ACTLOOP_ prefix).
+type Config struct {
+	service.Common
+	Replica    string        `envconfig:"REPLICA" default:"r0"`
+	Slots      int           `envconfig:"SLOTS" default:"4"`
+	LLMURL     string        `envconfig:"LLM_URL" default:"http://127.0.0.1:30000"`
+	LLMTimeout time.Duration `envconfig:"LLM_TIMEOUT" default:"10m"`
+	WorkerID   string        `envconfig:"WORKER_ID"`
+	Addr       string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
+}
+
+// Validate joins every problem with c.
+func (c *Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if !bus.ValidName(c.Replica) {
+		errs = append(errs, fmt.Errorf("ACTLOOP_REPLICA: %q is not a valid name ([A-Za-z0-9_-])", c.Replica))
+	}
+	if c.Slots < 1 {
+		errs = append(errs, errors.New("ACTLOOP_SLOTS: must be >= 1"))
+	}
+	if c.LLMURL == "" {
+		errs = append(errs, errors.New("ACTLOOP_LLM_URL: missing"))
+	}
+	if c.LLMTimeout <= 0 {
+		errs = append(errs, errors.New("ACTLOOP_LLM_TIMEOUT: must be > 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// Worker is one replica's gen-worker.
+type Worker struct {
+	cfg   Config
+	d     *service.Deps
+	gen   llm.Generator
+	tmpl  tokenize.ChatTemplate
+	tok   tokenize.Tokenizer
+	agent agent.Config
+	cls   flow.Classifier
+	id    string
+
+	hi, lo jetstream.Consumer
+}
+
+// New declares the replica's consumers. gen is the replica's inference
+// server (nil: the SGLang client on LLM_URL).
+func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*Worker, error) {
+	if gen == nil {
+		gen = llm.NewSGLang(cfg.LLMURL, llm.SGLangOptions{Timeout: cfg.LLMTimeout})
+	}
+	id := cfg.WorkerID
+	if id == "" {
+		host, _ := os.Hostname()
+		id = host + "-" + cfg.Replica
+	}
+	tmpl := tokenize.NewByteChatML()
+	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tok, agent: agent.DefaultConfig(),
+		cls: flow.LowOnly{}, id: id}
+	var err error
+	name := "gen-" + cfg.Replica
+	if w.hi, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-hi", bus.SubjectGen(cfg.Replica, priority.ClassHigh)); err != nil {
+		return nil, err
+	}
+	if w.lo, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-lo", bus.SubjectGen(cfg.Replica, priority.ClassLow)); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Run pulls and runs gen steps until ctx ends, then drains.
+func (w *Worker) Run(ctx context.Context) error {
+	c := w.d.Common
+	r := &bus.Runner{Name: "gen-" + w.cfg.Replica, Sources: []jetstream.Consumer{w.hi, w.lo}, Slots: w.cfg.Slots,
+		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("replica", w.cfg.Replica),
+		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.Run(ctx) })
+	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
+	return g.Wait()
+}
+
+func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) {
+	step, err := schema.Decode[schema.GenStep](m.Data())
+	if err != nil {
+		return
+	}
+	flow.ReportFailed(ctx, w.d, w.id, step.TrajID, step.Seq, cause)
+}
+
+func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
+	step, err := schema.Decode[schema.GenStep](m.Data())
+	if err != nil {
+		return bus.Malformed(fmt.Errorf("gen step: %w", err))
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
+	t, err := w.d.Store.Load(ctx, step.TrajID, store.WithTokens)
+	if errors.Is(err, store.ErrNotFound) {
+		w.d.Log.Warn("gen step for unknown trajectory dropped", "traj_id", step.TrajID, "seq", step.Seq)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch flow.PosOf(t, step.Seq) {
+	case flow.PosJustDone:
+		return w.publishNext(ctx, t)
+	case flow.PosOld:
+		return nil
+	case flow.PosAhead:
+		return fmt.Errorf("trajectory %s at seq %d is behind step %d", t.ID, t.Seq, step.Seq)
+	}
+	if t.Status != store.StatusNeedsGeneration {
+		if t.Status.Terminal() {
+			return nil
+		}
+		return bus.Malformed(fmt.Errorf("gen step %d for trajectory %s in status %s", step.Seq, t.ID, t.Status))
+	}
+	c, err := w.step(ctx, t)
+	if err != nil {
+		return err
+	}
+	if err := w.d.Store.Commit(ctx, c); errors.Is(err, store.ErrStale) {
+		return nil // another delivery committed this step and publishes its follow-up
+	} else if err != nil {
+		return err
+	}
+	t.Apply(c)
+	return w.publishNext(ctx, t)
+}
+
+// step runs the generation of t (or ends it at a limit) and returns the
+// commit.
+func (w *Worker) step(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+	s := t.Sample
+	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{}}
+	lim := agent.Limits{StepLimit: s.Limits.StepLimit, TokenBudget: s.Limits.TokenBudget, WallClock: s.Limits.WallClock()}
+	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt)}
+	if err := agent.CheckLimits(lim, use); err != nil {
+		c.Set[store.FieldStatus] = string(store.StatusFinishing)
+		c.Set[store.FieldReason] = "limits: " + err.Error()
+		return c, nil
+	}
+	req := llm.Request{
+		RID:      llm.NewRID(),
+		InputIDs: t.Tokens,
+		Sampling: llm.SamplingParams{
+			MaxNewTokens: agent.MaxNewTokens(s.Sampling.MaxNewTokens, lim, use),
+			Temperature:  s.Sampling.Temperature, TopP: s.Sampling.TopP, TopK: s.Sampling.TopK,
+			MinP: s.Sampling.MinP, Stop: s.Sampling.Stop, StopTokenIDs: w.tmpl.StopTokenIDs(),
+		},
+	}
+	if t.Calls < len(s.Script) {
+		req.Reply = s.Script[t.Calls]
+	}
+	res, err := w.gen.Generate(ctx, req)
+	switch {
+	case err != nil && llm.Temporary(err):
+		return c, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
+	case err != nil:
+		return c, bus.Fatal(fmt.Errorf("generate on %s: %w", w.cfg.Replica, err))
+	case res.Finish.Type == llm.FinishAbort:
+		return c, fmt.Errorf("generation aborted by the server: %s", res.Finish.Message)
+	}
+	version := weightVersion(res.WeightVersion)
+	out := res.OutputIDs
+	c.Append(out, res.Logprobs, 1, version)
+	c.Append(w.tmpl.CloseTurn(out), nil, 0, -1)
+	text := w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs()))
+	c.Messages = append(c.Messages, schema.Message{Role: schema.RoleAssistant, Content: text})
+	c.Set[store.FieldCalls] = strconv.Itoa(t.Calls + 1)
+	c.Set[store.FieldGenTokens] = strconv.Itoa(t.GenTokens + len(out))
+
+	action, perr := agent.ParseAction(text)
+	var fe *agent.FormatError
+	switch {
+	case perr == nil:
+		c.Set[store.FieldStatus] = string(store.StatusNeedsEnvStep)
+		c.Set[store.FieldAction] = action
+	case errors.As(perr, &fe):
+		msg, err := w.agent.FormatErrorFor(fe)
+		if err != nil {
+			return c, bus.Fatal(fmt.Errorf("render format error: %w", err))
+		}
+		c.Messages = append(c.Messages, schema.Message{Role: schema.RoleUser, Content: msg})
+		c.Append(w.tmpl.Message(schema.RoleUser, msg), nil, 0, -1)
+		c.Append(w.tmpl.GenerationPrompt(), nil, 0, -1)
+		c.Set[store.FieldStatus] = string(store.StatusNeedsGeneration)
+	default:
+		return c, bus.Fatal(perr)
+	}
+	return c, nil
+}
+
+// weightVersion reads the server's weight version as a number; servers that
+// report none, or a name, record 0 until weight sync sets versions.
+func weightVersion(s string) int32 {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return int32(n)
+}
+
+func trimStop(out, stops []int32) []int32 {
+	if n := len(out); n > 0 {
+		for _, s := range stops {
+			if out[n-1] == s {
+				return out[:n-1]
+			}
+		}
+	}
+	return out
+}
+
+func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
+	n, err := flow.NextOf(t, w.cls)
+	if errors.Is(err, flow.ErrNoNext) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return flow.Publish(ctx, w.d.Pub, t.Trace, n)
+}

@@ -1,0 +1,135 @@
+// Package localredis starts a Redis for `actloop dev` and tests: a real
+// redis-server from PATH when there is one, else an in-process
+// Redis-compatible server (miniredis), which runs the same Lua scripts.
+package localredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Kinds of server Start may return.
+const (
+	KindReal      = "redis-server"
+	KindInProcess = "in-process"
+)
+
+// Server is a running local Redis.
+type Server struct {
+	Addr string
+	Kind string
+	stop func()
+}
+
+// Close stops the server and waits for it.
+func (s *Server) Close() { s.stop() }
+
+// Start starts a Redis of the given kind: KindReal, KindInProcess, or "" for
+// the real one when redis-server is on PATH and the in-process one otherwise.
+// dir holds the real server's files.
+func Start(ctx context.Context, kind, dir string) (*Server, error) {
+	if kind == "" {
+		kind = KindInProcess
+		if _, err := exec.LookPath("redis-server"); err == nil {
+			kind = KindReal
+		}
+	}
+	switch kind {
+	case KindReal:
+		return startReal(ctx, dir)
+	case KindInProcess:
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			return nil, fmt.Errorf("start in-process redis: %w", err)
+		}
+		return &Server{Addr: m.Addr(), Kind: KindInProcess, stop: m.Close}, nil
+	default:
+		return nil, fmt.Errorf("unknown redis kind %q (want %q or %q)", kind, KindReal, KindInProcess)
+	}
+}
+
+func startReal(ctx context.Context, dir string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server not on PATH: %w", err)
+	}
+	// Pick a free port; retry if another process takes it first.
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--dir", dir, "--save", "", "--appendonly", "no", "--protected-mode", "yes")
+		cmd.Stdout, cmd.Stderr = nil, nil
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start redis-server: %w", err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		stop := func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		}
+		if err := waitReady(ctx, addr, done); err != nil {
+			stop()
+			if errors.Is(err, errExited) {
+				continue // port taken between freePort and start
+			}
+			return nil, err
+		}
+		return &Server{Addr: addr, Kind: KindReal, stop: stop}, nil
+	}
+	return nil, errors.New("start redis-server: no free port after 5 attempts")
+}
+
+var errExited = errors.New("redis-server exited")
+
+func waitReady(ctx context.Context, addr string, exited <-chan struct{}) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if c.Ping(ctx).Err() == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errExited
+		case <-ctx.Done():
+			return fmt.Errorf("redis-server at %s not ready: %w", addr, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Dir returns a directory for the server's files under base.
+func Dir(base string) string { return filepath.Join(base, "redis") }

@@ -1,0 +1,268 @@
+// Package service holds what every actloop service shares: the common
+// settings, connecting to NATS and Redis, logging, the health server and the
+// run-until-signalled lifecycle.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/store"
+	"github.com/actloop/actloop/pkg/telemetry"
+)
+
+// Common holds the settings every service reads (ACTLOOP_ prefix).
+type Common struct {
+	NATSURL         string        `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	RedisURL        string        `envconfig:"REDIS_URL" default:"redis://127.0.0.1:6379/0"`
+	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s"`
+	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"10"`
+	StreamReplicas  int           `envconfig:"STREAM_REPLICAS" default:"1"`
+	ResultsMaxAge   time.Duration `envconfig:"RESULTS_MAX_AGE" default:"168h"`
+	DLQMaxAge       time.Duration `envconfig:"DLQ_MAX_AGE" default:"168h"`
+	ResultTTL       time.Duration `envconfig:"RESULT_TTL" default:"1h"`
+	PullWait        time.Duration `envconfig:"PULL_WAIT" default:"1s"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
+	telemetry.Config
+}
+
+// CommonDefaults returns Common with every default applied, for code that
+// wires services without the environment (actloop dev, tests).
+func CommonDefaults() Common {
+	var c Common
+	if err := envconfig.Process("ACTLOOP_DEFAULTS_ONLY_", &c); err != nil {
+		panic(err) // the defaults above are constants; a failure is a bug here
+	}
+	return c
+}
+
+// Topology is the stream and consumer settings of c.
+func (c *Common) Topology() bus.Topology {
+	return bus.Topology{Replicas: c.StreamReplicas, AckWait: c.AckWait, MaxDeliver: c.MaxDeliver,
+		ResultsAge: c.ResultsMaxAge, DLQAge: c.DLQMaxAge}
+}
+
+// Validate joins every problem with c.
+func (c *Common) Validate() error {
+	errs := []error{c.Topology().Validate(), c.Config.Validate()}
+	if c.NATSURL == "" {
+		errs = append(errs, errors.New("ACTLOOP_NATS_URL: missing"))
+	}
+	if _, err := redis.ParseURL(c.RedisURL); err != nil {
+		errs = append(errs, fmt.Errorf("ACTLOOP_REDIS_URL: %w", err))
+	}
+	if c.ResultTTL <= 0 {
+		errs = append(errs, errors.New("ACTLOOP_RESULT_TTL: must be > 0"))
+	}
+	if c.PullWait < 10*time.Millisecond {
+		errs = append(errs, errors.New("ACTLOOP_PULL_WAIT: must be >= 10ms"))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("ACTLOOP_LOG_LEVEL: %w", err)
+	}
+	return l, nil
+}
+
+// NewLogger returns a JSON logger at level.
+func NewLogger(w io.Writer, level string) *slog.Logger {
+	l, _ := parseLevel(level)
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// Deps are the connections a service runs on.
+type Deps struct {
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+	Redis  redis.UniversalClient
+	Store  *store.Store
+	Pub    *bus.Publisher
+	Topo   bus.Topology
+	Common Common
+	Log    *slog.Logger
+	Now    func() time.Time
+}
+
+// Connect connects to NATS and Redis, declares the streams, and returns the
+// service's dependencies.
+func Connect(ctx context.Context, c Common, name string, log *slog.Logger) (*Deps, error) {
+	nc, err := nats.Connect(c.NATSURL, nats.Name("actloop-"+name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("connect nats %s: %w", c.NATSURL, err)
+	}
+	d, err := NewDeps(ctx, c, nc, nil, log)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// NewDeps builds Deps over an existing NATS connection and, when rdb is nil,
+// a new Redis client from c.RedisURL.
+func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalClient, log *slog.Logger) (*Deps, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if rdb == nil {
+		opts, err := redis.ParseURL(c.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("ACTLOOP_REDIS_URL: %w", err)
+		}
+		rdb = redis.NewClient(opts)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		return nil, fmt.Errorf("connect redis: %w", err)
+	}
+	topo := c.Topology()
+	if err := topo.EnsureStreams(pctx, js); err != nil {
+		return nil, err
+	}
+	return &Deps{NC: nc, JS: js, Redis: rdb, Store: store.New(rdb, nil), Pub: bus.NewPublisher(js),
+		Topo: topo, Common: c, Log: log, Now: time.Now}, nil
+}
+
+// Close drains NATS (delivering what was published) and closes Redis.
+func (d *Deps) Close() {
+	if err := d.NC.Drain(); err != nil {
+		d.NC.Close()
+	}
+	_ = d.Redis.Close()
+}
+
+// Ready reports whether NATS and Redis answer.
+func (d *Deps) Ready(ctx context.Context) error {
+	if !d.NC.IsConnected() {
+		return errors.New("nats: not connected")
+	}
+	if err := d.Redis.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// Main is a service's whole life: settings from the environment, logging,
+// tracing, connections, then start until SIGINT or SIGTERM. cfg must be a
+// pointer to a struct embedding Common with a Validate method.
+func Main(name string, cfg interface {
+	Validate() error
+	common() *Common
+}, start func(ctx context.Context, d *Deps) error) (err error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := envconfig.Process("ACTLOOP", cfg); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	c := cfg.common()
+	log := NewLogger(os.Stderr, c.LogLevel).With("service", name)
+	shutdownTel, err := telemetry.Setup(ctx, c.Config, name, os.Stdout)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = errors.Join(err, shutdownTel(sctx))
+	}()
+	d, err := Connect(ctx, *c, name, log)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	log.Info("started")
+	err = start(ctx, d)
+	log.Info("stopped", "error", err)
+	return err
+}
+
+// Serve runs an HTTP server on addr until ctx ends, then shuts it down.
+// An empty addr serves nothing.
+func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+	if addr == "" {
+		<-ctx.Done()
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return ServeListener(ctx, l, h, log)
+}
+
+// ServeListener is Serve on an open listener.
+func ServeListener(ctx context.Context, l net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("http listening", "addr", l.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http %s: %w", l.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	<-errc
+	return nil
+}
+
+// HealthMux returns a mux with /healthz (alive) and /readyz (dependencies
+// answer).
+func HealthMux(d *Deps) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := d.Ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// SplitList splits a comma-separated setting, dropping blanks.
+func SplitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *Common) common() *Common { return c }

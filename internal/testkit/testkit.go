@@ -1,0 +1,85 @@
+// Package testkit holds test helpers: local Redis and NATS servers and a
+// polling wait.
+package testkit
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/actloop/actloop/internal/localnats"
+	"github.com/actloop/actloop/internal/localredis"
+	"github.com/nats-io/nats-server/v2/server"
+	"time"
+)
+
+// RedisKinds returns the kinds of Redis the tests should run against: the real
+// redis-server when it is on PATH, and always the in-process one.
+// ACTLOOP_TEST_REDIS=real|in-process restricts the list; "real" without a
+// redis-server is a test failure, so CI cannot silently skip it.
+func RedisKinds(t testing.TB) []string {
+	t.Helper()
+	_, err := exec.LookPath("redis-server")
+	switch os.Getenv("ACTLOOP_TEST_REDIS") {
+	case "real":
+		if err != nil {
+			t.Fatalf("ACTLOOP_TEST_REDIS=real but redis-server is not on PATH")
+		}
+		return []string{localredis.KindReal}
+	case localredis.KindInProcess:
+		return []string{localredis.KindInProcess}
+	}
+	if err != nil {
+		t.Logf("redis-server not on PATH: Redis-facing tests run on the in-process server only")
+		return []string{localredis.KindInProcess}
+	}
+	return []string{localredis.KindReal, localredis.KindInProcess}
+}
+
+// PreferredRedis is the first of RedisKinds: the real server where there is one.
+func PreferredRedis(t testing.TB) string { return RedisKinds(t)[0] }
+
+// StartTB starts a Redis of kind for a test and returns a client; both stop
+// at the end of the test.
+func StartRedis(t testing.TB, kind string) (*redis.Client, *localredis.Server) {
+	t.Helper()
+	srv, err := localredis.Start(context.Background(), kind, t.TempDir())
+	if err != nil {
+		t.Fatalf("start redis (%s): %v", kind, err)
+	}
+	t.Cleanup(srv.Close)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c, srv
+}
+
+// StartNATS starts an embedded NATS server with JetStream for a test and
+// shuts it down at the end.
+func StartNATS(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := localnats.Start(t.TempDir(), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// Eventually polls cond every 10ms until it returns true or the deadline (a
+// generous one: tests run on loaded machines) passes.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

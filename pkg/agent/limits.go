@@ -1,0 +1,73 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLimitsExceeded ends a trajectory: CheckLimits wraps it with the limit
+// that was reached. Terminal, like mini-swe-agent's LimitsExceeded.
+var ErrLimitsExceeded = errors.New("limits exceeded")
+
+// Limits bound one trajectory. Zero means unlimited.
+type Limits struct {
+	// StepLimit is the most model calls.
+	StepLimit int
+	// TokenBudget is the most tokens, counted as Usage.Tokens counts them.
+	TokenBudget int
+	// WallClock is the most time since the trajectory started.
+	WallClock time.Duration
+}
+
+// Usage is what a trajectory has spent so far.
+type Usage struct {
+	Calls   int
+	Tokens  int
+	Elapsed time.Duration
+}
+
+// Validate rejects negative limits, which would read as unlimited and so
+// probably hide a sign error in the caller's config.
+func (l Limits) Validate() error {
+	var errs []error
+	if l.StepLimit < 0 {
+		errs = append(errs, fmt.Errorf("step_limit: %d is negative", l.StepLimit))
+	}
+	if l.TokenBudget < 0 {
+		errs = append(errs, fmt.Errorf("token_budget: %d is negative", l.TokenBudget))
+	}
+	if l.WallClock < 0 {
+		errs = append(errs, fmt.Errorf("wall_clock: %s is negative", l.WallClock))
+	}
+	return errors.Join(errs...)
+}
+
+// CheckLimits runs before each model call, as mini-swe-agent's query does
+// (0 < step_limit <= calls). A limit is reached when usage equals it: with
+// StepLimit 10, ten calls are made and the eleventh is refused. It returns nil
+// or an error wrapping ErrLimitsExceeded that names the first limit reached,
+// checked in the order steps, tokens, wall clock.
+func CheckLimits(l Limits, u Usage) error {
+	switch {
+	case l.StepLimit > 0 && u.Calls >= l.StepLimit:
+		return fmt.Errorf("%w: step_limit %d reached", ErrLimitsExceeded, l.StepLimit)
+	case l.TokenBudget > 0 && u.Tokens >= l.TokenBudget:
+		return fmt.Errorf("%w: token_budget %d reached", ErrLimitsExceeded, l.TokenBudget)
+	case l.WallClock > 0 && u.Elapsed >= l.WallClock:
+		return fmt.Errorf("%w: wall_clock %s reached", ErrLimitsExceeded, l.WallClock)
+	}
+	return nil
+}
+
+// MaxNewTokens is the max_new_tokens for the next call: the per-turn cap
+// maxNew, lowered to what is left of the token budget so the last call cannot
+// overshoot it. With no budget it is maxNew. It never returns less than 0; 0
+// means the budget is spent, which CheckLimits reports before the call.
+func MaxNewTokens(maxNew int, l Limits, u Usage) int {
+	n := maxNew
+	if l.TokenBudget > 0 {
+		n = min(n, l.TokenBudget-u.Tokens)
+	}
+	return max(n, 0)
+}

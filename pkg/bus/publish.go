@@ -1,0 +1,86 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// Publisher publishes JSON messages to JetStream and waits for the stream's
+// acknowledgement.
+type Publisher struct {
+	js jetstream.JetStream
+}
+
+// NewPublisher returns a Publisher over js.
+func NewPublisher(js jetstream.JetStream) *Publisher { return &Publisher{js: js} }
+
+// Publish marshals v and publishes it on subject with Nats-Msg-Id msgID (none
+// when empty) and the trace context of ctx. It returns once the stream has
+// stored the message.
+func (p *Publisher) Publish(ctx context.Context, subject, msgID string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return p.PublishRaw(ctx, subject, msgID, data)
+}
+
+// PublishRaw publishes data as it is.
+func (p *Publisher) PublishRaw(ctx context.Context, subject, msgID string, data []byte) error {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(m.Header))
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	if _, err := p.js.PublishMsg(ctx, m, opts...); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return nil
+}
+
+// DeadLetter publishes the original bytes of a message no consumer can take,
+// with the reason, on actloop.dlq.
+func (p *Publisher) DeadLetter(ctx context.Context, consumer string, m jetstream.Msg, reason string) error {
+	e := schema.DLQEntry{V: schema.Version, Subject: m.Subject(), Consumer: consumer, Reason: reason,
+		Data: m.Data(), Headers: m.Headers(), At: time.Now().UTC()}
+	return p.Publish(ctx, SubjectDLQ, "", e)
+}
+
+// HeaderCarrier adapts nats.Header to OpenTelemetry's TextMapCarrier without
+// canonicalising keys, so "traceparent" stays lower-case for non-Go readers.
+type HeaderCarrier nats.Header
+
+// Get implements propagation.TextMapCarrier.
+func (h HeaderCarrier) Get(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Set implements propagation.TextMapCarrier.
+func (h HeaderCarrier) Set(key, value string) { h[key] = []string{value} }
+
+// Keys implements propagation.TextMapCarrier.
+func (h HeaderCarrier) Keys() []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}

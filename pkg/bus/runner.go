@@ -1,0 +1,291 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Handler handles one message. Its error decides the ack (see Runner).
+type Handler func(ctx context.Context, m jetstream.Msg) error
+
+// malformedError marks a message no retry can fix.
+type malformedError struct{ err error }
+
+func (e *malformedError) Error() string { return e.err.Error() }
+func (e *malformedError) Unwrap() error { return e.err }
+
+// Malformed marks err as a property of the message itself (undecodable,
+// invalid): the Runner dead-letters the message and terminates it.
+func Malformed(err error) error { return &malformedError{err} }
+
+// IsMalformed reports whether err was marked with Malformed.
+func IsMalformed(err error) bool {
+	var m *malformedError
+	return errors.As(err, &m)
+}
+
+// fatalError marks a step that can never succeed for this trajectory.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+// Fatal marks err as final for the message's work (a retry cannot help, but
+// the message itself is sound): the Runner gives up at once.
+func Fatal(err error) error { return &fatalError{err} }
+
+// IsFatal reports whether err was marked with Fatal.
+func IsFatal(err error) bool {
+	var f *fatalError
+	return errors.As(err, &f)
+}
+
+// Runner pulls messages from its sources, highest priority first, only while
+// it has a free slot, and runs Handler on each in its own goroutine.
+//
+// Outcomes: nil → Ack. Malformed(err) → the original bytes go to
+// actloop.dlq with the reason, then Term. Any other error → NakWithDelay
+// with exponential back-off, until the message has been delivered MaxDeliver
+// times; then GiveUp is called and the message is terminated. Fatal(err) →
+// GiveUp and Term at once. An error while
+// shutting down → Nak, so another worker takes the message at once. A panic
+// in Handler is recovered and treated as an error. While Handler runs, the
+// message's ack timer is reset every AckWait/3 (InProgress), so AckWait can
+// stay short while steps are long.
+type Runner struct {
+	Name    string               // consumer name, for logs, spans and dead letters
+	Sources []jetstream.Consumer // in priority order
+	Slots   int                  // concurrent handlers
+	Handler Handler
+	// GiveUp is told of a message whose redeliveries ran out (optional).
+	GiveUp     func(ctx context.Context, m jetstream.Msg, err error)
+	Publisher  *Publisher
+	Log        *slog.Logger
+	AckWait    time.Duration
+	MaxDeliver int
+	// PullWait is how long a pull on the last source waits for a message.
+	// With several sources it is capped at MultiSourceWait, since messages
+	// arriving on an earlier source wait for that pull to end.
+	PullWait    time.Duration
+	StopTimeout time.Duration // how long in-flight handlers may finish after ctx ends
+	// Ready, when set, is asked before each pull; while it reports false the
+	// Runner pulls nothing (admission control, pause).
+	Ready func() bool
+}
+
+// Run pulls and handles until ctx ends, then waits (up to StopTimeout) for
+// in-flight handlers, cancelling the rest so they nak.
+func (r *Runner) Run(ctx context.Context) error {
+	if r.Slots < 1 || len(r.Sources) == 0 || r.Handler == nil {
+		return fmt.Errorf("runner %s: needs sources, a handler and at least one slot", r.Name)
+	}
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(r.StopTimeout, hcancel)
+		context.AfterFunc(hctx, func() { t.Stop() })
+	})
+	defer stop()
+
+	slots := make(chan struct{}, r.Slots)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		free := 1
+		for free < r.Slots && len(slots) < cap(slots) {
+			slots <- struct{}{}
+			free++
+		}
+		if r.Ready != nil && !r.Ready() {
+			releaseN(slots, free)
+			sleepCtx(ctx, r.PullWait/4)
+			continue
+		}
+		got := r.pull(ctx, free, func(m jetstream.Msg) {
+			wg.Go(func() {
+				defer func() { <-slots }()
+				r.handle(ctx, hctx, m)
+			})
+		})
+		releaseN(slots, free-got)
+	}
+	return nil
+}
+
+func releaseN(slots chan struct{}, n int) {
+	for range n {
+		<-slots
+	}
+}
+
+// MultiSourceWait caps PullWait for a Runner with several sources: it bounds
+// how long a message on a higher-priority source waits while the Runner
+// waits on the last one.
+const MultiSourceWait = 100 * time.Millisecond
+
+// pull fetches up to n messages, trying sources in order; only the last one
+// waits. It returns how many it dispatched.
+func (r *Runner) pull(ctx context.Context, n int, dispatch func(jetstream.Msg)) int {
+	got := 0
+	wait := r.PullWait
+	if len(r.Sources) > 1 {
+		wait = min(wait, MultiSourceWait)
+	}
+	for i, src := range r.Sources {
+		var batch jetstream.MessageBatch
+		var err error
+		if i == len(r.Sources)-1 {
+			batch, err = src.Fetch(n-got, jetstream.FetchMaxWait(wait))
+		} else {
+			batch, err = src.FetchNoWait(n - got)
+		}
+		if err != nil {
+			r.pullFailed(ctx, err)
+			return got
+		}
+		for m := range batch.Messages() {
+			dispatch(m)
+			got++
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) &&
+			!errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			r.pullFailed(ctx, err)
+		}
+		if got == n {
+			break
+		}
+	}
+	return got
+}
+
+func (r *Runner) pullFailed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	r.Log.Warn("pull failed", "consumer", r.Name, "error", err)
+	sleepCtx(ctx, time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+var tracer = otel.Tracer("github.com/actloop/actloop/pkg/bus")
+
+// handle runs the handler on m and acks by outcome. ctx ends when the runner
+// stops pulling; hctx ends when in-flight work must give up.
+func (r *Runner) handle(ctx, hctx context.Context, m jetstream.Msg) {
+	pctx := otel.GetTextMapPropagator().Extract(hctx, HeaderCarrier(m.Headers()))
+	pctx, span := tracer.Start(pctx, r.Name, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("messaging.destination.name", m.Subject())))
+	defer span.End()
+
+	stopBeat := r.heartbeat(pctx, m)
+	err := r.safeHandle(pctx, m)
+	stopBeat()
+
+	meta, _ := m.Metadata()
+	var delivered uint64 = 1
+	if meta != nil {
+		delivered = meta.NumDelivered
+	}
+	log := r.Log.With("consumer", r.Name, "subject", m.Subject(), "delivered", delivered)
+	switch {
+	case err == nil:
+		if aerr := m.Ack(); aerr != nil {
+			log.Warn("ack failed", "error", aerr)
+		}
+		return
+	case IsMalformed(err):
+		span.SetStatus(codes.Error, err.Error())
+		log.Warn("dead-lettering malformed message", "error", err)
+		if derr := r.Publisher.DeadLetter(hctx, r.Name, m, err.Error()); derr != nil {
+			log.Error("dead-letter failed; will retry", "error", derr)
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		_ = m.TermWithReason("malformed")
+		return
+	case ctx.Err() != nil:
+		// Shutting down: hand the message back at once.
+		_ = m.Nak()
+		return
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+	if IsFatal(err) || (r.MaxDeliver > 0 && delivered >= uint64(r.MaxDeliver)) {
+		log.Error("giving up on message", "error", err)
+		if r.GiveUp != nil {
+			r.GiveUp(hctx, m, err)
+		}
+		_ = m.TermWithReason("max deliveries")
+		return
+	}
+	delay := backoff(delivered)
+	log.Warn("step failed; will retry", "error", err, "retry_in", delay)
+	_ = m.NakWithDelay(delay)
+}
+
+func (r *Runner) safeHandle(ctx context.Context, m jetstream.Msg) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return r.Handler(ctx, m)
+}
+
+// heartbeat resets m's ack timer every AckWait/3 until stopped.
+func (r *Runner) heartbeat(ctx context.Context, m jetstream.Msg) (stop func()) {
+	every := r.AckWait / 3
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = m.InProgress()
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// backoff is exponential from 250ms, capped at 30s, with full jitter.
+func backoff(delivered uint64) time.Duration {
+	d := 250 * time.Millisecond << min(delivered-1, 7)
+	d = min(d, 30*time.Second)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}

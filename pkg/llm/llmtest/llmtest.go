@@ -1,0 +1,244 @@
+// Package llmtest is the conformance suite every llm.Generator backend
+// passes: scripted replies, the length cap, log-probs, determinism, abort of a
+// running generation by rid, and abort of an unknown rid. Run it from a
+// backend's tests with a constructor for a fresh generator.
+//
+// The suite scripts replies through Request.Reply, which only the simulator
+// (pkg/sim) honours, so it targets the simulator behind each client.
+package llmtest
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/tokenize"
+)
+
+// Progress is implemented by generators under test that can see their
+// backend: Generated reports how many output tokens the live request rid has
+// generated so far and whether it is decoding. The abort test needs it to
+// abort a request that is known to be running without sleeping; without it
+// that test is skipped.
+type Progress interface {
+	Generated(rid string) (n int, decoding bool)
+}
+
+// WithProgress returns g with a Progress from fn.
+func WithProgress(g llm.Generator, fn func(rid string) (n int, decoding bool)) llm.Generator {
+	return progressGen{Generator: g, fn: fn}
+}
+
+type progressGen struct {
+	llm.Generator
+	fn func(rid string) (int, bool)
+}
+
+func (p progressGen) Generated(rid string) (int, bool) { return p.fn(rid) }
+
+// waitTimeout bounds every wait in the suite.
+const waitTimeout = 30 * time.Second
+
+// Run runs the conformance suite; newGen returns a fresh generator (and
+// registers its cleanup on t).
+func Run(t *testing.T, newGen func(t *testing.T) llm.Generator) {
+	t.Run("ScriptedReply", func(t *testing.T) { t.Parallel(); testScriptedReply(t, newGen(t)) })
+	t.Run("LengthCap", func(t *testing.T) { t.Parallel(); testLengthCap(t, newGen(t)) })
+	t.Run("Logprobs", func(t *testing.T) { t.Parallel(); testLogprobs(t, newGen(t)) })
+	t.Run("Deterministic", func(t *testing.T) { t.Parallel(); testDeterministic(t, newGen(t)) })
+	t.Run("AbortRunning", func(t *testing.T) { t.Parallel(); testAbortRunning(t, newGen(t)) })
+	t.Run("AbortUnknown", func(t *testing.T) { t.Parallel(); testAbortUnknown(t, newGen(t)) })
+}
+
+var chat = tokenize.NewByteChatML()
+
+// prompt renders a system message, a user task and the generation prompt.
+func prompt(task string) []int32 {
+	var ids []int32
+	ids = append(ids, chat.Message("system", "You are a helpful assistant that can interact with a computer.")...)
+	ids = append(ids, chat.Message("user", task)...)
+	return append(ids, chat.GenerationPrompt()...)
+}
+
+func request(task, reply string, maxNew int) llm.Request {
+	return llm.Request{
+		RID:      llm.NewRID(),
+		InputIDs: prompt(task),
+		Sampling: llm.SamplingParams{
+			MaxNewTokens: maxNew,
+			StopTokenIDs: chat.StopTokenIDs(),
+		},
+		Reply: reply,
+	}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func generate(t *testing.T, g llm.Generator, req llm.Request) llm.Result {
+	t.Helper()
+	res, err := g.Generate(ctxFor(t), req)
+	if err != nil {
+		t.Fatalf("Generate(%s): %v", req.RID, err)
+	}
+	checkShape(t, req, res)
+	return res
+}
+
+// checkShape asserts what holds for every result.
+func checkShape(t *testing.T, req llm.Request, res llm.Result) {
+	t.Helper()
+	if len(res.Logprobs) != len(res.OutputIDs) {
+		t.Fatalf("%d logprobs for %d output ids", len(res.Logprobs), len(res.OutputIDs))
+	}
+	for i, lp := range res.Logprobs {
+		if lp > 0 || math.IsNaN(float64(lp)) {
+			t.Fatalf("logprob[%d] = %v, want <= 0", i, lp)
+		}
+	}
+	if len(res.OutputIDs) > req.Sampling.MaxNewTokens {
+		t.Fatalf("%d output ids exceed max_new_tokens %d", len(res.OutputIDs), req.Sampling.MaxNewTokens)
+	}
+	if res.Finish.Type != llm.FinishAbort {
+		if res.PromptTokens != len(req.InputIDs) {
+			t.Errorf("PromptTokens = %d, want %d", res.PromptTokens, len(req.InputIDs))
+		}
+		if res.CompletionTokens != len(res.OutputIDs) {
+			t.Errorf("CompletionTokens = %d, want %d", res.CompletionTokens, len(res.OutputIDs))
+		}
+		if res.CachedTokens < 0 || res.CachedTokens >= len(req.InputIDs) {
+			t.Errorf("CachedTokens = %d, want in [0, %d)", res.CachedTokens, len(req.InputIDs))
+		}
+	}
+}
+
+func replyIDs(reply string) []int32 {
+	return append(tokenize.Bytes{}.Encode(reply), tokenize.ImEnd)
+}
+
+func testScriptedReply(t *testing.T, g llm.Generator) {
+	reply := "I will list the files.\n\n```bash\nls -la\n```"
+	req := request("List the files.", reply, 1000)
+	res := generate(t, g, req)
+	if want := replyIDs(reply); !slices.Equal(res.OutputIDs, want) {
+		t.Fatalf("OutputIDs = %q, want %q", tokenize.Bytes{}.Decode(res.OutputIDs), tokenize.Bytes{}.Decode(want))
+	}
+	if res.Finish.Type != llm.FinishStop || res.Finish.Matched != tokenize.ImEnd {
+		t.Fatalf("Finish = %+v, want stop matched %d", res.Finish, tokenize.ImEnd)
+	}
+}
+
+func testLengthCap(t *testing.T, g llm.Generator) {
+	reply := strings.Repeat("abcdefghij", 10)
+	const maxNew = 17
+	res := generate(t, g, request("Say the alphabet.", reply, maxNew))
+	if want := replyIDs(reply)[:maxNew]; !slices.Equal(res.OutputIDs, want) {
+		t.Fatalf("OutputIDs = %v, want %v", res.OutputIDs, want)
+	}
+	if res.Finish.Type != llm.FinishLength || res.Finish.Length != maxNew {
+		t.Fatalf("Finish = %+v, want length %d", res.Finish, maxNew)
+	}
+}
+
+func testLogprobs(t *testing.T, g llm.Generator) {
+	// Unscripted: the backend's own reply.
+	res := generate(t, g, request("Find the bug in parse.go.", "", 2000))
+	if len(res.OutputIDs) == 0 {
+		t.Fatal("no output")
+	}
+}
+
+func testDeterministic(t *testing.T, g llm.Generator) {
+	a := request("Fix the failing test in pkg/foo.", "", 2000)
+	b := a
+	b.RID = llm.NewRID()
+	ra, rb := generate(t, g, a), generate(t, g, b)
+	if !slices.Equal(ra.OutputIDs, rb.OutputIDs) {
+		t.Fatalf("outputs differ:\n%q\n%q", tokenize.Bytes{}.Decode(ra.OutputIDs), tokenize.Bytes{}.Decode(rb.OutputIDs))
+	}
+	if !slices.Equal(ra.Logprobs, rb.Logprobs) {
+		t.Fatalf("logprobs differ")
+	}
+	if ra.Finish != rb.Finish {
+		t.Fatalf("finish differs: %+v vs %+v", ra.Finish, rb.Finish)
+	}
+}
+
+func testAbortRunning(t *testing.T, g llm.Generator) {
+	p, ok := g.(Progress)
+	if !ok {
+		t.Skip("generator does not implement llmtest.Progress")
+	}
+	reply := strings.Repeat("the quick brown fox jumps over the lazy dog. ", 4000)
+	req := request("Write a very long essay.", reply, 1<<18)
+	full := replyIDs(reply)
+
+	var (
+		wg  sync.WaitGroup
+		res llm.Result
+		err error
+	)
+	genCtx, cancel := context.WithCancel(ctxFor(t))
+	t.Cleanup(func() { cancel(); wg.Wait() }) // on a failed wait below
+	wg.Go(func() { res, err = g.Generate(genCtx, req) })
+
+	// Wait until the request has generated at least one token, then abort.
+	seen := waitFor(t, func() (int, bool) {
+		n, decoding := p.Generated(req.RID)
+		return n, decoding && n >= 1
+	})
+	if err := g.Abort(ctxFor(t), req.RID); err != nil {
+		t.Fatalf("Abort: %v", err)
+	}
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("Generate: %v", err)
+	}
+	checkShape(t, req, res)
+	if res.Finish.Type != llm.FinishAbort {
+		t.Fatalf("Finish = %+v, want abort", res.Finish)
+	}
+	if len(res.OutputIDs) < seen || len(res.OutputIDs) >= len(full) {
+		t.Fatalf("%d output ids, want in [%d, %d)", len(res.OutputIDs), seen, len(full))
+	}
+	if !slices.Equal(res.OutputIDs, full[:len(res.OutputIDs)]) {
+		t.Fatalf("output is not a prefix of the full reply: %q", tokenize.Bytes{}.Decode(res.OutputIDs))
+	}
+}
+
+func testAbortUnknown(t *testing.T, g llm.Generator) {
+	if err := g.Abort(ctxFor(t), llm.NewRID()); err != nil {
+		t.Fatalf("Abort(unknown): %v", err)
+	}
+	// The server still works afterwards.
+	reply := "done"
+	res := generate(t, g, request("Say done.", reply, 100))
+	if !slices.Equal(res.OutputIDs, replyIDs(reply)) {
+		t.Fatalf("OutputIDs = %v", res.OutputIDs)
+	}
+}
+
+// waitFor polls cond until it reports true, and returns its value then.
+func waitFor(t *testing.T, cond func() (int, bool)) int {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(200 * time.Microsecond)
+	defer tick.Stop()
+	for {
+		if v, ok := cond(); ok {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", waitTimeout)
+		}
+		<-tick.C
+	}
+}

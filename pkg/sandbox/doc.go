@@ -1,0 +1,37 @@
+// Package sandbox runs an agent's shell commands in an isolated working copy
+// of a task's workspace and takes the resulting diff.
+//
+// A Backend starts sandboxes from a Spec (workspace to copy, optional patch,
+// setup commands, environment) and re-attaches them by handle. Each sandbox
+// is owned by one process at a time; its Handle is an opaque string meant to
+// be persisted (for example in Redis) so that the owner can Attach it again
+// after a restart. Attach returns ErrNotFound once the sandbox is gone.
+//
+// Two backends implement the interfaces:
+//
+//   - Local keeps each sandbox as a directory under a root and runs commands
+//     with bash, optionally under bubblewrap ("bwrap" isolation: network and
+//     pid namespaces, a read-only host file system).
+//   - Sim runs no processes; it simulates latencies and a handful of commands
+//     (echo, sleep, exit) for load tests and for tests of the layers above.
+//
+// Semantics shared by the backends, checked by package sandboxtest:
+//
+//   - Exec never reports a command timeout as an error: the result has
+//     TimedOut set, ReturnCode -1 and the output produced so far. An error
+//     means the sandbox itself failed, is gone (ErrNotFound) or ctx ended.
+//   - Start with an id that is already live in the same Backend value fails
+//     with ErrExists; ids must match [A-Za-z0-9._-]{1,128} and not be "." or
+//     "..", else ErrInvalidID.
+//   - A failing setup command fails Start with a *SetupError and leaves
+//     nothing behind.
+//   - Close is idempotent and removes everything; afterwards Attach, Exec and
+//     Diff report ErrNotFound.
+//
+// For a caller that crashed between Start and persisting the handle: Local
+// replaces a sandbox left under the same id by an earlier process, so Start
+// can simply be retried with the same id; Sim sandboxes do not survive the
+// process at all.
+//
+// All Backend and Sandbox values are safe for concurrent use.
+package sandbox

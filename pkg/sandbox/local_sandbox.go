@@ -1,0 +1,306 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// localSandbox is one directory of a Local. Several values may point at the
+// same directory (Start and Attach each make one); Close on any removes it.
+type localSandbox struct {
+	l      *Local
+	id     string
+	dir    string
+	tmpDir string
+	env    []string // for agent and setup commands
+	gitEnv []string // for the git commands Local runs itself
+
+	mu       sync.Mutex
+	closed   bool
+	nextOp   uint64
+	running  map[uint64]context.CancelCauseFunc
+	inflight sync.WaitGroup
+}
+
+var _ Sandbox = (*localSandbox)(nil)
+
+// errClosed is the cancel cause of operations that Close interrupts.
+var errClosed = errors.New("sandbox closed")
+
+const gitTimeout = 10 * time.Minute
+
+func (l *Local) newSandbox(id string, extra map[string]string) *localSandbox {
+	dir, tmpDir := l.dirOf(id), l.tmpOf(id)
+	base := map[string]string{
+		"PATH":      l.path,
+		"HOME":      dir,
+		"LANG":      "C.UTF-8",
+		"TERM":      "dumb",
+		"PAGER":     "cat",
+		"GIT_PAGER": "cat",
+		"TMPDIR":    tmpDir,
+		// Without this, git in a non-git sandbox would find a repository
+		// that happens to contain Root.
+		"GIT_CEILING_DIRECTORIES": l.root,
+	}
+	if l.bwrap != "" {
+		base["TMPDIR"] = "/tmp"
+	}
+	git := map[string]string{
+		"GIT_CONFIG_NOSYSTEM": "1",
+		"GIT_CONFIG_GLOBAL":   os.DevNull,
+		"GIT_TERMINAL_PROMPT": "0",
+	}
+	return &localSandbox{
+		l:       l,
+		id:      id,
+		dir:     dir,
+		tmpDir:  tmpDir,
+		env:     envList(base, extra),
+		gitEnv:  envList(base, git),
+		running: make(map[uint64]context.CancelCauseFunc),
+	}
+}
+
+// envList merges maps, later ones winning, into a sorted KEY=value list.
+func envList(maps ...map[string]string) []string {
+	merged := make(map[string]string)
+	for _, m := range maps {
+		for k, v := range m {
+			merged[k] = v
+		}
+	}
+	env := make([]string, 0, len(merged))
+	for k, v := range merged {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	return env
+}
+
+func (s *localSandbox) Handle() string { return localHandlePrefix + s.dir }
+
+// begin registers an operation so that Close can interrupt it and wait for
+// it; the returned ctx is cancelled with errClosed by Close.
+func (s *localSandbox) begin(ctx context.Context) (context.Context, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, fmt.Errorf("sandbox %s: %w", s.id, ErrNotFound)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	if _, err := os.Stat(s.dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("sandbox %s: %w", s.id, ErrNotFound)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	op := s.nextOp
+	s.nextOp++
+	s.running[op] = cancel
+	s.inflight.Add(1)
+	end := func() {
+		s.mu.Lock()
+		delete(s.running, op)
+		s.mu.Unlock()
+		cancel(nil)
+		s.inflight.Done()
+	}
+	return ctx, end, nil
+}
+
+// opErr turns the error of an interrupted operation into the error to return.
+func (s *localSandbox) opErr(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), errClosed) {
+		return fmt.Errorf("sandbox %s closed: %w", s.id, ErrNotFound)
+	}
+	return fmt.Errorf("sandbox %s: %w", s.id, err)
+}
+
+func (s *localSandbox) Exec(ctx context.Context, cmd string, timeout time.Duration) (ExecResult, error) {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer end()
+	out := newHeadTail(s.l.outputLimit)
+	res, err := s.l.run(ctx, runOpts{
+		dir: s.dir, tmpDir: s.tmpDir, env: s.env,
+		argv:   []string{"bash", "-c", cmd},
+		stdout: out, combined: true, timeout: timeout,
+	})
+	r := ExecResult{
+		Output:     out.String(),
+		ReturnCode: res.code,
+		TimedOut:   res.timedOut,
+		Truncated:  out.truncated(),
+		Duration:   res.duration,
+	}
+	if err != nil {
+		return r, s.opErr(ctx, err)
+	}
+	return r, nil
+}
+
+// Diff stages everything into a throwaway copy of the index, so the agent's
+// own index (what `git status` shows it) is left alone, and diffs that
+// against HEAD with options that repository config cannot change.
+func (s *localSandbox) Diff(ctx context.Context) (string, error) {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer end()
+	gitDir := filepath.Join(s.dir, ".git")
+	fi, err := os.Lstat(gitDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("diff sandbox %s: %w", s.id, err)
+	case !fi.IsDir():
+		return "", fmt.Errorf("diff sandbox %s: .git is not a directory (linked worktrees and submodules are not supported)", s.id)
+	}
+	index, err := tempIndex(gitDir)
+	if err != nil {
+		return "", fmt.Errorf("diff sandbox %s: %w", s.id, err)
+	}
+	defer func() { _ = os.Remove(index) }()
+	env := append(slices.Clone(s.gitEnv), "GIT_INDEX_FILE="+index)
+
+	if _, err := s.git(ctx, env, nil, "add", "--all"); err != nil {
+		return "", s.diffErr(ctx, err)
+	}
+	args := []string{"diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
+		"--src-prefix=a/", "--dst-prefix=b/"}
+	// An unborn HEAD (no commit yet): diff against the empty tree.
+	if _, err := s.git(ctx, env, nil, "rev-parse", "--verify", "--quiet", "HEAD^{commit}"); err == nil {
+		args = append(args, "HEAD")
+	} else if ctx.Err() != nil {
+		return "", s.opErr(ctx, ctx.Err())
+	}
+	out, err := s.git(ctx, env, nil, args...)
+	if err != nil {
+		return "", s.diffErr(ctx, err)
+	}
+	return out, nil
+}
+
+func (s *localSandbox) diffErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return s.opErr(ctx, ctx.Err())
+	}
+	return fmt.Errorf("diff sandbox %s: %w", s.id, err)
+}
+
+// tempIndex returns the path of a copy of gitDir's index (kept inside
+// gitDir, which bwrap leaves writable); starting from the real index lets
+// git reuse its cached file stats instead of hashing every file.
+func tempIndex(gitDir string) (string, error) {
+	f, err := os.CreateTemp(gitDir, "actloop-diff-*.index")
+	if err != nil {
+		return "", fmt.Errorf("temporary index: %w", err)
+	}
+	path := f.Name()
+	src, err := os.Open(filepath.Join(gitDir, "index"))
+	if errors.Is(err, fs.ErrNotExist) {
+		// No index yet; git creates one, but not over an empty file.
+		_ = f.Close()
+		return path, os.Remove(path)
+	}
+	if err == nil {
+		_, err = io.Copy(f, src)
+		_ = src.Close()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return "", fmt.Errorf("temporary index: %w", err)
+	}
+	return path, nil
+}
+
+// apply applies a git-format patch to the working tree.
+func (s *localSandbox) apply(ctx context.Context, patch string) error {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	_, err = s.git(ctx, s.gitEnv, strings.NewReader(patch), "apply", "--whitespace=nowarn")
+	if ge := (*gitError)(nil); errors.As(err, &ge) {
+		return fmt.Errorf("%w: %v", ErrPatch, err)
+	}
+	if err != nil {
+		return s.opErr(ctx, err)
+	}
+	return nil
+}
+
+// gitError is a git command that ran and failed.
+type gitError struct {
+	args   []string
+	code   int
+	stderr string
+}
+
+func (e *gitError) Error() string {
+	return fmt.Sprintf("git %s exited with code %d: %s", e.args[0], e.code, strings.TrimSpace(e.stderr))
+}
+
+// git runs a git command in the sandbox (under the same isolation as the
+// agent's commands: repository config and .gitattributes in the sandbox are
+// the agent's to write) and returns its stdout.
+func (s *localSandbox) git(ctx context.Context, env []string, stdin io.Reader, args ...string) (string, error) {
+	argv := append([]string{"git",
+		"-c", "user.name=actloop", "-c", "user.email=actloop@localhost",
+		"-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.pager=cat",
+	}, args...)
+	timeout := time.Duration(0)
+	if _, ok := ctx.Deadline(); !ok {
+		timeout = gitTimeout
+	}
+	var stdout bytes.Buffer
+	stderr := newHeadTail(4000)
+	res, err := s.l.run(ctx, runOpts{
+		dir: s.dir, tmpDir: s.tmpDir, env: env, argv: argv, stdin: stdin,
+		stdout: &stdout, stderr: stderr, timeout: timeout,
+	})
+	if err != nil {
+		return "", err
+	}
+	if res.timedOut {
+		return "", fmt.Errorf("git %s timed out after %s", args[0], timeout)
+	}
+	if res.code != 0 {
+		return "", &gitError{args: args, code: res.code, stderr: stderr.String()}
+	}
+	return stdout.String(), nil
+}
+
+// Close interrupts running commands, waits for them, and removes the
+// sandbox's directory, metadata and private /tmp.
+func (s *localSandbox) Close(context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for _, cancel := range s.running {
+		cancel(errClosed)
+	}
+	s.mu.Unlock()
+	s.inflight.Wait()
+	err := s.l.remove(s.id)
+	s.l.release(s.id)
+	return err
+}

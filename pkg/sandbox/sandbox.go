@@ -1,0 +1,85 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Spec describes what a new sandbox holds.
+type Spec struct {
+	// Workspace is a directory copied recursively (including .git, keeping
+	// modes and symlinks) into the sandbox; "" starts from an empty directory.
+	Workspace string
+	// Patch is a unified diff in git format applied with `git apply` after
+	// the copy and before Setup; "" applies nothing. Eval sandboxes get the
+	// agent's diff this way.
+	Patch string
+	// Setup holds bash commands run in order after the copy. The first one
+	// that exits non-zero or times out fails Start with a *SetupError.
+	Setup []string
+	// SetupTimeout bounds each setup command; 0 means DefaultSetupTimeout.
+	SetupTimeout time.Duration
+	// Env holds extra environment variables for every command.
+	Env map[string]string
+}
+
+// DefaultSetupTimeout bounds a setup command when Spec.SetupTimeout is 0.
+const DefaultSetupTimeout = 5 * time.Minute
+
+// ExecResult is the outcome of one command.
+type ExecResult struct {
+	// Output is stdout and stderr combined in order, possibly truncated.
+	Output string
+	// ReturnCode is the exit status; -1 when the command timed out. Local
+	// reports death by signal N as 128+N, as a shell does.
+	ReturnCode int
+	// TimedOut is set when the command ran past its timeout and was killed.
+	TimedOut bool
+	// Truncated is set when Output lost bytes in the middle.
+	Truncated bool
+	// Duration is how long the command ran: wall time for Local, simulated
+	// time for Sim.
+	Duration time.Duration
+}
+
+// Sandbox is one isolated working copy.
+type Sandbox interface {
+	// Handle returns an opaque string that Backend.Attach turns back into
+	// this sandbox, also from another process that uses the same backend
+	// configuration.
+	Handle() string
+	// Exec runs cmd with bash. A timeout <= 0 means no limit beyond ctx.
+	// Running past the timeout is not an error (see ExecResult.TimedOut);
+	// an error means the sandbox is gone (ErrNotFound), ctx ended, or the
+	// command could not be run at all.
+	Exec(ctx context.Context, cmd string, timeout time.Duration) (ExecResult, error)
+	// Diff returns a git diff (binary, git apply-able) of everything changed
+	// against the workspace's HEAD, including new untracked files that are
+	// not ignored. It is "" when the sandbox is not a git repository.
+	Diff(ctx context.Context) (string, error)
+	// Close stops running commands and removes the sandbox. It is idempotent.
+	Close(ctx context.Context) error
+}
+
+// Backend starts and re-attaches sandboxes.
+type Backend interface {
+	// Start creates a sandbox for id, the caller's unique name for it (a
+	// trajectory id, perhaps with a suffix such as "-eval").
+	Start(ctx context.Context, id string, spec Spec) (Sandbox, error)
+	// Attach returns the sandbox a handle names, or ErrNotFound when it no
+	// longer exists.
+	Attach(ctx context.Context, handle string) (Sandbox, error)
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// ValidateID reports whether id can name a sandbox: 1 to 128 characters of
+// [A-Za-z0-9._-], and not "." or "..". The error wraps ErrInvalidID.
+func ValidateID(id string) error {
+	if !idPattern.MatchString(id) || id == "." || id == ".." {
+		return fmt.Errorf("%w: %q (want 1-128 of [A-Za-z0-9._-], not . or ..)", ErrInvalidID, id)
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// SimConfig configures a Sim backend.
+type SimConfig struct {
+	// StartLatency and ExecLatency are the mean simulated durations of Start
+	// and of a command (a `sleep N` adds N seconds).
+	StartLatency, ExecLatency time.Duration
+	// Jitter spreads latencies uniformly by ±Jitter relative to the mean
+	// (clamped to 0..1), deterministically from Seed, the id and the command.
+	Jitter float64
+	// TimeScale converts simulated time to real waiting: wall = simulated *
+	// TimeScale. 0 (or less) means no waiting at all.
+	TimeScale float64
+	// Seed makes jitter reproducible.
+	Seed int64
+}
+
+// Sim is a Backend that runs no processes. Its sandboxes live in memory and
+// understand three commands:
+//
+//   - `echo ARG` prints ARG (one level of single or double quotes
+//     stripped) and a newline;
+//   - `sleep N` takes N simulated seconds, so it can time out;
+//   - `exit N` returns N.
+//
+// Anything else prints "ok: <first word>\n" and returns 0. Setup commands
+// run the same way, so `exit 1` fails Start; Patch and Env are ignored.
+// Handles are "sim:<id>" and valid only within the same Sim value.
+type Sim struct {
+	cfg SimConfig
+
+	mu   sync.Mutex
+	live map[string]*simSandbox
+}
+
+var _ Backend = (*Sim)(nil)
+
+const simHandlePrefix = "sim:"
+
+// NewSim returns a Sim; out-of-range values in cfg are clamped.
+func NewSim(cfg SimConfig) *Sim {
+	cfg.StartLatency = max(cfg.StartLatency, 0)
+	cfg.ExecLatency = max(cfg.ExecLatency, 0)
+	cfg.Jitter = min(max(cfg.Jitter, 0), 1)
+	if cfg.TimeScale < 0 || math.IsNaN(cfg.TimeScale) {
+		cfg.TimeScale = 0
+	}
+	return &Sim{cfg: cfg, live: make(map[string]*simSandbox)}
+}
+
+// Start simulates starting a sandbox, including its setup commands.
+func (m *Sim) Start(ctx context.Context, id string, spec Spec) (Sandbox, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	sb := &simSandbox{sim: m, id: id, done: make(chan struct{})}
+	m.mu.Lock()
+	if m.live[id] != nil {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("start sandbox %s: %w", id, ErrExists)
+	}
+	m.live[id] = sb
+	m.mu.Unlock()
+
+	if err := m.setup(ctx, sb, spec); err != nil {
+		_ = sb.Close(ctx)
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+func (m *Sim) setup(ctx context.Context, sb *simSandbox, spec Spec) error {
+	if err := m.wait(ctx, sb.done, m.latency(m.cfg.StartLatency, sb.id, "")); err != nil {
+		return err
+	}
+	timeout := spec.SetupTimeout
+	if timeout <= 0 {
+		timeout = DefaultSetupTimeout
+	}
+	for i, cmd := range spec.Setup {
+		res, err := sb.Exec(ctx, cmd, timeout)
+		if err != nil {
+			return fmt.Errorf("setup command %d: %w", i, err)
+		}
+		if res.TimedOut || res.ReturnCode != 0 {
+			return &SetupError{Index: i, Command: cmd, Result: res}
+		}
+	}
+	return nil
+}
+
+// Attach returns a sandbox started by this Sim and not yet closed.
+func (m *Sim) Attach(ctx context.Context, handle string) (Sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("attach sandbox: %w", err)
+	}
+	id, ok := strings.CutPrefix(handle, simHandlePrefix)
+	if !ok || ValidateID(id) != nil {
+		return nil, fmt.Errorf("attach %q: %w", handle, ErrInvalidHandle)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb := m.live[id]
+	if sb == nil {
+		return nil, fmt.Errorf("attach sandbox %s: %w", id, ErrNotFound)
+	}
+	return sb, nil
+}
+
+// latency returns mean spread by the jitter, from a hash of seed, id, cmd.
+func (m *Sim) latency(mean time.Duration, id, cmd string) time.Duration {
+	if mean <= 0 || m.cfg.Jitter == 0 {
+		return mean
+	}
+	h := fnv.New64a()
+	_ = binary.Write(h, binary.LittleEndian, m.cfg.Seed)
+	_, _ = h.Write([]byte(id))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(cmd))
+	u := float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
+	return time.Duration(float64(mean) * (1 + m.cfg.Jitter*(2*u-1)))
+}
+
+// wait blocks for a simulated duration scaled to wall time, or until ctx
+// ends or the sandbox is closed (closed).
+func (m *Sim) wait(ctx context.Context, closed <-chan struct{}, simulated time.Duration) error {
+	wall := time.Duration(float64(simulated) * m.cfg.TimeScale)
+	if wall <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(wall)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-closed:
+		return nil // the caller's next check reports ErrNotFound
+	case <-t.C:
+		return nil
+	}
+}
+
+type simSandbox struct {
+	sim *Sim
+	id  string
+
+	mu     sync.Mutex
+	closed bool
+	done   chan struct{} // closed by Close, interrupting waits
+}
+
+var _ Sandbox = (*simSandbox)(nil)
+
+func (s *simSandbox) Handle() string { return simHandlePrefix + s.id }
+
+func (s *simSandbox) check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("sandbox %s: %w", s.id, ErrNotFound)
+	}
+	return nil
+}
+
+func (s *simSandbox) Exec(ctx context.Context, cmd string, timeout time.Duration) (ExecResult, error) {
+	if err := s.check(); err != nil {
+		return ExecResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ExecResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	res, busy := simulate(cmd)
+	res.Duration = s.sim.latency(s.sim.cfg.ExecLatency, s.id, cmd) + busy
+	if timeout > 0 && res.Duration > timeout {
+		res = ExecResult{ReturnCode: -1, TimedOut: true, Duration: timeout}
+	}
+	if err := s.sim.wait(ctx, s.done, res.Duration); err != nil {
+		return ExecResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	if err := s.check(); err != nil {
+		return ExecResult{}, err
+	}
+	return res, nil
+}
+
+// simulate returns the result of cmd and how long it keeps busy beyond the
+// exec latency.
+func simulate(cmd string) (ExecResult, time.Duration) {
+	cmd = strings.TrimSpace(cmd)
+	if arg, ok := strings.CutPrefix(cmd, "echo "); ok {
+		return ExecResult{Output: unquote(strings.TrimSpace(arg)) + "\n"}, 0
+	}
+	fields := strings.Fields(cmd)
+	switch {
+	case len(fields) == 0:
+		return ExecResult{}, 0
+	case fields[0] == "echo" && len(fields) == 1:
+		return ExecResult{Output: "\n"}, 0
+	case fields[0] == "sleep" && len(fields) == 2:
+		secs, err := strconv.ParseFloat(strings.TrimSuffix(fields[1], "s"), 64)
+		if err != nil || secs < 0 || math.IsNaN(secs) {
+			return ExecResult{Output: "sleep: invalid time interval\n", ReturnCode: 1}, 0
+		}
+		// Clamp to what a Duration holds (about 292 years).
+		return ExecResult{}, time.Duration(min(secs, float64(math.MaxInt64/2)/float64(time.Second)) * float64(time.Second))
+	case fields[0] == "exit" && len(fields) <= 2:
+		code := 0
+		if len(fields) == 2 {
+			n, err := strconv.Atoi(fields[1])
+			if err != nil {
+				return ExecResult{Output: "exit: numeric argument required\n", ReturnCode: 2}, 0
+			}
+			code = n & 0xff // as bash does
+		}
+		return ExecResult{ReturnCode: code}, 0
+	}
+	return ExecResult{Output: "ok: " + fields[0] + "\n"}, 0
+}
+
+// unquote strips one level of matching single or double quotes.
+func unquote(s string) string {
+	if len(s) >= 2 && (s[0] == '\'' || s[0] == '"') && s[len(s)-1] == s[0] {
+		return s[1 : len(s)-1]
+	}
+	return s
+}
+
+// Diff returns "": a simulated sandbox changes nothing.
+func (s *simSandbox) Diff(ctx context.Context) (string, error) {
+	if err := s.check(); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	return "", nil
+}
+
+func (s *simSandbox) Close(context.Context) error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.done)
+	}
+	s.mu.Unlock()
+	s.sim.mu.Lock()
+	if s.sim.live[s.id] == s {
+		delete(s.sim.live, s.id)
+	}
+	s.sim.mu.Unlock()
+	return nil
+}

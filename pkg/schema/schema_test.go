@@ -1,0 +1,224 @@
+package schema
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const validSample = `{"v":1,"id":"s-1","group_index":0,"task":"fix it",
+ "env":{"backend":"local","workspace":"/tmp/ws","eval":"./check.sh"},
+ "limits":{"step_limit":10},"sampling":{"temperature":0.7},"metadata":{"k":[1,2]}}`
+
+func TestDecodeSample(t *testing.T) {
+	tests := []struct {
+		name      string
+		in        string
+		wantField string // "" = valid
+	}{
+		{"valid", validSample, ""},
+		{"malformed json", `{"v":1,"id":`, "(message)"},
+		{"not an object", `[1,2]`, "(message)"},
+		{"missing version", `{"id":"a","task":"t","env":{"backend":"sim"}}`, "v"},
+		{"unknown version", `{"v":7,"id":"a","task":"t","env":{"backend":"sim"}}`, "v"},
+		{"version wrong type", `{"v":"1","id":"a","task":"t","env":{"backend":"sim"}}`, "v"},
+		{"missing id", `{"v":1,"task":"t","env":{"backend":"sim"}}`, "id"},
+		{"bad id", `{"v":1,"id":"a b","task":"t","env":{"backend":"sim"}}`, "id"},
+		{"missing task", `{"v":1,"id":"a","env":{"backend":"sim"}}`, "task"},
+		{"missing backend", `{"v":1,"id":"a","task":"t","env":{}}`, "env.backend"},
+		{"unknown backend", `{"v":1,"id":"a","task":"t","env":{"backend":"k8s"}}`, "env.backend"},
+		{"wrong type nested", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeout_ms":"5s"}}`, "env.step_timeout_ms"},
+		{"wrong type array", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","setup":"ls"}}`, "env.setup"},
+		{"negative limit", `{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"limits":{"step_limit":-1}}`, "limits.step_limit"},
+		{"top_p range", `{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"sampling":{"top_p":1.5}}`, "sampling.top_p"},
+		{"group index past size", `{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"group_index":4,"group_size":4}`, "group_index"},
+		{"oversized", `{"v":1,"id":"a","env":{"backend":"sim"},"task":"` + strings.Repeat("x", MaxSampleBytes) + `"}`, "(message)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := DecodeSample([]byte(tt.in))
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatalf("DecodeSample: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tt.wantField {
+				t.Fatalf("err = %v, want a FieldError on %q", err, tt.wantField)
+			}
+			if s.ID != "" {
+				t.Fatalf("invalid sample returned non-zero value %+v", s)
+			}
+		})
+	}
+}
+
+func TestDecodeSampleReportsEveryProblem(t *testing.T) {
+	_, err := DecodeSample([]byte(`{"v":1,"id":"","task":"","env":{"backend":"x"}}`))
+	for _, f := range []string{"id:", "task:", "env.backend:"} {
+		if err == nil || !strings.Contains(err.Error(), f) {
+			t.Errorf("error %v does not name %s", err, f)
+		}
+	}
+}
+
+func TestSampleNormalize(t *testing.T) {
+	s, err := DecodeSample([]byte(validSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.GroupID != "s-1" || s.Env.StepTimeout() != DefaultStepTimeout || s.Sampling.MaxNewTokens != DefaultMaxNewTokens {
+		t.Fatalf("defaults not applied: %+v", s)
+	}
+	if string(s.Metadata) != `{"k":[1,2]}` {
+		t.Fatalf("metadata = %s", s.Metadata)
+	}
+}
+
+func TestDecodeSteps(t *testing.T) {
+	if g, err := Decode[GenStep]([]byte(`{"v":1,"traj_id":"t1","seq":3,"replica":"r0"}`)); err != nil || g.Seq != 3 {
+		t.Fatalf("GenStep: %+v %v", g, err)
+	}
+	if _, err := Decode[GenStep]([]byte(`{"v":1,"traj_id":"t1","seq":3}`)); !isField(err, "replica") {
+		t.Fatalf("GenStep without replica: %v", err)
+	}
+	if _, err := Decode[EnvStep]([]byte(`{"v":1,"traj_id":"t1","seq":0,"kind":"dance"}`)); !isField(err, "kind") {
+		t.Fatalf("EnvStep bad kind: %v", err)
+	}
+	if _, err := Decode[Event]([]byte(`{"v":1,"traj_id":"t1","seq":-1,"type":"failed"}`)); !isField(err, "seq") {
+		t.Fatalf("Event negative seq: %v", err)
+	}
+	if _, err := Decode[Result]([]byte(`{"v":1,"traj_id":"t1","status":"completed","tokens":[1],"logprobs":[],"loss_mask":[1],"versions":[0]}`)); !isField(err, "tokens") {
+		t.Fatalf("Result lengths: %v", err)
+	}
+	if _, err := Decode[Control]([]byte(`{"v":1,"mode":"nap"}`)); !isField(err, "mode") {
+		t.Fatalf("Control mode: %v", err)
+	}
+}
+
+func isField(err error, field string) bool {
+	var fe *FieldError
+	return errors.As(err, &fe) && fe.Field == field
+}
+
+func TestResultRoundTrip(t *testing.T) {
+	r := Result{V: Version, TrajID: "t", Status: StatusCompleted, Reward: 1,
+		Tokens: []int32{1, 2}, Logprobs: []float32{0, -0.5}, LossMask: []int8{0, 1}, Versions: []int32{-1, 3}}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"loss_mask":[0,1]`) {
+		t.Fatalf("loss_mask must be a JSON array of numbers: %s", b)
+	}
+	got, err := Decode[Result](b)
+	if err != nil || !got.Solved() || !slices.Equal(got.Versions, r.Versions) {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+}
+
+// The shipped JSON Schemas must describe exactly the Go types.
+func TestJSONSchemaMatchesTypes(t *testing.T) {
+	for _, tc := range []struct {
+		file []byte
+		typ  reflect.Type
+		// requiredAll: every field without omitempty is required.
+		requiredAll bool
+	}{
+		{SampleJSONSchema, reflect.TypeFor[Sample](), false},
+		{ResultJSONSchema, reflect.TypeFor[Result](), true},
+	} {
+		var doc schemaNode
+		if err := json.Unmarshal(tc.file, &doc); err != nil {
+			t.Fatalf("%s: %v", tc.typ, err)
+		}
+		compareSchema(t, tc.typ.Name(), doc, tc.typ, tc.requiredAll)
+	}
+}
+
+type schemaNode struct {
+	Properties map[string]schemaNode `json:"properties"`
+	Required   []string              `json:"required"`
+	Items      *schemaNode           `json:"items"`
+}
+
+func compareSchema(t *testing.T, path string, n schemaNode, typ reflect.Type, requiredAll bool) {
+	t.Helper()
+	var names, required []string
+	for f := range typ.Fields() {
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		names = append(names, name)
+		if !strings.Contains(opts, "omitempty") {
+			required = append(required, name)
+		}
+		child, ok := n.Properties[name]
+		if !ok {
+			t.Errorf("%s: schema lacks property %q", path, name)
+			continue
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct && child.Items != nil {
+			compareSchema(t, path+"."+name+"[]", *child.Items, ft.Elem(), requiredAll)
+		} else if ft.Kind() == reflect.Struct && ft.PkgPath() == typ.PkgPath() {
+			compareSchema(t, path+"."+name, child, ft, false)
+		}
+	}
+	for name := range n.Properties {
+		if !slices.Contains(names, name) {
+			t.Errorf("%s: schema property %q has no Go field", path, name)
+		}
+	}
+	if requiredAll {
+		sort.Strings(required)
+		got := slices.Clone(n.Required)
+		sort.Strings(got)
+		if !slices.Equal(got, required) {
+			t.Errorf("%s: schema requires %v, Go type always writes %v", path, got, required)
+		}
+	}
+}
+
+func FuzzDecodeSample(f *testing.F) {
+	f.Add([]byte(validSample))
+	f.Add([]byte(`{"v":1}`))
+	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"limits":{"step_limit":1e99}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := DecodeSample(b)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("decoded sample does not validate: %v", err)
+		}
+		out, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeSample(out); err != nil {
+			t.Fatalf("re-decoding %s: %v", out, err)
+		}
+	})
+}
+
+func FuzzDecodeEnvStep(f *testing.F) {
+	f.Add([]byte(`{"v":1,"traj_id":"t1","seq":2,"kind":"exec"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if _, err := Decode[EnvStep](b); err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("error does not wrap ErrInvalid: %v", err)
+		}
+	})
+}

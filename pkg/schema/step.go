@@ -1,0 +1,251 @@
+package schema
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Message is one chat message of a trajectory.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Roles of chat messages.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// GenStep asks the gen-worker of Replica to run generation step Seq of a
+// trajectory. Published on actloop.gen.<replica>.hi or .lo.
+type GenStep struct {
+	V       int    `json:"v"`
+	TrajID  string `json:"traj_id"`
+	Seq     int64  `json:"seq"`
+	Replica string `json:"replica"`
+}
+
+// EnvKind says what an env step does.
+type EnvKind string
+
+// Env step kinds.
+const (
+	EnvStart  EnvKind = "start"  // start and bootstrap the sandbox (any env-worker)
+	EnvExec   EnvKind = "exec"   // run the trajectory's pending action (the owner)
+	EnvFinish EnvKind = "finish" // diff, eval, clean up, publish the result (the owner)
+	EnvClose  EnvKind = "close"  // remove the sandbox of an aborted trajectory (the owner)
+)
+
+// EnvStep asks an env-worker to run environment step Seq of a trajectory.
+// Start steps go to actloop.env.start, the others to actloop.env.<owner>.
+type EnvStep struct {
+	V      int     `json:"v"`
+	TrajID string  `json:"traj_id"`
+	Seq    int64   `json:"seq"`
+	Kind   EnvKind `json:"kind"`
+	// Reason says why a finish step ends the trajectory ("submitted",
+	// "limits: …").
+	Reason string `json:"reason,omitempty"`
+}
+
+// EventType names a lifecycle event.
+type EventType string
+
+// Event types.
+const (
+	// EventFailed: a worker gave up on a step (redeliveries exhausted or a
+	// permanent error); the coordinator ends the trajectory with a fallback.
+	EventFailed EventType = "failed"
+)
+
+// Event reports something about a trajectory to the coordinator on
+// actloop.events.
+type Event struct {
+	V      int       `json:"v"`
+	Type   EventType `json:"type"`
+	TrajID string    `json:"traj_id"`
+	Seq    int64     `json:"seq"`
+	Worker string    `json:"worker,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// Result statuses.
+const (
+	StatusCompleted = "completed" // the agent ran to an end (submitted or a limit) and was scored
+	StatusFallback  = "fallback"  // the trajectory could not finish; reward 0, no trainable tokens
+)
+
+// Result is a finished trajectory, published on actloop.results.
+type Result struct {
+	V          int    `json:"v"`
+	TrajID     string `json:"traj_id"`
+	SampleID   string `json:"sample_id"`
+	GroupID    string `json:"group_id"`
+	GroupIndex int    `json:"group_index"`
+	GroupSize  int    `json:"group_size,omitempty"`
+	Status     string `json:"status"`
+	// Reason says why the trajectory ended: "submitted", "limits: …", or
+	// for a fallback what went wrong.
+	Reason string  `json:"reason"`
+	Reward float64 `json:"reward"`
+	// Tokens is the whole conversation as token ids; LossMask is 1 exactly
+	// on generated tokens; Logprobs and Versions are 0 and -1 elsewhere.
+	Tokens     []int32   `json:"tokens"`
+	Logprobs   []float32 `json:"logprobs"`
+	LossMask   []int8    `json:"loss_mask"`
+	Versions   []int32   `json:"versions"`
+	MinVersion int32     `json:"min_version"`
+	MaxVersion int32     `json:"max_version"`
+	// PromptLen is the number of tokens before the first generated one.
+	PromptLen  int             `json:"prompt_len"`
+	Messages   []Message       `json:"messages"`
+	Diff       string          `json:"diff,omitempty"`
+	Turns      int             `json:"turns"`
+	Commands   int             `json:"commands"`
+	GenTokens  int             `json:"gen_tokens"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	AdmittedAt time.Time       `json:"admitted_at"`
+	FinishedAt time.Time       `json:"finished_at"`
+}
+
+// Solved reports whether the eval passed.
+func (r *Result) Solved() bool { return r.Status == StatusCompleted && r.Reward >= 1 }
+
+// Control is the control state every gen-worker watches.
+type Control struct {
+	V             int    `json:"v"`
+	Paused        bool   `json:"paused"`
+	Epoch         int64  `json:"epoch"`
+	WeightVersion int64  `json:"weight_version"`
+	Mode          string `json:"mode,omitempty"` // "abort" | "drain" while paused
+}
+
+// DLQEntry is a message no consumer could take, on actloop.dlq.
+type DLQEntry struct {
+	V        int                 `json:"v"`
+	Subject  string              `json:"subject"`
+	Consumer string              `json:"consumer,omitempty"`
+	Reason   string              `json:"reason"`
+	Data     []byte              `json:"data"` // the original bytes (base64 in JSON)
+	Headers  map[string][]string `json:"headers,omitempty"`
+	At       time.Time           `json:"at"`
+}
+
+// Validate implements validator.
+func (g *GenStep) Validate() error {
+	var p problems
+	stepFields(&p, g.TrajID, g.Seq)
+	if g.Replica == "" {
+		p.add("replica", "missing")
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (e *EnvStep) Validate() error {
+	var p problems
+	stepFields(&p, e.TrajID, e.Seq)
+	switch e.Kind {
+	case EnvStart, EnvExec, EnvFinish, EnvClose:
+	case "":
+		p.add("kind", "missing")
+	default:
+		p.add("kind", "unknown kind %q", clip(string(e.Kind)))
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (e *Event) Validate() error {
+	var p problems
+	stepFields(&p, e.TrajID, e.Seq)
+	switch e.Type {
+	case EventFailed:
+	case "":
+		p.add("type", "missing")
+	default:
+		p.add("type", "unknown type %q", clip(string(e.Type)))
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (r *Result) Validate() error {
+	var p problems
+	if !ValidID(r.TrajID) {
+		p.add("traj_id", "invalid id %q", clip(r.TrajID))
+	}
+	switch r.Status {
+	case StatusCompleted, StatusFallback:
+	default:
+		p.add("status", "unknown status %q", clip(r.Status))
+	}
+	n := len(r.Tokens)
+	if len(r.Logprobs) != n || len(r.LossMask) != n || len(r.Versions) != n {
+		p.add("tokens", "tokens, logprobs, loss_mask and versions differ in length (%d, %d, %d, %d)",
+			n, len(r.Logprobs), len(r.LossMask), len(r.Versions))
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (c *Control) Validate() error {
+	var p problems
+	if c.Epoch < 0 {
+		p.add("epoch", "must be >= 0")
+	}
+	switch c.Mode {
+	case "", "abort", "drain":
+	default:
+		p.add("mode", "unknown mode %q (want abort or drain)", clip(c.Mode))
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (d *DLQEntry) Validate() error {
+	var p problems
+	if d.Subject == "" {
+		p.add("subject", "missing")
+	}
+	if d.Reason == "" {
+		p.add("reason", "missing")
+	}
+	return p.err()
+}
+
+func stepFields(p *problems, trajID string, seq int64) {
+	if !ValidID(trajID) {
+		p.add("traj_id", "must match [A-Za-z0-9._-]{1,128}, got %q", clip(trajID))
+	}
+	if seq < 0 {
+		p.add("seq", "must be >= 0, got %d", seq)
+	}
+}
+
+type validator interface{ Validate() error }
+
+// Decode decodes and validates one message of type T.
+func Decode[T any, PT interface {
+	*T
+	validator
+}](b []byte) (T, error) {
+	var v T
+	if err := decode(b, &v); err != nil {
+		return v, err
+	}
+	if err := PT(&v).Validate(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
+
+// MsgID is the Nats-Msg-Id of a work message: "<traj_id>:<seq>:<kind>".
+func MsgID(trajID string, seq int64, kind string) string {
+	return fmt.Sprintf("%s:%d:%s", trajID, seq, kind)
+}

@@ -1,0 +1,214 @@
+package sim
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/actloop/actloop/pkg/tokenize"
+)
+
+// finishKind is why a planned output ends.
+type finishKind int
+
+const (
+	finishStopToken finishKind = iota + 1
+	finishStopString
+	finishLength
+)
+
+// plan is the whole output a request gets if nothing interrupts it.
+type plan struct {
+	ids        []int32
+	lps        []float32
+	kind       finishKind
+	matchedID  int32  // finishStopToken
+	matchedStr string // finishStopString
+	length     int    // finishLength: max_new_tokens
+}
+
+// hash64 is FNV-1a over 64-bit words, finished with a splitmix64 mix: stable
+// across runs and platforms, which is what determinism needs.
+type hash64 uint64
+
+const (
+	fnvOffset hash64 = 14695981039346656037
+	fnvPrime  hash64 = 1099511628211
+)
+
+func (h hash64) add(v uint64) hash64 {
+	for i := 0; i < 8; i++ {
+		h ^= hash64(byte(v >> (8 * i)))
+		h *= fnvPrime
+	}
+	return h
+}
+
+func (h hash64) ids(ids []int32) hash64 {
+	for _, id := range ids {
+		h = h.add(uint64(uint32(id)))
+	}
+	return h
+}
+
+func (h hash64) sum() uint64 { return mix(uint64(h)) }
+
+// mix is splitmix64's finaliser.
+func mix(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// rng is a splitmix64 stream.
+type rng uint64
+
+func (r *rng) next() uint64 {
+	*r += 0x9e3779b97f4a7c15
+	return mix(uint64(*r) - 0x9e3779b97f4a7c15)
+}
+
+func (r *rng) intn(n int) int { return int(r.next() % uint64(n)) }
+
+var assistantIDs = tokenize.Bytes{}.Encode("assistant")
+var userIDs = tokenize.Bytes{}.Encode("user")
+
+// roleAt reports whether ids[i] opens a turn of role (ImStart then the role).
+func roleAt(ids []int32, i int, role []int32) bool {
+	return ids[i] == tokenize.ImStart && i+1+len(role) <= len(ids) && slices.Equal(ids[i+1:i+1+len(role)], role)
+}
+
+// countAssistantTurns counts the assistant turns opened in ids, the one the
+// generation prompt opens included.
+func countAssistantTurns(ids []int32) int {
+	n := 0
+	for i := range ids {
+		if roleAt(ids, i, assistantIDs) {
+			n++
+		}
+	}
+	return n
+}
+
+// taskPrefix is ids up to the end of the first user message: the part of a
+// trajectory that every turn shares. Without a user message it is ids up to
+// the first assistant turn (or all of ids).
+func taskPrefix(ids []int32) []int32 {
+	for i := range ids {
+		if roleAt(ids, i, userIDs) {
+			if j := slices.Index(ids[i:], tokenize.ImEnd); j >= 0 {
+				return ids[:i+j+1]
+			}
+			return ids
+		}
+		if roleAt(ids, i, assistantIDs) {
+			return ids[:i]
+		}
+	}
+	return ids
+}
+
+// Submission is the command of an unscripted trajectory's last turn.
+const Submission = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+var words = strings.Fields(`the a file test function error output check run look
+fix bug code change build module package import config value path line
+first next then now need should will let me see inspect update verify
+parse handle return type struct field method call loop case`)
+
+// synthReply is the unscripted reply to input.
+func (s *Server) synthReply(input []int32) string {
+	seed := hash64(fnvOffset).add(uint64(s.cfg.Seed))
+	turns := 1 + int(seed.ids(taskPrefix(input)).sum()%uint64(s.cfg.MaxTurns))
+	k := max(countAssistantTurns(input), 1)
+	if k >= turns {
+		return "```bash\n" + Submission + "\n```"
+	}
+	r := rng(seed.add(1).ids(input).sum())
+	n := 6 + r.intn(60)
+	var b strings.Builder
+	b.WriteString("THOUGHT: ")
+	for i := range n {
+		w := words[r.intn(len(words))]
+		if i == 0 {
+			w = strings.ToUpper(w[:1]) + w[1:]
+		} else {
+			b.WriteByte(' ')
+		}
+		b.WriteString(w)
+		if i%12 == 11 && i+1 < n {
+			b.WriteByte(',')
+		}
+	}
+	b.WriteString(".\n\n```bash\necho step ")
+	b.WriteString(strconv.Itoa(k))
+	b.WriteString("\n```")
+	return b.String()
+}
+
+// makePlan computes the output of req: the model's token stream (the reply,
+// <|im_end|>, then <|endoftext|> forever) cut at the first stop token, stop
+// string or max_new_tokens.
+func (s *Server) makePlan(req *genRequest) plan {
+	var reply string
+	if req.Reply != nil {
+		reply = *req.Reply
+	} else {
+		reply = s.synthReply(req.InputIDs)
+	}
+	script := append(tokenize.Bytes{}.Encode(reply), tokenize.ImEnd)
+	lpSeed := hash64(fnvOffset).add(uint64(s.cfg.Seed)).add(2).ids(req.InputIDs)
+
+	p := plan{kind: finishLength, length: req.MaxNewTokens}
+	var text strings.Builder
+	maxStop := 0
+	for _, st := range req.Stop {
+		maxStop = max(maxStop, len(st))
+	}
+	for i := 0; i < req.MaxNewTokens; i++ {
+		tok := tokenize.EndOfText
+		if i < len(script) {
+			tok = script[i]
+		}
+		p.ids = append(p.ids, tok)
+		p.lps = append(p.lps, logprob(lpSeed, i, tok))
+		if slices.Contains(req.StopTokenIDs, tok) {
+			p.kind, p.matchedID = finishStopToken, tok
+			break
+		}
+		if maxStop > 0 {
+			text.WriteString(tokenize.Bytes{}.Decode([]int32{tok}))
+			if st, ok := endsWithAny(text.String(), req.Stop, maxStop); ok {
+				p.kind, p.matchedStr = finishStopString, st
+				break
+			}
+		}
+	}
+	return p
+}
+
+// endsWithAny reports the first of stops that s ends with.
+func endsWithAny(s string, stops []string, maxLen int) (string, bool) {
+	if len(s) > maxLen+16 {
+		s = s[len(s)-maxLen-16:]
+	}
+	for _, st := range stops {
+		if st != "" && strings.HasSuffix(s, st) {
+			return st, true
+		}
+	}
+	return "", false
+}
+
+// logprob is a deterministic log-probability in [-5, 0], mostly near 0 as a
+// confident model's are.
+func logprob(seed hash64, pos int, tok int32) float32 {
+	u := float64(seed.add(uint64(pos)).add(uint64(uint32(tok))).sum()>>11) / (1 << 53)
+	lp := float32(-5 * math.Pow(u, 4))
+	if lp == 0 {
+		return 0 // no -0
+	}
+	return lp
+}

@@ -1,0 +1,66 @@
+package store
+
+import (
+	"github.com/redis/go-redis/v9"
+
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// The coordinator's index of admitted trajectories and its counters. These
+// keys are not per trajectory (no hash tag); only the coordinator writes them.
+const (
+	activeKey = "actloop:active" // hash: traj id -> replica
+	statsKey  = "actloop:stats"  // hash: counters
+)
+
+// AddActive records an admitted trajectory and its replica; idempotent.
+func (s *Store) AddActive(ctx context.Context, id, replica string) error {
+	if err := s.rdb.HSet(ctx, activeKey, id, replica).Err(); err != nil {
+		return fmt.Errorf("add active %s: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveActive forgets a finished trajectory and counts it under status
+// once: it reports whether id was active.
+func (s *Store) RemoveActive(ctx context.Context, id, status string) (bool, error) {
+	n, err := removeActiveScript.Run(ctx, s.rdb, []string{activeKey, statsKey}, id, status).Int()
+	if err != nil {
+		return false, fmt.Errorf("remove active %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+var removeActiveScript = redis.NewScript(`
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+return 1
+`)
+
+// Active returns every admitted, unfinished trajectory and its replica.
+func (s *Store) Active(ctx context.Context) (map[string]string, error) {
+	m, err := s.rdb.HGetAll(ctx, activeKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("active: %w", err)
+	}
+	return m, nil
+}
+
+// Counts returns the finished-trajectory counters by result status.
+func (s *Store) Counts(ctx context.Context) (map[string]int64, error) {
+	m, err := s.rdb.HGetAll(ctx, statsKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("counts: %w", err)
+	}
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("counts: field %s: %w", k, err)
+		}
+		out[k] = n
+	}
+	return out, nil
+}
