@@ -58,6 +58,7 @@ type Stack struct {
 	mu      sync.Mutex
 	wg      sync.WaitGroup
 	errs    []error
+	clients []*redis.Client
 	closing []func()
 }
 
@@ -112,6 +113,16 @@ func (s *Stack) Deps(ctx context.Context, name string) (*service.Deps, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// RedisClient returns a new client of the stack's Redis, closed with the
+// stack.
+func (s *Stack) RedisClient() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Redis.Addr})
+	s.mu.Lock()
+	s.clients = append(s.clients, c)
+	s.mu.Unlock()
+	return c
 }
 
 // Go runs one service under ctx with its own connections; Wait collects its
@@ -227,6 +238,9 @@ func (s *Stack) Wait() error {
 // Close stops the simulators, Redis and NATS. Stop the services first
 // (cancel their ctx, then Wait).
 func (s *Stack) Close() {
+	for _, c := range s.clients {
+		_ = c.Close()
+	}
 	for _, hs := range s.simServer {
 		_ = hs.Close()
 	}

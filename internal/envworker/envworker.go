@@ -199,7 +199,7 @@ func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Comm
 		if ctx.Err() != nil {
 			return store.Commit{}, err
 		}
-		return store.Commit{}, bus.Fatal(fmt.Errorf("start sandbox: %w", err))
+		return store.Commit{}, bus.Fatal(err)
 	}
 	w.remember(sb)
 	system, err := w.agent.System(nil)

@@ -172,7 +172,7 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory) (store.Commit, e
 	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt)}
 	if err := agent.CheckLimits(lim, use); err != nil {
 		c.Set[store.FieldStatus] = string(store.StatusFinishing)
-		c.Set[store.FieldReason] = "limits: " + err.Error()
+		c.Set[store.FieldReason] = err.Error()
 		return c, nil
 	}
 	req := llm.Request{

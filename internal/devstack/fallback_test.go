@@ -1,0 +1,79 @@
+package devstack_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+func simSample(id string, script ...string) schema.Sample {
+	s := schema.Sample{V: schema.Version, ID: id, Task: "task " + id, Script: script,
+		Env: schema.Env{Backend: schema.BackendSim, Eval: "exit 0"}, Sampling: schema.Sampling{MaxNewTokens: 4096}}
+	s.Normalize()
+	return s
+}
+
+// Limits end a trajectory and it is still scored; a trajectory that cannot
+// finish (its sandbox does not start, or it stops advancing) still produces a
+// result: a fallback with reward 0, no trainable tokens and the reason.
+func TestLimitsAndFallbacks(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.stack.CoordinatorConfig()
+	cfg.StallTimeout = 2 * time.Second
+	if _, err := e.stack.StartCoordinator(e.ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	envCfg := e.stack.EnvWorkerConfig("env-0")
+	envCfg.SimStartLatency, envCfg.SimExecLatency, envCfg.SimEnvTimeScale = 0, 0, 1 // only `sleep` takes time
+	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
+		t.Fatal(err)
+	}
+	echo := "THOUGHT: again.\n\n```bash\necho hi\n```"
+	steps := simSample("steps", echo, echo, echo, echo)
+	steps.Limits.StepLimit = 2
+	budget := simSample("budget", strings.Repeat("x", 100)+echo)
+	budget.Limits.TokenBudget = 50
+	setup := simSample("setup")
+	setup.Env.Setup = []string{"exit 3"}
+	stall := simSample("stall", "THOUGHT: wait.\n\n```bash\nsleep 600\n```")
+	stall.Env.StepTimeoutMS = 3_600_000
+	e.submit(steps, budget, setup, stall)
+
+	got := e.results(4)
+	for id, want := range map[string]struct {
+		status, reason string
+		turns          int
+	}{
+		"steps":  {schema.StatusCompleted, "limits exceeded: step_limit 2 reached", 2},
+		"budget": {schema.StatusCompleted, "limits exceeded: token_budget 50 reached", 1},
+		"setup":  {schema.StatusFallback, "setup command 0", 0},
+		"stall":  {schema.StatusFallback, "stalled: no progress", 1},
+	} {
+		r := got[id]
+		if r.Status != want.status || !strings.Contains(r.Reason, want.reason) || r.Turns != want.turns {
+			t.Errorf("%s: status %s reason %q turns %d, want %s %q %d", id, r.Status, r.Reason, r.Turns,
+				want.status, want.reason, want.turns)
+		}
+		if r.Status == schema.StatusFallback && (r.Reward != 0 || len(r.LossMask) != 0 || len(r.Tokens) != 0) {
+			t.Errorf("%s: fallback with reward %g and %d tokens", id, r.Reward, len(r.Tokens))
+		}
+	}
+	if r := got["steps"]; r.Reward != 1 {
+		t.Errorf("a trajectory ended by its step limit is still scored: reward %g", r.Reward)
+	}
+	if r := got["budget"]; r.GenTokens != 50 {
+		t.Errorf("budget: %d generated tokens, want the budget of 50", r.GenTokens)
+	}
+	// Finished state expires once the result is stored.
+	for _, id := range []string{"steps", "setup"} {
+		ttl, err := e.stack.RedisClient().PTTL(e.ctx, "actloop:traj:{"+id+"}").Result()
+		if err != nil || ttl <= 0 {
+			t.Errorf("%s: ttl %v %v, want an expiry", id, ttl, err)
+		}
+	}
+}
