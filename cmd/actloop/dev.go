@@ -203,4 +203,3 @@ func progress(w io.Writer, done, total int, elapsed time.Duration) {
 	fmt.Fprintf(w, "\r[%s%s] %d/%d trajectories  %.1fs", strings.Repeat("#", fill), strings.Repeat(".", width-fill),
 		done, total, elapsed.Seconds())
 }
-

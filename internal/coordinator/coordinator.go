@@ -77,8 +77,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	common := c.d.Common
 	runner := func(name string, src jetstream.Consumer, slots int, h bus.Handler) *bus.Runner {
+		// MaxDeliver 0: the coordinator's work is idempotent and fails only
+		// transiently (Redis or NATS away), so it retries until it succeeds.
 		return &bus.Runner{Name: name, Sources: []jetstream.Consumer{src}, Slots: slots, Handler: h,
-			Publisher: c.d.Pub, Log: c.d.Log, AckWait: common.AckWait, MaxDeliver: common.MaxDeliver,
+			Publisher: c.d.Pub, Log: c.d.Log, AckWait: common.AckWait,
 			PullWait: common.PullWait, StopTimeout: common.ShutdownTimeout}
 	}
 	// One sample at a time: admission is a read-modify-write of the active
@@ -200,9 +202,60 @@ func (c *Coordinator) handleEvent(ctx context.Context, m jetstream.Msg) error {
 	}
 	switch e.Type {
 	case schema.EventFailed:
-		return c.Fallback(ctx, e.TrajID, fmt.Sprintf("step %d failed on %s: %s", e.Seq, e.Worker, e.Reason))
+		return c.stepFailed(ctx, e)
 	}
 	return nil
+}
+
+// stepFailed acts on a worker's report that it gave up on step e.Seq.
+func (c *Coordinator) stepFailed(ctx context.Context, e schema.Event) error {
+	t, err := c.d.Store.Load(ctx, e.TrajID, 0)
+	if errors.Is(err, store.ErrNotFound) {
+		c.forget(ctx, e.TrajID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case t.Status.Terminal():
+		// It ended, but the worker could not publish the result: do it here.
+		return c.finish(ctx, t.ID)
+	case flow.PosOf(t, e.Seq) == flow.PosJustDone:
+		// The step committed (another delivery did it) but its follow-up
+		// may not have gone out: send it again from the stored state.
+		n, err := flow.NextOf(t, flow.LowOnly{})
+		if err != nil {
+			return err
+		}
+		return flow.Publish(ctx, c.d.Pub, t.Trace, n)
+	case flow.PosOf(t, e.Seq) == flow.PosCurrent:
+		return c.Fallback(ctx, e.TrajID, fmt.Sprintf("step %d failed on %s: %s", e.Seq, e.Worker, e.Reason))
+	}
+	return nil // a report about a step long past
+}
+
+// finish publishes the result of a terminal trajectory from its stored
+// state and lets the state expire. It repairs an end whose result was not
+// sent (a crash between the final commit and the publish); the result's
+// Nats-Msg-Id keeps a second copy out within the duplicate window, and
+// trainers dedupe results by traj_id beyond it.
+func (c *Coordinator) finish(ctx context.Context, id string) error {
+	t, err := c.d.Store.Load(ctx, id, store.WithAll)
+	if errors.Is(err, store.ErrNotFound) {
+		c.forget(ctx, id)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !t.Status.Terminal() {
+		return fmt.Errorf("finish %s: not terminal (%s)", id, t.Status)
+	}
+	if err := c.d.Pub.Publish(flow.TrajContext(ctx, t.Trace), bus.SubjectResults, flow.ResultMsgID(t), flow.Result(t)); err != nil {
+		return err
+	}
+	return c.d.Store.Expire(ctx, id, c.d.Common.ResultTTL)
 }
 
 // Fallback ends a trajectory that cannot finish: it commits it as aborted
@@ -220,7 +273,7 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 			return err
 		}
 		if t.Status.Terminal() {
-			return nil
+			return c.finish(ctx, id)
 		}
 		now := c.d.Now()
 		err = c.d.Store.Commit(ctx, store.Commit{ID: id, Seq: t.Seq, Set: map[string]string{
@@ -259,6 +312,10 @@ func (c *Coordinator) forget(ctx context.Context, id string) {
 	c.mu.Unlock()
 }
 
+// resultGrace is how long a terminal trajectory may wait for its result to
+// be seen before the sweep publishes the result again.
+const resultGrace = 30 * time.Second
+
 // sweep ends trajectories whose state has not advanced within StallTimeout.
 func (c *Coordinator) sweep(ctx context.Context) error {
 	every := max(c.cfg.StallTimeout/4, 250*time.Millisecond)
@@ -288,7 +345,13 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 			case !ok:
 				c.forget(ctx, id)
 			case p.Status.Terminal():
-				// Result published; its consumer removes it.
+				// Normally its result is on the way and its consumer removes
+				// it; still here after a while, the result was never sent.
+				if now.Sub(p.UpdatedAt) > resultGrace {
+					if err := c.finish(ctx, id); err != nil {
+						c.d.Log.Warn("re-publish result", "traj_id", id, "error", err)
+					}
+				}
 			case now.Sub(p.UpdatedAt) > c.cfg.StallTimeout:
 				reason := fmt.Sprintf("stalled: no progress for %v at %s (seq %d)",
 					now.Sub(p.UpdatedAt).Round(time.Second), p.Status, p.Seq)

@@ -9,6 +9,11 @@
 // start or was lost → the step is reported failed at once and the
 // coordinator ends the trajectory with a fallback. A command's timeout is an
 // observation for the model, not a failure.
+//
+// The trajectory's state in Redis changes exactly once per step, but a
+// command can run twice in its sandbox: a worker that dies after running a
+// command and before committing its observation leaves the redelivered step
+// to run it again in the same sandbox.
 package envworker
 
 import (
@@ -17,6 +22,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -45,7 +51,8 @@ type Worker struct {
 	own, start jetstream.Consumer
 
 	mu    sync.Mutex
-	boxes map[string]sandbox.Sandbox // by handle
+	boxes map[string]sandbox.Sandbox // by trajectory id
+	evals atomic.Int64
 }
 
 // New builds the sandbox backends and declares the worker's consumers.
@@ -82,12 +89,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) {
+func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) error {
 	step, err := schema.Decode[schema.EnvStep](m.Data())
 	if err != nil || step.Kind == schema.EnvClose {
-		return
+		return nil
 	}
-	flow.ReportFailed(ctx, w.d, w.cfg.ID, step.TrajID, step.Seq, cause)
+	return flow.ReportFailed(ctx, w.d.Pub, w.d.Now(), w.cfg.ID, step.TrajID, step.Seq, cause)
 }
 
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
@@ -110,11 +117,14 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	if step.Kind == schema.EnvClose {
-		w.closeSandbox(ctx, t.Handle)
+		w.closeSandbox(ctx, t.ID, t.Handle)
 		return nil
 	}
 	switch flow.PosOf(t, step.Seq) {
 	case flow.PosJustDone:
+		if t.Status.Terminal() {
+			w.closeSandbox(ctx, t.ID, t.Handle)
+		}
 		return w.publishNext(ctx, t)
 	case flow.PosOld:
 		return nil
@@ -141,16 +151,35 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	if err := w.d.Store.Commit(ctx, c); errors.Is(err, store.ErrStale) {
-		if step.Kind == schema.EnvStart {
-			w.closeSandbox(ctx, c.Set[store.FieldHandle]) // another delivery started one too
-		}
-		return nil
+	err = w.d.Store.Commit(ctx, c)
+	if step.Kind == schema.EnvStart && err != nil {
+		w.closeSandbox(ctx, t.ID, c.Set[store.FieldHandle]) // not ours: another delivery started it, or retry anew
+	}
+	if errors.Is(err, store.ErrStale) {
+		return w.afterStale(ctx, t.ID, step.Seq)
 	} else if err != nil {
 		return err
 	}
 	t.Apply(c)
+	if step.Kind == schema.EnvFinish {
+		// Only now: a finish that must be retried needs its sandbox for the diff.
+		w.closeSandbox(ctx, t.ID, t.Handle)
+	}
 	return w.publishNext(ctx, t)
+}
+
+// afterStale handles a commit that lost to another delivery of the same
+// step: that delivery may have died before publishing the follow-up, so
+// publish it (the duplicate window swallows a second copy).
+func (w *Worker) afterStale(ctx context.Context, id string, seq int64) error {
+	t, err := w.d.Store.Load(ctx, id, 0)
+	if err != nil {
+		return err
+	}
+	if flow.PosOf(t, seq) == flow.PosJustDone {
+		return w.publishNext(ctx, t)
+	}
+	return nil
 }
 
 // publishNext publishes the follow-up of t's state: the next step, or for a
@@ -193,15 +222,6 @@ func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Comm
 	if err != nil {
 		return store.Commit{}, err
 	}
-	env := t.Sample.Env
-	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout()})
-	if err != nil {
-		if ctx.Err() != nil {
-			return store.Commit{}, err
-		}
-		return store.Commit{}, bus.Fatal(err)
-	}
-	w.remember(sb)
 	system, err := w.agent.System(nil)
 	if err != nil {
 		return store.Commit{}, bus.Fatal(err)
@@ -210,6 +230,17 @@ func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Comm
 	if err != nil {
 		return store.Commit{}, bus.Fatal(err)
 	}
+	w.closeSandbox(ctx, t.ID, "") // a leftover of an earlier attempt in this process
+	env := t.Sample.Env
+	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout()})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil, errors.Is(err, sandbox.ErrExists):
+		return store.Commit{}, err // transient: try again
+	default:
+		return store.Commit{}, bus.Fatal(err)
+	}
+	w.remember(t.ID, sb)
 	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
 		store.FieldStatus: string(store.StatusNeedsGeneration), store.FieldOwner: w.cfg.ID,
 		store.FieldHandle: sb.Handle()}}
@@ -281,7 +312,6 @@ func (w *Worker) finishStep(ctx context.Context, t *store.Trajectory) (store.Com
 	if note != "" {
 		reason += "; " + note
 	}
-	w.closeSandbox(ctx, t.Handle)
 	return store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
 		store.FieldStatus: string(store.StatusTerminated), store.FieldReason: reason, store.FieldDiff: diff,
 		store.FieldReward:     strconv.FormatFloat(reward, 'g', -1, 64),
@@ -300,7 +330,8 @@ func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string)
 	if err != nil {
 		return 0, "", err
 	}
-	sb, err := b.Start(ctx, t.ID+"-eval", sandbox.Spec{Workspace: env.Workspace, Patch: diff,
+	// A fresh name per attempt: two deliveries of one finish may overlap.
+	sb, err := b.Start(ctx, fmt.Sprintf("%s-eval-%d", t.ID, w.evals.Add(1)), sandbox.Spec{Workspace: env.Workspace, Patch: diff,
 		Setup: env.Setup, SetupTimeout: env.SetupTimeout()})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -326,9 +357,9 @@ func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string)
 // (after a restart). A sandbox that is gone is a Fatal error.
 func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sandbox, error) {
 	w.mu.Lock()
-	sb := w.boxes[t.Handle]
+	sb := w.boxes[t.ID]
 	w.mu.Unlock()
-	if sb != nil {
+	if sb != nil && sb.Handle() == t.Handle {
 		return sb, nil
 	}
 	b, err := w.backend(t)
@@ -342,36 +373,41 @@ func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sand
 	if err != nil {
 		return nil, err
 	}
-	w.remember(sb)
+	w.remember(t.ID, sb)
 	return sb, nil
 }
 
-func (w *Worker) remember(sb sandbox.Sandbox) {
+func (w *Worker) remember(id string, sb sandbox.Sandbox) {
 	w.mu.Lock()
-	w.boxes[sb.Handle()] = sb
+	w.boxes[id] = sb
 	w.mu.Unlock()
 }
 
-// closeSandbox removes a sandbox by handle; best effort.
-func (w *Worker) closeSandbox(ctx context.Context, handle string) {
+// closeSandbox removes trajectory id's sandbox: the one this process holds,
+// and the one handle names if that is another; best effort.
+func (w *Worker) closeSandbox(ctx context.Context, id, handle string) {
+	w.mu.Lock()
+	sb := w.boxes[id]
+	delete(w.boxes, id)
+	w.mu.Unlock()
+	ctx = context.WithoutCancel(ctx)
+	if sb != nil {
+		if err := sb.Close(ctx); err != nil {
+			w.d.Log.Warn("close sandbox", "traj_id", id, "error", err)
+		}
+		if sb.Handle() == handle {
+			return
+		}
+	}
 	if handle == "" {
 		return
 	}
-	w.mu.Lock()
-	sb := w.boxes[handle]
-	delete(w.boxes, handle)
-	w.mu.Unlock()
-	if sb == nil {
-		for _, b := range w.backends {
-			if s, err := b.Attach(ctx, handle); err == nil {
-				sb = s
-				break
+	for _, b := range w.backends {
+		if s, err := b.Attach(ctx, handle); err == nil {
+			if err := s.Close(ctx); err != nil {
+				w.d.Log.Warn("close sandbox", "traj_id", id, "handle", handle, "error", err)
 			}
-		}
-	}
-	if sb != nil {
-		if err := sb.Close(context.WithoutCancel(ctx)); err != nil {
-			w.d.Log.Warn("close sandbox", "handle", handle, "error", err)
+			return
 		}
 	}
 }

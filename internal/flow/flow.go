@@ -13,11 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
@@ -160,11 +160,10 @@ func PosOf(t *store.Trajectory, seq int64) Pos {
 }
 
 // ReportFailed tells the coordinator that step seq of a trajectory cannot be
-// done; the coordinator ends the trajectory with a fallback result.
-func ReportFailed(ctx context.Context, d *service.Deps, worker, trajID string, seq int64, cause error) {
+// done; the coordinator ends the trajectory with a fallback result (or, if
+// the step did commit, sends its follow-up again).
+func ReportFailed(ctx context.Context, pub *bus.Publisher, now time.Time, worker, trajID string, seq int64, cause error) error {
 	e := schema.Event{V: schema.Version, Type: schema.EventFailed, TrajID: trajID, Seq: seq, Worker: worker,
-		Reason: cause.Error(), At: d.Now().UTC()}
-	if err := d.Pub.Publish(ctx, bus.SubjectEvents, schema.MsgID(trajID, seq, "failed"), e); err != nil {
-		d.Log.Error("report failed step", "traj_id", trajID, "seq", seq, "error", err)
-	}
+		Reason: cause.Error(), At: now.UTC()}
+	return pub.Publish(ctx, bus.SubjectEvents, schema.MsgID(trajID, seq, "failed"), e)
 }

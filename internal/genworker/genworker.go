@@ -114,12 +114,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) {
+func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) error {
 	step, err := schema.Decode[schema.GenStep](m.Data())
 	if err != nil {
-		return
+		return nil // undecodable messages are dead-lettered, never given up on
 	}
-	flow.ReportFailed(ctx, w.d, w.id, step.TrajID, step.Seq, cause)
+	return flow.ReportFailed(ctx, w.d.Pub, w.d.Now(), w.id, step.TrajID, step.Seq, cause)
 }
 
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
@@ -155,12 +155,26 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	if err := w.d.Store.Commit(ctx, c); errors.Is(err, store.ErrStale) {
-		return nil // another delivery committed this step and publishes its follow-up
+		return w.afterStale(ctx, t.ID, step.Seq)
 	} else if err != nil {
 		return err
 	}
 	t.Apply(c)
 	return w.publishNext(ctx, t)
+}
+
+// afterStale handles a commit that lost to another delivery of the same
+// step: that delivery may have died before publishing the follow-up, so
+// publish it (the duplicate window swallows a second copy).
+func (w *Worker) afterStale(ctx context.Context, id string, seq int64) error {
+	t, err := w.d.Store.Load(ctx, id, 0)
+	if err != nil {
+		return err
+	}
+	if flow.PosOf(t, seq) == flow.PosJustDone {
+		return w.publishNext(ctx, t)
+	}
+	return nil
 }
 
 // step runs the generation of t (or ends it at a limit) and returns the

@@ -149,11 +149,18 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 		Topo: topo, Common: c, Log: log, Now: time.Now}, nil
 }
 
-// Close drains NATS (delivering what was published) and closes Redis.
+// Close drains NATS, so the last acks and naks reach the server, and closes
+// Redis.
 func (d *Deps) Close() {
+	_ = d.NC.FlushTimeout(5 * time.Second)
 	if err := d.NC.Drain(); err != nil {
 		d.NC.Close()
 	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !d.NC.IsClosed() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.NC.Close()
 	_ = d.Redis.Close()
 }
 

@@ -70,8 +70,9 @@ type Runner struct {
 	Sources []jetstream.Consumer // in priority order
 	Slots   int                  // concurrent handlers
 	Handler Handler
-	// GiveUp is told of a message whose redeliveries ran out (optional).
-	GiveUp     func(ctx context.Context, m jetstream.Msg, err error)
+	// GiveUp is told of a message whose redeliveries ran out (optional); if
+	// it fails, the message is handed back to try again later.
+	GiveUp     func(ctx context.Context, m jetstream.Msg, err error) error
 	Publisher  *Publisher
 	Log        *slog.Logger
 	AckWait    time.Duration
@@ -162,6 +163,10 @@ func (r *Runner) pull(ctx context.Context, n int, dispatch func(jetstream.Msg)) 
 			return got
 		}
 		for m := range batch.Messages() {
+			if ctx.Err() != nil {
+				_ = m.Nak() // arrived after shutdown began: start nothing new
+				continue
+			}
 			dispatch(m)
 			got++
 		}
@@ -239,9 +244,13 @@ func (r *Runner) handle(ctx, hctx context.Context, m jetstream.Msg) {
 	if IsFatal(err) || (r.MaxDeliver > 0 && delivered >= uint64(r.MaxDeliver)) {
 		log.Error("giving up on message", "error", err)
 		if r.GiveUp != nil {
-			r.GiveUp(hctx, m, err)
+			if gerr := r.GiveUp(hctx, m, err); gerr != nil {
+				log.Error("give-up report failed; will retry", "error", gerr)
+				_ = m.NakWithDelay(backoff(delivered))
+				return
+			}
 		}
-		_ = m.TermWithReason("max deliveries")
+		_ = m.TermWithReason("gave up")
 		return
 	}
 	delay := backoff(delivered)

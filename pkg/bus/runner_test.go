@@ -116,11 +116,17 @@ func TestRunnerOutcomes(t *testing.T) {
 		return errors.New("always fails")
 	}
 	r := newRunner(js, topo, "outcomes", 4, h, c)
-	r.GiveUp = func(_ context.Context, m jetstream.Msg, err error) {
+	failReport := true
+	r.GiveUp = func(_ context.Context, m jetstream.Msg, err error) error {
 		meta, _ := m.Metadata()
 		mu.Lock()
+		defer mu.Unlock()
+		if string(m.Data()) == "doomed" && failReport {
+			failReport = false // the first report fails: the message must come back
+			return errors.New("events stream unavailable")
+		}
 		gaveUp[string(m.Data())] = meta.NumDelivered
-		mu.Unlock()
+		return nil
 	}
 	pub := bus.NewPublisher(js)
 	bodies := []string{"ok", "bad", "flaky", "fatal", "panic", "doomed"}
@@ -135,7 +141,7 @@ func TestRunnerOutcomes(t *testing.T) {
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	want := map[string]uint64{"fatal": 1, "panic": 3, "doomed": 3}
+	want := map[string]uint64{"fatal": 1, "panic": 3, "doomed": 4}
 	if len(gaveUp) != len(want) {
 		t.Fatalf("gave up on %v, want %v", gaveUp, want)
 	}

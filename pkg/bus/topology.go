@@ -114,8 +114,10 @@ func (t Topology) EnsureStreams(ctx context.Context, js jetstream.JetStream) err
 }
 
 // Consumer creates or updates a durable pull consumer named name on stream,
-// filtered to subject, with explicit ack and this topology's AckWait and
-// MaxDeliver.
+// filtered to subject, with explicit ack and this topology's AckWait. The
+// server redelivers without limit: the Runner counts deliveries and decides
+// when to give up (MaxDeliver), so a give-up that cannot be reported is
+// retried instead of silently dropped.
 func (t Topology) Consumer(ctx context.Context, js jetstream.JetStream, stream, name, subject string) (jetstream.Consumer, error) {
 	c, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       name,
@@ -123,7 +125,7 @@ func (t Topology) Consumer(ctx context.Context, js jetstream.JetStream, stream, 
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait:       t.AckWait,
-		MaxDeliver:    t.MaxDeliver,
+		MaxDeliver:    -1,
 		MaxAckPending: 1000,
 	})
 	if err != nil {

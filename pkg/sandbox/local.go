@@ -25,15 +25,14 @@ import (
 //
 // Every command, including the git commands Local runs itself, runs in its
 // own session and process group with stdin from /dev/null and a minimal
-// environment (never the host's): PATH from the host, HOME set to the
-// sandbox dir, LANG=C.UTF-8, TERM=dumb, PAGER=GIT_PAGER=cat, TMPDIR, then
+// environment (never the host's): PATH from the host, HOME and TMPDIR set to
+// the sandbox's private temp dir, LANG=C.UTF-8, TERM=dumb, PAGER=GIT_PAGER=cat, then
 // Spec.Env. When a command ends, times out or its ctx ends, the whole
 // process group is killed, so background processes (a server started with
 // `&`) do not outlive the command that started them.
 //
-// Because HOME is the sandbox dir, what tools write under ~ (pip's cache,
-// ~/.gitconfig) lands in the workspace and in Diff unless .gitignore
-// covers it.
+// HOME is not the workspace, so what tools write under ~ (pip's cache,
+// ~/.gitconfig) stays out of Diff.
 type Local struct {
 	root        string
 	outputLimit int

@@ -42,8 +42,10 @@ const gitTimeout = 10 * time.Minute
 func (l *Local) newSandbox(id string, extra map[string]string) *localSandbox {
 	dir, tmpDir := l.dirOf(id), l.tmpOf(id)
 	base := map[string]string{
-		"PATH":      l.path,
-		"HOME":      dir,
+		"PATH": l.path,
+		// HOME is the sandbox's private temp dir, not the workspace, so what
+		// tools write under ~ stays out of the diff.
+		"HOME":      tmpDir,
 		"LANG":      "C.UTF-8",
 		"TERM":      "dumb",
 		"PAGER":     "cat",
@@ -54,7 +56,7 @@ func (l *Local) newSandbox(id string, extra map[string]string) *localSandbox {
 		"GIT_CEILING_DIRECTORIES": l.root,
 	}
 	if l.bwrap != "" {
-		base["TMPDIR"] = "/tmp"
+		base["TMPDIR"], base["HOME"] = "/tmp", "/tmp"
 	}
 	git := map[string]string{
 		"GIT_CONFIG_NOSYSTEM": "1",

@@ -333,7 +333,11 @@ func TestLocalEnvironment(t *testing.T) {
 		t.Helper()
 		sandboxtest.WantOutput(t, sb, `echo "${ACTLOOP_SECRET-unset}"`, "unset\n")
 		sandboxtest.WantOutput(t, sb, `env | grep -c SECRET || true`, "0\n")
-		sandboxtest.WantOutput(t, sb, `echo "$HOME|$LANG|$TERM|$PAGER|$GIT_PAGER|$FOO"`, dir+"|C.UTF-8|dumb|less|cat|bar\n")
+		sandboxtest.WantOutput(t, sb, `echo "$LANG|$TERM|$PAGER|$GIT_PAGER|$FOO"`, "C.UTF-8|dumb|less|cat|bar\n")
+		// HOME is private to the sandbox but outside its workspace, so
+		// dotfiles written there stay out of the diff.
+		sandboxtest.WantOutput(t, sb, `test "$HOME" = "$TMPDIR" && test -d "$HOME" && echo ok`, "ok\n")
+		sandboxtest.WantOutput(t, sb, `case "$HOME" in "`+dir+`"*) echo inside;; *) echo outside;; esac`, "outside\n")
 		sandboxtest.WantOutput(t, sb, `test "$PATH" = "`+os.Getenv("PATH")+`" && echo same`, "same\n")
 	}
 	check(sb)

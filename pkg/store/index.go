@@ -9,10 +9,11 @@ import (
 )
 
 // The coordinator's index of admitted trajectories and its counters. These
-// keys are not per trajectory (no hash tag); only the coordinator writes them.
+// keys share the hash tag {coordinator} (one script touches both on Redis
+// Cluster); only the coordinator writes them.
 const (
-	activeKey = "actloop:active" // hash: traj id -> replica
-	statsKey  = "actloop:stats"  // hash: counters
+	activeKey = "actloop:{coordinator}:active" // hash: traj id -> replica
+	statsKey  = "actloop:{coordinator}:stats"  // hash: counters
 )
 
 // AddActive records an admitted trajectory and its replica; idempotent.

@@ -157,10 +157,10 @@ return 1
 `)
 
 // Load reads a trajectory in one round trip: the hash, plus the parts asked
-// for.
+// for, in one MULTI so a concurrent commit is seen whole or not at all.
 func (s *Store) Load(ctx context.Context, id string, parts Parts) (*Trajectory, error) {
 	k := keysOf(id)
-	pipe := s.rdb.Pipeline()
+	pipe := s.rdb.TxPipeline()
 	hash := pipe.HGetAll(ctx, k.hash)
 	var msgs *redis.StringSliceCmd
 	var tok, lp, mask, ver *redis.StringCmd

@@ -1,0 +1,61 @@
+package devstack_test
+
+import (
+	"testing"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/actloop/actloop/internal/testkit"
+)
+
+// One span per trajectory, one per step, all in the trajectory's trace,
+// across services, through the W3C trace context in NATS headers.
+func TestStepSpansJoinTheTrajectoryTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() {
+		otel.SetTracerProvider(prevTP)
+		otel.SetTextMapPropagator(prevProp)
+	})
+
+	e := newEnv(t, 1)
+	if _, err := e.stack.StartAll(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.submit(simSample("traced", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"))
+	e.results(1)
+	testkit.Eventually(t, wait, "the trajectory span to end", func() bool {
+		for _, s := range rec.Ended() {
+			if s.Name() == "trajectory" {
+				return true
+			}
+		}
+		return false
+	})
+	var traj sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == "trajectory" {
+			traj = s
+		}
+	}
+	steps := map[string]int{}
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "gen-r0", "env-env-0":
+			steps[s.Name()]++
+			if s.SpanContext().TraceID() != traj.SpanContext().TraceID() || s.Parent().SpanID() != traj.SpanContext().SpanID() {
+				t.Errorf("%s span is not a child of the trajectory span", s.Name())
+			}
+		}
+	}
+	// start, exec (submits), finish; one generation.
+	if steps["gen-r0"] != 1 || steps["env-env-0"] != 3 {
+		t.Errorf("step spans %v, want 1 gen and 3 env", steps)
+	}
+}
