@@ -23,6 +23,7 @@ import (
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/sim"
+	"github.com/actloop/actloop/pkg/telemetry"
 )
 
 // devSummary is the last line of `actloop dev --json`.
@@ -39,7 +40,7 @@ type devSummary struct {
 	Redis        string  `json:"redis"`
 }
 
-func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tasks := fs.Int("tasks", 6, "demo trajectories to run")
@@ -77,8 +78,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(d)
+		// Kept when the run fails, so its logs can be read.
+		defer func() {
+			if err == nil {
+				_ = os.RemoveAll(d)
+			}
+		}()
 		*dir = d
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
 	}
 	logPath := filepath.Join(*dir, "actloop-dev.log")
 	logFile, err := os.Create(logPath)
@@ -87,6 +96,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer logFile.Close()
 	log := service.NewLogger(logFile, common.LogLevel)
+	// Spans go to the log file with ACTLOOP_OTEL_EXPORTER=stdout.
+	shutdownTel, err := telemetry.Setup(ctx, common.Config, "actloop-dev", logFile)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = shutdownTel(sctx)
+	}()
 	coordAddr := *addr
 	if l, err := net.Listen("tcp", coordAddr); err != nil {
 		coordAddr = "127.0.0.1:0"

@@ -237,19 +237,25 @@ func TestBadSamplesAreDeadLettered(t *testing.T) {
 	}
 }
 
-// blockingGen blocks its nth generation until released, ignoring
-// cancellation, like a worker that hangs and is then cut off.
+// blockingGen blocks the generations that block selects until released,
+// ignoring cancellation, like a worker that hangs.
 type blockingGen struct {
 	llm.Generator
-	n       int64
+	block   func(call int64, req llm.Request) bool
 	calls   atomic.Int64
+	once    sync.Once
 	entered chan struct{}
 	release chan struct{}
 }
 
+func newBlockingGen(url string, block func(call int64, req llm.Request) bool) *blockingGen {
+	return &blockingGen{Generator: llm.NewSGLang(url, llm.SGLangOptions{}), block: block,
+		entered: make(chan struct{}), release: make(chan struct{})}
+}
+
 func (b *blockingGen) Generate(ctx context.Context, req llm.Request) (llm.Result, error) {
-	if b.calls.Add(1) == b.n {
-		close(b.entered)
+	if b.block(b.calls.Add(1), req) {
+		b.once.Do(func() { close(b.entered) })
 		<-b.release
 	}
 	return b.Generator.Generate(context.WithoutCancel(ctx), req)
@@ -267,8 +273,7 @@ func TestCrashedWorkerStepsApplyOnce(t *testing.T) {
 	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
 		t.Fatal(err)
 	}
-	sg := llm.NewSGLang(e.stack.SimURLs["r0"], llm.SGLangOptions{})
-	blk := &blockingGen{Generator: sg, n: 3, entered: make(chan struct{}), release: make(chan struct{})}
+	blk := newBlockingGen(e.stack.SimURLs["r0"], func(call int64, _ llm.Request) bool { return call == 3 })
 	var once sync.Once
 	releaseBlocked := func() { once.Do(func() { close(blk.release) }) }
 	t.Cleanup(releaseBlocked)
@@ -320,4 +325,64 @@ func TestCrashedWorkerStepsApplyOnce(t *testing.T) {
 			t.Errorf("%s changed after replay: %d tokens (result %d), %d calls", s.ID, len(tr.Tokens), len(r.Tokens), tr.Calls)
 		}
 	}
+}
+
+// An env-worker that stops (SIGTERM) in the middle of a batch and comes back
+// under the same id re-attaches its sandboxes by handle: every trajectory
+// still completes and is solved.
+func TestEnvWorkerRestartReattachesSandboxes(t *testing.T) {
+	e := newEnv(t, 1)
+	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	// Generations after each trajectory's first wait until the first
+	// env-worker is gone, so every trajectory is mid-flight when it stops.
+	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
+		return countOf(req.InputIDs, tokenize.ImStart) > 3 // past the first turn
+	})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate.release) }) }
+	t.Cleanup(open)
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", gate); err != nil {
+		t.Fatal(err)
+	}
+	first, stopFirst := context.WithCancel(e.ctx)
+	defer stopFirst()
+	if _, err := e.stack.StartEnvWorker(first, e.stack.EnvWorkerConfig("env-0")); err != nil {
+		t.Fatal(err)
+	}
+	samples := demo.Samples(2, e.ws, "restart") // no more than the gen-worker's slots: blocked calls hold them
+	e.submit(samples...)
+	testkit.Eventually(t, wait, "every trajectory to have run a command", func() bool {
+		for _, s := range samples {
+			tr, err := e.st.Load(e.ctx, s.ID, 0)
+			if err != nil || tr.Commands < 1 {
+				return false
+			}
+		}
+		return true
+	})
+	stopFirst()
+	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
+		t.Fatal(err)
+	}
+	open()
+	got := e.results(len(samples))
+	for _, s := range samples {
+		r := got[s.ID]
+		if !r.Solved() {
+			t.Errorf("%s: %s %q reward %g", s.ID, r.Status, r.Reason, r.Reward)
+		}
+		checkConsistent(t, r)
+	}
+}
+
+func countOf(ids []int32, id int32) int {
+	n := 0
+	for _, x := range ids {
+		if x == id {
+			n++
+		}
+	}
+	return n
 }

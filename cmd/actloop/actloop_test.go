@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/actloop/actloop/internal/coordinator"
+	"github.com/actloop/actloop/internal/demo"
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/envworker"
+	"github.com/actloop/actloop/internal/genworker"
+	"github.com/actloop/actloop/internal/predictor"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// `actloop dev --tasks N --json` runs the demo end to end and ends with one
+// JSON object on the last line.
+func TestDevJSON(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"dev", "--tasks", "3", "--json", "--dir", t.TempDir(),
+		"--addr", "127.0.0.1:0", "--replicas", "1"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("dev: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var sum map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
+		t.Fatalf("last line is not JSON: %q", lines[len(lines)-1])
+	}
+	for k, want := range map[string]float64{"trajectories": 3, "completed": 3, "fallback": 0, "solved": 3} {
+		if sum[k] != want {
+			t.Errorf("%s = %v, want %v", k, sum[k], want)
+		}
+	}
+	for _, k := range []string{"gen_steps", "env_steps", "wall_s"} {
+		if v, ok := sum[k].(float64); !ok || v <= 0 {
+			t.Errorf("%s = %v, want > 0", k, sum[k])
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{nil, {"frobnicate"}, {"dev", "--tasks", "0"}, {"dev", "--redis", "mongo"}, {"submit"}, {"schema", "x"}} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, &out, &errOut); exitCode(err) != 2 {
+			t.Errorf("%v: exit %d (%v), want 2", args, exitCode(err), err)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"schema", "result"}, &out, &out); err != nil || !json.Valid(out.Bytes()) {
+		t.Fatalf("schema result: %v", err)
+	}
+}
+
+// A trainer drives a running deployment with submit, results and status.
+func TestSubmitResultsStatus(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	common := service.CommonDefaults()
+	common.PullWait = 100 * time.Millisecond
+	dir := t.TempDir()
+	st, err := devstack.StartInfra(ctx, devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t),
+		Replicas: 1, Slots: 2, EnvSlots: 2, Common: common})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := st.Wait(); err != nil {
+			t.Error(err)
+		}
+		st.Close()
+	})
+	coord, err := st.StartAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ACTLOOP_NATS_URL", st.NATS.ClientURL())
+	ws, err := demo.Workspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var lines []string
+	for _, s := range demo.Samples(2, ws, "cli") {
+		b, _ := json.Marshal(s)
+		lines = append(lines, string(b))
+	}
+	bad := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(bad, []byte(lines[0]+"\n\n"+`{"v":1,"id":"x","env":{"backend":"sim"}}`+"\n"+lines[0]+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err = run(ctx, []string{"submit", bad}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "line 3: task: missing") || !strings.Contains(err.Error(), "line 4: id:") {
+		t.Fatalf("submit of a bad file: %v", err)
+	}
+	good := filepath.Join(dir, "good.jsonl")
+	if err := os.WriteFile(good, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"submit", good}, &out, &errOut); err != nil || !strings.Contains(out.String(), "submitted 2") {
+		t.Fatalf("submit: %v %s", err, out.String())
+	}
+	out.Reset()
+	if err := run(ctx, []string{"results", "-n", "2"}, &out, &errOut); err != nil {
+		t.Fatalf("results: %v", err)
+	}
+	got := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(got) != 2 {
+		t.Fatalf("results printed %d lines: %q", len(got), out.String())
+	}
+	for _, l := range got {
+		r, err := schema.Decode[schema.Result]([]byte(l))
+		if err != nil || !r.Solved() {
+			t.Fatalf("result %v: %s", err, l)
+		}
+	}
+	// Acknowledged: the same consumer does not see them again.
+	out.Reset()
+	if err := run(ctx, []string{"results"}, &out, &errOut); err != nil || out.Len() != 0 {
+		t.Fatalf("second results: %v %q", err, out.String())
+	}
+
+	srv := httptest.NewServer(coord.Handler())
+	t.Cleanup(srv.Close)
+	t.Setenv("ACTLOOP_COORDINATOR_URL", srv.URL)
+	testkit.Eventually(t, time.Minute, "status to count both results", func() bool {
+		out.Reset()
+		if err := run(ctx, []string{"status"}, &out, &errOut); err != nil {
+			return false
+		}
+		var s coordinator.Status
+		return json.Unmarshal(out.Bytes(), &s) == nil && s.Finished[schema.StatusCompleted] == 2 && s.Active == 0
+	})
+}
+
+// The README lists every ACTLOOP_ setting the code reads, and no other.
+func TestReadmeListsEverySetting(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := map[string]bool{"ACTLOOP_TEST_REDIS": true}
+	for _, cfg := range []any{coordinator.Config{}, genworker.Config{}, envworker.Config{}, predictor.Config{}, trainerConfig{}} {
+		collectSettings(reflect.TypeOf(cfg), read)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(ACTLOOP_[A-Z0-9_]+)`").FindAllStringSubmatch(string(readme), -1) {
+		listed[m[1]] = true
+	}
+	var missing, unknown []string
+	for k := range read {
+		if !listed[k] {
+			missing = append(missing, k)
+		}
+	}
+	for k := range listed {
+		if !read[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(unknown)
+	if len(missing) > 0 || len(unknown) > 0 {
+		t.Fatalf("README settings: missing %v; listed but not read %v", missing, unknown)
+	}
+}
+
+func collectSettings(typ reflect.Type, out map[string]bool) {
+	for f := range typ.Fields() {
+		if f.Type.Kind() == reflect.Struct && f.Anonymous {
+			collectSettings(f.Type, out)
+			continue
+		}
+		if tag := f.Tag.Get("envconfig"); tag != "" {
+			out["ACTLOOP_"+tag] = true
+		}
+	}
+}
