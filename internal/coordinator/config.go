@@ -19,7 +19,10 @@ type Config struct {
 	MaxActive    int           `envconfig:"MAX_ACTIVE" default:"0"`
 	Policy       string        `envconfig:"POLICY" default:"fcfs"`
 	StallTimeout time.Duration `envconfig:"STALL_TIMEOUT" default:"30m"`
-	Addr         string        `envconfig:"COORDINATOR_ADDR" default:":8080"`
+	// ResultGrace is how long an ended trajectory may wait for its result
+	// to be seen before the coordinator publishes the result again.
+	ResultGrace time.Duration `envconfig:"RESULT_GRACE" default:"30s"`
+	Addr        string        `envconfig:"COORDINATOR_ADDR" default:":8080"`
 }
 
 // Validate joins every problem with c.
@@ -44,6 +47,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StallTimeout < time.Second {
 		errs = append(errs, errors.New("ACTLOOP_STALL_TIMEOUT: must be >= 1s"))
+	}
+	if c.ResultGrace < time.Second {
+		errs = append(errs, errors.New("ACTLOOP_RESULT_GRACE: must be >= 1s"))
 	}
 	return errors.Join(errs...)
 }

@@ -236,10 +236,8 @@ func (c *Coordinator) stepFailed(ctx context.Context, e schema.Event) error {
 }
 
 // finish publishes the result of a terminal trajectory from its stored
-// state and lets the state expire. It repairs an end whose result was not
-// sent (a crash between the final commit and the publish); the result's
-// Nats-Msg-Id keeps a second copy out within the duplicate window, and
-// trainers dedupe results by traj_id beyond it.
+// state: it repairs an end whose result was not sent (a crash between the
+// final commit and the publish).
 func (c *Coordinator) finish(ctx context.Context, id string) error {
 	t, err := c.d.Store.Load(ctx, id, store.WithAll)
 	if errors.Is(err, store.ErrNotFound) {
@@ -249,13 +247,7 @@ func (c *Coordinator) finish(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if !t.Status.Terminal() {
-		return fmt.Errorf("finish %s: not terminal (%s)", id, t.Status)
-	}
-	if err := c.d.Pub.Publish(flow.TrajContext(ctx, t.Trace), bus.SubjectResults, flow.ResultMsgID(t), flow.Result(t)); err != nil {
-		return err
-	}
-	return c.d.Store.Expire(ctx, id, c.d.Common.ResultTTL)
+	return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL)
 }
 
 // Fallback ends a trajectory that cannot finish: it commits it as aborted
@@ -264,7 +256,7 @@ func (c *Coordinator) finish(ctx context.Context, id string) error {
 // that already ended.
 func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 	for attempt := 0; ; attempt++ {
-		t, err := c.d.Store.Load(ctx, id, store.WithMessages)
+		t, err := c.d.Store.Load(ctx, id, store.WithAll)
 		if errors.Is(err, store.ErrNotFound) {
 			c.forget(ctx, id)
 			return nil
@@ -273,12 +265,12 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 			return err
 		}
 		if t.Status.Terminal() {
-			return c.finish(ctx, id)
+			return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL)
 		}
-		now := c.d.Now()
-		err = c.d.Store.Commit(ctx, store.Commit{ID: id, Seq: t.Seq, Set: map[string]string{
+		commit := store.Commit{ID: id, Seq: t.Seq, Set: map[string]string{
 			store.FieldStatus: string(store.StatusAborted), store.FieldReason: reason,
-			store.FieldFinishedAt: fmt.Sprint(now.UnixMilli())}})
+			store.FieldFinishedAt: fmt.Sprint(c.d.Now().UnixMilli())}}
+		err = c.d.Store.Commit(ctx, commit)
 		if errors.Is(err, store.ErrStale) && attempt < 5 {
 			continue // it moved meanwhile; look again
 		}
@@ -286,9 +278,8 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 			return err
 		}
 		c.d.Log.Warn("trajectory ended with a fallback", "traj_id", id, "seq", t.Seq, "reason", reason)
-		t.Seq++
-		t.Status, t.Reason, t.FinishedAt = store.StatusAborted, reason, now
-		if err := c.d.Pub.Publish(flow.TrajContext(ctx, t.Trace), bus.SubjectResults, flow.ResultMsgID(t), flow.Result(t)); err != nil {
+		t.Apply(commit)
+		if err := flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL); err != nil {
 			return err
 		}
 		if t.Owner != "" {
@@ -297,7 +288,7 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 				c.d.Log.Warn("sandbox close not sent", "traj_id", id, "error", err)
 			}
 		}
-		return c.d.Store.Expire(ctx, id, c.d.Common.ResultTTL)
+		return nil
 	}
 }
 
@@ -312,13 +303,9 @@ func (c *Coordinator) forget(ctx context.Context, id string) {
 	c.mu.Unlock()
 }
 
-// resultGrace is how long a terminal trajectory may wait for its result to
-// be seen before the sweep publishes the result again.
-const resultGrace = 30 * time.Second
-
 // sweep ends trajectories whose state has not advanced within StallTimeout.
 func (c *Coordinator) sweep(ctx context.Context) error {
-	every := max(c.cfg.StallTimeout/4, 250*time.Millisecond)
+	every := max(min(c.cfg.StallTimeout, c.cfg.ResultGrace)/4, 250*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -347,7 +334,7 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 			case p.Status.Terminal():
 				// Normally its result is on the way and its consumer removes
 				// it; still here after a while, the result was never sent.
-				if now.Sub(p.UpdatedAt) > resultGrace {
+				if now.Sub(p.UpdatedAt) > c.cfg.ResultGrace {
 					if err := c.finish(ctx, id); err != nil {
 						c.d.Log.Warn("re-publish result", "traj_id", id, "error", err)
 					}

@@ -151,7 +151,7 @@ func (s *Stack) Go(ctx context.Context, name string, build func(ctx context.Cont
 // CoordinatorConfig is the coordinator's configuration in this stack.
 func (s *Stack) CoordinatorConfig() coordinator.Config {
 	return coordinator.Config{Common: s.Opts.Common, Replicas: s.Replicas, Slots: s.Opts.Slots, Policy: "fcfs",
-		StallTimeout: 30 * time.Minute, Addr: s.Opts.CoordinatorAddr}
+		StallTimeout: 30 * time.Minute, ResultGrace: 30 * time.Second, Addr: s.Opts.CoordinatorAddr}
 }
 
 // StartCoordinator runs the coordinator.

@@ -49,6 +49,7 @@ type Worker struct {
 	cls      flow.Classifier
 
 	own, start jetstream.Consumer
+	driver     *flow.Driver
 
 	mu    sync.Mutex
 	boxes map[string]sandbox.Sandbox // by trajectory id
@@ -67,6 +68,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: agent.DefaultConfig(), cls: flow.LowOnly{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: local, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}}
+	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	if w.own, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-"+cfg.ID, bus.SubjectEnv(cfg.ID)); err != nil {
 		return nil, err
 	}
@@ -104,82 +106,29 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID),
 		attribute.Int64("seq", step.Seq), attribute.String("kind", string(step.Kind)))
-	parts := store.Parts(0)
-	if step.Kind == schema.EnvFinish {
-		parts = store.WithAll
-	}
-	t, err := w.d.Store.Load(ctx, step.TrajID, parts)
-	if errors.Is(err, store.ErrNotFound) {
-		w.d.Log.Warn("env step for unknown trajectory dropped", "traj_id", step.TrajID, "seq", step.Seq)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if step.Kind == schema.EnvClose {
-		w.closeSandbox(ctx, t.ID, t.Handle)
-		return nil
-	}
-	switch flow.PosOf(t, step.Seq) {
-	case flow.PosJustDone:
-		if t.Status.Terminal() {
-			w.closeSandbox(ctx, t.ID, t.Handle)
-		}
-		return w.publishNext(ctx, t)
-	case flow.PosOld:
-		return nil
-	case flow.PosAhead:
-		return fmt.Errorf("trajectory %s at seq %d is behind step %d", t.ID, t.Seq, step.Seq)
-	}
-	want := map[schema.EnvKind]store.Status{schema.EnvStart: store.StatusStarting,
-		schema.EnvExec: store.StatusNeedsEnvStep, schema.EnvFinish: store.StatusFinishing}[step.Kind]
-	if t.Status != want {
-		if t.Status.Terminal() {
+	var s flow.Step
+	switch step.Kind {
+	case schema.EnvClose:
+		t, err := w.d.Store.Load(ctx, step.TrajID, 0)
+		if errors.Is(err, store.ErrNotFound) {
+			w.closeSandbox(ctx, step.TrajID, "")
 			return nil
 		}
-		return bus.Malformed(fmt.Errorf("%s step %d for trajectory %s in status %s", step.Kind, step.Seq, t.ID, t.Status))
-	}
-	var c store.Commit
-	switch step.Kind {
-	case schema.EnvStart:
-		c, err = w.startStep(ctx, t)
-	case schema.EnvExec:
-		c, err = w.execStep(ctx, t)
-	case schema.EnvFinish:
-		c, err = w.finishStep(ctx, t)
-	}
-	if err != nil {
-		return err
-	}
-	err = w.d.Store.Commit(ctx, c)
-	if step.Kind == schema.EnvStart && err != nil {
-		w.closeSandbox(ctx, t.ID, c.Set[store.FieldHandle]) // not ours: another delivery started it, or retry anew
-	}
-	if errors.Is(err, store.ErrStale) {
-		return w.afterStale(ctx, t.ID, step.Seq)
-	} else if err != nil {
-		return err
-	}
-	t.Apply(c)
-	if step.Kind == schema.EnvFinish {
-		// Only now: a finish that must be retried needs its sandbox for the diff.
+		if err != nil {
+			return err
+		}
 		w.closeSandbox(ctx, t.ID, t.Handle)
+		return nil
+	case schema.EnvStart:
+		s = flow.Step{Want: store.StatusStarting, Run: w.startStep, Discard: func(ctx context.Context, c store.Commit) {
+			w.closeSandbox(ctx, c.ID, c.Set[store.FieldHandle]) // another delivery started one, or a retry starts anew
+		}}
+	case schema.EnvExec:
+		s = flow.Step{Want: store.StatusNeedsEnvStep, Run: w.execStep}
+	case schema.EnvFinish:
+		s = flow.Step{Parts: store.WithAll, Want: store.StatusFinishing, Run: w.finishStep}
 	}
-	return w.publishNext(ctx, t)
-}
-
-// afterStale handles a commit that lost to another delivery of the same
-// step: that delivery may have died before publishing the follow-up, so
-// publish it (the duplicate window swallows a second copy).
-func (w *Worker) afterStale(ctx context.Context, id string, seq int64) error {
-	t, err := w.d.Store.Load(ctx, id, 0)
-	if err != nil {
-		return err
-	}
-	if flow.PosOf(t, seq) == flow.PosJustDone {
-		return w.publishNext(ctx, t)
-	}
-	return nil
+	return w.driver.Do(ctx, step.TrajID, step.Seq, s)
 }
 
 // publishNext publishes the follow-up of t's state: the next step, or for a
@@ -192,19 +141,13 @@ func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
 		}
 		return flow.Publish(ctx, w.d.Pub, t.Trace, n)
 	}
+	// Only now that the end is committed: a finish that must be retried
+	// needs its sandbox for the diff.
+	w.closeSandbox(ctx, t.ID, t.Handle)
 	if t.Status != store.StatusTerminated {
 		return nil // aborted: the coordinator published the fallback
 	}
-	if t.Tokens == nil { // a redelivered finish loads everything; other kinds never get here
-		if t, err = w.d.Store.Load(ctx, t.ID, store.WithAll); err != nil {
-			return err
-		}
-	}
-	r := flow.Result(t)
-	if err := w.d.Pub.Publish(flow.TrajContext(ctx, t.Trace), bus.SubjectResults, flow.ResultMsgID(t), r); err != nil {
-		return err
-	}
-	return w.d.Store.Expire(ctx, t.ID, w.d.Common.ResultTTL)
+	return flow.PublishResult(ctx, w.d.Store, w.d.Pub, t, w.d.Common.ResultTTL)
 }
 
 func (w *Worker) backend(t *store.Trajectory) (sandbox.Backend, error) {

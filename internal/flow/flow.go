@@ -77,6 +77,27 @@ func Publish(ctx context.Context, pub *bus.Publisher, traceparent string, n Next
 // ResultMsgID is the Nats-Msg-Id of t's result.
 func ResultMsgID(t *store.Trajectory) string { return schema.MsgID(t.ID, t.Seq, "result") }
 
+// PublishResult publishes the result of a terminal trajectory (loading
+// whatever t lacks) and lets its state expire after ttl. Publishing again
+// is safe: the result's Nats-Msg-Id keeps a second copy out of the stream
+// within the duplicate window, and trainers dedupe results by traj_id
+// beyond it.
+func PublishResult(ctx context.Context, st *store.Store, pub *bus.Publisher, t *store.Trajectory, ttl time.Duration) error {
+	if !t.Status.Terminal() {
+		return fmt.Errorf("result of %s: not terminal (%s)", t.ID, t.Status)
+	}
+	if t.Tokens == nil || t.Messages == nil {
+		var err error
+		if t, err = st.Load(ctx, t.ID, store.WithAll); err != nil {
+			return err
+		}
+	}
+	if err := pub.Publish(TrajContext(ctx, t.Trace), bus.SubjectResults, ResultMsgID(t), Result(t)); err != nil {
+		return err
+	}
+	return st.Expire(ctx, t.ID, ttl)
+}
+
 // Result builds the result of a terminal trajectory loaded WithAll. A
 // fallback carries no trainable tokens.
 func Result(t *store.Trajectory) schema.Result {

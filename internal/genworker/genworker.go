@@ -75,6 +75,7 @@ type Worker struct {
 	id    string
 
 	hi, lo jetstream.Consumer
+	driver *flow.Driver
 }
 
 // New declares the replica's consumers. gen is the replica's inference
@@ -91,6 +92,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	tmpl := tokenize.NewByteChatML()
 	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tok, agent: agent.DefaultConfig(),
 		cls: flow.LowOnly{}, id: id}
+	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	var err error
 	name := "gen-" + cfg.Replica
 	if w.hi, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-hi", bus.SubjectGen(cfg.Replica, priority.ClassHigh)); err != nil {
@@ -128,53 +130,8 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		return bus.Malformed(fmt.Errorf("gen step: %w", err))
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
-	t, err := w.d.Store.Load(ctx, step.TrajID, store.WithTokens)
-	if errors.Is(err, store.ErrNotFound) {
-		w.d.Log.Warn("gen step for unknown trajectory dropped", "traj_id", step.TrajID, "seq", step.Seq)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	switch flow.PosOf(t, step.Seq) {
-	case flow.PosJustDone:
-		return w.publishNext(ctx, t)
-	case flow.PosOld:
-		return nil
-	case flow.PosAhead:
-		return fmt.Errorf("trajectory %s at seq %d is behind step %d", t.ID, t.Seq, step.Seq)
-	}
-	if t.Status != store.StatusNeedsGeneration {
-		if t.Status.Terminal() {
-			return nil
-		}
-		return bus.Malformed(fmt.Errorf("gen step %d for trajectory %s in status %s", step.Seq, t.ID, t.Status))
-	}
-	c, err := w.step(ctx, t)
-	if err != nil {
-		return err
-	}
-	if err := w.d.Store.Commit(ctx, c); errors.Is(err, store.ErrStale) {
-		return w.afterStale(ctx, t.ID, step.Seq)
-	} else if err != nil {
-		return err
-	}
-	t.Apply(c)
-	return w.publishNext(ctx, t)
-}
-
-// afterStale handles a commit that lost to another delivery of the same
-// step: that delivery may have died before publishing the follow-up, so
-// publish it (the duplicate window swallows a second copy).
-func (w *Worker) afterStale(ctx context.Context, id string, seq int64) error {
-	t, err := w.d.Store.Load(ctx, id, 0)
-	if err != nil {
-		return err
-	}
-	if flow.PosOf(t, seq) == flow.PosJustDone {
-		return w.publishNext(ctx, t)
-	}
-	return nil
+	return w.driver.Do(ctx, step.TrajID, step.Seq, flow.Step{
+		Parts: store.WithTokens, Want: store.StatusNeedsGeneration, Run: w.step})
 }
 
 // step runs the generation of t (or ends it at a limit) and returns the

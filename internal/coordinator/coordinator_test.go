@@ -1,0 +1,169 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/store"
+)
+
+const wait = time.Minute
+
+func stack(t *testing.T) (context.Context, *devstack.Stack, *service.Deps) {
+	t.Helper()
+	common := service.CommonDefaults()
+	common.PullWait = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := devstack.StartInfra(ctx, devstack.Options{Dir: t.TempDir(), RedisKind: testkit.PreferredRedis(t),
+		Replicas: 2, Slots: 2, EnvSlots: 1, Common: common, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := s.Wait(); err != nil {
+			t.Error(err)
+		}
+		s.Close()
+	})
+	d, err := s.Deps(ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return ctx, s, d
+}
+
+func sample(id string) schema.Sample {
+	s := schema.Sample{V: schema.Version, ID: id, Task: "t", Env: schema.Env{Backend: schema.BackendSim}}
+	s.Normalize()
+	return s
+}
+
+// first waits for the first message in stream (work-queue streams allow no
+// second consumer, so it reads the stream directly) and decodes it.
+func first[T any](t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) T {
+	t.Helper()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq uint64
+	testkit.Eventually(t, wait, "a message in "+stream, func() bool {
+		info, err := st.Info(ctx)
+		if err != nil || info.State.Msgs == 0 {
+			return false
+		}
+		seq = info.State.FirstSeq
+		return true
+	})
+	m, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v T
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Admission assigns the least-loaded replica, creates the state and
+// publishes the start; MAX_ACTIVE bounds what is admitted and the rest waits
+// in the samples stream.
+func TestAdmission(t *testing.T) {
+	ctx, s, d := stack(t)
+	cfg := s.CoordinatorConfig()
+	cfg.MaxActive = 3
+	c, err := s.StartCoordinator(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		if err := d.Pub.Publish(ctx, bus.SubjectSamples, id, sample(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, wait, "three admitted, two queued", func() bool {
+		st, err := c.Status(ctx)
+		return err == nil && st.Active == 3 && st.Queued == 2
+	})
+	st, _ := c.Status(ctx)
+	if st.Replicas[0].Active+st.Replicas[1].Active != 3 || st.Replicas[0].Active == 0 || st.Replicas[1].Active == 0 {
+		t.Fatalf("replica load %+v: want both used", st.Replicas)
+	}
+	tr, err := d.Store.Load(ctx, "a", store.WithAll)
+	if err != nil || tr.Status != store.StatusStarting || tr.Seq != 0 || tr.Replica == "" {
+		t.Fatalf("state of a: %+v %v", tr, err)
+	}
+	start := first[schema.EnvStep](t, ctx, d.JS, bus.StreamEnv)
+	if start.Kind != schema.EnvStart || start.Seq != 0 {
+		t.Fatalf("first env message %+v", start)
+	}
+}
+
+// A trajectory that ended but whose result was never published (its worker
+// died between the final commit and the publish) gets its result from the
+// coordinator; a failure report for a step that did commit re-sends the
+// step's follow-up instead of ending the trajectory.
+func TestRepairs(t *testing.T) {
+	ctx, s, d := stack(t)
+	orphan := sample("orphan")
+	if err := d.Store.Create(ctx, orphan, store.StatusStarting, map[string]string{store.FieldReplica: "r0"}); err != nil {
+		t.Fatal(err)
+	}
+	end := store.Commit{ID: "orphan", Seq: 0, Set: map[string]string{store.FieldStatus: string(store.StatusTerminated),
+		store.FieldReason: "submitted", store.FieldReward: "1"}}
+	end.Append([]int32{1, 2}, []float32{-0.5, -0.25}, 1, 7)
+	if err := d.Store.Commit(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Store.AddActive(ctx, "orphan", "r0"); err != nil {
+		t.Fatal(err)
+	}
+	moved := sample("moved")
+	if err := d.Store.Create(ctx, moved, store.StatusStarting, map[string]string{store.FieldReplica: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Store.Commit(ctx, store.Commit{ID: "moved", Seq: 0, Set: map[string]string{
+		store.FieldStatus: string(store.StatusNeedsGeneration)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Store.AddActive(ctx, "moved", "r1"); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := s.CoordinatorConfig()
+	cfg.ResultGrace = time.Second
+	c, err := s.StartCoordinator(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := schema.Event{V: schema.Version, Type: schema.EventFailed, TrajID: "moved", Seq: 0, Worker: "w", Reason: "publish failed"}
+	if err := d.Pub.Publish(ctx, bus.SubjectEvents, "", failed); err != nil {
+		t.Fatal(err)
+	}
+	g := first[schema.GenStep](t, ctx, d.JS, bus.StreamGen)
+	if g.TrajID != "moved" || g.Seq != 1 || g.Replica != "r1" {
+		t.Fatalf("re-sent step %+v", g)
+	}
+	r := first[schema.Result](t, ctx, d.JS, bus.StreamResults)
+	if r.TrajID != "orphan" || r.Status != schema.StatusCompleted || r.Reward != 1 || r.MinVersion != 7 || len(r.Tokens) != 2 {
+		t.Fatalf("repaired result %+v", r)
+	}
+	testkit.Eventually(t, wait, "the orphan to leave the active set", func() bool {
+		st, err := c.Status(ctx)
+		act, aerr := d.Store.Active(ctx)
+		return err == nil && aerr == nil && st.Finished[schema.StatusCompleted] == 1 && act["orphan"] == ""
+	})
+}

@@ -1,0 +1,88 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/store"
+)
+
+// Driver runs one step of a trajectory under the protocol every worker
+// shares: load; a step already committed publishes its follow-up again (if
+// it was the last one) or is dropped; otherwise run the step, commit it with
+// the seq check, and publish the follow-up.
+type Driver struct {
+	Store *store.Store
+	// PublishNext publishes the follow-up of a committed state.
+	PublishNext func(ctx context.Context, t *store.Trajectory) error
+	Log         *slog.Logger
+}
+
+// Step describes one kind of step to a Driver.
+type Step struct {
+	Parts store.Parts  // what the step reads beyond the hash
+	Want  store.Status // the status a trajectory waiting for this step has
+	// Run does the step's work and returns its commit.
+	Run func(ctx context.Context, t *store.Trajectory) (store.Commit, error)
+	// Discard, when set, is told of a commit that did not apply (another
+	// delivery won, or the commit failed), to undo side effects.
+	Discard func(ctx context.Context, c store.Commit)
+}
+
+// Do runs step s for seq of trajectory id.
+func (d *Driver) Do(ctx context.Context, id string, seq int64, s Step) error {
+	t, err := d.Store.Load(ctx, id, s.Parts)
+	if errors.Is(err, store.ErrNotFound) {
+		d.Log.Warn("step for unknown trajectory dropped", "traj_id", id, "seq", seq)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch PosOf(t, seq) {
+	case PosJustDone:
+		return d.PublishNext(ctx, t)
+	case PosOld:
+		return nil
+	case PosAhead:
+		return fmt.Errorf("trajectory %s at seq %d is behind step %d", t.ID, t.Seq, seq)
+	}
+	if t.Status != s.Want {
+		if t.Status.Terminal() {
+			return nil
+		}
+		return bus.Malformed(fmt.Errorf("step %d of trajectory %s wants status %s, found %s", seq, t.ID, s.Want, t.Status))
+	}
+	c, err := s.Run(ctx, t)
+	if err != nil {
+		return err
+	}
+	if err := d.Store.Commit(ctx, c); err != nil {
+		if s.Discard != nil {
+			s.Discard(ctx, c)
+		}
+		if errors.Is(err, store.ErrStale) {
+			return d.afterStale(ctx, id, seq)
+		}
+		return err
+	}
+	t.Apply(c)
+	return d.PublishNext(ctx, t)
+}
+
+// afterStale handles a commit that lost to another delivery of the same
+// step: that delivery may have died before publishing the follow-up, so
+// publish it (the duplicate window swallows a second copy).
+func (d *Driver) afterStale(ctx context.Context, id string, seq int64) error {
+	t, err := d.Store.Load(ctx, id, 0)
+	if err != nil {
+		return err
+	}
+	if PosOf(t, seq) == PosJustDone {
+		return d.PublishNext(ctx, t)
+	}
+	return nil
+}
