@@ -42,9 +42,15 @@ func TestLimitsAndFallbacks(t *testing.T) {
 	setup.Env.Setup = []string{"exit 3"}
 	stall := simSample("stall", "THOUGHT: wait.\n\n```bash\nsleep 600\n```")
 	stall.Env.StepTimeoutMS = 3_600_000
-	e.submit(steps, budget, setup, stall)
+	slow := simSample("slow", "THOUGHT: this takes long.\n\n```bash\nsleep 30\n```", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
+	slow.Env.StepTimeoutMS = 200
+	e.submit(steps, budget, setup, stall, slow)
 
-	got := e.results(4)
+	got := e.results(5)
+	// A command's timeout is an observation for the model, not a failure.
+	if r := got["slow"]; !r.Solved() || r.Turns != 2 || !strings.Contains(r.Messages[3].Content, "timed out") {
+		t.Errorf("slow: %s %q turns %d; observation %q", r.Status, r.Reason, r.Turns, r.Messages[3].Content)
+	}
 	for id, want := range map[string]struct {
 		status, reason string
 		turns          int
