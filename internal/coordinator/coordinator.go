@@ -30,7 +30,9 @@ import (
 	"github.com/actloop/actloop/pkg/store"
 )
 
-var tracer = otel.Tracer("github.com/actloop/actloop/internal/coordinator")
+// tracer is looked up per use so that a tracer provider installed after
+// start-up (or replaced in tests) takes effect.
+func tracer() trace.Tracer { return otel.Tracer("github.com/actloop/actloop/internal/coordinator") }
 
 // Coordinator is the admission and bookkeeping service.
 type Coordinator struct {
@@ -126,7 +128,7 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 	}
 	log := c.d.Log.With("traj_id", s.ID)
 	replica := c.leastLoaded()
-	tctx, span := tracer.Start(context.WithoutCancel(ctx), "trajectory", trace.WithNewRoot(),
+	tctx, span := tracer().Start(context.WithoutCancel(ctx), "trajectory", trace.WithNewRoot(),
 		trace.WithAttributes(attribute.String("traj_id", s.ID), attribute.String("group_id", s.GroupID)))
 	err = c.d.Store.Create(ctx, s, store.StatusStarting, map[string]string{
 		store.FieldReplica: replica, store.FieldTrace: flow.Traceparent(tctx)})

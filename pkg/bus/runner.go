@@ -198,13 +198,15 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-var tracer = otel.Tracer("github.com/actloop/actloop/pkg/bus")
+// tracer is looked up per use so that a tracer provider installed after
+// start-up (or replaced in tests) takes effect.
+func tracer() trace.Tracer { return otel.Tracer("github.com/actloop/actloop/pkg/bus") }
 
 // handle runs the handler on m and acks by outcome. ctx ends when the runner
 // stops pulling; hctx ends when in-flight work must give up.
 func (r *Runner) handle(ctx, hctx context.Context, m jetstream.Msg) {
 	pctx := otel.GetTextMapPropagator().Extract(hctx, HeaderCarrier(m.Headers()))
-	pctx, span := tracer.Start(pctx, r.Name, trace.WithSpanKind(trace.SpanKindConsumer),
+	pctx, span := tracer().Start(pctx, r.Name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("messaging.destination.name", m.Subject())))
 	defer span.End()
 
