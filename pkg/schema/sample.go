@@ -30,15 +30,18 @@ func ValidID(s string) bool { return idPattern.MatchString(s) }
 // Sample is one rollout request from a trainer. Several samples of one prompt
 // share GroupID and differ in GroupIndex.
 type Sample struct {
-	V          int      `json:"v"`
-	ID         string   `json:"id"`
-	GroupID    string   `json:"group_id,omitempty"`
-	GroupIndex int      `json:"group_index"`
-	GroupSize  int      `json:"group_size,omitempty"`
-	Task       string   `json:"task"`
-	Env        Env      `json:"env"`
-	Limits     Limits   `json:"limits"`
-	Sampling   Sampling `json:"sampling"`
+	V          int    `json:"v"`
+	ID         string `json:"id"`
+	GroupID    string `json:"group_id,omitempty"`
+	GroupIndex int    `json:"group_index"`
+	GroupSize  int    `json:"group_size,omitempty"`
+	// Family names the kind of task (a dataset, a repository) for length
+	// prediction: trajectories of one family tend to run alike.
+	Family   string   `json:"family,omitempty"`
+	Task     string   `json:"task"`
+	Env      Env      `json:"env"`
+	Limits   Limits   `json:"limits"`
+	Sampling Sampling `json:"sampling"`
 	// Script is a list of model replies, one per turn, that the simulator
 	// returns instead of generating; real inference servers ignore it.
 	Script []string `json:"script,omitempty"`
@@ -120,6 +123,9 @@ func (s *Sample) Validate() error {
 	}
 	if s.GroupID != "" && !ValidID(s.GroupID) {
 		p.add("group_id", "must match [A-Za-z0-9._-]{1,128}, got %q", clip(s.GroupID))
+	}
+	if len(s.Family) > 256 {
+		p.add("family", "longer than 256 bytes")
 	}
 	if s.GroupIndex < 0 {
 		p.add("group_index", "must be >= 0, got %d", s.GroupIndex)

@@ -87,6 +87,7 @@ type Result struct {
 	GroupID    string `json:"group_id"`
 	GroupIndex int    `json:"group_index"`
 	GroupSize  int    `json:"group_size,omitempty"`
+	Family     string `json:"family,omitempty"`
 	Status     string `json:"status"`
 	// Reason says why the trajectory ended: "submitted", "limits: …", or
 	// for a fallback what went wrong.
@@ -114,6 +115,75 @@ type Result struct {
 
 // Solved reports whether the eval passed.
 func (r *Result) Solved() bool { return r.Status == StatusCompleted && r.Reward >= 1 }
+
+// PredictRequest asks predictor-gw (request-reply on actloop.predict) for a
+// trajectory's remaining work, given how far it has come.
+type PredictRequest struct {
+	V         int    `json:"v"`
+	TrajID    string `json:"traj_id"`
+	GroupID   string `json:"group_id,omitempty"`
+	Family    string `json:"family,omitempty"`
+	Turns     int    `json:"turns"`      // model calls so far
+	GenTokens int    `json:"gen_tokens"` // generated tokens so far
+	TurnSeq   int64  `json:"turn_seq"`   // the trajectory's seq when asked
+}
+
+// PredictReply answers a PredictRequest. Error is set when no prediction
+// could be made; the caller falls back to fcfs for that trajectory.
+type PredictReply struct {
+	V               int     `json:"v"`
+	RemainingTokens float64 `json:"remaining_tokens"`
+	RemainingTurns  float64 `json:"remaining_turns"`
+	Source          string  `json:"source,omitempty"` // backend and evidence, e.g. "history:group"
+	Error           string  `json:"error,omitempty"`
+}
+
+// Prediction reports a trajectory's predicted remaining work to the
+// coordinator on actloop.predictions. The coordinator drops one whose
+// TurnSeq is older than what it already knows of the trajectory.
+type Prediction struct {
+	V               int       `json:"v"`
+	TrajID          string    `json:"traj_id"`
+	Replica         string    `json:"replica"`
+	TurnSeq         int64     `json:"turn_seq"`
+	Turns           int       `json:"turns"`
+	GenTokens       int       `json:"gen_tokens"`
+	RemainingTokens float64   `json:"remaining_tokens"`
+	RemainingTurns  float64   `json:"remaining_turns"`
+	Source          string    `json:"source,omitempty"`
+	At              time.Time `json:"at"`
+}
+
+// Validate implements validator.
+func (r *PredictRequest) Validate() error {
+	var p problems
+	stepFields(&p, r.TrajID, r.TurnSeq)
+	nonNegative(&p, "turns", int64(r.Turns))
+	nonNegative(&p, "gen_tokens", int64(r.GenTokens))
+	return p.err()
+}
+
+// Validate implements validator.
+func (r *PredictReply) Validate() error {
+	var p problems
+	if r.Error == "" && (r.RemainingTokens < 0 || r.RemainingTurns < 0) {
+		p.add("remaining_tokens", "must be >= 0")
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (r *Prediction) Validate() error {
+	var p problems
+	stepFields(&p, r.TrajID, r.TurnSeq)
+	if r.Replica == "" {
+		p.add("replica", "missing")
+	}
+	if r.RemainingTokens < 0 || r.RemainingTurns < 0 {
+		p.add("remaining_tokens", "must be >= 0")
+	}
+	return p.err()
+}
 
 // Control is the control state every gen-worker watches.
 type Control struct {
