@@ -14,11 +14,23 @@ import (
 // Config is the coordinator's settings (ACTLOOP_ prefix).
 type Config struct {
 	service.Common
-	Replicas     []string      `envconfig:"REPLICAS" default:"r0"`
-	Slots        int           `envconfig:"SLOTS" default:"4"`
-	MaxActive    int           `envconfig:"MAX_ACTIVE" default:"0"`
-	Policy       string        `envconfig:"POLICY" default:"fcfs"`
-	StallTimeout time.Duration `envconfig:"STALL_TIMEOUT" default:"30m"`
+	Replicas  []string `envconfig:"REPLICAS" default:"r0"`
+	Slots     int      `envconfig:"SLOTS" default:"4"`
+	MaxActive int      `envconfig:"MAX_ACTIVE" default:"0"`
+	Policy    string   `envconfig:"POLICY" default:"fcfs"`
+	// AgeLimit: a trajectory waiting this long ranks first whatever the
+	// policy, so nothing starves.
+	AgeLimit time.Duration `envconfig:"AGE_LIMIT" default:"2m"`
+	// HighSlots is the size of each replica's high class; 0 = SLOTS.
+	HighSlots int `envconfig:"HIGH_SLOTS" default:"0"`
+	// SnapshotInterval debounces priority snapshots: at most one per
+	// replica per interval, and only when facts changed.
+	SnapshotInterval time.Duration `envconfig:"SNAPSHOT_INTERVAL" default:"200ms"`
+	// MaxWaiting bounds the samples taken from the stream to rank for
+	// admission; beyond it they wait in the stream.
+	MaxWaiting     int           `envconfig:"MAX_WAITING" default:"10000"`
+	PredictTimeout time.Duration `envconfig:"PREDICT_TIMEOUT" default:"200ms"`
+	StallTimeout   time.Duration `envconfig:"STALL_TIMEOUT" default:"30m"`
 	// ResultGrace is how long an ended trajectory may wait for its result
 	// to be seen before the coordinator publishes the result again.
 	ResultGrace time.Duration `envconfig:"RESULT_GRACE" default:"30s"`
@@ -42,8 +54,23 @@ func (c *Config) Validate() error {
 	if c.MaxActive < 0 {
 		errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE: must be >= 0 (0 = slots x replicas x 1.5)"))
 	}
-	if _, err := priority.ByName(c.Policy); err != nil {
+	if _, err := priority.New(c.Policy, priority.Config{AgeLimit: c.AgeLimit}); err != nil {
 		errs = append(errs, fmt.Errorf("ACTLOOP_POLICY: %w", err))
+	}
+	if c.AgeLimit <= 0 {
+		errs = append(errs, errors.New("ACTLOOP_AGE_LIMIT: must be > 0"))
+	}
+	if c.HighSlots < 0 {
+		errs = append(errs, errors.New("ACTLOOP_HIGH_SLOTS: must be >= 0 (0 = SLOTS)"))
+	}
+	if c.SnapshotInterval < 10*time.Millisecond {
+		errs = append(errs, errors.New("ACTLOOP_SNAPSHOT_INTERVAL: must be >= 10ms"))
+	}
+	if c.MaxWaiting < 1 {
+		errs = append(errs, errors.New("ACTLOOP_MAX_WAITING: must be >= 1"))
+	}
+	if c.PredictTimeout < 0 {
+		errs = append(errs, errors.New("ACTLOOP_PREDICT_TIMEOUT: must be >= 0 (0 = no predictions)"))
 	}
 	if c.StallTimeout < time.Second {
 		errs = append(errs, errors.New("ACTLOOP_STALL_TIMEOUT: must be >= 1s"))
@@ -61,4 +88,12 @@ func (c *Config) ActiveLimit() int {
 		return c.MaxActive
 	}
 	return int(math.Ceil(float64(c.Slots*len(c.Replicas)) * 1.5))
+}
+
+// highSlots is the size of each replica's high class.
+func (c *Config) highSlots() int {
+	if c.HighSlots > 0 {
+		return c.HighSlots
+	}
+	return c.Slots
 }

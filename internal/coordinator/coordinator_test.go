@@ -102,9 +102,15 @@ func TestAdmission(t *testing.T) {
 	if st.Replicas[0].Active+st.Replicas[1].Active != 3 || st.Replicas[0].Active == 0 || st.Replicas[1].Active == 0 {
 		t.Fatalf("replica load %+v: want both used", st.Replicas)
 	}
-	tr, err := d.Store.Load(ctx, "a", store.WithAll)
-	if err != nil || tr.Status != store.StatusStarting || tr.Seq != 0 || tr.Replica == "" {
-		t.Fatalf("state of a: %+v %v", tr, err)
+	act, err := d.Store.Active(ctx)
+	if err != nil || len(act) != 3 {
+		t.Fatalf("active set %v %v", act, err)
+	}
+	for id := range act {
+		tr, err := d.Store.Load(ctx, id, store.WithAll)
+		if err != nil || tr.Status != store.StatusStarting || tr.Seq != 0 || tr.Replica == "" {
+			t.Fatalf("state of %s: %+v %v", id, tr, err)
+		}
 	}
 	start := first[schema.EnvStep](t, ctx, d.JS, bus.StreamEnv)
 	if start.Kind != schema.EnvStart || start.Seq != 0 {

@@ -17,6 +17,12 @@ type Status struct {
 	Finished  map[string]int64 `json:"finished"`
 	Replicas  []ReplicaStatus  `json:"replicas"`
 	Policy    string           `json:"policy"`
+	// Snapshot describes the newest priority snapshots; SnapshotAgeS is
+	// how old they are.
+	Snapshot          snapshotStats `json:"snapshot"`
+	SnapshotAgeS      float64       `json:"snapshot_age_s"`
+	StalePredictions  int64         `json:"stale_predictions"`
+	PredictorFailures int64         `json:"predictor_failures"`
 }
 
 // ReplicaStatus is one replica's share of the active trajectories.
@@ -34,16 +40,22 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Queued = info.NumPending
+	st.PredictorFailures = c.predict.Failures.Load()
 	if st.Finished, err = c.d.Store.Counts(ctx); err != nil {
 		return st, err
 	}
 	load := map[string]int{}
 	c.mu.Lock()
 	st.Active = len(c.active)
+	st.Queued += uint64(len(c.waiting))
 	for _, a := range c.active {
-		load[a.replica]++
+		load[a.fact.Replica]++
 	}
+	st.Snapshot, st.StalePredictions = c.snap, c.stale
 	c.mu.Unlock()
+	if !st.Snapshot.At.IsZero() {
+		st.SnapshotAgeS = c.d.Now().Sub(st.Snapshot.At).Seconds()
+	}
 	for _, r := range c.cfg.Replicas {
 		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: c.cfg.Slots})
 		delete(load, r)

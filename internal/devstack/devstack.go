@@ -150,8 +150,10 @@ func (s *Stack) Go(ctx context.Context, name string, build func(ctx context.Cont
 
 // CoordinatorConfig is the coordinator's configuration in this stack.
 func (s *Stack) CoordinatorConfig() coordinator.Config {
-	return coordinator.Config{Common: s.Opts.Common, Replicas: s.Replicas, Slots: s.Opts.Slots, Policy: "fcfs",
-		StallTimeout: 30 * time.Minute, ResultGrace: 30 * time.Second, Addr: s.Opts.CoordinatorAddr}
+	var c coordinator.Config
+	service.Defaults(&c)
+	c.Common, c.Replicas, c.Slots, c.Addr = s.Opts.Common, s.Replicas, s.Opts.Slots, s.Opts.CoordinatorAddr
+	return c
 }
 
 // StartCoordinator runs the coordinator.
@@ -171,8 +173,10 @@ func (s *Stack) StartCoordinator(ctx context.Context, cfg coordinator.Config) (*
 // StartGenWorker runs the gen-worker of replica; gen nil means the SGLang
 // client on the replica's simulator. It returns the worker's connections.
 func (s *Stack) StartGenWorker(ctx context.Context, replica string, gen llm.Generator) (*service.Deps, error) {
-	cfg := genworker.Config{Common: s.Opts.Common, Replica: replica, Slots: s.Opts.Slots,
-		LLMURL: s.SimURLs[replica], LLMTimeout: 10 * time.Minute, WorkerID: "gen-" + replica}
+	var cfg genworker.Config
+	service.Defaults(&cfg)
+	cfg.Common, cfg.Replica, cfg.Slots, cfg.LLMURL, cfg.WorkerID = s.Opts.Common, replica, s.Opts.Slots, s.SimURLs[replica], "gen-"+replica
+	cfg.Addr = "" // no health server per worker in one process
 	return s.Go(ctx, "gen-worker-"+replica, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
 		w, err := genworker.New(ctx, cfg, d, gen)
 		if err != nil {
@@ -184,9 +188,12 @@ func (s *Stack) StartGenWorker(ctx context.Context, replica string, gen llm.Gene
 
 // EnvWorkerConfig is the configuration of env-worker id in this stack.
 func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
-	return envworker.Config{Common: s.Opts.Common, ID: id, Slots: s.Opts.EnvSlots,
-		SandboxRoot: filepath.Join(s.Opts.Dir, "sandboxes", id), OutputLimit: 10000, Isolation: "none",
-		SimStartLatency: 2 * time.Second, SimExecLatency: 500 * time.Millisecond, SimEnvTimeScale: s.Opts.Sim.TimeScale}
+	var c envworker.Config
+	service.Defaults(&c)
+	c.Common, c.ID, c.Slots, c.SandboxRoot = s.Opts.Common, id, s.Opts.EnvSlots, filepath.Join(s.Opts.Dir, "sandboxes", id)
+	c.SimEnvTimeScale = s.Opts.Sim.TimeScale
+	c.Addr = ""
+	return c
 }
 
 // StartEnvWorker runs an env-worker.
@@ -203,7 +210,10 @@ func (s *Stack) StartEnvWorker(ctx context.Context, cfg envworker.Config) (*serv
 // StartPredictor runs predictor-gw.
 func (s *Stack) StartPredictor(ctx context.Context) error {
 	_, err := s.Go(ctx, "predictor-gw", func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
-		return predictor.New(predictor.Config{Common: s.Opts.Common}, d).Run, nil
+		var cfg predictor.Config
+		service.Defaults(&cfg)
+		cfg.Common, cfg.Addr = s.Opts.Common, ""
+		return predictor.New(cfg, d).Run, nil
 	})
 	return err
 }

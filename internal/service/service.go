@@ -47,10 +47,17 @@ type Common struct {
 // wires services without the environment (actloop dev, tests).
 func CommonDefaults() Common {
 	var c Common
-	if err := envconfig.Process("ACTLOOP_DEFAULTS_ONLY_", &c); err != nil {
-		panic(err) // the defaults above are constants; a failure is a bug here
-	}
+	Defaults(&c)
 	return c
+}
+
+// Defaults fills spec (a pointer to a settings struct) with its envconfig
+// defaults, ignoring the environment.
+func Defaults(spec any) {
+	// No variable has this prefix, so only the defaults apply.
+	if err := envconfig.Process("ACTLOOP_DEFAULTS_ONLY_", spec); err != nil {
+		panic(err) // the defaults are constants in struct tags; a failure is a bug
+	}
 }
 
 // Topology is the stream and consumer settings of c.
@@ -143,6 +150,9 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 	}
 	topo := c.Topology()
 	if err := topo.EnsureStreams(pctx, js); err != nil {
+		return nil, err
+	}
+	if err := topo.EnsureKV(pctx, js); err != nil {
 		return nil, err
 	}
 	return &Deps{NC: nc, JS: js, Redis: rdb, Store: store.New(rdb, nil), Pub: bus.NewPublisher(js),

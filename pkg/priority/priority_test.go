@@ -28,7 +28,7 @@ func TestFCFSAndSnapshots(t *testing.T) {
 	if none.Class("a") != ClassLow {
 		t.Fatal("nil snapshot must classify low")
 	}
-	if _, err := ByName("lpt"); err == nil {
+	if _, err := ByName("nope"); err == nil {
 		t.Fatal("unknown policy accepted")
 	}
 }

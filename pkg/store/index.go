@@ -12,8 +12,9 @@ import (
 // keys share the hash tag {coordinator} (one script touches both on Redis
 // Cluster); only the coordinator writes them.
 const (
-	activeKey = "actloop:{coordinator}:active" // hash: traj id -> replica
-	statsKey  = "actloop:{coordinator}:stats"  // hash: counters
+	activeKey  = "actloop:{coordinator}:active"  // hash: traj id -> replica
+	statsKey   = "actloop:{coordinator}:stats"   // hash: counters
+	waitingKey = "actloop:{coordinator}:waiting" // hash: sample id -> waiting entry
 )
 
 // AddActive records an admitted trajectory and its replica; idempotent.
@@ -62,6 +63,37 @@ func (s *Store) Counts(ctx context.Context) (map[string]int64, error) {
 			return nil, fmt.Errorf("counts: field %s: %w", k, err)
 		}
 		out[k] = n
+	}
+	return out, nil
+}
+
+// AddWaiting records a sample waiting for admission (entry is opaque to the
+// store); it keeps the first entry of an id and reports whether it added.
+func (s *Store) AddWaiting(ctx context.Context, id string, entry []byte) (bool, error) {
+	ok, err := s.rdb.HSetNX(ctx, waitingKey, id, entry).Result()
+	if err != nil {
+		return false, fmt.Errorf("add waiting %s: %w", id, err)
+	}
+	return ok, nil
+}
+
+// RemoveWaiting forgets a waiting sample (admitted or dropped); idempotent.
+func (s *Store) RemoveWaiting(ctx context.Context, id string) error {
+	if err := s.rdb.HDel(ctx, waitingKey, id).Err(); err != nil {
+		return fmt.Errorf("remove waiting %s: %w", id, err)
+	}
+	return nil
+}
+
+// Waiting returns every waiting sample's entry by id.
+func (s *Store) Waiting(ctx context.Context) (map[string][]byte, error) {
+	m, err := s.rdb.HGetAll(ctx, waitingKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("waiting: %w", err)
+	}
+	out := make(map[string][]byte, len(m))
+	for k, v := range m {
+		out[k] = []byte(v)
 	}
 	return out, nil
 }

@@ -140,6 +140,21 @@ func TestActiveIndexAndExpire(t *testing.T) {
 		if err != nil || counts[schema.StatusCompleted] != 1 {
 			t.Fatalf("counts %v %v", counts, err)
 		}
+		if ok, err := s.AddWaiting(ctx, "w1", []byte("first")); err != nil || !ok {
+			t.Fatalf("add waiting: %v %v", ok, err)
+		}
+		if ok, err := s.AddWaiting(ctx, "w1", []byte("second")); err != nil || ok {
+			t.Fatalf("second add waiting: %v %v", ok, err)
+		}
+		if w, err := s.Waiting(ctx); err != nil || string(w["w1"]) != "first" {
+			t.Fatalf("waiting %v %v", w, err)
+		}
+		if err := s.RemoveWaiting(ctx, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		if w, err := s.Waiting(ctx); err != nil || len(w) != 0 {
+			t.Fatalf("waiting after remove %v %v", w, err)
+		}
 		if err := s.Create(ctx, sample("e"), store.StatusStarting, nil); err != nil {
 			t.Fatal(err)
 		}

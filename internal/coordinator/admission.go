@@ -1,0 +1,235 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/store"
+)
+
+// waitingSample is a sample taken in from the stream and waiting for
+// admission; it is stored in Redis so a restarted coordinator keeps it.
+type waitingSample struct {
+	Sample    schema.Sample `json:"sample"`
+	ArrivedAt time.Time     `json:"arrived_at"`
+	predicted float64       // remaining tokens, from predictor-gw or a sibling; 0 = unknown
+}
+
+// load rebuilds the in-memory view from Redis.
+func (c *Coordinator) load(ctx context.Context) error {
+	act, err := c.d.Store.Active(ctx)
+	if err != nil {
+		return err
+	}
+	for id, replica := range act {
+		f := priority.Fact{TrajID: id, Replica: replica}
+		if t, err := c.d.Store.Load(ctx, id, 0); err == nil {
+			f = factOf(t)
+		}
+		c.active[id] = &activeTraj{fact: f}
+	}
+	waiting, err := c.d.Store.Waiting(ctx)
+	if err != nil {
+		return err
+	}
+	for id, b := range waiting {
+		var w waitingSample
+		if err := json.Unmarshal(b, &w); err != nil {
+			c.d.Log.Error("dropping unreadable waiting entry", "traj_id", id, "error", err)
+			_ = c.d.Store.RemoveWaiting(ctx, id)
+			continue
+		}
+		c.waiting[id] = &w
+	}
+	return nil
+}
+
+func factOf(t *store.Trajectory) priority.Fact {
+	return priority.Fact{TrajID: t.ID, Replica: t.Replica, GroupID: t.Sample.GroupID, Family: t.Sample.Family,
+		AdmittedAt: t.AdmittedAt, Turns: t.Calls, Tokens: t.GenTokens, WaitingSince: t.UpdatedAt}
+}
+
+// handleSample takes a sample in to the waiting set; admission picks from
+// there in policy order.
+func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
+	s, err := schema.DecodeSample(m.Data())
+	if err != nil {
+		return bus.Malformed(fmt.Errorf("sample: %w", err))
+	}
+	w := &waitingSample{Sample: s, ArrivedAt: c.d.Now()}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	if _, err := c.d.Store.AddWaiting(ctx, s.ID, b); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	known := c.waiting[s.ID] != nil || c.active[s.ID] != nil
+	if !known {
+		c.waiting[s.ID] = w
+		w.predicted = c.siblingPrediction(s.GroupID)
+	}
+	c.mu.Unlock()
+	if !known && w.predicted == 0 {
+		c.predictWaiting(ctx, w)
+	}
+	c.poke()
+	return nil
+}
+
+// siblingPrediction is a prediction already known for a group member, which
+// the group's siblings share until they have history of their own. Callers
+// hold c.mu.
+func (c *Coordinator) siblingPrediction(group string) float64 {
+	for _, a := range c.active {
+		if a.fact.GroupID == group && a.fact.Predicted > 0 && a.fact.Turns == 0 {
+			return a.fact.Predicted
+		}
+	}
+	for _, w := range c.waiting {
+		if w.Sample.GroupID == group && w.predicted > 0 {
+			return w.predicted
+		}
+	}
+	return 0
+}
+
+// predictWaiting asks predictor-gw for a fresh sample's length (nothing done
+// yet); without an answer it stays unknown.
+func (c *Coordinator) predictWaiting(ctx context.Context, w *waitingSample) {
+	s := w.Sample
+	rep, err := c.predict.Predict(ctx, schema.PredictRequest{TrajID: s.ID, GroupID: s.GroupID, Family: s.Family})
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	w.predicted = rep.RemainingTokens
+	c.mu.Unlock()
+}
+
+// admitLoop admits waiting samples in policy order while fewer than
+// MAX_ACTIVE trajectories are active.
+func (c *Coordinator) admitLoop(ctx context.Context) error {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.wake:
+		case <-t.C:
+		}
+		for _, w := range c.admissible() {
+			if err := c.admit(ctx, w); err != nil {
+				if ctx.Err() == nil {
+					c.d.Log.Warn("admission failed; will retry", "traj_id", w.Sample.ID, "error", err)
+				}
+				break
+			}
+		}
+	}
+}
+
+// admissible returns the waiting samples to admit now, best first.
+func (c *Coordinator) admissible() []*waitingSample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	free := c.cfg.ActiveLimit() - len(c.active)
+	if free <= 0 || len(c.waiting) == 0 {
+		return nil
+	}
+	facts := make([]priority.Fact, 0, len(c.waiting))
+	for id, w := range c.waiting {
+		facts = append(facts, priority.Fact{TrajID: id, GroupID: w.Sample.GroupID, Family: w.Sample.Family,
+			AdmittedAt: w.ArrivedAt, WaitingSince: w.ArrivedAt, Predicted: w.predicted})
+	}
+	ranked := c.policy.Rank(facts, c.d.Now())
+	out := make([]*waitingSample, 0, min(free, len(ranked)))
+	for _, f := range ranked[:min(free, len(ranked))] {
+		out = append(out, c.waiting[f.TrajID])
+	}
+	return out
+}
+
+// admit creates a trajectory for a waiting sample on the least-loaded
+// replica and publishes its start. Every step is idempotent, so a failure
+// leaves the sample waiting and a later try (or a restarted coordinator)
+// goes on from where it stopped.
+func (c *Coordinator) admit(ctx context.Context, w *waitingSample) error {
+	s := w.Sample
+	c.mu.Lock()
+	replica := c.leastLoaded()
+	c.mu.Unlock()
+	tctx, span := tracer().Start(context.WithoutCancel(ctx), "trajectory", trace.WithNewRoot(),
+		trace.WithAttributes(attribute.String("traj_id", s.ID), attribute.String("group_id", s.GroupID)))
+	err := c.d.Store.Create(ctx, s, store.StatusStarting, map[string]string{
+		store.FieldReplica: replica, store.FieldTrace: flow.Traceparent(tctx)})
+	switch {
+	case errors.Is(err, store.ErrExists):
+		span.End() // a retry, a restart, or a duplicate id: go on from the stored state
+		span = nil
+	case err != nil:
+		span.End()
+		return err
+	}
+	t, err := c.d.Store.Load(ctx, s.ID, 0)
+	if err != nil {
+		endSpan(span)
+		return err
+	}
+	if t.Status != store.StatusStarting || t.Seq != 0 {
+		endSpan(span)
+		c.d.Log.Info("duplicate sample dropped: its trajectory exists", "traj_id", s.ID, "status", string(t.Status))
+		return c.unwait(ctx, s.ID)
+	}
+	if err := c.d.Store.AddActive(ctx, s.ID, t.Replica); err != nil {
+		endSpan(span)
+		return err
+	}
+	f := factOf(t)
+	f.Predicted = w.predicted
+	c.mu.Lock()
+	if a := c.active[s.ID]; a != nil {
+		endSpan(span) // a retry: keep the span of the first try
+	} else {
+		c.active[s.ID] = &activeTraj{fact: f, span: span}
+		c.dirty = true
+	}
+	c.mu.Unlock()
+	n, err := flow.NextOf(t, flow.LowOnly{})
+	if err != nil {
+		return err
+	}
+	if err := flow.Publish(ctx, c.d.Pub, t.Trace, n); err != nil {
+		return err
+	}
+	return c.unwait(ctx, s.ID)
+}
+
+func (c *Coordinator) unwait(ctx context.Context, id string) error {
+	if err := c.d.Store.RemoveWaiting(ctx, id); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	delete(c.waiting, id)
+	c.mu.Unlock()
+	return nil
+}
+
+func endSpan(s trace.Span) {
+	if s != nil {
+		s.End()
+	}
+}

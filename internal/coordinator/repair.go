@@ -1,0 +1,188 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/store"
+)
+
+func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
+	r, err := schema.Decode[schema.Result](m.Data())
+	if err != nil {
+		return bus.Malformed(fmt.Errorf("result: %w", err))
+	}
+	if _, err := c.d.Store.RemoveActive(ctx, r.TrajID, r.Status); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	a := c.active[r.TrajID]
+	delete(c.active, r.TrajID)
+	c.dirty = true
+	c.mu.Unlock()
+	c.poke()
+	if a != nil && a.span != nil {
+		a.span.SetAttributes(attribute.String("status", r.Status), attribute.Float64("reward", r.Reward),
+			attribute.Int("turns", r.Turns))
+		a.span.End()
+	}
+	return nil
+}
+
+func (c *Coordinator) handleEvent(ctx context.Context, m jetstream.Msg) error {
+	e, err := schema.Decode[schema.Event](m.Data())
+	if err != nil {
+		return bus.Malformed(fmt.Errorf("event: %w", err))
+	}
+	switch e.Type {
+	case schema.EventFailed:
+		return c.stepFailed(ctx, e)
+	}
+	return nil
+}
+
+// stepFailed acts on a worker's report that it gave up on step e.Seq.
+func (c *Coordinator) stepFailed(ctx context.Context, e schema.Event) error {
+	t, err := c.d.Store.Load(ctx, e.TrajID, 0)
+	if errors.Is(err, store.ErrNotFound) {
+		c.forget(ctx, e.TrajID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case t.Status.Terminal():
+		// It ended, but the worker could not publish the result: do it here.
+		return c.finish(ctx, t.ID)
+	case flow.PosOf(t, e.Seq) == flow.PosJustDone:
+		// The step committed (another delivery did it) but its follow-up
+		// may not have gone out: send it again from the stored state.
+		n, err := flow.NextOf(t, flow.LowOnly{})
+		if err != nil {
+			return err
+		}
+		return flow.Publish(ctx, c.d.Pub, t.Trace, n)
+	case flow.PosOf(t, e.Seq) == flow.PosCurrent:
+		return c.Fallback(ctx, e.TrajID, fmt.Sprintf("step %d failed on %s: %s", e.Seq, e.Worker, e.Reason))
+	}
+	return nil // a report about a step long past
+}
+
+// finish publishes the result of a terminal trajectory from its stored
+// state: it repairs an end whose result was not sent (a crash between the
+// final commit and the publish).
+func (c *Coordinator) finish(ctx context.Context, id string) error {
+	t, err := c.d.Store.Load(ctx, id, store.WithAll)
+	if errors.Is(err, store.ErrNotFound) {
+		c.forget(ctx, id)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL)
+}
+
+// Fallback ends a trajectory that cannot finish: it commits it as aborted
+// and publishes a fallback result (reward 0, no trainable tokens, the
+// reason), so no trainer batch waits for it. For a trajectory that already
+// ended it publishes that end's result again.
+func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
+	for attempt := 0; ; attempt++ {
+		t, err := c.d.Store.Load(ctx, id, store.WithAll)
+		if errors.Is(err, store.ErrNotFound) {
+			c.forget(ctx, id)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if t.Status.Terminal() {
+			return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL)
+		}
+		commit := store.Commit{ID: id, Seq: t.Seq, Set: map[string]string{
+			store.FieldStatus: string(store.StatusAborted), store.FieldReason: reason,
+			store.FieldFinishedAt: fmt.Sprint(c.d.Now().UnixMilli())}}
+		err = c.d.Store.Commit(ctx, commit)
+		if errors.Is(err, store.ErrStale) && attempt < 5 {
+			continue // it moved meanwhile; look again
+		}
+		if err != nil {
+			return err
+		}
+		c.d.Log.Warn("trajectory ended with a fallback", "traj_id", id, "seq", t.Seq, "reason", reason)
+		t.Apply(commit)
+		if err := flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL); err != nil {
+			return err
+		}
+		if t.Owner != "" {
+			close := schema.EnvStep{V: schema.Version, TrajID: id, Seq: t.Seq, Kind: schema.EnvClose}
+			if err := c.d.Pub.Publish(ctx, bus.SubjectEnv(t.Owner), schema.MsgID(id, t.Seq, "close"), close); err != nil {
+				c.d.Log.Warn("sandbox close not sent", "traj_id", id, "error", err)
+			}
+		}
+		return nil
+	}
+}
+
+// forget drops a trajectory whose state is gone from the active set.
+func (c *Coordinator) forget(ctx context.Context, id string) {
+	if _, err := c.d.Store.RemoveActive(ctx, id, "lost"); err != nil {
+		c.d.Log.Warn("forget", "traj_id", id, "error", err)
+		return
+	}
+	c.mu.Lock()
+	delete(c.active, id)
+	c.dirty = true
+	c.mu.Unlock()
+	c.poke()
+}
+
+// sweep ends trajectories whose state has not advanced within StallTimeout
+// and re-publishes results that were never seen.
+func (c *Coordinator) sweep(ctx context.Context) error {
+	return every(ctx, max(min(c.cfg.StallTimeout, c.cfg.ResultGrace)/4, 250*time.Millisecond), func() {
+		c.mu.Lock()
+		ids := make([]string, 0, len(c.active))
+		for id := range c.active {
+			ids = append(ids, id)
+		}
+		c.mu.Unlock()
+		prog, err := c.d.Store.Progress(ctx, ids)
+		if err != nil {
+			c.d.Log.Warn("stall sweep", "error", err)
+			return
+		}
+		now := c.d.Now()
+		for _, id := range ids {
+			p, ok := prog[id]
+			switch {
+			case !ok:
+				c.forget(ctx, id)
+			case p.Status.Terminal():
+				// Normally its result is on the way and its consumer removes
+				// it; still here after a while, the result was never sent.
+				if now.Sub(p.UpdatedAt) > c.cfg.ResultGrace {
+					if err := c.finish(ctx, id); err != nil {
+						c.d.Log.Warn("re-publish result", "traj_id", id, "error", err)
+					}
+				}
+			case now.Sub(p.UpdatedAt) > c.cfg.StallTimeout:
+				reason := fmt.Sprintf("stalled: no progress for %v at %s (seq %d)",
+					now.Sub(p.UpdatedAt).Round(time.Second), p.Status, p.Seq)
+				if err := c.Fallback(ctx, id, reason); err != nil {
+					c.d.Log.Warn("fallback", "traj_id", id, "error", err)
+				}
+			}
+		}
+	})
+}

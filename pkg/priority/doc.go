@@ -1,0 +1,39 @@
+// Package priority decides which trajectories' generations go first.
+//
+// A Policy ranks trajectory facts, most urgent first. It is pure code over a
+// slice of Facts and an instant, so it is tested without I/O and gives the
+// same order for the same input: the order is total (ties go to the earlier
+// AdmittedAt, then the smaller TrajID). Three policies exist, by name:
+//
+//   - fcfs: admission order.
+//   - lpt: longest predicted remaining work first, which shortens a batch's
+//     tail.
+//   - sjf: shortest predicted remaining work first, which finishes more
+//     samples sooner.
+//
+// A fact whose prediction is unknown (0) ranks as if it had the median of the
+// known predictions in the same Rank call, so it is neither favoured nor
+// penalised; when no prediction is known, lpt and sjf order by admission.
+//
+// Every policy ages: a fact that has waited at least Config.AgeLimit ranks
+// ahead of every fact that has waited less, the longest wait first, whatever
+// the policy prefers. Since later arrivals have shorter waits, a trajectory
+// that has aged is only ever behind trajectories that were waiting before it,
+// and with K generations started per round it is started within
+// ceil((B+1)/K) rounds of ageing, B being the number ahead of it when it aged
+// (see starvation_test.go). The same ranking orders the admission of waiting
+// samples; for those, WaitingSince is when the sample arrived.
+//
+// The coordinator turns a ranking into one Snapshot per replica (Snapshots):
+// the replica's first HighSlots trajectories are in the high class. Snapshots
+// travel through NATS KV as JSON (Marshal, DecodeSnapshot). Whoever publishes a
+// trajectory's next gen step sends it to .hi or .lo by the newest snapshot it
+// has seen, kept in a Board.
+//
+// Delivery semantics: a Board keeps, per replica, the snapshot with the
+// highest Version it was given and ignores older ones, so snapshots may arrive
+// late, twice or out of order. Versions must therefore grow across coordinator
+// leaders (the KV revision or a clock reading, not a counter that restarts at
+// zero). A class is advice for ordering only: a stale or missing snapshot
+// (everything low) delays a generation but never loses or repeats one.
+package priority
