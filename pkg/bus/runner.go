@@ -85,6 +85,20 @@ type Runner struct {
 	// Ready, when set, is asked before each pull; while it reports false the
 	// Runner pulls nothing (admission control, pause).
 	Ready func() bool
+	// Preempt, when set, lets a message of the first source displace running
+	// work: while every slot is busy and Preempt.CanPreempt(), the Runner
+	// keeps one pull open on the first source; a message that arrives calls
+	// Preempt.Preempt() and runs in the slot the preempted work gives up.
+	Preempt Preemptor
+}
+
+// Preemptor is running work that can be asked to give up its slot.
+type Preemptor interface {
+	// CanPreempt reports whether some running work may be preempted now.
+	CanPreempt() bool
+	// Preempt asks the newest preemptible work to stop and release its
+	// slot; it reports whether it asked any.
+	Preempt() bool
 }
 
 // Run pulls and handles until ctx ends, then waits (up to StopTimeout) for
@@ -104,10 +118,19 @@ func (r *Runner) Run(ctx context.Context) error {
 	slots := make(chan struct{}, r.Slots)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// dispatch runs m in a slot the caller already holds.
+	dispatch := func(m jetstream.Msg) {
+		wg.Go(func() {
+			defer func() { <-slots }()
+			r.handle(ctx, hctx, m)
+		})
+	}
 	for ctx.Err() == nil {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		if r.Preempt != nil && len(slots) == cap(slots) && r.Preempt.CanPreempt() {
+			r.pullToPreempt(ctx, slots, dispatch)
+			continue
+		}
+		if !r.acquire(ctx, slots) {
 			continue
 		}
 		free := 1
@@ -120,15 +143,51 @@ func (r *Runner) Run(ctx context.Context) error {
 			sleepCtx(ctx, r.PullWait/4)
 			continue
 		}
-		got := r.pull(ctx, free, func(m jetstream.Msg) {
-			wg.Go(func() {
-				defer func() { <-slots }()
-				r.handle(ctx, hctx, m)
-			})
-		})
+		got := r.pull(ctx, free, dispatch) // the slots are already held
 		releaseN(slots, free-got)
 	}
 	return nil
+}
+
+// acquire takes one slot, waiting for it; with a Preemptor it gives up
+// after a short wait so the caller can look again at what may be preempted.
+func (r *Runner) acquire(ctx context.Context, slots chan struct{}) bool {
+	var timeout <-chan time.Time
+	if r.Preempt != nil {
+		t := time.NewTimer(MultiSourceWait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+	case <-timeout:
+	}
+	return false
+}
+
+// pullToPreempt keeps a pull open on the first source while every slot is
+// busy; a message that arrives preempts running work and takes its slot.
+func (r *Runner) pullToPreempt(ctx context.Context, slots chan struct{}, dispatch func(jetstream.Msg)) {
+	batch, err := r.Sources[0].Fetch(1, jetstream.FetchMaxWait(MultiSourceWait))
+	if err != nil {
+		r.pullFailed(ctx, err)
+		return
+	}
+	for m := range batch.Messages() {
+		if ctx.Err() != nil {
+			_ = m.Nak()
+			continue
+		}
+		r.Preempt.Preempt() // if nothing is left to preempt, a slot frees by itself
+		select {
+		case slots <- struct{}{}:
+			dispatch(m)
+		case <-ctx.Done():
+			_ = m.Nak()
+		}
+	}
 }
 
 func releaseN(slots chan struct{}, n int) {

@@ -264,3 +264,93 @@ func TestRunnerSlotsAndShutdown(t *testing.T) {
 		t.Fatalf("stream holds %d messages, want 0", n)
 	}
 }
+
+type preemptor struct {
+	mu      sync.Mutex
+	running map[string]chan struct{} // low work that may be preempted
+	order   []string
+}
+
+func (p *preemptor) CanPreempt() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.order) > 0
+}
+
+func (p *preemptor) Preempt() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.order) == 0 {
+		return false
+	}
+	newest := p.order[len(p.order)-1]
+	p.order = p.order[:len(p.order)-1]
+	close(p.running[newest])
+	return true
+}
+
+// With every slot busy on low work, a high message preempts the newest low
+// work and runs in its slot.
+func TestRunnerPreemptsForHighMessages(t *testing.T) {
+	ctx, js, topo := setup(t)
+	hi, err := topo.Consumer(ctx, js, bus.StreamGen, "pre-hi", bus.SubjectGen("r0", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, err := topo.Consumer(ctx, js, bus.StreamGen, "pre-lo", bus.SubjectGen("r0", "lo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &preemptor{running: map[string]chan struct{}{}}
+	var mu sync.Mutex
+	var preempted, ran []string
+	r := newRunner(js, topo, "pre", 2, func(ctx context.Context, m jetstream.Msg) error {
+		body := string(m.Data())
+		if strings.HasPrefix(body, "hi") {
+			mu.Lock()
+			ran = append(ran, body)
+			mu.Unlock()
+			return nil
+		}
+		stop := make(chan struct{})
+		p.mu.Lock()
+		p.running[body] = stop
+		p.order = append(p.order, body)
+		p.mu.Unlock()
+		select {
+		case <-stop:
+			mu.Lock()
+			preempted = append(preempted, body)
+			mu.Unlock()
+		case <-ctx.Done():
+		}
+		return nil
+	}, hi, lo)
+	r.Preempt = p
+	pub := bus.NewPublisher(js)
+	for _, b := range []string{"lo1", "lo2"} {
+		if err := pub.PublishRaw(ctx, bus.SubjectGen("r0", "lo"), "", []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, r)
+	testkit.Eventually(t, within, "both slots busy with low work", func() bool { return p.CanPreempt() && len(p.order) == 2 })
+	if err := pub.PublishRaw(ctx, bus.SubjectGen("r0", "hi"), "", []byte("hi1")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, within, "the high message to run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(preempted) != 1 {
+		t.Fatalf("preempted %v, want exactly one", preempted)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.order) != 1 || p.order[0] == preempted[0] {
+		t.Fatalf("still running %v after preempting %v", p.order, preempted)
+	}
+}
