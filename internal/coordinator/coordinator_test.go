@@ -13,6 +13,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/store"
 )
@@ -172,4 +173,57 @@ func TestRepairs(t *testing.T) {
 		act, aerr := d.Store.Active(ctx)
 		return err == nil && aerr == nil && st.Finished[schema.StatusCompleted] == 1 && act["orphan"] == ""
 	})
+}
+
+// Predictions feed the live view; the newest per-replica high class lands in
+// NATS KV; a prediction older than what is known is dropped.
+func TestPredictionsDriveSnapshots(t *testing.T) {
+	ctx, s, d := stack(t)
+	cfg := s.CoordinatorConfig()
+	cfg.Replicas, cfg.Policy, cfg.HighSlots = []string{"r0"}, "lpt", 1
+	cfg.SnapshotInterval = 20 * time.Millisecond
+	cfg.PredictTimeout = 0
+	c, err := s.StartCoordinator(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if err := d.Pub.Publish(ctx, bus.SubjectSamples, id, sample(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, wait, "three admitted", func() bool { return c.ActiveCount() == 3 })
+	predict := func(id string, seq int64, remaining float64) {
+		t.Helper()
+		p := schema.Prediction{V: schema.Version, TrajID: id, Replica: "r0", TurnSeq: seq, Turns: 1, GenTokens: 10,
+			RemainingTokens: remaining, At: time.Now()}
+		if err := d.Pub.Publish(ctx, bus.SubjectPredictions, "", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv, err := d.JS.KeyValue(ctx, bus.BucketPriority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	high := func(want string) func() bool {
+		return func() bool {
+			e, err := kv.Get(ctx, "r0")
+			if err != nil {
+				return false
+			}
+			snap, err := priority.DecodeSnapshot(e.Value())
+			return err == nil && len(snap.High) == 1 && snap.High[want]
+		}
+	}
+	predict("a", 2, 100)
+	predict("b", 2, 500)
+	predict("c", 2, 50)
+	testkit.Eventually(t, wait, "b (longest) in the high class", high("b"))
+	predict("b", 1, 1) // older than what is known of b: dropped
+	testkit.Eventually(t, wait, "the stale prediction counted", func() bool {
+		st, err := c.Status(ctx)
+		return err == nil && st.StalePredictions == 1
+	})
+	predict("a", 3, 1000)
+	testkit.Eventually(t, wait, "a (now longest) in the high class", high("a"))
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/agent"
 	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/store"
@@ -46,7 +47,7 @@ type Worker struct {
 	backends map[string]sandbox.Backend
 	tmpl     tokenize.ChatTemplate
 	agent    agent.Config
-	cls      flow.Classifier
+	board    *priority.Board
 
 	own, start jetstream.Consumer
 	driver     *flow.Driver
@@ -65,7 +66,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox backend: %w", err)
 	}
-	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: agent.DefaultConfig(), cls: flow.LowOnly{},
+	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: agent.DefaultConfig(), board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: local, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
@@ -87,6 +88,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(ctx) })
+	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
 	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
 	return g.Wait()
 }
@@ -134,7 +136,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 // publishNext publishes the follow-up of t's state: the next step, or for a
 // finished trajectory its result, after which its state expires.
 func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
-	n, err := flow.NextOf(t, w.cls)
+	n, err := flow.NextOf(t, w.board)
 	if !errors.Is(err, flow.ErrNoNext) {
 		if err != nil {
 			return err

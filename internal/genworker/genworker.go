@@ -12,10 +12,14 @@ package genworker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,8 +45,17 @@ type Config struct {
 	Slots      int           `envconfig:"SLOTS" default:"4"`
 	LLMURL     string        `envconfig:"LLM_URL" default:"http://127.0.0.1:30000"`
 	LLMTimeout time.Duration `envconfig:"LLM_TIMEOUT" default:"10m"`
-	WorkerID   string        `envconfig:"WORKER_ID"`
-	Addr       string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
+	// PredictTimeout bounds the wait for predictor-gw after a generation;
+	// 0 = no predictions.
+	PredictTimeout time.Duration `envconfig:"PREDICT_TIMEOUT" default:"200ms"`
+	// Preempt lets a high-priority step preempt the newest low-priority
+	// generation when every slot is busy.
+	Preempt bool `envconfig:"PREEMPT" default:"true"`
+	// PreemptCooldown: a trajectory preempted less than this long ago is not
+	// preempted again (guards against thrashing).
+	PreemptCooldown time.Duration `envconfig:"PREEMPT_COOLDOWN" default:"30s"`
+	WorkerID        string        `envconfig:"WORKER_ID"`
+	Addr            string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
 }
 
 // Validate joins every problem with c.
@@ -57,6 +70,12 @@ func (c *Config) Validate() error {
 	if c.LLMURL == "" {
 		errs = append(errs, errors.New("ACTLOOP_LLM_URL: missing"))
 	}
+	if c.PredictTimeout < 0 {
+		errs = append(errs, errors.New("ACTLOOP_PREDICT_TIMEOUT: must be >= 0 (0 = no predictions)"))
+	}
+	if c.PreemptCooldown < 0 {
+		errs = append(errs, errors.New("ACTLOOP_PREEMPT_COOLDOWN: must be >= 0"))
+	}
 	if c.LLMTimeout <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_LLM_TIMEOUT: must be > 0"))
 	}
@@ -65,14 +84,19 @@ func (c *Config) Validate() error {
 
 // Worker is one replica's gen-worker.
 type Worker struct {
-	cfg   Config
-	d     *service.Deps
-	gen   llm.Generator
-	tmpl  tokenize.ChatTemplate
-	tok   tokenize.Tokenizer
-	agent agent.Config
-	cls   flow.Classifier
-	id    string
+	cfg     Config
+	d       *service.Deps
+	gen     llm.Generator
+	tmpl    tokenize.ChatTemplate
+	tok     tokenize.Tokenizer
+	agent   agent.Config
+	board   *priority.Board
+	predict *flow.Predictor
+	id      string
+	// predictions queued for predictor-gw; a full queue drops (a missing
+	// prediction only leaves the length unknown).
+	toPredict chan *store.Trajectory
+	tracker   *tracker
 
 	hi, lo jetstream.Consumer
 	driver *flow.Driver
@@ -91,8 +115,10 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	}
 	tmpl := tokenize.NewByteChatML()
 	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tok, agent: agent.DefaultConfig(),
-		cls: flow.LowOnly{}, id: id}
+		board: &priority.Board{}, id: id, toPredict: make(chan *store.Trajectory, 256),
+		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
+	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
 	var err error
 	name := "gen-" + cfg.Replica
 	if w.hi, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-hi", bus.SubjectGen(cfg.Replica, priority.ClassHigh)); err != nil {
@@ -109,10 +135,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	c := w.d.Common
 	r := &bus.Runner{Name: "gen-" + w.cfg.Replica, Sources: []jetstream.Consumer{w.hi, w.lo}, Slots: w.cfg.Slots,
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("replica", w.cfg.Replica),
-		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout}
+		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout,
+		Preempt: w.tracker}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(ctx) })
-	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
+	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
+	for range 4 {
+		g.Go(func() error { return w.predictLoop(ctx) })
+	}
+	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, w.Handler(), w.d.Log) })
 	return g.Wait()
 }
 
@@ -130,51 +161,86 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		return bus.Malformed(fmt.Errorf("gen step: %w", err))
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
+	low := strings.HasSuffix(m.Subject(), "."+priority.ClassLow)
 	return w.driver.Do(ctx, step.TrajID, step.Seq, flow.Step{
-		Parts: store.WithTokens, Want: store.StatusNeedsGeneration, Run: w.step})
+		Parts: store.WithTokens, Want: store.StatusNeedsGeneration,
+		Run: func(ctx context.Context, t *store.Trajectory) (store.Commit, error) { return w.step(ctx, t, low) }})
+}
+
+// Stats reports the worker's preemption counters.
+func (w *Worker) Stats() Stats { return w.tracker.stats() }
+
+// Handler serves /healthz, /readyz and /v1/stats.
+func (w *Worker) Handler() http.Handler {
+	mux := service.HealthMux(w.d)
+	mux.HandleFunc("GET /v1/stats", func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(w.Stats())
+	})
+	return mux
 }
 
 // step runs the generation of t (or ends it at a limit) and returns the
-// commit.
-func (w *Worker) step(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+// commit. A generation preempted for a high-priority step commits its partial
+// output instead; its resume continues under the same request id with the
+// turn's token budget reduced by what it already produced.
+func (w *Worker) step(ctx context.Context, t *store.Trajectory, low bool) (store.Commit, error) {
 	s := t.Sample
 	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{}}
 	lim := agent.Limits{StepLimit: s.Limits.StepLimit, TokenBudget: s.Limits.TokenBudget, WallClock: s.Limits.WallClock()}
 	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt)}
-	if err := agent.CheckLimits(lim, use); err != nil {
-		c.Set[store.FieldStatus] = string(store.StatusFinishing)
-		c.Set[store.FieldReason] = err.Error()
-		return c, nil
+	if t.TurnGen == 0 { // limits are checked before each model call, not before a resume
+		if err := agent.CheckLimits(lim, use); err != nil {
+			c.Set[store.FieldStatus] = string(store.StatusFinishing)
+			c.Set[store.FieldReason] = err.Error()
+			return c, nil
+		}
 	}
-	req := llm.Request{
-		RID:      llm.NewRID(),
-		InputIDs: t.Tokens,
-		Sampling: llm.SamplingParams{
-			MaxNewTokens: agent.MaxNewTokens(s.Sampling.MaxNewTokens, lim, use),
-			Temperature:  s.Sampling.Temperature, TopP: s.Sampling.TopP, TopK: s.Sampling.TopK,
-			MinP: s.Sampling.MinP, Stop: s.Sampling.Stop, StopTokenIDs: w.tmpl.StopTokenIDs(),
-		},
+	partial := t.Tokens[len(t.Tokens)-t.TurnGen:]
+	rid := t.RID
+	if rid == "" {
+		rid = llm.NewRID()
 	}
-	if t.Calls < len(s.Script) {
-		req.Reply = s.Script[t.Calls]
-	}
-	res, err := w.gen.Generate(ctx, req)
-	switch {
-	case err != nil && llm.Temporary(err):
-		return c, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
-	case err != nil:
-		return c, bus.Fatal(fmt.Errorf("generate on %s: %w", w.cfg.Replica, err))
-	case res.Finish.Type == llm.FinishAbort:
-		return c, fmt.Errorf("generation aborted by the server: %s", res.Finish.Message)
-	}
+	var res llm.Result
+	if maxNew := agent.MaxNewTokens(s.Sampling.MaxNewTokens-t.TurnGen, lim, use); maxNew > 0 {
+		req := llm.Request{
+			RID:      rid,
+			InputIDs: t.Tokens,
+			Sampling: llm.SamplingParams{
+				MaxNewTokens: maxNew,
+				Temperature:  s.Sampling.Temperature, TopP: s.Sampling.TopP, TopK: s.Sampling.TopK,
+				MinP: s.Sampling.MinP, Stop: s.Sampling.Stop, StopTokenIDs: w.tmpl.StopTokenIDs(),
+			},
+		}
+		if t.Calls < len(s.Script) {
+			req.Reply = s.Script[t.Calls]
+		}
+		g := &generation{rid: rid, low: low, notBefore: t.PreemptedAt.Add(w.cfg.PreemptCooldown)}
+		w.tracker.start(g)
+		var err error
+		res, err = w.gen.Generate(ctx, req)
+		w.tracker.done(g)
+		switch {
+		case err != nil && llm.Temporary(err):
+			return c, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
+		case err != nil:
+			return c, bus.Fatal(fmt.Errorf("generate on %s: %w", w.cfg.Replica, err))
+		case res.Finish.Type == llm.FinishAbort && g.preempted.Load():
+			return w.partial(t, c, rid, res), nil
+		case res.Finish.Type == llm.FinishAbort:
+			w.tracker.wastedTokens.Add(int64(len(res.OutputIDs)))
+			return c, fmt.Errorf("generation aborted by the server: %s", res.Finish.Message)
+		}
+	} // else the turn spent its whole budget before it was interrupted: it ends here
 	version := weightVersion(res.WeightVersion)
-	out := res.OutputIDs
-	c.Append(out, res.Logprobs, 1, version)
+	out := append(slices.Clone(partial), res.OutputIDs...)
+	c.Append(res.OutputIDs, res.Logprobs, 1, version)
 	c.Append(w.tmpl.CloseTurn(out), nil, 0, -1)
 	text := w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs()))
 	c.Messages = append(c.Messages, schema.Message{Role: schema.RoleAssistant, Content: text})
 	c.Set[store.FieldCalls] = strconv.Itoa(t.Calls + 1)
-	c.Set[store.FieldGenTokens] = strconv.Itoa(t.GenTokens + len(out))
+	c.Set[store.FieldGenTokens] = strconv.Itoa(t.GenTokens + len(res.OutputIDs))
+	c.Set[store.FieldRID], c.Set[store.FieldTurnGen] = "", "0"
 
 	action, perr := agent.ParseAction(text)
 	var fe *agent.FormatError
@@ -195,6 +261,21 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory) (store.Commit, e
 		return c, bus.Fatal(perr)
 	}
 	return c, nil
+}
+
+// partial commits what a preempted generation produced (possibly nothing,
+// when the abort came before prefill) and keeps its request id for the
+// resume.
+func (w *Worker) partial(t *store.Trajectory, c store.Commit, rid string, res llm.Result) store.Commit {
+	n := len(res.OutputIDs)
+	c.Append(res.OutputIDs, res.Logprobs, 1, weightVersion(res.WeightVersion))
+	c.Set[store.FieldRID] = rid
+	c.Set[store.FieldTurnGen] = strconv.Itoa(t.TurnGen + n)
+	c.Set[store.FieldGenTokens] = strconv.Itoa(t.GenTokens + n)
+	c.Set[store.FieldPreempts] = strconv.Itoa(t.Preempts + 1)
+	c.Set[store.FieldPreemptedAt] = strconv.FormatInt(w.d.Now().UnixMilli(), 10)
+	w.tracker.resumedTokens.Add(int64(n))
+	return c
 }
 
 // weightVersion reads the server's weight version as a number; servers that
@@ -219,12 +300,51 @@ func trimStop(out, stops []int32) []int32 {
 }
 
 func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
-	n, err := flow.NextOf(t, w.cls)
+	var cls flow.Classifier = w.board
+	if t.RID != "" {
+		cls = flow.LowOnly{} // a preempted generation is re-queued on .lo
+	}
+	n, err := flow.NextOf(t, cls)
 	if errors.Is(err, flow.ErrNoNext) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return flow.Publish(ctx, w.d.Pub, t.Trace, n)
+	if err := flow.Publish(ctx, w.d.Pub, t.Trace, n); err != nil {
+		return err
+	}
+	if t.Status == store.StatusNeedsEnvStep && w.cfg.PredictTimeout > 0 {
+		// Predict the rest while the sandbox works.
+		select {
+		case w.toPredict <- t:
+		default:
+		}
+	}
+	return nil
+}
+
+// predictLoop asks predictor-gw for the remaining work of trajectories
+// whose generation just ended and reports it to the coordinator.
+func (w *Worker) predictLoop(ctx context.Context) error {
+	for {
+		var t *store.Trajectory
+		select {
+		case <-ctx.Done():
+			return nil
+		case t = <-w.toPredict:
+		}
+		s := t.Sample
+		rep, err := w.predict.Predict(ctx, schema.PredictRequest{TrajID: t.ID, GroupID: s.GroupID, Family: s.Family,
+			Turns: t.Calls, GenTokens: t.GenTokens, TurnSeq: t.Seq})
+		if err != nil {
+			continue // logged once by the Predictor; the length stays unknown
+		}
+		p := schema.Prediction{V: schema.Version, TrajID: t.ID, Replica: w.cfg.Replica, TurnSeq: t.Seq, Turns: t.Calls,
+			GenTokens: t.GenTokens, RemainingTokens: rep.RemainingTokens, RemainingTurns: rep.RemainingTurns,
+			Source: rep.Source, At: w.d.Now().UTC()}
+		if err := w.d.Pub.Publish(ctx, bus.SubjectPredictions, schema.MsgID(t.ID, t.Seq, "pred"), p); err != nil && ctx.Err() == nil {
+			w.d.Log.Warn("report prediction", "traj_id", t.ID, "error", err)
+		}
+	}
 }

@@ -33,24 +33,28 @@ func (s Status) Terminal() bool { return s == StatusTerminated || s == StatusAbo
 
 // Hash fields of actloop:traj:{id}.
 const (
-	FieldStatus     = "status"
-	FieldSeq        = "seq"
-	FieldReplica    = "replica"
-	FieldOwner      = "owner"
-	FieldHandle     = "handle"
-	FieldAction     = "action"
-	FieldReason     = "reason"
-	FieldDiff       = "diff"
-	FieldReward     = "reward"
-	FieldTrace      = "trace"
-	FieldSample     = "sample"
-	FieldCalls      = "calls"
-	FieldCommands   = "commands"
-	FieldGenTokens  = "gen_tokens"
-	FieldPromptLen  = "prompt_len"
-	FieldAdmittedAt = "admitted_at"
-	FieldUpdatedAt  = "updated_at"
-	FieldFinishedAt = "finished_at"
+	FieldStatus      = "status"
+	FieldSeq         = "seq"
+	FieldReplica     = "replica"
+	FieldOwner       = "owner"
+	FieldHandle      = "handle"
+	FieldAction      = "action"
+	FieldReason      = "reason"
+	FieldDiff        = "diff"
+	FieldReward      = "reward"
+	FieldTrace       = "trace"
+	FieldSample      = "sample"
+	FieldCalls       = "calls"
+	FieldCommands    = "commands"
+	FieldGenTokens   = "gen_tokens"
+	FieldPromptLen   = "prompt_len"
+	FieldRID         = "rid"          // request id of an interrupted generation, kept for its resume
+	FieldTurnGen     = "turn_gen"     // tokens generated in the current turn before an interruption
+	FieldPreempts    = "preempts"     // times the trajectory's generations were preempted
+	FieldPreemptedAt = "preempted_at" // when last preempted (unix ms)
+	FieldAdmittedAt  = "admitted_at"
+	FieldUpdatedAt   = "updated_at"
+	FieldFinishedAt  = "finished_at"
 )
 
 // Errors.
@@ -63,25 +67,31 @@ var (
 
 // Trajectory is the state of one trajectory as Load returns it.
 type Trajectory struct {
-	ID         string
-	Status     Status
-	Seq        int64
-	Replica    string
-	Owner      string
-	Handle     string
-	Action     string
-	Reason     string
-	Diff       string
-	Reward     float64
-	Trace      string
-	Sample     schema.Sample
-	Calls      int
-	Commands   int
-	GenTokens  int
-	PromptLen  int
-	AdmittedAt time.Time
-	UpdatedAt  time.Time
-	FinishedAt time.Time
+	ID        string
+	Status    Status
+	Seq       int64
+	Replica   string
+	Owner     string
+	Handle    string
+	Action    string
+	Reason    string
+	Diff      string
+	Reward    float64
+	Trace     string
+	Sample    schema.Sample
+	Calls     int
+	Commands  int
+	GenTokens int
+	PromptLen int
+	// RID and TurnGen describe an interrupted generation: its request id and
+	// how many tokens of the current turn it produced (already appended).
+	RID         string
+	TurnGen     int
+	Preempts    int
+	PreemptedAt time.Time
+	AdmittedAt  time.Time
+	UpdatedAt   time.Time
+	FinishedAt  time.Time
 
 	// Filled only when loaded with WithMessages / WithTokens.
 	Messages []schema.Message
@@ -207,7 +217,7 @@ func parseHash(id string, h map[string]string) (*Trajectory, error) {
 	t := &Trajectory{
 		ID: id, Status: Status(h[FieldStatus]), Replica: h[FieldReplica], Owner: h[FieldOwner],
 		Handle: h[FieldHandle], Action: h[FieldAction], Reason: h[FieldReason], Diff: h[FieldDiff],
-		Trace: h[FieldTrace],
+		Trace: h[FieldTrace], RID: h[FieldRID],
 	}
 	var err error
 	intField := func(name string) int64 {
@@ -226,6 +236,9 @@ func parseHash(id string, h map[string]string) (*Trajectory, error) {
 	t.Commands = int(intField(FieldCommands))
 	t.GenTokens = int(intField(FieldGenTokens))
 	t.PromptLen = int(intField(FieldPromptLen))
+	t.TurnGen = int(intField(FieldTurnGen))
+	t.Preempts = int(intField(FieldPreempts))
+	t.PreemptedAt = msTime(intField(FieldPreemptedAt))
 	t.AdmittedAt = msTime(intField(FieldAdmittedAt))
 	t.UpdatedAt = msTime(intField(FieldUpdatedAt))
 	t.FinishedAt = msTime(intField(FieldFinishedAt))
@@ -461,6 +474,11 @@ func (t *Trajectory) Apply(c Commit) {
 			t.Handle = v
 		case FieldAction:
 			t.Action = v
+		case FieldRID:
+			t.RID = v
+		case FieldPreemptedAt:
+			ms, _ := strconv.ParseInt(v, 10, 64)
+			t.PreemptedAt = msTime(ms)
 		case FieldDiff:
 			t.Diff = v
 		case FieldReward:
@@ -474,6 +492,8 @@ func (t *Trajectory) Apply(c Commit) {
 	num(FieldCommands, &t.Commands)
 	num(FieldGenTokens, &t.GenTokens)
 	num(FieldPromptLen, &t.PromptLen)
+	num(FieldTurnGen, &t.TurnGen)
+	num(FieldPreempts, &t.Preempts)
 	if t.Messages != nil {
 		t.Messages = append(t.Messages, c.Messages...)
 	}
