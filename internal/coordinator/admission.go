@@ -147,8 +147,8 @@ func (c *Coordinator) admissible() []*waitingSample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	free := c.cfg.ActiveLimit() - len(c.active)
-	if free <= 0 || len(c.waiting) == 0 {
-		return nil
+	if free <= 0 || len(c.waiting) == 0 || c.leastLoaded() == "" {
+		return nil // full, nothing waiting, or no live replica
 	}
 	facts := make([]priority.Fact, 0, len(c.waiting))
 	for id, w := range c.waiting {
@@ -172,6 +172,9 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample) error {
 	c.mu.Lock()
 	replica := c.leastLoaded()
 	c.mu.Unlock()
+	if replica == "" {
+		return errors.New("no live replica")
+	}
 	tctx, span := tracer().Start(context.WithoutCancel(ctx), "trajectory", trace.WithNewRoot(),
 		trace.WithAttributes(attribute.String("traj_id", s.ID), attribute.String("group_id", s.GroupID)))
 	err := c.d.Store.Create(ctx, s, store.StatusStarting, map[string]string{

@@ -30,6 +30,9 @@ type Config struct {
 	// admission; beyond it they wait in the stream.
 	MaxWaiting     int           `envconfig:"MAX_WAITING" default:"10000"`
 	PredictTimeout time.Duration `envconfig:"PREDICT_TIMEOUT" default:"200ms"`
+	// ReplicaTimeout: a replica with no gen-worker heartbeat for this long
+	// is down; its trajectories move to live replicas.
+	ReplicaTimeout time.Duration `envconfig:"REPLICA_TIMEOUT" default:"15s"`
 	StallTimeout   time.Duration `envconfig:"STALL_TIMEOUT" default:"30m"`
 	// ResultGrace is how long an ended trajectory may wait for its result
 	// to be seen before the coordinator publishes the result again.
@@ -65,6 +68,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotInterval < 10*time.Millisecond {
 		errs = append(errs, errors.New("ACTLOOP_SNAPSHOT_INTERVAL: must be >= 10ms"))
+	}
+	if c.ReplicaTimeout < 100*time.Millisecond {
+		errs = append(errs, errors.New("ACTLOOP_REPLICA_TIMEOUT: must be >= 100ms"))
 	}
 	if c.MaxWaiting < 1 {
 		errs = append(errs, errors.New("ACTLOOP_MAX_WAITING: must be >= 1"))

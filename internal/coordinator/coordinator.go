@@ -50,13 +50,17 @@ type Coordinator struct {
 	waiting map[string]*waitingSample
 	dirty   bool // facts changed since the last snapshot
 	snap    snapshotStats
-	stale   int64 // predictions dropped as older than what was known
+	stale   int64                           // predictions dropped as older than what was known
+	beats   map[string]map[string]time.Time // replica -> worker -> last heartbeat seen
+	started time.Time
+	moved   int64 // trajectories moved off replicas that went down
 }
 
 type activeTraj struct {
 	fact    priority.Fact
 	turnSeq int64      // newest prediction's seq
 	span    trace.Span // nil when admitted before this process started
+	movedAt time.Time  // when moved off a replica that went down
 }
 
 // New declares the coordinator's consumers and loads its view of the active
@@ -68,6 +72,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	}
 	c := &Coordinator{cfg: cfg, d: d, policy: policy, wake: make(chan struct{}, 1),
 		active: map[string]*activeTraj{}, waiting: map[string]*waitingSample{}, dirty: true,
+		beats: map[string]map[string]time.Time{}, started: d.Now(),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	if cfg.Policy == "fcfs" {
 		c.predict.Timeout = 0 // fcfs needs no predictions
@@ -114,6 +119,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g.Go(func() error { return c.admitLoop(ctx) })
 	g.Go(func() error { return c.snapshotLoop(ctx) })
 	g.Go(func() error { return c.sweep(ctx) })
+	g.Go(func() error { return c.watchHeartbeats(ctx) })
+	g.Go(func() error {
+		return every(ctx, max(c.cfg.ReplicaTimeout/4, 100*time.Millisecond), func() { c.rebalance(ctx) })
+	})
 	g.Go(func() error { return service.Serve(ctx, c.cfg.Addr, c.Handler(), c.d.Log) })
 	return g.Wait()
 }
@@ -139,16 +148,16 @@ func (c *Coordinator) poke() {
 	}
 }
 
-// leastLoaded returns the replica with the fewest active trajectories.
-// Callers hold c.mu.
+// leastLoaded returns the live replica with the fewest active trajectories,
+// or "" when none is live. Callers hold c.mu.
 func (c *Coordinator) leastLoaded() string {
 	load := make(map[string]int, len(c.cfg.Replicas))
 	for _, a := range c.active {
 		load[a.fact.Replica]++
 	}
-	best := c.cfg.Replicas[0]
-	for _, r := range c.cfg.Replicas[1:] {
-		if load[r] < load[best] {
+	now, best := c.d.Now(), ""
+	for _, r := range c.cfg.Replicas {
+		if c.live(r, now) && (best == "" || load[r] < load[best]) {
 			best = r
 		}
 	}

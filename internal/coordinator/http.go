@@ -19,6 +19,7 @@ type Status struct {
 	Policy    string           `json:"policy"`
 	// Snapshot describes the newest priority snapshots; SnapshotAgeS is
 	// how old they are.
+	Moved             int64         `json:"moved"` // trajectories moved off replicas that went down
 	Snapshot          snapshotStats `json:"snapshot"`
 	SnapshotAgeS      float64       `json:"snapshot_age_s"`
 	StalePredictions  int64         `json:"stale_predictions"`
@@ -30,6 +31,7 @@ type ReplicaStatus struct {
 	Name   string `json:"name"`
 	Active int    `json:"active"`
 	Slots  int    `json:"slots"`
+	Live   bool   `json:"live"`
 }
 
 // Status reports admission and per-replica load.
@@ -51,13 +53,17 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	for _, a := range c.active {
 		load[a.fact.Replica]++
 	}
-	st.Snapshot, st.StalePredictions = c.snap, c.stale
+	st.Snapshot, st.StalePredictions, st.Moved = c.snap, c.stale, c.moved
+	live := map[string]bool{}
+	for _, r := range c.cfg.Replicas {
+		live[r] = c.live(r, c.d.Now())
+	}
 	c.mu.Unlock()
 	if !st.Snapshot.At.IsZero() {
 		st.SnapshotAgeS = c.d.Now().Sub(st.Snapshot.At).Seconds()
 	}
 	for _, r := range c.cfg.Replicas {
-		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: c.cfg.Slots})
+		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: c.cfg.Slots, Live: live[r]})
 		delete(load, r)
 	}
 	// Replicas no longer configured that still hold trajectories.

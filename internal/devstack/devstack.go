@@ -59,6 +59,7 @@ type Stack struct {
 	wg      sync.WaitGroup
 	errs    []error
 	clients []*redis.Client
+	gens    map[string]*genworker.Worker
 	closing []func()
 }
 
@@ -182,8 +183,21 @@ func (s *Stack) StartGenWorker(ctx context.Context, replica string, gen llm.Gene
 		if err != nil {
 			return nil, err
 		}
+		s.mu.Lock()
+		if s.gens == nil {
+			s.gens = map[string]*genworker.Worker{}
+		}
+		s.gens[replica] = w
+		s.mu.Unlock()
 		return w.Run, nil
 	})
+}
+
+// GenWorker returns the gen-worker last started for replica.
+func (s *Stack) GenWorker(replica string) *genworker.Worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gens[replica]
 }
 
 // EnvWorkerConfig is the configuration of env-worker id in this stack.

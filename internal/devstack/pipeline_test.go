@@ -37,14 +37,23 @@ type env struct {
 
 func newEnv(t *testing.T, replicas int) *env {
 	t.Helper()
+	return newEnvWith(t, replicas, nil)
+}
+
+func newEnvWith(t *testing.T, replicas int, tweak func(*devstack.Options)) *env {
+	t.Helper()
 	common := service.CommonDefaults()
 	common.AckWait = 2 * time.Second // the crash test waits for redelivery
 	common.PullWait = 100 * time.Millisecond
 	common.ShutdownTimeout = 5 * time.Second
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := devstack.StartInfra(ctx, devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t),
-		Replicas: replicas, Slots: 2, EnvSlots: 4, Common: common, Log: testLogger(t)})
+	opts := devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t),
+		Replicas: replicas, Slots: 2, EnvSlots: 4, Common: common, Log: testLogger(t)}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	s, err := devstack.StartInfra(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,4 +394,83 @@ func countOf(ids []int32, id int32) int {
 		}
 	}
 	return n
+}
+
+func decode(ids []int32) string { return tokenize.NewByteChatML().Tok.Decode(ids) }
+
+// ctxGen blocks the generations block selects until their context ends,
+// like a replica that hangs.
+type ctxGen struct {
+	llm.Generator
+	block func(req llm.Request) bool
+}
+
+func (g ctxGen) Generate(ctx context.Context, req llm.Request) (llm.Result, error) {
+	if g.block(req) {
+		<-ctx.Done()
+		return llm.Result{}, ctx.Err()
+	}
+	return g.Generator.Generate(ctx, req)
+}
+
+// A gen-worker stops with trajectories in flight on its replica: the
+// coordinator sees its heartbeat go, moves them to the live replica, and
+// they finish there.
+func TestReplicaLossMovesTrajectories(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.stack.CoordinatorConfig()
+	cfg.ReplicaTimeout = time.Second
+	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	r1ctx, stopR1 := context.WithCancel(e.ctx)
+	defer stopR1()
+	hang := ctxGen{Generator: llm.NewSGLang(e.stack.SimURLs["r1"], llm.SGLangOptions{}),
+		// Hang once a command has run (its observation is in the prompt).
+		block: func(req llm.Request) bool { return strings.Contains(decode(req.InputIDs), "<returncode>") }}
+	if _, err := e.stack.StartGenWorker(r1ctx, "r1", hang); err != nil {
+		t.Fatal(err)
+	}
+	samples := demo.Samples(4, e.ws, "moved")
+	e.submit(samples...)
+	var onR1 []string
+	testkit.Eventually(t, wait, "trajectories on r1 stuck after their first command", func() bool {
+		onR1 = onR1[:0]
+		for _, s := range samples {
+			tr, err := e.st.Load(e.ctx, s.ID, 0)
+			if err != nil {
+				return false
+			}
+			if tr.Replica == "r1" {
+				if tr.Commands < 1 {
+					return false
+				}
+				onR1 = append(onR1, s.ID)
+			}
+		}
+		return len(onR1) > 0
+	})
+	stopR1()
+	got := e.results(len(samples))
+	for _, s := range samples {
+		if r := got[s.ID]; !r.Solved() {
+			t.Errorf("%s: %s %q", s.ID, r.Status, r.Reason)
+		}
+	}
+	for _, id := range onR1 {
+		if tr, err := e.st.Load(e.ctx, id, 0); err != nil || tr.Replica != "r0" {
+			t.Errorf("%s did not move to r0: %+v %v", id, tr, err)
+		}
+	}
+	st, err := coord.Status(e.ctx)
+	if err != nil || st.Moved < int64(len(onR1)) {
+		t.Fatalf("status %+v %v", st, err)
+	}
 }

@@ -10,6 +10,10 @@ import (
 	"github.com/actloop/actloop/pkg/store"
 )
 
+// ErrSkip, returned by a Step's Run, drops the step without a commit (for
+// example a gen step for a replica the trajectory has moved away from).
+var ErrSkip = errors.New("step skipped")
+
 // Driver runs one step of a trajectory under the protocol every worker
 // shares: load; a step already committed publishes its follow-up again (if
 // it was the last one) or is dropped; otherwise run the step, commit it with
@@ -57,6 +61,9 @@ func (d *Driver) Do(ctx context.Context, id string, seq int64, s Step) error {
 		return bus.Malformed(fmt.Errorf("step %d of trajectory %s wants status %s, found %s", seq, t.ID, s.Want, t.Status))
 	}
 	c, err := s.Run(ctx, t)
+	if errors.Is(err, ErrSkip) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

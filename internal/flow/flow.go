@@ -56,7 +56,9 @@ func NextOf(t *store.Trajectory, cls Classifier) (Next, error) {
 	case store.StatusStarting:
 		return env(bus.SubjectEnvStart, schema.EnvStart), nil
 	case store.StatusNeedsGeneration:
-		return Next{bus.SubjectGen(t.Replica, cls.Class(t.Replica, t.ID)), schema.MsgID(t.ID, t.Seq, "gen"),
+		// The replica is part of the id: a step moved to another replica
+		// (its own went down) is not a duplicate of the one left behind.
+		return Next{bus.SubjectGen(t.Replica, cls.Class(t.Replica, t.ID)), schema.MsgID(t.ID, t.Seq, "gen-"+t.Replica),
 			schema.GenStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Replica: t.Replica}}, nil
 	case store.StatusNeedsEnvStep:
 		return env(bus.SubjectEnv(t.Owner), schema.EnvExec), nil

@@ -54,8 +54,12 @@ type Config struct {
 	// PreemptCooldown: a trajectory preempted less than this long ago is not
 	// preempted again (guards against thrashing).
 	PreemptCooldown time.Duration `envconfig:"PREEMPT_COOLDOWN" default:"30s"`
-	WorkerID        string        `envconfig:"WORKER_ID"`
-	Addr            string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
+	// HeartbeatInterval is how often the worker tells the coordinator it
+	// is alive; a replica without heartbeats for ACTLOOP_REPLICA_TIMEOUT is
+	// taken down and its trajectories move to other replicas.
+	HeartbeatInterval time.Duration `envconfig:"HEARTBEAT_INTERVAL" default:"5s"`
+	WorkerID          string        `envconfig:"WORKER_ID"`
+	Addr              string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
 }
 
 // Validate joins every problem with c.
@@ -72,6 +76,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PredictTimeout < 0 {
 		errs = append(errs, errors.New("ACTLOOP_PREDICT_TIMEOUT: must be >= 0 (0 = no predictions)"))
+	}
+	if c.HeartbeatInterval < 10*time.Millisecond {
+		errs = append(errs, errors.New("ACTLOOP_HEARTBEAT_INTERVAL: must be >= 10ms"))
 	}
 	if c.PreemptCooldown < 0 {
 		errs = append(errs, errors.New("ACTLOOP_PREEMPT_COOLDOWN: must be >= 0"))
@@ -140,6 +147,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(ctx) })
 	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
+	g.Go(func() error { return w.heartbeat(ctx) })
 	for range 4 {
 		g.Go(func() error { return w.predictLoop(ctx) })
 	}
@@ -164,7 +172,44 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	low := strings.HasSuffix(m.Subject(), "."+priority.ClassLow)
 	return w.driver.Do(ctx, step.TrajID, step.Seq, flow.Step{
 		Parts: store.WithTokens, Want: store.StatusNeedsGeneration,
-		Run: func(ctx context.Context, t *store.Trajectory) (store.Commit, error) { return w.step(ctx, t, low) }})
+		Run: func(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+			if t.Replica != step.Replica {
+				return store.Commit{}, flow.ErrSkip // moved to another replica, which has its own copy
+			}
+			return w.step(ctx, t, low)
+		}})
+}
+
+// heartbeat keeps the worker's entry in the heartbeats bucket fresh until
+// ctx ends, then removes it so the coordinator knows at once.
+func (w *Worker) heartbeat(ctx context.Context) error {
+	kv, err := w.d.JS.KeyValue(ctx, bus.BucketHeartbeats)
+	if err != nil {
+		return fmt.Errorf("kv %s: %w", bus.BucketHeartbeats, err)
+	}
+	key := "gen." + w.cfg.Replica + "." + w.id
+	beat := func() {
+		h := schema.Heartbeat{V: schema.Version, Worker: w.id, Replica: w.cfg.Replica, Slots: w.cfg.Slots,
+			Running: int(w.tracker.running.Load()), At: w.d.Now().UTC()}
+		b, _ := json.Marshal(h)
+		if _, err := kv.Put(ctx, key, b); err != nil && ctx.Err() == nil {
+			w.d.Log.Warn("heartbeat", "error", err)
+		}
+	}
+	beat()
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = kv.Delete(dctx, key)
+			return nil
+		case <-t.C:
+			beat()
+		}
+	}
 }
 
 // Stats reports the worker's preemption counters.

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -12,7 +13,13 @@ const (
 	// BucketPriority holds each replica's priority snapshot, keyed by
 	// replica.
 	BucketPriority = "actloop_priority"
+	// BucketHeartbeats holds live workers' heartbeats, keyed
+	// "gen.<replica>.<worker>". Readers judge liveness by the heartbeat's
+	// time; the bucket's TTL only clears out workers long gone.
+	BucketHeartbeats = "actloop_heartbeats"
 )
+
+const heartbeatKeep = time.Hour
 
 // EnsureKV creates or updates the KV buckets; safe to call from every
 // service at start.
@@ -23,6 +30,7 @@ func (t Topology) EnsureKV(ctx context.Context, js jetstream.JetStream) error {
 	}
 	for _, cfg := range []jetstream.KeyValueConfig{
 		{Bucket: BucketPriority, Description: "priority snapshot per replica", History: 1, Storage: storage, Replicas: t.Replicas},
+		{Bucket: BucketHeartbeats, Description: "live workers", History: 1, TTL: heartbeatKeep, Storage: storage, Replicas: t.Replicas},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure kv %s: %w", cfg.Bucket, err)

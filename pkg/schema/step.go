@@ -185,6 +185,29 @@ func (r *Prediction) Validate() error {
 	return p.err()
 }
 
+// Heartbeat says a gen-worker is alive and serving its replica; it is kept
+// in NATS KV under "gen.<replica>.<worker>".
+type Heartbeat struct {
+	V       int       `json:"v"`
+	Worker  string    `json:"worker"`
+	Replica string    `json:"replica"`
+	Slots   int       `json:"slots"`
+	Running int       `json:"running"`
+	At      time.Time `json:"at"`
+}
+
+// Validate implements validator.
+func (h *Heartbeat) Validate() error {
+	var p problems
+	if h.Worker == "" {
+		p.add("worker", "missing")
+	}
+	if h.Replica == "" {
+		p.add("replica", "missing")
+	}
+	return p.err()
+}
+
 // Control is the control state every gen-worker watches.
 type Control struct {
 	V             int    `json:"v"`

@@ -6,12 +6,17 @@
 //
 // Output. Token ids follow the byte-level tokenizer of pkg/tokenize. When
 // sampling_params.custom_params.actloop_reply is a string, the output is that
-// string's ids followed by <|im_end|>. Otherwise the reply is derived from a
-// hash of (Config.Seed, input_ids): a mini-swe-agent style trajectory whose
-// total number of turns (1..MaxTurns) is fixed by the conversation up to the
-// end of its first user message; each turn before the last answers with some
-// thought text and a ```bash block running `echo step k`, the last with
-// `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`. After the reply's <|im_end|>
+// string's ids followed by <|im_end|>. Otherwise the reply is an unscripted
+// mini-swe-agent style trajectory's: its total number of turns (1..MaxTurns)
+// is a hash of Config.Seed and the task prefix (the conversation up to the
+// end of its first user message), and turn k (the input's count of
+// assistant turns) answers with a text that is a hash of the same and k
+// alone: some thought text and a ```bash block running `echo step k`, the
+// last turn `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`. What the
+// observations say does not change the replies, so the remaining work of a
+// trajectory is known in advance: POST /actloop/plan (PlanPath) answers it,
+// and GET /get_model_info reports "actloop_simulator": true so a client can
+// tell the simulator from a real server. After the reply's <|im_end|>
 // the stream continues with <|endoftext|>. Generation stops at the first id in
 // stop_token_ids (included in output_ids), at a stop string, or at
 // max_new_tokens; there is no implicit end-of-sequence token. Log-probs are

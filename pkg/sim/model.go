@@ -118,15 +118,30 @@ fix bug code change build module package import config value path line
 first next then now need should will let me see inspect update verify
 parse handle return type struct field method call loop case`)
 
+// taskSeed is the hash every unscripted reply of a trajectory derives from:
+// Config.Seed and the task prefix, nothing later in the conversation.
+func (s *Server) taskSeed(prefix []int32) hash64 {
+	return hash64(fnvOffset).add(uint64(s.cfg.Seed)).ids(prefix)
+}
+
+// totalTurns is how many turns (1..MaxTurns) the unscripted trajectory of a
+// task takes, its submission included.
+func (s *Server) totalTurns(seed hash64) int { return 1 + int(seed.sum()%uint64(s.cfg.MaxTurns)) }
+
 // synthReply is the unscripted reply to input.
 func (s *Server) synthReply(input []int32) string {
-	seed := hash64(fnvOffset).add(uint64(s.cfg.Seed))
-	turns := 1 + int(seed.ids(taskPrefix(input)).sum()%uint64(s.cfg.MaxTurns))
-	k := max(countAssistantTurns(input), 1)
+	seed := s.taskSeed(taskPrefix(input))
+	return s.replyAt(seed, s.totalTurns(seed), max(countAssistantTurns(input), 1))
+}
+
+// replyAt is turn k's reply (1-based) of the trajectory of seed, which takes
+// turns turns. It depends on nothing else, so the length of every future
+// reply is known in advance (see planOf).
+func (s *Server) replyAt(seed hash64, turns, k int) string {
 	if k >= turns {
 		return "```bash\n" + Submission + "\n```"
 	}
-	r := rng(seed.add(1).ids(input).sum())
+	r := rng(seed.add(1).add(uint64(k)).sum())
 	n := 6 + r.intn(60)
 	var b strings.Builder
 	b.WriteString("THOUGHT: ")
@@ -148,6 +163,52 @@ func (s *Server) synthReply(input []int32) string {
 	return b.String()
 }
 
+// TurnPlan is the answer of PlanPath: what is left of the unscripted
+// trajectory whose input is about to generate turn Turn (1-based, the
+// input's count of assistant turns). RemainingTurns = TurnsTotal − Turn + 1
+// (0 past the end) counts this turn; RemainingTokens is the exact number of
+// output tokens those turns produce, each reply's ids plus its <|im_end|>.
+type TurnPlan struct {
+	TurnsTotal      int `json:"turns_total"`
+	Turn            int `json:"turn"`
+	RemainingTurns  int `json:"remaining_turns"`
+	RemainingTokens int `json:"remaining_tokens"`
+}
+
+// planOf is the plan of input: the turns still to generate, this one
+// included, and the output tokens they will produce when each stops at
+// <|im_end|> (each reply's ids plus the <|im_end|>).
+func (s *Server) planOf(input []int32) TurnPlan {
+	seed := s.taskSeed(taskPrefix(input))
+	p := TurnPlan{TurnsTotal: s.totalTurns(seed), Turn: max(countAssistantTurns(input), 1)}
+	p.RemainingTurns = max(p.TurnsTotal-p.Turn+1, 0)
+	for k := p.Turn; k <= p.TurnsTotal; k++ {
+		p.RemainingTokens += len(tokenize.Bytes{}.Encode(s.replyAt(seed, p.TurnsTotal, k))) + 1
+	}
+	if p.RemainingTurns > 0 { // what an interrupted generation of this turn already produced
+		p.RemainingTokens = max(p.RemainingTokens-len(partialTurn(input)), 0)
+	}
+	return p
+}
+
+// partialTurn returns the tokens of the assistant turn that input ends
+// inside of (after the last "<|im_start|>assistant\n"), or nil.
+func partialTurn(input []int32) []int32 {
+	open := tokenize.Bytes{}.Encode("assistant\n")
+	for i := len(input) - 1; i >= 0; i-- {
+		if input[i] == tokenize.ImEnd {
+			return nil // the last turn is closed
+		}
+		if input[i] == tokenize.ImStart {
+			if i+1+len(open) <= len(input) && slices.Equal(input[i+1:i+1+len(open)], open) {
+				return input[i+1+len(open):]
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
 // makePlan computes the output of req: the model's token stream (the reply,
 // <|im_end|>, then <|endoftext|> forever) cut at the first stop token, stop
 // string or max_new_tokens.
@@ -159,7 +220,15 @@ func (s *Server) makePlan(req *genRequest) plan {
 		reply = s.synthReply(req.InputIDs)
 	}
 	script := append(tokenize.Bytes{}.Encode(reply), tokenize.ImEnd)
-	lpSeed := hash64(fnvOffset).add(uint64(s.cfg.Seed)).add(2).ids(req.InputIDs)
+	// A resumed generation (its input ends with the partial output of an
+	// interrupted one) continues where that one stopped, so the turn's
+	// tokens and log-probs are those of an uninterrupted run.
+	context, offset := req.InputIDs, 0
+	if part := partialTurn(req.InputIDs); len(part) > 0 && len(part) < len(script) && slices.Equal(script[:len(part)], part) {
+		script, offset = script[len(part):], len(part)
+		context = req.InputIDs[:len(req.InputIDs)-len(part)]
+	}
+	lpSeed := hash64(fnvOffset).add(uint64(s.cfg.Seed)).add(2).ids(context)
 
 	p := plan{kind: finishLength, length: req.MaxNewTokens}
 	var text strings.Builder
@@ -173,7 +242,7 @@ func (s *Server) makePlan(req *genRequest) plan {
 			tok = script[i]
 		}
 		p.ids = append(p.ids, tok)
-		p.lps = append(p.lps, logprob(lpSeed, i, tok))
+		p.lps = append(p.lps, logprob(lpSeed, i+offset, tok))
 		if slices.Contains(req.StopTokenIDs, tok) {
 			p.kind, p.matchedID = finishStopToken, tok
 			break

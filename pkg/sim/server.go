@@ -74,6 +74,7 @@ func New(cfg Config) *Server {
 		{"GET /v1/loads", s.handleLoads},
 		{"GET /get_load", s.handleGetLoad},
 		{"GET /flush_cache", s.handleFlushCache},
+		{"POST " + PlanPath, s.handlePlan},
 		{"POST /flush_cache", s.handleFlushCache},
 	} {
 		s.mux.HandleFunc(r.pattern, r.h)
@@ -105,6 +106,17 @@ func (s *Server) Request(rid string) (info RequestInfo, ok bool) {
 		}
 	}
 	return RequestInfo{}, false
+}
+
+// Requests describes every live request.
+func (s *Server) Requests() []RequestInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]RequestInfo, 0, len(s.jobs))
+	for j := range s.jobs {
+		out = append(out, s.infoLocked(j))
+	}
+	return out
 }
 
 // WeightVersion returns the version reported in meta_info.weight_version.
@@ -268,7 +280,33 @@ func (s *Server) handleModelInfo(w http.ResponseWriter, _ *http.Request) {
 		"is_generation":             true,
 		"preferred_sampling_params": nil,
 		"weight_version":            s.WeightVersion(),
+		// Not SGLang's: tells a client (the oracle predictor) it talks to
+		// this simulator and may ask PlanPath.
+		SimulatorKey: true,
 	})
+}
+
+// PlanPath answers POST {"input_ids": [...]} with what is left of the
+// unscripted trajectory those ids are about to continue: {"turns_total",
+// "turn", "remaining_turns", "remaining_tokens"}. It is the simulator's
+// ground truth for the oracle predictor (pkg/predict), not an SGLang
+// endpoint.
+const PlanPath = "/actloop/plan"
+
+// SimulatorKey is the key /get_model_info sets to true on this simulator.
+const SimulatorKey = "actloop_simulator"
+
+func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	ids, err := decodePlanRequest(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.planOf(ids))
 }
 
 func (s *Server) handleWeightVersion(w http.ResponseWriter, _ *http.Request) {

@@ -173,19 +173,11 @@ func decodeGenerateRequest(b []byte) (*genRequest, error) {
 	}
 	switch {
 	case in.InputIDs != nil:
-		if len(in.InputIDs) == 0 {
-			return nil, errField("input_ids", "cannot be empty")
+		ids, err := inputIDs(in.InputIDs)
+		if err != nil {
+			return nil, err
 		}
-		req.InputIDs = make([]int32, len(in.InputIDs))
-		for i, id := range in.InputIDs {
-			if id == nil {
-				return nil, errField(fmt.Sprintf("input_ids[%d]", i), "null token id")
-			}
-			if *id < 0 {
-				return nil, errField(fmt.Sprintf("input_ids[%d]", i), "negative token id %d", *id)
-			}
-			req.InputIDs[i] = *id
-		}
+		req.InputIDs = ids
 	case in.Text != nil:
 		req.InputIDs = tokenize.Bytes{}.Encode(*in.Text)
 		if len(req.InputIDs) == 0 {
@@ -210,6 +202,45 @@ func decodeGenerateRequest(b []byte) (*genRequest, error) {
 			"%d input tokens plus %d new tokens exceed the context length of %d", len(req.InputIDs), req.MaxNewTokens, contextLen)
 	}
 	return req, nil
+}
+
+// inputIDs validates input_ids: present, not empty, no null or negative id.
+func inputIDs(in []*int32) ([]int32, error) {
+	if len(in) == 0 {
+		return nil, errField("input_ids", "cannot be empty")
+	}
+	ids := make([]int32, len(in))
+	for i, id := range in {
+		if id == nil {
+			return nil, errField(fmt.Sprintf("input_ids[%d]", i), "null token id")
+		}
+		if *id < 0 {
+			return nil, errField(fmt.Sprintf("input_ids[%d]", i), "negative token id %d", *id)
+		}
+		ids[i] = *id
+	}
+	return ids, nil
+}
+
+// planInput is the JSON of POST /actloop/plan.
+type planInput struct {
+	InputIDs []*int32 `json:"input_ids"`
+}
+
+// decodePlanRequest parses and validates the body of POST /actloop/plan:
+// the input ids of a generation about to start.
+func decodePlanRequest(b []byte) ([]int32, error) {
+	var in planInput
+	if err := decodeJSON(b, &in); err != nil {
+		return nil, err
+	}
+	if in.InputIDs == nil {
+		return nil, errField("input_ids", "field required")
+	}
+	if len(in.InputIDs) > contextLen {
+		return nil, errField("input_ids", "%d tokens exceed the context length of %d", len(in.InputIDs), contextLen)
+	}
+	return inputIDs(in.InputIDs)
 }
 
 // validate checks sp as SamplingParams.verify does and copies what the

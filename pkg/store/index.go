@@ -1,11 +1,12 @@
 package store
 
 import (
-	"github.com/redis/go-redis/v9"
-
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The coordinator's index of admitted trajectories and its counters. These
@@ -97,3 +98,19 @@ func (s *Store) Waiting(ctx context.Context) (map[string][]byte, error) {
 	}
 	return out, nil
 }
+
+// SetReplica moves a trajectory to another replica (its own went down). It
+// is not a step: it does not move seq, so a step in flight still commits; the
+// next gen step goes to the new replica. A missing trajectory is left alone.
+func (s *Store) SetReplica(ctx context.Context, id, replica string) error {
+	if err := setReplicaScript.Run(ctx, s.rdb, []string{keysOf(id).hash}, replica).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("set replica of %s: %w", id, err)
+	}
+	return nil
+}
+
+var setReplicaScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'replica', ARGV[1])
+return 1
+`)

@@ -1,5 +1,5 @@
-// Command predictor-gw answers remaining-length prediction requests (no
-// model yet: every request gets an error reply) and serves /healthz.
+// Command predictor-gw answers remaining-length prediction requests on
+// actloop.predict (backend by ACTLOOP_PREDICTOR) and serves /healthz.
 package main
 
 import (

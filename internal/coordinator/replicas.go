@@ -1,0 +1,131 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/store"
+)
+
+// watchHeartbeats follows the gen-workers' heartbeats in NATS KV until ctx
+// ends. Liveness is judged by when a heartbeat arrived here, so clocks on
+// other hosts do not matter.
+func (c *Coordinator) watchHeartbeats(ctx context.Context) error {
+	kv, err := c.d.JS.KeyValue(ctx, bus.BucketHeartbeats)
+	if err != nil {
+		return fmt.Errorf("kv %s: %w", bus.BucketHeartbeats, err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", bus.BucketHeartbeats, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e == nil {
+				continue
+			}
+			parts := strings.SplitN(e.Key(), ".", 3)
+			if len(parts) != 3 || parts[0] != "gen" {
+				continue
+			}
+			replica, worker := parts[1], parts[2]
+			c.mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				if _, err := schema.Decode[schema.Heartbeat](e.Value()); err == nil {
+					if c.beats[replica] == nil {
+						c.beats[replica] = map[string]time.Time{}
+					}
+					c.beats[replica][worker] = c.d.Now()
+				}
+			} else if ws := c.beats[replica]; ws != nil {
+				delete(ws, worker) // the worker stopped
+			}
+			c.mu.Unlock()
+			c.poke()
+		}
+	}
+}
+
+// live reports whether replica has a gen-worker whose heartbeat is recent.
+// A replica never heard from is live during the first ReplicaTimeout after
+// start, while its workers come up. Callers hold c.mu.
+func (c *Coordinator) live(replica string, now time.Time) bool {
+	ws, heard := c.beats[replica]
+	if !heard {
+		return now.Sub(c.started) < c.cfg.ReplicaTimeout
+	}
+	for _, at := range ws {
+		if now.Sub(at) <= c.cfg.ReplicaTimeout {
+			return true
+		}
+	}
+	return false
+}
+
+// rebalance moves the trajectories of replicas that went down to the
+// least-loaded live ones, and re-publishes the gen step of those waiting for
+// one (the copy queued on the dead replica stays there; a gen-worker that
+// finds a step for a replica the trajectory left drops it).
+func (c *Coordinator) rebalance(ctx context.Context) {
+	now := c.d.Now()
+	type move struct{ id, to string }
+	var moves []move
+	c.mu.Lock()
+	for id, a := range c.active {
+		if a.fact.Replica == "" || c.live(a.fact.Replica, now) {
+			continue
+		}
+		to := c.leastLoaded()
+		if to == "" {
+			break // nothing is live
+		}
+		a.fact.Replica, a.movedAt = to, now
+		moves = append(moves, move{id, to})
+		c.moved++
+		c.dirty = true
+	}
+	// Re-send recently moved trajectories' gen steps for a while: a worker
+	// may have published one to the old replica just before the move.
+	var resend []string
+	for id, a := range c.active {
+		if !a.movedAt.IsZero() && now.Sub(a.movedAt) < 10*time.Second {
+			resend = append(resend, id)
+		}
+	}
+	c.mu.Unlock()
+	if len(moves) > 0 {
+		c.d.Log.Warn("replica down: moving its trajectories", "moved", len(moves))
+	}
+	for _, m := range moves {
+		if err := c.d.Store.SetReplica(ctx, m.id, m.to); err != nil {
+			c.d.Log.Warn("move trajectory", "traj_id", m.id, "replica", m.to, "error", err)
+		}
+	}
+	for _, id := range resend {
+		t, err := c.d.Store.Load(ctx, id, 0)
+		if err != nil || t.Status != store.StatusNeedsGeneration {
+			continue
+		}
+		n, err := flow.NextOf(t, flow.LowOnly{})
+		if err == nil {
+			err = flow.Publish(ctx, c.d.Pub, t.Trace, n)
+		}
+		if err != nil {
+			c.d.Log.Warn("re-send moved gen step", "traj_id", id, "error", err)
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package predictor
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/actloop/actloop/internal/service"
+)
+
+// Backends of predictor-gw.
+const (
+	BackendHistory = "history" // learn from finished trajectories (Redis)
+	BackendHTTP    = "http"    // an external model server
+	BackendOracle  = "oracle"  // the simulator's plan; benchmarks only
+)
+
+// Defaults of Config applied by New to fields left at zero.
+const (
+	DefaultBackend = BackendHistory
+	DefaultTimeout = 200 * time.Millisecond
+)
+
+// Config is predictor-gw's settings (ACTLOOP_ prefix).
+type Config struct {
+	service.Common
+	// Addr serves /healthz and /readyz ("" = none).
+	Addr string `envconfig:"PREDICTOR_ADDR" default:":8083"`
+	// Backend is history, http or oracle.
+	Backend string `envconfig:"PREDICTOR" default:"history"`
+	// URL is the http backend's model server: it gets the PredictRequest
+	// as a JSON POST and answers {"remaining_tokens", "remaining_turns"}.
+	URL string `envconfig:"PREDICTOR_URL"`
+	// OracleURL is the oracle backend's simulator (its base URL).
+	OracleURL string `envconfig:"ORACLE_URL"`
+	// Timeout is the deadline of each request; past it the caller gets an
+	// error reply and falls back to fcfs.
+	Timeout time.Duration `envconfig:"PREDICTOR_TIMEOUT" default:"200ms"`
+}
+
+// Validate joins every problem with c.
+func (c *Config) Validate() error {
+	return errors.Join(c.Common.Validate(), c.validateOwn())
+}
+
+// validateOwn checks predictor-gw's own settings.
+func (c *Config) validateOwn() error {
+	var errs []error
+	switch c.Backend {
+	case BackendHistory:
+	case BackendHTTP:
+		if err := checkURL(c.URL); err != nil {
+			errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR_URL: %w (required with ACTLOOP_PREDICTOR=http)", err))
+		}
+	case BackendOracle:
+		if err := checkURL(c.OracleURL); err != nil {
+			errs = append(errs, fmt.Errorf("ACTLOOP_ORACLE_URL: %w (required with ACTLOOP_PREDICTOR=oracle: a simulator's base URL)", err))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR: unknown backend %q (want history, http or oracle)", c.Backend))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR_TIMEOUT: must be > 0, got %v", c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+func checkURL(s string) error {
+	if s == "" {
+		return errors.New("missing")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", s)
+	}
+	return nil
+}
+
+// withDefaults fills fields left at zero, for code that builds a Config
+// without the environment.
+func (c Config) withDefaults() Config {
+	if c.Backend == "" {
+		c.Backend = DefaultBackend
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
