@@ -146,7 +146,7 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 func (c *Coordinator) admissible() []*waitingSample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	free := c.cfg.ActiveLimit() - len(c.active)
+	free := c.limit - len(c.active)
 	if free <= 0 || len(c.waiting) == 0 || c.leastLoaded() == "" {
 		return nil // full, nothing waiting, or no live replica
 	}

@@ -17,7 +17,16 @@ type Config struct {
 	Replicas  []string `envconfig:"REPLICAS" default:"r0"`
 	Slots     int      `envconfig:"SLOTS" default:"4"`
 	MaxActive int      `envconfig:"MAX_ACTIVE" default:"0"`
-	Policy    string   `envconfig:"POLICY" default:"fcfs"`
+	// MaxActiveCeiling bounds how far admission may adapt above MAX_ACTIVE
+	// (the floor); 0 = 3 x the floor.
+	MaxActiveCeiling int `envconfig:"MAX_ACTIVE_CEILING" default:"0"`
+	// AdaptInterval is how often the admission limit is reconsidered.
+	AdaptInterval time.Duration `envconfig:"ADAPT_INTERVAL" default:"5s"`
+	// ReprefillLimit: when prompt tokens prefilled again (evicted from the
+	// servers' prefix caches) exceed this share of the tokens generated,
+	// the admission limit falls.
+	ReprefillLimit float64 `envconfig:"REPREFILL_LIMIT" default:"0.5"`
+	Policy         string  `envconfig:"POLICY" default:"fcfs"`
 	// AgeLimit: a trajectory waiting this long ranks first whatever the
 	// policy, so nothing starves.
 	AgeLimit time.Duration `envconfig:"AGE_LIMIT" default:"2m"`
@@ -54,6 +63,15 @@ func (c *Config) Validate() error {
 	if c.Slots < 1 {
 		errs = append(errs, errors.New("ACTLOOP_SLOTS: must be >= 1"))
 	}
+	if c.MaxActiveCeiling < 0 {
+		errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE_CEILING: must be >= 0 (0 = 3 x the floor)"))
+	}
+	if c.AdaptInterval < 10*time.Millisecond {
+		errs = append(errs, errors.New("ACTLOOP_ADAPT_INTERVAL: must be >= 10ms"))
+	}
+	if c.ReprefillLimit <= 0 {
+		errs = append(errs, errors.New("ACTLOOP_REPREFILL_LIMIT: must be > 0"))
+	}
 	if c.MaxActive < 0 {
 		errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE: must be >= 0 (0 = slots x replicas x 1.5)"))
 	}
@@ -87,9 +105,9 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ActiveLimit is MAX_ACTIVE, or total gen slots x 1.5 when unset, so sandbox
-// start-up overlaps generation.
-func (c *Config) ActiveLimit() int {
+// ActiveFloor is MAX_ACTIVE, or total gen slots x 1.5 when unset, so sandbox
+// start-up overlaps generation: the admission limit never goes below it.
+func (c *Config) ActiveFloor() int {
 	if c.MaxActive > 0 {
 		return c.MaxActive
 	}
@@ -102,4 +120,12 @@ func (c *Config) highSlots() int {
 		return c.HighSlots
 	}
 	return c.Slots
+}
+
+// ActiveCeiling is the most the admission limit may rise to.
+func (c *Config) ActiveCeiling() int {
+	if c.MaxActiveCeiling > 0 {
+		return max(c.MaxActiveCeiling, c.ActiveFloor())
+	}
+	return 3 * c.ActiveFloor()
 }

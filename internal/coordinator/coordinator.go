@@ -27,6 +27,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // tracer is looked up per use so that a tracer provider installed after
@@ -52,6 +53,9 @@ type Coordinator struct {
 	snap    snapshotStats
 	stale   int64                           // predictions dropped as older than what was known
 	beats   map[string]map[string]time.Time // replica -> worker -> last heartbeat seen
+	hearts  map[string]schema.Heartbeat     // worker key -> its last heartbeat
+	limit   int                             // admission limit, adapting between floor and ceiling
+	adapt   adaptState
 	started time.Time
 	moved   int64 // trajectories moved off replicas that went down
 }
@@ -72,7 +76,8 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	}
 	c := &Coordinator{cfg: cfg, d: d, policy: policy, wake: make(chan struct{}, 1),
 		active: map[string]*activeTraj{}, waiting: map[string]*waitingSample{}, dirty: true,
-		beats: map[string]map[string]time.Time{}, started: d.Now(),
+		beats: map[string]map[string]time.Time{}, started: d.Now(), hearts: map[string]schema.Heartbeat{},
+		limit:   cfg.ActiveFloor(),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	if cfg.Policy == "fcfs" {
 		c.predict.Timeout = 0 // fcfs needs no predictions
@@ -120,6 +125,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g.Go(func() error { return c.snapshotLoop(ctx) })
 	g.Go(func() error { return c.sweep(ctx) })
 	g.Go(func() error { return c.watchHeartbeats(ctx) })
+	g.Go(func() error { return every(ctx, c.cfg.AdaptInterval, c.adaptLimit) })
 	g.Go(func() error {
 		return every(ctx, max(c.cfg.ReplicaTimeout/4, 100*time.Millisecond), func() { c.rebalance(ctx) })
 	})

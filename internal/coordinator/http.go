@@ -11,12 +11,16 @@ import (
 
 // Status is the body of GET /v1/status.
 type Status struct {
-	Active    int              `json:"active"`
-	MaxActive int              `json:"max_active"`
-	Queued    uint64           `json:"queued"`
-	Finished  map[string]int64 `json:"finished"`
-	Replicas  []ReplicaStatus  `json:"replicas"`
-	Policy    string           `json:"policy"`
+	Active int `json:"active"`
+	// MaxActive is the admission limit now; it adapts between the floor and
+	// the ceiling.
+	MaxActive        int              `json:"max_active"`
+	MaxActiveFloor   int              `json:"max_active_floor"`
+	MaxActiveCeiling int              `json:"max_active_ceiling"`
+	Queued           uint64           `json:"queued"`
+	Finished         map[string]int64 `json:"finished"`
+	Replicas         []ReplicaStatus  `json:"replicas"`
+	Policy           string           `json:"policy"`
 	// Snapshot describes the newest priority snapshots; SnapshotAgeS is
 	// how old they are.
 	Moved             int64         `json:"moved"` // trajectories moved off replicas that went down
@@ -36,7 +40,7 @@ type ReplicaStatus struct {
 
 // Status reports admission and per-replica load.
 func (c *Coordinator) Status(ctx context.Context) (Status, error) {
-	st := Status{MaxActive: c.cfg.ActiveLimit(), Policy: c.cfg.Policy}
+	st := Status{MaxActiveFloor: c.cfg.ActiveFloor(), MaxActiveCeiling: c.cfg.ActiveCeiling(), Policy: c.cfg.Policy}
 	info, err := c.samples.Info(ctx)
 	if err != nil {
 		return st, err
@@ -48,7 +52,7 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	}
 	load := map[string]int{}
 	c.mu.Lock()
-	st.Active = len(c.active)
+	st.Active, st.MaxActive = len(c.active), c.limit
 	st.Queued += uint64(len(c.waiting))
 	for _, a := range c.active {
 		load[a.fact.Replica]++

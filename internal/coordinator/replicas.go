@@ -45,14 +45,18 @@ func (c *Coordinator) watchHeartbeats(ctx context.Context) error {
 			replica, worker := parts[1], parts[2]
 			c.mu.Lock()
 			if e.Operation() == jetstream.KeyValuePut {
-				if _, err := schema.Decode[schema.Heartbeat](e.Value()); err == nil {
+				if h, err := schema.Decode[schema.Heartbeat](e.Value()); err == nil {
 					if c.beats[replica] == nil {
 						c.beats[replica] = map[string]time.Time{}
 					}
 					c.beats[replica][worker] = c.d.Now()
+					c.hearts[e.Key()] = h
 				}
-			} else if ws := c.beats[replica]; ws != nil {
-				delete(ws, worker) // the worker stopped
+			} else {
+				if ws := c.beats[replica]; ws != nil {
+					delete(ws, worker) // the worker stopped
+				}
+				delete(c.hearts, e.Key())
 			}
 			c.mu.Unlock()
 			c.poke()

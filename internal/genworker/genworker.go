@@ -189,8 +189,10 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	}
 	key := "gen." + w.cfg.Replica + "." + w.id
 	beat := func() {
+		st := w.tracker.stats()
 		h := schema.Heartbeat{V: schema.Version, Worker: w.id, Replica: w.cfg.Replica, Slots: w.cfg.Slots,
-			Running: int(w.tracker.running.Load()), At: w.d.Now().UTC()}
+			Running: int(st.Running), GeneratedTokens: st.GeneratedTokens, ReprefilledTokens: st.ReprefilledTokens,
+			At: w.d.Now().UTC()}
 		b, _ := json.Marshal(h)
 		if _, err := kv.Put(ctx, key, b); err != nil && ctx.Err() == nil {
 			w.d.Log.Warn("heartbeat", "error", err)
@@ -276,6 +278,7 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, low bool) (store
 			w.tracker.wastedTokens.Add(int64(len(res.OutputIDs)))
 			return c, fmt.Errorf("generation aborted by the server: %s", res.Finish.Message)
 		}
+		w.account(t, res)
 	} // else the turn spent its whole budget before it was interrupted: it ends here
 	version := weightVersion(res.WeightVersion)
 	out := append(slices.Clone(partial), res.OutputIDs...)
@@ -286,6 +289,7 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, low bool) (store
 	c.Set[store.FieldCalls] = strconv.Itoa(t.Calls + 1)
 	c.Set[store.FieldGenTokens] = strconv.Itoa(t.GenTokens + len(res.OutputIDs))
 	c.Set[store.FieldRID], c.Set[store.FieldTurnGen] = "", "0"
+	c.Set[store.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + len(res.OutputIDs))
 
 	action, perr := agent.ParseAction(text)
 	var fe *agent.FormatError
@@ -308,6 +312,21 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, low bool) (store
 	return c, nil
 }
 
+// account counts a generation's tokens, and the prompt tokens the server had
+// to prefill again: of the prompt it did not serve from its cache, all but
+// what was appended since the trajectory's previous generation (which it
+// had seen, and would have cached had it kept it).
+func (w *Worker) account(t *store.Trajectory, res llm.Result) {
+	w.tracker.generated.Add(int64(len(res.OutputIDs)))
+	if t.GenCtx == 0 || res.PromptTokens == 0 {
+		return // a first generation, or a server that reports no counts
+	}
+	fresh := len(t.Tokens) - t.GenCtx
+	if re := res.PromptTokens - res.CachedTokens - fresh; re > 0 {
+		w.tracker.reprefilled.Add(int64(re))
+	}
+}
+
 // partial commits what a preempted generation produced (possibly nothing,
 // when the abort came before prefill) and keeps its request id for the
 // resume.
@@ -319,6 +338,7 @@ func (w *Worker) partial(t *store.Trajectory, c store.Commit, rid string, res ll
 	c.Set[store.FieldGenTokens] = strconv.Itoa(t.GenTokens + n)
 	c.Set[store.FieldPreempts] = strconv.Itoa(t.Preempts + 1)
 	c.Set[store.FieldPreemptedAt] = strconv.FormatInt(w.d.Now().UnixMilli(), 10)
+	c.Set[store.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + n)
 	w.tracker.resumedTokens.Add(int64(n))
 	return c
 }

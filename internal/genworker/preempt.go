@@ -34,6 +34,8 @@ type tracker struct {
 	resumedTokens atomic.Int64
 	wastedTokens  atomic.Int64
 	running       atomic.Int64
+	generated     atomic.Int64
+	reprefilled   atomic.Int64
 }
 
 var _ bus.Preemptor = (*tracker)(nil)
@@ -116,9 +118,14 @@ type Stats struct {
 	Preemptions   int64 `json:"preemptions"`
 	ResumedTokens int64 `json:"resumed_tokens"` // partial output kept across a preemption and continued
 	WastedTokens  int64 `json:"wasted_tokens"`  // output thrown away (a generation the server aborted on its own)
+	// GeneratedTokens and ReprefilledTokens: tokens generated, and prompt
+	// tokens the server had to prefill again (evicted from its prefix cache).
+	GeneratedTokens   int64 `json:"generated_tokens"`
+	ReprefilledTokens int64 `json:"reprefilled_tokens"`
 }
 
 func (k *tracker) stats() Stats {
 	return Stats{Running: k.running.Load(), Preemptions: k.preemptions.Load(),
-		ResumedTokens: k.resumedTokens.Load(), WastedTokens: k.wastedTokens.Load()}
+		ResumedTokens: k.resumedTokens.Load(), WastedTokens: k.wastedTokens.Load(),
+		GeneratedTokens: k.generated.Load(), ReprefilledTokens: k.reprefilled.Load()}
 }

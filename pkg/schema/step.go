@@ -188,12 +188,17 @@ func (r *Prediction) Validate() error {
 // Heartbeat says a gen-worker is alive and serving its replica; it is kept
 // in NATS KV under "gen.<replica>.<worker>".
 type Heartbeat struct {
-	V       int       `json:"v"`
-	Worker  string    `json:"worker"`
-	Replica string    `json:"replica"`
-	Slots   int       `json:"slots"`
-	Running int       `json:"running"`
-	At      time.Time `json:"at"`
+	V       int    `json:"v"`
+	Worker  string `json:"worker"`
+	Replica string `json:"replica"`
+	Slots   int    `json:"slots"`
+	Running int    `json:"running"`
+	// Cumulative since the worker started: tokens generated, and prompt
+	// tokens prefilled again because the server's prefix cache had lost
+	// them (a context it had seen before).
+	GeneratedTokens   int64     `json:"generated_tokens"`
+	ReprefilledTokens int64     `json:"reprefilled_tokens"`
+	At                time.Time `json:"at"`
 }
 
 // Validate implements validator.

@@ -48,6 +48,7 @@ const (
 	FieldCommands    = "commands"
 	FieldGenTokens   = "gen_tokens"
 	FieldPromptLen   = "prompt_len"
+	FieldGenCtx      = "gen_ctx"      // context length the server saw at the end of the last generation
 	FieldRID         = "rid"          // request id of an interrupted generation, kept for its resume
 	FieldTurnGen     = "turn_gen"     // tokens generated in the current turn before an interruption
 	FieldPreempts    = "preempts"     // times the trajectory's generations were preempted
@@ -87,6 +88,7 @@ type Trajectory struct {
 	// how many tokens of the current turn it produced (already appended).
 	RID         string
 	TurnGen     int
+	GenCtx      int
 	Preempts    int
 	PreemptedAt time.Time
 	AdmittedAt  time.Time
@@ -237,6 +239,7 @@ func parseHash(id string, h map[string]string) (*Trajectory, error) {
 	t.GenTokens = int(intField(FieldGenTokens))
 	t.PromptLen = int(intField(FieldPromptLen))
 	t.TurnGen = int(intField(FieldTurnGen))
+	t.GenCtx = int(intField(FieldGenCtx))
 	t.Preempts = int(intField(FieldPreempts))
 	t.PreemptedAt = msTime(intField(FieldPreemptedAt))
 	t.AdmittedAt = msTime(intField(FieldAdmittedAt))
@@ -493,6 +496,7 @@ func (t *Trajectory) Apply(c Commit) {
 	num(FieldGenTokens, &t.GenTokens)
 	num(FieldPromptLen, &t.PromptLen)
 	num(FieldTurnGen, &t.TurnGen)
+	num(FieldGenCtx, &t.GenCtx)
 	num(FieldPreempts, &t.Preempts)
 	if t.Messages != nil {
 		t.Messages = append(t.Messages, c.Messages...)
