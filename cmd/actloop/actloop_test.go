@@ -190,3 +190,29 @@ func collectSettings(typ reflect.Type, out map[string]bool) {
 		}
 	}
 }
+
+// `actloop bench` runs every mode to completion on the same workload and
+// reports each; speed is what it measures, not what this test asserts.
+func TestBenchRunsEveryMode(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"bench", "--tasks", "8", "--max-turns", "4", "--time-scale", "0.005",
+		"--modes", "fcfs,lpt-oracle,sjf-history", "--json"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, errOut.String())
+	}
+	var got []benchResult
+	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &got); err != nil {
+		t.Fatalf("bench output %q: %v", out.String(), err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d modes reported, want 3", len(got))
+	}
+	for _, r := range got {
+		if r.Completed != 8 || r.MakespanS <= 0 || r.P99LatencyS < r.MeanLatencyS || r.MeanLatencyS <= 0 {
+			t.Errorf("%s: %+v", r.Mode, r)
+		}
+	}
+	if err := run(context.Background(), []string{"bench", "--modes", "magic"}, &out, &errOut); exitCode(err) != 2 {
+		t.Fatalf("unknown mode: %v", err)
+	}
+}

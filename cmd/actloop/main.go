@@ -23,6 +23,8 @@ commands:
   results   print finished trajectories as JSONL and acknowledge them
   status    print the coordinator's /v1/status
   schema    print the JSON Schema of a sample or a result
+  bench     run one simulated workload under several scheduling modes and
+            compare makespan, latency, slot use and preemptions
 
 Run 'actloop <command> -h' for its flags. Settings come from ACTLOOP_*
 environment variables (see README.md).
@@ -76,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runStatus(ctx, rest, stdout, stderr)
 	case "schema":
 		return runSchema(rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

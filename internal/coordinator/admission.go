@@ -110,7 +110,7 @@ func (c *Coordinator) siblingPrediction(group string) float64 {
 // yet); without an answer it stays unknown.
 func (c *Coordinator) predictWaiting(ctx context.Context, w *waitingSample) {
 	s := w.Sample
-	rep, err := c.predict.Predict(ctx, schema.PredictRequest{TrajID: s.ID, GroupID: s.GroupID, Family: s.Family})
+	rep, err := c.predict.Predict(ctx, schema.PredictRequest{TrajID: s.ID, GroupID: s.GroupID, Family: s.Family, Task: s.Task})
 	if err != nil {
 		return
 	}

@@ -223,10 +223,21 @@ func (s *Stack) StartEnvWorker(ctx context.Context, cfg envworker.Config) (*serv
 
 // StartPredictor runs predictor-gw.
 func (s *Stack) StartPredictor(ctx context.Context) error {
+	return s.StartPredictorWith(ctx, s.PredictorConfig())
+}
+
+// PredictorConfig is predictor-gw's configuration in this stack (history
+// backend).
+func (s *Stack) PredictorConfig() predictor.Config {
+	var cfg predictor.Config
+	service.Defaults(&cfg)
+	cfg.Common, cfg.Addr = s.Opts.Common, ""
+	return cfg
+}
+
+// StartPredictorWith runs predictor-gw with cfg.
+func (s *Stack) StartPredictorWith(ctx context.Context, cfg predictor.Config) error {
 	_, err := s.Go(ctx, "predictor-gw", func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
-		var cfg predictor.Config
-		service.Defaults(&cfg)
-		cfg.Common, cfg.Addr = s.Opts.Common, ""
 		return predictor.New(cfg, d).Run, nil
 	})
 	return err

@@ -167,11 +167,7 @@ func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Comm
 	if err != nil {
 		return store.Commit{}, err
 	}
-	system, err := w.agent.System(nil)
-	if err != nil {
-		return store.Commit{}, bus.Fatal(err)
-	}
-	task, err := w.agent.Instance(t.Sample.Task, nil)
+	msgs, prompt, err := flow.Opening(w.agent, w.tmpl, t.Sample.Task)
 	if err != nil {
 		return store.Commit{}, bus.Fatal(err)
 	}
@@ -189,10 +185,8 @@ func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Comm
 	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
 		store.FieldStatus: string(store.StatusNeedsGeneration), store.FieldOwner: w.cfg.ID,
 		store.FieldHandle: sb.Handle()}}
-	c.Messages = []schema.Message{{Role: schema.RoleSystem, Content: system}, {Role: schema.RoleUser, Content: task}}
-	c.Append(w.tmpl.Message(schema.RoleSystem, system), nil, 0, -1)
-	c.Append(w.tmpl.Message(schema.RoleUser, task), nil, 0, -1)
-	c.Append(w.tmpl.GenerationPrompt(), nil, 0, -1)
+	c.Messages = msgs
+	c.Append(prompt, nil, 0, -1)
 	c.Set[store.FieldPromptLen] = strconv.Itoa(len(c.Tokens))
 	return c, nil
 }

@@ -18,10 +18,12 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/actloop/actloop/pkg/agent"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/store"
+	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // Classifier tells the priority class of a trajectory's next gen step.
@@ -189,4 +191,23 @@ func ReportFailed(ctx context.Context, pub *bus.Publisher, now time.Time, worker
 	e := schema.Event{V: schema.Version, Type: schema.EventFailed, TrajID: trajID, Seq: seq, Worker: worker,
 		Reason: cause.Error(), At: now.UTC()}
 	return pub.Publish(ctx, bus.SubjectEvents, schema.MsgID(trajID, seq, "failed"), e)
+}
+
+// Opening renders a trajectory's first messages (system prompt and task)
+// and their tokens, up to and including the first generation prompt.
+func Opening(cfg agent.Config, tmpl tokenize.ChatTemplate, task string) ([]schema.Message, []int32, error) {
+	system, err := cfg.System(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	inst, err := cfg.Instance(task, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	msgs := []schema.Message{{Role: schema.RoleSystem, Content: system}, {Role: schema.RoleUser, Content: inst}}
+	var ids []int32
+	for _, m := range msgs {
+		ids = append(ids, tmpl.Message(m.Role, m.Content)...)
+	}
+	return msgs, append(ids, tmpl.GenerationPrompt()...), nil
 }

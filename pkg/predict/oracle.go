@@ -3,12 +3,15 @@ package predict
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/pkg/agent"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/sim"
 	"github.com/actloop/actloop/pkg/store"
@@ -93,6 +96,14 @@ func (o *Oracle) Predict(ctx context.Context, req schema.PredictRequest) (schema
 		return schema.PredictReply{}, fmt.Errorf("predict %s: %w", req.TrajID, err)
 	}
 	t, err := o.st.Load(ctx, req.TrajID, store.WithTokens)
+	if errors.Is(err, store.ErrNotFound) && req.Task != "" {
+		// Not admitted yet: the simulator plans from the opening prompt.
+		_, opening, oerr := flow.Opening(agent.DefaultConfig(), tokenize.NewByteChatML(), req.Task)
+		if oerr != nil {
+			return schema.PredictReply{}, fmt.Errorf("predict %s: %w", req.TrajID, oerr)
+		}
+		t, err = &store.Trajectory{ID: req.TrajID, Tokens: opening}, nil
+	}
 	if err != nil {
 		return schema.PredictReply{}, fmt.Errorf("predict: %w", err)
 	}

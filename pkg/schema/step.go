@@ -126,6 +126,9 @@ type PredictRequest struct {
 	Turns     int    `json:"turns"`      // model calls so far
 	GenTokens int    `json:"gen_tokens"` // generated tokens so far
 	TurnSeq   int64  `json:"turn_seq"`   // the trajectory's seq when asked
+	// Task is sent for a sample not yet admitted (no state to read), so a
+	// predictor that reads the prompt can still answer.
+	Task string `json:"task,omitempty"`
 }
 
 // PredictReply answers a PredictRequest. Error is set when no prediction

@@ -7,7 +7,8 @@
 // Output. Token ids follow the byte-level tokenizer of pkg/tokenize. When
 // sampling_params.custom_params.actloop_reply is a string, the output is that
 // string's ids followed by <|im_end|>. Otherwise the reply is an unscripted
-// mini-swe-agent style trajectory's: its total number of turns (1..MaxTurns)
+// mini-swe-agent style trajectory's: its total number of turns (1..MaxTurns,
+// long-tailed: 1 + MaxTurns·u³)
 // is a hash of Config.Seed and the task prefix (the conversation up to the
 // end of its first user message), and turn k (the input's count of
 // assistant turns) answers with a text that is a hash of the same and k

@@ -126,7 +126,12 @@ func (s *Server) taskSeed(prefix []int32) hash64 {
 
 // totalTurns is how many turns (1..MaxTurns) the unscripted trajectory of a
 // task takes, its submission included.
-func (s *Server) totalTurns(seed hash64) int { return 1 + int(seed.sum()%uint64(s.cfg.MaxTurns)) }
+// totalTurns is long-tailed, as agent trajectories are: u³ for u uniform in
+// [0, 1) puts most trajectories at a few turns and a few near MaxTurns.
+func (s *Server) totalTurns(seed hash64) int {
+	u := float64(seed.sum()>>11) / (1 << 53)
+	return 1 + int(float64(s.cfg.MaxTurns)*u*u*u)
+}
 
 // synthReply is the unscripted reply to input.
 func (s *Server) synthReply(input []int32) string {
