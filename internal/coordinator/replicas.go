@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -18,50 +17,30 @@ import (
 // ends. Liveness is judged by when a heartbeat arrived here, so clocks on
 // other hosts do not matter.
 func (c *Coordinator) watchHeartbeats(ctx context.Context) error {
-	kv, err := c.d.JS.KeyValue(ctx, bus.BucketHeartbeats)
-	if err != nil {
-		return fmt.Errorf("kv %s: %w", bus.BucketHeartbeats, err)
-	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", bus.BucketHeartbeats, err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
-			}
-			if e == nil {
-				continue
-			}
-			parts := strings.SplitN(e.Key(), ".", 3)
-			if len(parts) != 3 || parts[0] != "gen" {
-				continue
-			}
-			replica, worker := parts[1], parts[2]
-			c.mu.Lock()
-			if e.Operation() == jetstream.KeyValuePut {
-				if h, err := schema.Decode[schema.Heartbeat](e.Value()); err == nil {
-					if c.beats[replica] == nil {
-						c.beats[replica] = map[string]time.Time{}
-					}
-					c.beats[replica][worker] = c.d.Now()
-					c.hearts[e.Key()] = h
-				}
-			} else {
-				if ws := c.beats[replica]; ws != nil {
-					delete(ws, worker) // the worker stopped
-				}
-				delete(c.hearts, e.Key())
-			}
-			c.mu.Unlock()
-			c.poke()
+	return flow.WatchKV(ctx, c.d.JS, bus.BucketHeartbeats, func(e jetstream.KeyValueEntry) {
+		parts := strings.SplitN(e.Key(), ".", 3)
+		if len(parts) != 3 || parts[0] != "gen" {
+			return
 		}
-	}
+		replica, worker := parts[1], parts[2]
+		c.mu.Lock()
+		if e.Operation() == jetstream.KeyValuePut {
+			if h, err := schema.Decode[schema.Heartbeat](e.Value()); err == nil {
+				if c.beats[replica] == nil {
+					c.beats[replica] = map[string]time.Time{}
+				}
+				c.beats[replica][worker] = c.d.Now()
+				c.hearts[e.Key()] = h
+			}
+		} else {
+			if ws := c.beats[replica]; ws != nil {
+				delete(ws, worker) // the worker stopped
+			}
+			delete(c.hearts, e.Key())
+		}
+		c.mu.Unlock()
+		c.poke()
+	})
 }
 
 // live reports whether replica has a gen-worker whose heartbeat is recent.

@@ -11,18 +11,16 @@ import (
 	"github.com/actloop/actloop/pkg/priority"
 )
 
-// WatchBoard keeps board up to date with the priority snapshots in NATS KV
-// until ctx ends: whoever publishes a next gen step classifies it by the
-// newest snapshot it has seen. A snapshot that does not decode is logged and
-// skipped; the next one replaces it.
-func WatchBoard(ctx context.Context, js jetstream.JetStream, board *priority.Board, log *slog.Logger) error {
-	kv, err := js.KeyValue(ctx, bus.BucketPriority)
+// WatchKV calls f with every entry of bucket, the current ones first, then
+// each change (puts, deletes, purges), until ctx ends.
+func WatchKV(ctx context.Context, js jetstream.JetStream, bucket string, f func(jetstream.KeyValueEntry)) error {
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
-		return fmt.Errorf("kv %s: %w", bus.BucketPriority, err)
+		return fmt.Errorf("kv %s: %w", bucket, err)
 	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return fmt.Errorf("watch %s: %w", bus.BucketPriority, err)
+		return fmt.Errorf("watch %s: %w", bucket, err)
 	}
 	defer func() { _ = w.Stop() }()
 	for {
@@ -33,17 +31,29 @@ func WatchBoard(ctx context.Context, js jetstream.JetStream, board *priority.Boa
 			if !ok {
 				return nil
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // nil marks the end of the initial values
+			if e != nil { // nil marks the end of the initial values
+				f(e)
 			}
-			s, err := priority.DecodeSnapshot(e.Value())
-			if err != nil {
-				log.Warn("undecodable priority snapshot skipped", "key", e.Key(), "error", err)
-				continue
-			}
-			board.Set(s)
 		}
 	}
+}
+
+// WatchBoard keeps board up to date with the priority snapshots in NATS KV
+// until ctx ends: whoever publishes a next gen step classifies it by the
+// newest snapshot it has seen. A snapshot that does not decode is logged and
+// skipped; the next one replaces it.
+func WatchBoard(ctx context.Context, js jetstream.JetStream, board *priority.Board, log *slog.Logger) error {
+	return WatchKV(ctx, js, bus.BucketPriority, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			return
+		}
+		s, err := priority.DecodeSnapshot(e.Value())
+		if err != nil {
+			log.Warn("undecodable priority snapshot skipped", "key", e.Key(), "error", err)
+			return
+		}
+		board.Set(s)
+	})
 }
 
 var _ Classifier = (*priority.Board)(nil)
