@@ -227,3 +227,24 @@ func TestPredictionsDriveSnapshots(t *testing.T) {
 	predict("a", 3, 1000)
 	testkit.Eventually(t, wait, "a (now longest) in the high class", high("a"))
 }
+
+// With no predictor-gw answering, lpt admission falls back to arrival order
+// and counts the failures instead of stalling.
+func TestAdmissionWithoutPredictor(t *testing.T) {
+	ctx, s, d := stack(t)
+	cfg := s.CoordinatorConfig()
+	cfg.Policy, cfg.PredictTimeout = "lpt", 50*time.Millisecond
+	c, err := s.StartCoordinator(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"p1", "p2"} {
+		if err := d.Pub.Publish(ctx, bus.SubjectSamples, id, sample(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, wait, "both admitted with the failures counted", func() bool {
+		st, err := c.Status(ctx)
+		return err == nil && st.Active == 2 && st.PredictorFailures >= 2
+	})
+}
