@@ -67,6 +67,12 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return bus.Malformed(fmt.Errorf("sample: %w", err))
 	}
+	c.mu.Lock()
+	known := c.waiting[s.ID] != nil || c.active[s.ID] != nil
+	c.mu.Unlock()
+	if known {
+		return nil // a redelivery of a sample already waiting or admitted
+	}
 	w := &waitingSample{Sample: s, ArrivedAt: c.d.Now()}
 	b, err := json.Marshal(w)
 	if err != nil {
@@ -76,13 +82,13 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 		return err
 	}
 	c.mu.Lock()
-	known := c.waiting[s.ID] != nil || c.active[s.ID] != nil
-	if !known {
+	predicted := c.siblingPrediction(s.GroupID)
+	if c.waiting[s.ID] == nil && c.active[s.ID] == nil {
+		w.predicted = predicted
 		c.waiting[s.ID] = w
-		w.predicted = c.siblingPrediction(s.GroupID)
 	}
 	c.mu.Unlock()
-	if !known && w.predicted == 0 {
+	if predicted == 0 {
 		c.predictWaiting(ctx, w)
 	}
 	c.poke()
@@ -202,8 +208,8 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample) error {
 		return err
 	}
 	f := factOf(t)
-	f.Predicted = w.predicted
 	c.mu.Lock()
+	f.Predicted = w.predicted
 	if a := c.active[s.ID]; a != nil {
 		endSpan(span) // a retry: keep the span of the first try
 	} else {

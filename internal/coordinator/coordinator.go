@@ -156,8 +156,15 @@ func (c *Coordinator) poke() {
 
 // leastLoaded returns the live replica with the fewest active trajectories,
 // or "" when none is live. Callers hold c.mu.
-func (c *Coordinator) leastLoaded() string {
+func (c *Coordinator) leastLoaded() string { return c.leastLoadedPlus(nil) }
+
+// leastLoadedPlus is leastLoaded counting extra trajectories per replica.
+// Callers hold c.mu.
+func (c *Coordinator) leastLoadedPlus(extra map[string]int) string {
 	load := make(map[string]int, len(c.cfg.Replicas))
+	for r, n := range extra {
+		load[r] += n
+	}
 	for _, a := range c.active {
 		load[a.fact.Replica]++
 	}

@@ -68,36 +68,48 @@ func (c *Coordinator) rebalance(ctx context.Context) {
 	type move struct{ id, to string }
 	var moves []move
 	c.mu.Lock()
+	planned := map[string]int{} // moves planned this round, so they spread
 	for id, a := range c.active {
 		if a.fact.Replica == "" || c.live(a.fact.Replica, now) {
 			continue
 		}
-		to := c.leastLoaded()
+		to := c.leastLoadedPlus(planned)
 		if to == "" {
 			break // nothing is live
 		}
-		a.fact.Replica, a.movedAt = to, now
+		planned[to]++
 		moves = append(moves, move{id, to})
-		c.moved++
-		c.dirty = true
-	}
-	// Re-send recently moved trajectories' gen steps for a while: a worker
-	// may have published one to the old replica just before the move.
-	var resend []string
-	for id, a := range c.active {
-		if !a.movedAt.IsZero() && now.Sub(a.movedAt) < 10*time.Second {
-			resend = append(resend, id)
-		}
 	}
 	c.mu.Unlock()
 	if len(moves) > 0 {
 		c.d.Log.Warn("replica down: moving its trajectories", "moved", len(moves))
 	}
 	for _, m := range moves {
+		// Only a move that reached Redis counts; a failed one is planned
+		// again next round.
 		if err := c.d.Store.SetReplica(ctx, m.id, m.to); err != nil {
 			c.d.Log.Warn("move trajectory", "traj_id", m.id, "replica", m.to, "error", err)
+			continue
+		}
+		c.mu.Lock()
+		if a := c.active[m.id]; a != nil {
+			a.fact.Replica, a.movedAt = m.to, now
+			c.moved++
+			c.dirty = true
+		}
+		c.mu.Unlock()
+	}
+	// Re-send the gen step of recently moved trajectories waiting for one:
+	// its copy on the dead replica will not run. (Steps published after the
+	// move go to the new replica: a commit returns the replica as of then.)
+	var resend []string
+	c.mu.Lock()
+	for id, a := range c.active {
+		if !a.movedAt.IsZero() && now.Sub(a.movedAt) < 10*time.Second {
+			resend = append(resend, id)
 		}
 	}
+	c.mu.Unlock()
 	for _, id := range resend {
 		t, err := c.d.Store.Load(ctx, id, 0)
 		if err != nil || t.Status != store.StatusNeedsGeneration {

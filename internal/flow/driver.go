@@ -67,7 +67,8 @@ func (d *Driver) Do(ctx context.Context, id string, seq int64, s Step) error {
 	if err != nil {
 		return err
 	}
-	if err := d.Store.Commit(ctx, c); err != nil {
+	replica, err := d.Store.CommitReplica(ctx, c)
+	if err != nil {
 		if s.Discard != nil {
 			s.Discard(ctx, c)
 		}
@@ -77,6 +78,7 @@ func (d *Driver) Do(ctx context.Context, id string, seq int64, s Step) error {
 		return err
 	}
 	t.Apply(c)
+	t.Replica = replica // the coordinator may have moved it meanwhile
 	return d.PublishNext(ctx, t)
 }
 

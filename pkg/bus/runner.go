@@ -180,12 +180,32 @@ func (r *Runner) pullToPreempt(ctx context.Context, slots chan struct{}, dispatc
 			_ = m.Nak()
 			continue
 		}
+		select {
+		case slots <- struct{}{}: // a slot freed meanwhile: no need to preempt
+			dispatch(m)
+			continue
+		default:
+		}
 		r.Preempt.Preempt() // if nothing is left to preempt, a slot frees by itself
+		r.waitSlot(ctx, slots, m, dispatch)
+	}
+}
+
+// waitSlot runs m as soon as a slot frees, keeping its ack timer reset
+// meanwhile so it is not redelivered elsewhere.
+func (r *Runner) waitSlot(ctx context.Context, slots chan struct{}, m jetstream.Msg, dispatch func(jetstream.Msg)) {
+	beat := time.NewTicker(max(r.AckWait/3, 10*time.Millisecond))
+	defer beat.Stop()
+	for {
 		select {
 		case slots <- struct{}{}:
 			dispatch(m)
+			return
 		case <-ctx.Done():
 			_ = m.Nak()
+			return
+		case <-beat.C:
+			_ = m.InProgress()
 		}
 	}
 }

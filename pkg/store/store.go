@@ -300,9 +300,17 @@ func (c *Commit) Append(tokens []int32, logprobs []float32, mask int8, version i
 // Commit applies c atomically. It returns ErrStale, changing nothing, if the
 // trajectory is no longer at c.Seq, and ErrNotFound if it does not exist.
 func (s *Store) Commit(ctx context.Context, c Commit) error {
+	_, err := s.CommitReplica(ctx, c)
+	return err
+}
+
+// CommitReplica is Commit that also returns the replica the trajectory is on
+// as of the commit: the coordinator may have moved it (SetReplica) since it
+// was loaded, and its next gen step must go to the new one.
+func (s *Store) CommitReplica(ctx context.Context, c Commit) (string, error) {
 	n := len(c.Tokens)
 	if len(c.Logprobs) != n || len(c.Mask) != n || len(c.Versions) != n {
-		return fmt.Errorf("commit %s seq %d: token arrays differ in length (%d, %d, %d, %d)",
+		return "", fmt.Errorf("commit %s seq %d: token arrays differ in length (%d, %d, %d, %d)",
 			c.ID, c.Seq, n, len(c.Logprobs), len(c.Mask), len(c.Versions))
 	}
 	args := make([]any, 0, 8+2*len(c.Set)+len(c.Messages))
@@ -311,28 +319,31 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 		len(c.Set))
 	for k, v := range c.Set {
 		if k == FieldSeq {
-			return fmt.Errorf("commit %s seq %d: seq is set by the commit itself", c.ID, c.Seq)
+			return "", fmt.Errorf("commit %s seq %d: seq is set by the commit itself", c.ID, c.Seq)
 		}
 		args = append(args, k, v)
 	}
 	for _, m := range c.Messages {
 		b, err := json.Marshal(m)
 		if err != nil {
-			return fmt.Errorf("commit %s seq %d: %w", c.ID, c.Seq, err)
+			return "", fmt.Errorf("commit %s seq %d: %w", c.ID, c.Seq, err)
 		}
 		args = append(args, string(b))
 	}
-	res, err := commitScript.Run(ctx, s.rdb, keysOf(c.ID).all(), args...).Int64Slice()
-	if err != nil {
-		return fmt.Errorf("commit %s seq %d: %w", c.ID, c.Seq, err)
+	res, err := commitScript.Run(ctx, s.rdb, keysOf(c.ID).all(), args...).Slice()
+	if err != nil || len(res) != 3 {
+		return "", fmt.Errorf("commit %s seq %d: %w (reply %v)", c.ID, c.Seq, err, res)
 	}
-	switch res[0] {
+	code, _ := res[0].(int64)
+	now, _ := res[1].(int64)
+	replica, _ := res[2].(string)
+	switch code {
 	case 1:
-		return nil
+		return replica, nil
 	case 0:
-		return fmt.Errorf("commit %s seq %d (now %d): %w", c.ID, c.Seq, res[1], ErrStale)
+		return "", fmt.Errorf("commit %s seq %d (now %d): %w", c.ID, c.Seq, now, ErrStale)
 	default:
-		return fmt.Errorf("commit %s seq %d: %w", c.ID, c.Seq, ErrNotFound)
+		return "", fmt.Errorf("commit %s seq %d: %w", c.ID, c.Seq, ErrNotFound)
 	}
 }
 
@@ -340,9 +351,9 @@ func (s *Store) Commit(ctx context.Context, c Commit) error {
 // rollback.
 var commitScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], 'seq')
-if not cur then return {-1, 0} end
+if not cur then return {-1, 0, ''} end
 cur = tonumber(cur)
-if cur ~= tonumber(ARGV[1]) then return {0, cur} end
+if cur ~= tonumber(ARGV[1]) then return {0, cur, ''} end
 local nset = tonumber(ARGV[7])
 local h = {'seq', cur + 1, 'updated_at', ARGV[2]}
 for i = 8, 7 + 2 * nset do h[#h + 1] = ARGV[i] end
@@ -357,7 +368,7 @@ local first = 8 + 2 * nset
 if #ARGV >= first then
   redis.call('RPUSH', KEYS[2], unpack(ARGV, first, #ARGV))
 end
-return {1, cur + 1}
+return {1, cur + 1, redis.call('HGET', KEYS[1], 'replica') or ''}
 `)
 
 // Expire makes every key of a trajectory expire after ttl.
