@@ -23,7 +23,9 @@ import (
 type waitingSample struct {
 	Sample    schema.Sample `json:"sample"`
 	ArrivedAt time.Time     `json:"arrived_at"`
-	predicted float64       // remaining tokens, from predictor-gw or a sibling; 0 = unknown
+	// Predicted is the remaining tokens from predictor-gw or a sibling; 0 =
+	// unknown. Stored with the entry, so a restarted coordinator keeps it.
+	Predicted float64 `json:"predicted,omitempty"`
 }
 
 // load rebuilds the in-memory view from Redis.
@@ -84,7 +86,7 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 	c.mu.Lock()
 	predicted := c.siblingPrediction(s.GroupID)
 	if c.waiting[s.ID] == nil && c.active[s.ID] == nil {
-		w.predicted = predicted
+		w.Predicted = predicted
 		c.waiting[s.ID] = w
 	}
 	c.mu.Unlock()
@@ -105,8 +107,8 @@ func (c *Coordinator) siblingPrediction(group string) float64 {
 		}
 	}
 	for _, w := range c.waiting {
-		if w.Sample.GroupID == group && w.predicted > 0 {
-			return w.predicted
+		if w.Sample.GroupID == group && w.Predicted > 0 {
+			return w.Predicted
 		}
 	}
 	return 0
@@ -121,8 +123,15 @@ func (c *Coordinator) predictWaiting(ctx context.Context, w *waitingSample) {
 		return
 	}
 	c.mu.Lock()
-	w.predicted = rep.RemainingTokens
+	w.Predicted = rep.RemainingTokens
+	b, err := json.Marshal(w)
 	c.mu.Unlock()
+	if err == nil {
+		err = c.d.Store.UpdateWaiting(ctx, s.ID, b)
+	}
+	if err != nil {
+		c.d.Log.Warn("store prediction of waiting sample", "traj_id", s.ID, "error", err)
+	}
 }
 
 // admitLoop admits waiting samples in policy order while fewer than
@@ -159,7 +168,7 @@ func (c *Coordinator) admissible() []*waitingSample {
 	facts := make([]priority.Fact, 0, len(c.waiting))
 	for id, w := range c.waiting {
 		facts = append(facts, priority.Fact{TrajID: id, GroupID: w.Sample.GroupID, Family: w.Sample.Family,
-			AdmittedAt: w.ArrivedAt, WaitingSince: w.ArrivedAt, Predicted: w.predicted})
+			AdmittedAt: w.ArrivedAt, WaitingSince: w.ArrivedAt, Predicted: w.Predicted})
 	}
 	ranked := c.policy.Rank(facts, c.d.Now())
 	out := make([]*waitingSample, 0, min(free, len(ranked)))
@@ -209,7 +218,7 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample) error {
 	}
 	f := factOf(t)
 	c.mu.Lock()
-	f.Predicted = w.predicted
+	f.Predicted = w.Predicted
 	if a := c.active[s.ID]; a != nil {
 		endSpan(span) // a retry: keep the span of the first try
 	} else {

@@ -17,7 +17,7 @@ import (
 // ends. Liveness is judged by when a heartbeat arrived here, so clocks on
 // other hosts do not matter.
 func (c *Coordinator) watchHeartbeats(ctx context.Context) error {
-	return flow.WatchKV(ctx, c.d.JS, bus.BucketHeartbeats, func(e jetstream.KeyValueEntry) {
+	return flow.WatchKV(ctx, c.d.JS, bus.BucketHeartbeats, func(e jetstream.KeyValueEntry, initial bool) {
 		parts := strings.SplitN(e.Key(), ".", 3)
 		if len(parts) != 3 || parts[0] != "gen" {
 			return
@@ -29,7 +29,14 @@ func (c *Coordinator) watchHeartbeats(ctx context.Context) error {
 				if c.beats[replica] == nil {
 					c.beats[replica] = map[string]time.Time{}
 				}
-				c.beats[replica][worker] = c.d.Now()
+				at := c.d.Now()
+				if initial && at.Sub(e.Created()) > c.cfg.ReplicaTimeout {
+					// An old entry, perhaps of a worker that died without
+					// removing its key: not a sign of life. (A live worker's
+					// next beat arrives as an update.)
+					at = e.Created()
+				}
+				c.beats[replica][worker] = at
 				c.hearts[e.Key()] = h
 			}
 		} else {

@@ -50,12 +50,16 @@ func TestStepSpansJoinTheTrajectoryTrace(t *testing.T) {
 		case "gen-r0", "env-env-0":
 			steps[s.Name()]++
 			if s.SpanContext().TraceID() != traj.SpanContext().TraceID() || s.Parent().SpanID() != traj.SpanContext().SpanID() {
-				t.Errorf("%s span is not a child of the trajectory span", s.Name())
+				t.Errorf("%s span (trace %s, parent %s) is not a child of the trajectory span (trace %s, id %s)", s.Name(),
+					s.SpanContext().TraceID(), s.Parent().SpanID(), traj.SpanContext().TraceID(), traj.SpanContext().SpanID())
 			}
 		}
 	}
 	// start, exec (submits), finish; one generation.
 	if steps["gen-r0"] != 1 || steps["env-env-0"] != 3 {
+		for _, s := range rec.Ended() {
+			t.Logf("span %s trace %s id %s parent %s", s.Name(), s.SpanContext().TraceID(), s.SpanContext().SpanID(), s.Parent().SpanID())
+		}
 		t.Errorf("step spans %v, want 1 gen and 3 env", steps)
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/actloop/actloop/pkg/priority"
 )
 
-// WatchKV calls f with every entry of bucket, the current ones first, then
-// each change (puts, deletes, purges), until ctx ends.
-func WatchKV(ctx context.Context, js jetstream.JetStream, bucket string, f func(jetstream.KeyValueEntry)) error {
+// WatchKV calls f with every entry of bucket, the current ones first
+// (initial true), then each change (puts, deletes, purges), until ctx ends.
+func WatchKV(ctx context.Context, js jetstream.JetStream, bucket string, f func(e jetstream.KeyValueEntry, initial bool)) error {
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return fmt.Errorf("kv %s: %w", bucket, err)
@@ -23,6 +23,7 @@ func WatchKV(ctx context.Context, js jetstream.JetStream, bucket string, f func(
 		return fmt.Errorf("watch %s: %w", bucket, err)
 	}
 	defer func() { _ = w.Stop() }()
+	initial := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -31,9 +32,11 @@ func WatchKV(ctx context.Context, js jetstream.JetStream, bucket string, f func(
 			if !ok {
 				return nil
 			}
-			if e != nil { // nil marks the end of the initial values
-				f(e)
+			if e == nil { // the end of the initial values
+				initial = false
+				continue
 			}
+			f(e, initial)
 		}
 	}
 }
@@ -43,7 +46,7 @@ func WatchKV(ctx context.Context, js jetstream.JetStream, bucket string, f func(
 // newest snapshot it has seen. A snapshot that does not decode is logged and
 // skipped; the next one replaces it.
 func WatchBoard(ctx context.Context, js jetstream.JetStream, board *priority.Board, log *slog.Logger) error {
-	return WatchKV(ctx, js, bus.BucketPriority, func(e jetstream.KeyValueEntry) {
+	return WatchKV(ctx, js, bus.BucketPriority, func(e jetstream.KeyValueEntry, _ bool) {
 		if e.Operation() != jetstream.KeyValuePut {
 			return
 		}

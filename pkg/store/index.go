@@ -78,6 +78,21 @@ func (s *Store) AddWaiting(ctx context.Context, id string, entry []byte) (bool, 
 	return ok, nil
 }
 
+// UpdateWaiting replaces the entry of a sample still waiting; it does
+// nothing for one no longer waiting.
+func (s *Store) UpdateWaiting(ctx context.Context, id string, entry []byte) error {
+	if err := updateWaitingScript.Run(ctx, s.rdb, []string{waitingKey}, id, entry).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("update waiting %s: %w", id, err)
+	}
+	return nil
+}
+
+var updateWaitingScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
+
 // RemoveWaiting forgets a waiting sample (admitted or dropped); idempotent.
 func (s *Store) RemoveWaiting(ctx context.Context, id string) error {
 	if err := s.rdb.HDel(ctx, waitingKey, id).Err(); err != nil {

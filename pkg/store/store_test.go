@@ -149,6 +149,15 @@ func TestActiveIndexAndExpire(t *testing.T) {
 		if w, err := s.Waiting(ctx); err != nil || string(w["w1"]) != "first" {
 			t.Fatalf("waiting %v %v", w, err)
 		}
+		if err := s.UpdateWaiting(ctx, "w1", []byte("updated")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UpdateWaiting(ctx, "absent", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if w, err := s.Waiting(ctx); err != nil || string(w["w1"]) != "updated" || len(w) != 1 {
+			t.Fatalf("waiting after update %v %v", w, err)
+		}
 		if err := s.RemoveWaiting(ctx, "w1"); err != nil {
 			t.Fatal(err)
 		}
