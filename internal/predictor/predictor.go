@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -94,10 +95,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer drain(sub, g.d.Log)
 
 	eg, ectx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return service.Serve(ectx, g.cfg.Addr, service.HealthMux(g.d), g.d.Log) })
+	eg.Go(func() error { return service.Serve(ectx, g.cfg.Addr, g.Handler(), g.d.Log) })
 	if history != nil {
 		r, err := g.historyRunner(ctx, history)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
 			return err
 		}
 		eg.Go(func() error { return r.Run(ectx) })
@@ -107,6 +111,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // build returns the backend cfg names (or the one set for tests), the
 // History when that is it, and what closes the backend.
+// Handler serves /healthz and /readyz.
+func (g *Gateway) Handler() http.Handler { return service.HealthMux(g.d) }
+
 func (g *Gateway) build() (predict.Predictor, *predict.History, func()) {
 	if g.backend != nil {
 		h, _ := g.backend.(*predict.History)
