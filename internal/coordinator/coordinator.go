@@ -101,6 +101,16 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	if err := c.load(ctx); err != nil {
 		return nil, err
 	}
+	// Continue the snapshot versions where the last coordinator left them:
+	// workers ignore a version older than the one they hold, whatever the
+	// clock of this host says.
+	for _, r := range cfg.Replicas {
+		if e, err := c.kv.Get(ctx, r); err == nil {
+			if snap, err := priority.DecodeSnapshot(e.Value()); err == nil {
+				c.snap.Version = max(c.snap.Version, snap.Version)
+			}
+		}
+	}
 	return c, nil
 }
 
