@@ -81,15 +81,22 @@ func (c *Coordinator) stepFailed(ctx context.Context, e schema.Event) error {
 // state: it repairs an end whose result was not sent (a crash between the
 // final commit and the publish).
 func (c *Coordinator) finish(ctx context.Context, id string) error {
-	t, err := c.d.Store.Load(ctx, id, store.WithAll)
-	if errors.Is(err, store.ErrNotFound) {
-		c.forget(ctx, id)
-		return nil
-	}
-	if err != nil {
+	t, err := c.loadOrForget(ctx, id)
+	if t == nil {
 		return err
 	}
 	return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL)
+}
+
+// loadOrForget loads a trajectory whole; one whose state is gone is dropped
+// from the active set (nil, nil).
+func (c *Coordinator) loadOrForget(ctx context.Context, id string) (*store.Trajectory, error) {
+	t, err := c.d.Store.Load(ctx, id, store.WithAll)
+	if errors.Is(err, store.ErrNotFound) {
+		c.forget(ctx, id)
+		return nil, nil
+	}
+	return t, err
 }
 
 // Fallback ends a trajectory that cannot finish: it commits it as aborted
@@ -98,12 +105,8 @@ func (c *Coordinator) finish(ctx context.Context, id string) error {
 // ended it publishes that end's result again.
 func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 	for attempt := 0; ; attempt++ {
-		t, err := c.d.Store.Load(ctx, id, store.WithAll)
-		if errors.Is(err, store.ErrNotFound) {
-			c.forget(ctx, id)
-			return nil
-		}
-		if err != nil {
+		t, err := c.loadOrForget(ctx, id)
+		if t == nil {
 			return err
 		}
 		if t.Status.Terminal() {

@@ -102,7 +102,7 @@ type Worker struct {
 	id      string
 	// predictions queued for predictor-gw; a full queue drops (a missing
 	// prediction only leaves the length unknown).
-	toPredict chan *store.Trajectory
+	toPredict chan schema.PredictRequest
 	tracker   *tracker
 
 	hi, lo jetstream.Consumer
@@ -122,7 +122,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	}
 	tmpl := tokenize.NewByteChatML()
 	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tok, agent: agent.DefaultConfig(),
-		board: &priority.Board{}, id: id, toPredict: make(chan *store.Trajectory, 256),
+		board: &priority.Board{}, id: id, toPredict: make(chan schema.PredictRequest, 256),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
@@ -382,7 +382,8 @@ func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
 	if t.Status == store.StatusNeedsEnvStep && w.cfg.PredictTimeout > 0 {
 		// Predict the rest while the sandbox works.
 		select {
-		case w.toPredict <- t:
+		case w.toPredict <- schema.PredictRequest{TrajID: t.ID, GroupID: t.Sample.GroupID, Family: t.Sample.Family,
+			Turns: t.Calls, GenTokens: t.GenTokens, TurnSeq: t.Seq}: // not t: it holds every token
 		default:
 		}
 	}
@@ -393,23 +394,21 @@ func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
 // whose generation just ended and reports it to the coordinator.
 func (w *Worker) predictLoop(ctx context.Context) error {
 	for {
-		var t *store.Trajectory
+		var req schema.PredictRequest
 		select {
 		case <-ctx.Done():
 			return nil
-		case t = <-w.toPredict:
+		case req = <-w.toPredict:
 		}
-		s := t.Sample
-		rep, err := w.predict.Predict(ctx, schema.PredictRequest{TrajID: t.ID, GroupID: s.GroupID, Family: s.Family,
-			Turns: t.Calls, GenTokens: t.GenTokens, TurnSeq: t.Seq})
+		rep, err := w.predict.Predict(ctx, req)
 		if err != nil {
 			continue // logged once by the Predictor; the length stays unknown
 		}
-		p := schema.Prediction{V: schema.Version, TrajID: t.ID, Replica: w.cfg.Replica, TurnSeq: t.Seq, Turns: t.Calls,
-			GenTokens: t.GenTokens, RemainingTokens: rep.RemainingTokens, RemainingTurns: rep.RemainingTurns,
-			Source: rep.Source, At: w.d.Now().UTC()}
-		if err := w.d.Pub.Publish(ctx, bus.SubjectPredictions, schema.MsgID(t.ID, t.Seq, "pred"), p); err != nil && ctx.Err() == nil {
-			w.d.Log.Warn("report prediction", "traj_id", t.ID, "error", err)
+		p := schema.Prediction{V: schema.Version, TrajID: req.TrajID, Replica: w.cfg.Replica, TurnSeq: req.TurnSeq,
+			Turns: req.Turns, GenTokens: req.GenTokens, RemainingTokens: rep.RemainingTokens,
+			RemainingTurns: rep.RemainingTurns, Source: rep.Source, At: w.d.Now().UTC()}
+		if err := w.d.Pub.Publish(ctx, bus.SubjectPredictions, schema.MsgID(req.TrajID, req.TurnSeq, "pred"), p); err != nil && ctx.Err() == nil {
+			w.d.Log.Warn("report prediction", "traj_id", req.TrajID, "error", err)
 		}
 	}
 }
