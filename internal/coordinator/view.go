@@ -21,7 +21,8 @@ type snapshotStats struct {
 }
 
 // handlePrediction updates the live view with a gen-worker's prediction,
-// dropping one older than what is already known of the trajectory.
+// dropping one older than what is already known of the trajectory. A
+// prediction for a newer turn also says which replica ran it.
 func (c *Coordinator) handlePrediction(_ context.Context, m jetstream.Msg) error {
 	p, err := schema.Decode[schema.Prediction](m.Data())
 	if err != nil {
@@ -36,6 +37,9 @@ func (c *Coordinator) handlePrediction(_ context.Context, m jetstream.Msg) error
 	if p.TurnSeq < a.turnSeq {
 		c.stale++
 		return nil
+	}
+	if p.TurnSeq > a.turnSeq && p.Replica != "" {
+		a.fact.Replica = p.Replica // a newer turn ran there: stolen by that replica
 	}
 	a.turnSeq = p.TurnSeq
 	a.fact.Predicted, a.fact.Turns, a.fact.Tokens = p.RemainingTokens, p.Turns, p.GenTokens

@@ -174,11 +174,23 @@ func (s *Stack) StartCoordinator(ctx context.Context, cfg coordinator.Config) (*
 // StartGenWorker runs the gen-worker of replica; gen nil means the SGLang
 // client on the replica's simulator. It returns the worker's connections.
 func (s *Stack) StartGenWorker(ctx context.Context, replica string, gen llm.Generator) (*service.Deps, error) {
+	return s.StartGenWorkerWith(ctx, s.GenWorkerConfig(replica), gen)
+}
+
+// GenWorkerConfig is the configuration of replica's gen-worker in this
+// stack.
+func (s *Stack) GenWorkerConfig(replica string) genworker.Config {
 	var cfg genworker.Config
 	service.Defaults(&cfg)
 	cfg.Common, cfg.Replica, cfg.Slots, cfg.LLMURL, cfg.WorkerID = s.Opts.Common, replica, s.Opts.Slots, s.SimURLs[replica], "gen-"+replica
 	cfg.Addr = "" // no health server per worker in one process
-	return s.Go(ctx, "gen-worker-"+replica, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+	return cfg
+}
+
+// StartGenWorkerWith starts a gen-worker with cfg; gen is as for
+// StartGenWorker.
+func (s *Stack) StartGenWorkerWith(ctx context.Context, cfg genworker.Config, gen llm.Generator) (*service.Deps, error) {
+	return s.Go(ctx, "gen-worker-"+cfg.Replica, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
 		w, err := genworker.New(ctx, cfg, d, gen)
 		if err != nil {
 			return nil, err
@@ -187,7 +199,7 @@ func (s *Stack) StartGenWorker(ctx context.Context, replica string, gen llm.Gene
 		if s.gens == nil {
 			s.gens = map[string]*genworker.Worker{}
 		}
-		s.gens[replica] = w
+		s.gens[cfg.Replica] = w
 		s.mu.Unlock()
 		return w.Run, nil
 	})

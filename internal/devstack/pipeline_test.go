@@ -474,3 +474,41 @@ func TestReplicaLossMovesTrajectories(t *testing.T) {
 		t.Fatalf("status %+v %v", st, err)
 	}
 }
+
+// With stealing on, a worker with idle slots takes the gen steps waiting on
+// a replica that has no worker; those trajectories finish and stay on the
+// thief. The coordinator moves nothing (the silent replica is never timed
+// out here).
+func TestIdleReplicaStealsWaitingSteps(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.stack.CoordinatorConfig()
+	cfg.ReplicaTimeout = time.Hour
+	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
+		t.Fatal(err)
+	}
+	gc := e.stack.GenWorkerConfig("r0")
+	gc.Steal, gc.StealAfter = true, 100*time.Millisecond
+	if _, err := e.stack.StartGenWorkerWith(e.ctx, gc, nil); err != nil {
+		t.Fatal(err)
+	}
+	samples := demo.Samples(4, e.ws, "stolen")
+	e.submit(samples...)
+	got := e.results(len(samples))
+	for _, s := range samples {
+		if r := got[s.ID]; !r.Solved() {
+			t.Errorf("%s: %s %q", s.ID, r.Status, r.Reason)
+		}
+		checkConsistent(t, got[s.ID])
+	}
+	if st := e.stack.GenWorker("r0").Stats(); st.Stolen < 1 {
+		t.Fatalf("nothing stolen: %+v", st)
+	}
+	st, err := coord.Status(e.ctx)
+	if err != nil || st.Moved != 0 {
+		t.Fatalf("status %+v %v", st, err)
+	}
+}

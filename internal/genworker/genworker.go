@@ -58,6 +58,12 @@ type Config struct {
 	// is alive; a replica without heartbeats for ACTLOOP_REPLICA_TIMEOUT is
 	// taken down and its trajectories move to other replicas.
 	HeartbeatInterval time.Duration `envconfig:"HEARTBEAT_INTERVAL" default:"5s"`
+	// Steal lets a worker with idle slots take a low-priority gen step from
+	// another replica's queue whose oldest step has waited longer than
+	// StealAfter; the trajectory then stays on this replica (its prefix
+	// cache here is cold, so it pays one re-prefill).
+	Steal      bool          `envconfig:"STEAL" default:"false"`
+	StealAfter time.Duration `envconfig:"STEAL_AFTER" default:"5s"`
 	WorkerID          string        `envconfig:"WORKER_ID"`
 	Addr              string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
 }
@@ -83,6 +89,9 @@ func (c *Config) Validate() error {
 	if c.PreemptCooldown < 0 {
 		errs = append(errs, errors.New("ACTLOOP_PREEMPT_COOLDOWN: must be >= 0"))
 	}
+	if c.StealAfter <= 0 {
+		errs = append(errs, errors.New("ACTLOOP_STEAL_AFTER: must be > 0"))
+	}
 	if c.LLMTimeout <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_LLM_TIMEOUT: must be > 0"))
 	}
@@ -104,6 +113,7 @@ type Worker struct {
 	// prediction only leaves the length unknown).
 	toPredict chan schema.PredictRequest
 	tracker   *tracker
+	stealer   *stealer
 
 	hi, lo jetstream.Consumer
 	driver *flow.Driver
@@ -126,6 +136,8 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
+	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
+		interval: min(max(cfg.StealAfter/4, 50*time.Millisecond), time.Second)}
 	var err error
 	name := "gen-" + cfg.Replica
 	if w.hi, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-hi", bus.SubjectGen(cfg.Replica, priority.ClassHigh)); err != nil {
@@ -144,6 +156,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("replica", w.cfg.Replica),
 		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout,
 		Preempt: w.tracker}
+	if w.cfg.Steal {
+		r.Steal = w.stealer.Steal
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(ctx) })
 	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
@@ -176,7 +191,14 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 			if t.Replica != step.Replica {
 				return store.Commit{}, flow.ErrSkip // moved to another replica, which has its own copy
 			}
-			return w.step(ctx, t, low)
+			c, err := w.step(ctx, t, low)
+			if err == nil && step.Replica != w.cfg.Replica {
+				// Stolen from another replica's queue: the trajectory moves
+				// here, atomically with the commit.
+				c.Set[store.FieldReplica] = w.cfg.Replica
+				w.stealer.stolen.Add(1)
+			}
+			return c, err
 		}})
 }
 
@@ -215,7 +237,11 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 }
 
 // Stats reports the worker's preemption counters.
-func (w *Worker) Stats() Stats { return w.tracker.stats() }
+func (w *Worker) Stats() Stats {
+	s := w.tracker.stats()
+	s.Stolen = w.stealer.stolen.Load()
+	return s
+}
 
 // Handler serves /healthz, /readyz and /v1/stats.
 func (w *Worker) Handler() http.Handler {

@@ -122,6 +122,8 @@ type Stats struct {
 	// tokens the server had to prefill again (evicted from its prefix cache).
 	GeneratedTokens   int64 `json:"generated_tokens"`
 	ReprefilledTokens int64 `json:"reprefilled_tokens"`
+	// Stolen counts gen steps taken from another replica's queue (ACTLOOP_STEAL).
+	Stolen int64 `json:"stolen"`
 }
 
 func (k *tracker) stats() Stats {

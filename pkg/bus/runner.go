@@ -90,6 +90,10 @@ type Runner struct {
 	// keeps one pull open on the first source; a message that arrives calls
 	// Preempt.Preempt() and runs in the slot the preempted work gives up.
 	Preempt Preemptor
+	// Steal, when set, is asked after a pull on every source found nothing
+	// while slots were free: a consumer it returns (another replica's queue)
+	// is fetched from once, for one message. nil: nothing to steal now.
+	Steal func(ctx context.Context) jetstream.Consumer
 }
 
 // Preemptor is running work that can be asked to give up its slot.
@@ -144,6 +148,11 @@ func (r *Runner) Run(ctx context.Context) error {
 			continue
 		}
 		got := r.pull(ctx, free, dispatch) // the slots are already held
+		if got == 0 && r.Steal != nil && ctx.Err() == nil {
+			if src := r.Steal(ctx); src != nil {
+				got = r.fetch(ctx, src, 1, dispatch)
+			}
+		}
 		releaseN(slots, free-got)
 	}
 	return nil
@@ -230,32 +239,49 @@ func (r *Runner) pull(ctx context.Context, n int, dispatch func(jetstream.Msg)) 
 		wait = min(wait, MultiSourceWait)
 	}
 	for i, src := range r.Sources {
-		var batch jetstream.MessageBatch
-		var err error
 		if i == len(r.Sources)-1 {
-			batch, err = src.Fetch(n-got, jetstream.FetchMaxWait(wait))
+			got += r.fetchWait(ctx, src, n-got, wait, dispatch)
 		} else {
-			batch, err = src.FetchNoWait(n - got)
-		}
-		if err != nil {
-			r.pullFailed(ctx, err)
-			return got
-		}
-		for m := range batch.Messages() {
-			if ctx.Err() != nil {
-				_ = m.Nak() // arrived after shutdown began: start nothing new
-				continue
-			}
-			dispatch(m)
-			got++
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) &&
-			!errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			r.pullFailed(ctx, err)
+			got += r.fetch(ctx, src, n-got, dispatch)
 		}
 		if got == n {
 			break
 		}
+	}
+	return got
+}
+
+// fetch takes up to n messages from src without waiting and dispatches
+// them; it returns how many it dispatched.
+func (r *Runner) fetch(ctx context.Context, src jetstream.Consumer, n int, dispatch func(jetstream.Msg)) int {
+	return r.fetchWait(ctx, src, n, 0, dispatch)
+}
+
+// fetchWait is fetch waiting up to wait (0: not at all) for a message.
+func (r *Runner) fetchWait(ctx context.Context, src jetstream.Consumer, n int, wait time.Duration, dispatch func(jetstream.Msg)) int {
+	var batch jetstream.MessageBatch
+	var err error
+	if wait > 0 {
+		batch, err = src.Fetch(n, jetstream.FetchMaxWait(wait))
+	} else {
+		batch, err = src.FetchNoWait(n)
+	}
+	if err != nil {
+		r.pullFailed(ctx, err)
+		return 0
+	}
+	got := 0
+	for m := range batch.Messages() {
+		if ctx.Err() != nil {
+			_ = m.Nak() // arrived after shutdown began: start nothing new
+			continue
+		}
+		dispatch(m)
+		got++
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) &&
+		!errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+		r.pullFailed(ctx, err)
 	}
 	return got
 }

@@ -1,6 +1,9 @@
 package priority
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Board holds the newest snapshot per replica. It is safe for concurrent use;
 // the zero value is empty and ready.
@@ -40,4 +43,16 @@ func (b *Board) Get(replica string) *Snapshot {
 // when there is none.
 func (b *Board) Class(replica, trajID string) string {
 	return b.Get(replica).Class(trajID)
+}
+
+// Replicas returns the replicas a snapshot is held for, sorted.
+func (b *Board) Replicas() []string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	rs := make([]string, 0, len(b.snaps))
+	for r := range b.snaps {
+		rs = append(rs, r)
+	}
+	slices.Sort(rs)
+	return rs
 }

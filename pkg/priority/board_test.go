@@ -2,6 +2,7 @@ package priority
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -52,6 +53,9 @@ func TestBoard(t *testing.T) {
 		if got := b.Class(c.replica, c.id); got != c.want {
 			t.Fatalf("Class(%s, %s) = %s, want %s", c.replica, c.id, got, c.want)
 		}
+	}
+	if got := b.Replicas(); !slices.Equal(got, []string{"r0", "r1"}) {
+		t.Fatalf("Replicas = %v, want [r0 r1]", got)
 	}
 }
 
