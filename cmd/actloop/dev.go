@@ -191,7 +191,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 
 // collect reads n distinct results from the results stream.
 func collect(ctx context.Context, js jetstream.JetStream, n int, tick func(done int)) (map[string]schema.Result, error) {
-	c, err := js.OrderedConsumer(ctx, bus.StreamResults, jetstream.OrderedConsumerConfig{})
+	c, err := js.OrderedConsumer(ctx, bus.StreamResults, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.SubjectResults}})
 	if err != nil {
 		return nil, err
 	}

@@ -88,12 +88,12 @@ func (e *env) submit(samples ...schema.Sample) {
 // results reads the results stream until it holds n distinct trajectories.
 func (e *env) results(n int) map[string]schema.Result {
 	e.t.Helper()
-	return readStream[schema.Result](e, bus.StreamResults, n, func(r schema.Result) string { return r.TrajID })
+	return readStream[schema.Result](e, bus.StreamResults, bus.SubjectResults, n, func(r schema.Result) string { return r.TrajID })
 }
 
-func readStream[T any](e *env, stream string, n int, key func(T) string) map[string]T {
+func readStream[T any](e *env, stream, subject string, n int, key func(T) string) map[string]T {
 	e.t.Helper()
-	c, err := e.js.OrderedConsumer(e.ctx, stream, jetstream.OrderedConsumerConfig{})
+	c, err := e.js.OrderedConsumer(e.ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestBadSamplesAreDeadLettered(t *testing.T) {
 	}
 	good := demo.Samples(1, e.ws, "good")
 	e.submit(good...)
-	dl := readStream[schema.DLQEntry](e, bus.StreamDLQ, len(bad), func(d schema.DLQEntry) string { return string(d.Data) })
+	dl := readStream[schema.DLQEntry](e, bus.StreamDLQ, bus.SubjectDLQ, len(bad), func(d schema.DLQEntry) string { return string(d.Data) })
 	for name, b := range bad {
 		d, ok := dl[b]
 		if !ok {

@@ -79,7 +79,7 @@ func TestPreemptionKeepsTheTokenStream(t *testing.T) {
 	again := lowTask
 	again.ID = "lo-b-again"
 	e.submit(again)
-	ref := readStream[schema.Result](e, bus.StreamResults, 3, func(r schema.Result) string { return r.TrajID })["lo-b-again"]
+	ref := readStream[schema.Result](e, bus.StreamResults, bus.SubjectResults, 3, func(r schema.Result) string { return r.TrajID })["lo-b-again"]
 	if b := got["lo-b"]; !slices.Equal(b.Tokens, ref.Tokens) || !slices.Equal(b.Logprobs, ref.Logprobs) || !slices.Equal(b.LossMask, ref.LossMask) {
 		t.Fatalf("preempted run differs from an uninterrupted one:\n%q\n%q",
 			string(decode(b.Tokens)), string(decode(ref.Tokens)))

@@ -19,6 +19,13 @@ const (
 	SubjectDLQ         = "actloop.dlq"
 	SubjectEnvStart    = "actloop.env.start"
 	SubjectPredict     = "actloop.predict"
+	// SubjectGroups carries a schema.GroupDone when every rollout of a
+	// group has a result; it is in the results stream, after its members.
+	SubjectGroups = "actloop.groups"
+	// Trainer API, NATS request-reply (the coordinator answers).
+	SubjectControlPause  = "actloop.control.pause"
+	SubjectControlResume = "actloop.control.resume"
+	SubjectControlGet    = "actloop.control.get"
 )
 
 // Streams.
@@ -86,9 +93,9 @@ func (t Topology) streams() []jetstream.StreamConfig {
 			Storage: storage, Replicas: t.Replicas, Duplicates: 2 * time.Minute,
 		}
 	}
-	kept := func(name, subject string, age time.Duration) jetstream.StreamConfig {
+	kept := func(name string, age time.Duration, subjects ...string) jetstream.StreamConfig {
 		return jetstream.StreamConfig{
-			Name: name, Subjects: []string{subject}, Retention: jetstream.LimitsPolicy,
+			Name: name, Subjects: subjects, Retention: jetstream.LimitsPolicy,
 			Storage: storage, Replicas: t.Replicas, Duplicates: 2 * time.Minute, MaxAge: age,
 		}
 	}
@@ -97,8 +104,8 @@ func (t Topology) streams() []jetstream.StreamConfig {
 		work(StreamEvents, SubjectEvents, SubjectPredictions),
 		work(StreamGen, "actloop.gen.>"),
 		work(StreamEnv, "actloop.env.>"),
-		kept(StreamResults, SubjectResults, t.ResultsAge),
-		kept(StreamDLQ, SubjectDLQ, t.DLQAge),
+		kept(StreamResults, t.ResultsAge, SubjectResults, SubjectGroups),
+		kept(StreamDLQ, t.DLQAge, SubjectDLQ),
 	}
 }
 

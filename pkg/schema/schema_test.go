@@ -102,6 +102,21 @@ func TestDecodeSteps(t *testing.T) {
 	if _, err := Decode[Control]([]byte(`{"v":1,"mode":"nap"}`)); !isField(err, "mode") {
 		t.Fatalf("Control mode: %v", err)
 	}
+	if _, err := Decode[Control]([]byte(`{"v":1,"stale_policy":"shrug"}`)); !isField(err, "stale_policy") {
+		t.Fatalf("Control stale_policy: %v", err)
+	}
+	if _, err := DecodeRequest[PauseRequest]([]byte(`{"mode":"abort","timeout_ms":-5}`)); !isField(err, "timeout_ms") {
+		t.Fatalf("PauseRequest timeout: %v", err)
+	}
+	if _, err := DecodeRequest[ResumeRequest]([]byte(`{"weight_version":-2}`)); !isField(err, "weight_version") {
+		t.Fatalf("ResumeRequest version: %v", err)
+	}
+	if _, err := Decode[PauseReport]([]byte(`{"v":1,"epoch":3}`)); !isField(err, "worker") {
+		t.Fatalf("PauseReport without worker: %v", err)
+	}
+	if _, err := Decode[GroupDone]([]byte(`{"v":1,"group_id":"g","size":2,"traj_ids":["a"]}`)); !isField(err, "traj_ids") {
+		t.Fatalf("GroupDone short: %v", err)
+	}
 }
 
 func isField(err error, field string) bool {
@@ -220,5 +235,38 @@ func FuzzDecodeEnvStep(f *testing.F) {
 		if _, err := Decode[EnvStep](b); err != nil && !errors.Is(err, ErrInvalid) {
 			t.Fatalf("error does not wrap ErrInvalid: %v", err)
 		}
+	})
+}
+
+// FuzzDecodeControlMessages covers the control plane's decoders: errors wrap
+// ErrInvalid, and what decodes validates.
+func FuzzDecodeControlMessages(f *testing.F) {
+	f.Add([]byte(`{"v":1,"paused":true,"epoch":2,"weight_version":5,"mode":"abort","max_staleness":1,"stale_policy":"mask"}`))
+	f.Add([]byte(`{"mode":"drain","timeout_ms":100}`))
+	f.Add([]byte(`{"weight_version":7}`))
+	f.Add([]byte(`{"v":1,"worker":"w","replica":"r0","epoch":1,"paused":true,"aborted":3,"kept_tokens":40}`))
+	f.Add([]byte(`{"v":1,"group_id":"g","size":1,"traj_ids":["a"]}`))
+	check := func(t *testing.T, err error, v interface{ Validate() error }) {
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			return
+		}
+		if err := v.Validate(); err != nil {
+			t.Fatalf("decoded value does not validate: %v", err)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Decode[Control](b)
+		check(t, err, &c)
+		pr, err := Decode[PauseReport](b)
+		check(t, err, &pr)
+		pq, err := DecodeRequest[PauseRequest](b)
+		check(t, err, &pq)
+		rq, err := DecodeRequest[ResumeRequest](b)
+		check(t, err, &rq)
+		g, err := Decode[GroupDone](b)
+		check(t, err, &g)
 	})
 }

@@ -1,8 +1,10 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -101,6 +103,14 @@ type Result struct {
 	Versions   []int32   `json:"versions"`
 	MinVersion int32     `json:"min_version"`
 	MaxVersion int32     `json:"max_version"`
+	// Stale: some generated token is more than max_staleness weight
+	// versions behind the version current when the result was made;
+	// StaleTokens counts them (under stale_policy mask their loss mask is
+	// 0). Restarts counts how often the trajectory started again because it
+	// went stale (stale_policy restart).
+	Stale       bool `json:"stale,omitempty"`
+	StaleTokens int  `json:"stale_tokens,omitempty"`
+	Restarts    int  `json:"restarts,omitempty"`
 	// PromptLen is the number of tokens before the first generated one.
 	PromptLen  int             `json:"prompt_len"`
 	Messages   []Message       `json:"messages"`
@@ -216,13 +226,102 @@ func (h *Heartbeat) Validate() error {
 	return p.err()
 }
 
-// Control is the control state every gen-worker watches.
+// Pause modes.
+const (
+	// PauseAbort aborts in-flight generations, keeps their partial output
+	// and resumes them after the pause.
+	PauseAbort = "abort"
+	// PauseDrain lets in-flight generations finish.
+	PauseDrain = "drain"
+)
+
+// Stale policies: what happens to a trajectory whose oldest generated token
+// is more than MaxStaleness weight versions behind.
+const (
+	StaleKeep    = "keep"    // deliver it, flagged stale
+	StaleRestart = "restart" // discard its tokens and start again in a fresh sandbox
+	StaleMask    = "mask"    // deliver it with the loss mask 0 on the stale tokens
+)
+
+// Control is the control state in NATS KV (bucket actloop_control, key
+// "state"), written by the coordinator and watched by every worker.
 type Control struct {
-	V             int    `json:"v"`
-	Paused        bool   `json:"paused"`
-	Epoch         int64  `json:"epoch"`
+	V      int   `json:"v"`
+	Paused bool  `json:"paused"`
+	Epoch  int64 `json:"epoch"` // counts pauses; a worker reports paused for an epoch
+	// WeightVersion is the version of the weights the inference servers
+	// hold; every token generated is recorded with it.
 	WeightVersion int64  `json:"weight_version"`
-	Mode          string `json:"mode,omitempty"` // "abort" | "drain" while paused
+	Mode          string `json:"mode,omitempty"` // PauseAbort or PauseDrain while paused
+	// MaxStaleness (in weight versions; -1: no limit) and StalePolicy are
+	// the coordinator's settings, published here so every worker applies the
+	// same ones.
+	MaxStaleness int64     `json:"max_staleness"`
+	StalePolicy  string    `json:"stale_policy,omitempty"`
+	At           time.Time `json:"at"`
+}
+
+// StaleBefore is the oldest weight version still fresh: a token of an
+// older version is stale. It is math.MinInt64 without a limit.
+func (c *Control) StaleBefore() int64 {
+	if c.MaxStaleness < 0 {
+		return math.MinInt64
+	}
+	return c.WeightVersion - c.MaxStaleness
+}
+
+// PauseReport is a gen-worker's answer to a pause, in NATS KV (bucket
+// actloop_control, key "gen.<replica>.<worker>").
+type PauseReport struct {
+	V       int    `json:"v"`
+	Worker  string `json:"worker"`
+	Replica string `json:"replica"`
+	Epoch   int64  `json:"epoch"`
+	Paused  bool   `json:"paused"`
+	// Aborted counts the generations this worker aborted for the pause and
+	// KeptTokens the partial output they had produced, now committed.
+	Aborted    int       `json:"aborted"`
+	KeptTokens int64     `json:"kept_tokens"`
+	At         time.Time `json:"at"`
+}
+
+// PauseRequest is the body of POST /v1/pause and actloop.control.pause.
+type PauseRequest struct {
+	Mode      string `json:"mode"`       // PauseAbort (default) or PauseDrain
+	TimeoutMS int64  `json:"timeout_ms"` // 0: the coordinator's default
+}
+
+// PauseReply answers a pause once every live gen-worker reported paused.
+type PauseReply struct {
+	Epoch      int64   `json:"epoch"`
+	Mode       string  `json:"mode"`
+	Workers    int     `json:"workers"`
+	Aborted    int     `json:"aborted"`
+	KeptTokens int64   `json:"kept_tokens"`
+	WaitedMS   float64 `json:"waited_ms"`
+}
+
+// ResumeRequest is the body of POST /v1/resume and actloop.control.resume.
+type ResumeRequest struct {
+	// WeightVersion is the version the servers now hold; it may not go
+	// back. Absent: unchanged.
+	WeightVersion *int64 `json:"weight_version"`
+}
+
+// ControlStatus answers GET /v1/control and actloop.control.get.
+type ControlStatus struct {
+	Control Control       `json:"control"`
+	Workers []PauseReport `json:"workers"`
+}
+
+// GroupDone says every rollout of a group has a result (fallbacks
+// included), on actloop.groups.
+type GroupDone struct {
+	V       int       `json:"v"`
+	GroupID string    `json:"group_id"`
+	Size    int       `json:"size"`
+	TrajIDs []string  `json:"traj_ids"` // in group_index order
+	At      time.Time `json:"at"`
 }
 
 // DLQEntry is a message no consumer could take, on actloop.dlq.
@@ -300,9 +399,64 @@ func (c *Control) Validate() error {
 		p.add("epoch", "must be >= 0")
 	}
 	switch c.Mode {
-	case "", "abort", "drain":
+	case "", PauseAbort, PauseDrain:
 	default:
 		p.add("mode", "unknown mode %q (want abort or drain)", clip(c.Mode))
+	}
+	if c.MaxStaleness < -1 {
+		p.add("max_staleness", "must be >= -1 (-1: no limit)")
+	}
+	switch c.StalePolicy {
+	case "", StaleKeep, StaleRestart, StaleMask:
+	default:
+		p.add("stale_policy", "unknown policy %q (want keep, restart or mask)", clip(c.StalePolicy))
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (r *PauseReport) Validate() error {
+	var p problems
+	if r.Worker == "" {
+		p.add("worker", "missing")
+	}
+	if r.Epoch < 0 {
+		p.add("epoch", "must be >= 0")
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (r *PauseRequest) Validate() error {
+	var p problems
+	switch r.Mode {
+	case "", PauseAbort, PauseDrain:
+	default:
+		p.add("mode", "unknown mode %q (want abort or drain)", clip(r.Mode))
+	}
+	if r.TimeoutMS < 0 {
+		p.add("timeout_ms", "must be >= 0")
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (r *ResumeRequest) Validate() error {
+	var p problems
+	if r.WeightVersion != nil && *r.WeightVersion < 0 {
+		p.add("weight_version", "must be >= 0")
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (g *GroupDone) Validate() error {
+	var p problems
+	if g.GroupID == "" {
+		p.add("group_id", "missing")
+	}
+	if g.Size < 1 || len(g.TrajIDs) != g.Size {
+		p.add("traj_ids", "want size (%d) ids, got %d", g.Size, len(g.TrajIDs))
 	}
 	return p.err()
 }
@@ -338,6 +492,30 @@ func Decode[T any, PT interface {
 	var v T
 	if err := decode(b, &v); err != nil {
 		return v, err
+	}
+	if err := PT(&v).Validate(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
+
+// DecodeRequest decodes and validates an API request body (a trainer's
+// pause or resume): as Decode, but the schema version "v" is optional. An
+// empty body is an empty request.
+func DecodeRequest[T any, PT interface {
+	*T
+	validator
+}](b []byte) (T, error) {
+	var v T
+	if len(bytes.TrimSpace(b)) == 0 {
+		return v, nil
+	}
+	if len(b) > MaxMessageBytes {
+		return v, fieldErr("(message)", "%d bytes exceeds the limit of %d", len(b), MaxMessageBytes)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, jsonErr(err)
 	}
 	if err := PT(&v).Validate(); err != nil {
 		var zero T
