@@ -9,6 +9,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // Config is the coordinator's settings (ACTLOOP_ prefix).
@@ -47,6 +48,19 @@ type Config struct {
 	// to be seen before the coordinator publishes the result again.
 	ResultGrace time.Duration `envconfig:"RESULT_GRACE" default:"30s"`
 	Addr        string        `envconfig:"COORDINATOR_ADDR" default:":8080"`
+	// PauseTimeout is how long a pause waits for every live gen-worker to
+	// report paused when the call names no timeout.
+	PauseTimeout time.Duration `envconfig:"PAUSE_TIMEOUT" default:"30s"`
+	// MaxStaleness (weight versions; -1: no limit) and StalePolicy (keep,
+	// restart, mask) decide what happens to a trajectory whose oldest
+	// generated token is too old; published in the control state.
+	MaxStaleness int64  `envconfig:"MAX_STALENESS" default:"-1"`
+	StalePolicy  string `envconfig:"STALE_POLICY" default:"keep"`
+	// TrainBatchSize is the trainer's batch size in trajectories; with
+	// MAX_STALENESS >= 0 admission stops while more trajectories would be
+	// admitted than the trainer can consume before they go stale. 0: no
+	// such bound.
+	TrainBatchSize int `envconfig:"TRAIN_BATCH_SIZE" default:"0"`
 }
 
 // Validate joins every problem with c.
@@ -86,6 +100,20 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotInterval < 10*time.Millisecond {
 		errs = append(errs, errors.New("ACTLOOP_SNAPSHOT_INTERVAL: must be >= 10ms"))
+	}
+	if c.PauseTimeout <= 0 {
+		errs = append(errs, errors.New("ACTLOOP_PAUSE_TIMEOUT: must be > 0"))
+	}
+	if c.MaxStaleness < -1 {
+		errs = append(errs, errors.New("ACTLOOP_MAX_STALENESS: must be >= -1 (-1: no limit)"))
+	}
+	switch c.StalePolicy {
+	case schema.StaleKeep, schema.StaleRestart, schema.StaleMask:
+	default:
+		errs = append(errs, fmt.Errorf("ACTLOOP_STALE_POLICY: %q is not keep, restart or mask", c.StalePolicy))
+	}
+	if c.TrainBatchSize < 0 {
+		errs = append(errs, errors.New("ACTLOOP_TRAIN_BATCH_SIZE: must be >= 0"))
 	}
 	if c.ReplicaTimeout < 100*time.Millisecond {
 		errs = append(errs, errors.New("ACTLOOP_REPLICA_TIMEOUT: must be >= 100ms"))

@@ -41,6 +41,7 @@ type Coordinator struct {
 	policy  priority.Policy
 	predict *flow.Predictor
 	kv      jetstream.KeyValue
+	ctl     *control
 
 	samples, results, events, predictions jetstream.Consumer
 
@@ -101,6 +102,9 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	if err := c.load(ctx); err != nil {
 		return nil, err
 	}
+	if err := c.initControl(ctx); err != nil {
+		return nil, err
+	}
 	// Continue the snapshot versions where the last coordinator left them:
 	// workers ignore a version older than the one they hold, whatever the
 	// clock of this host says.
@@ -135,6 +139,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g.Go(func() error { return c.snapshotLoop(ctx) })
 	g.Go(func() error { return c.sweep(ctx) })
 	g.Go(func() error { return c.watchHeartbeats(ctx) })
+	g.Go(func() error { return c.watchReports(ctx) })
+	g.Go(func() error { return c.serveControlNATS(ctx) })
 	g.Go(func() error { return every(ctx, c.cfg.AdaptInterval, c.adaptLimit) })
 	g.Go(func() error {
 		return every(ctx, max(c.cfg.ReplicaTimeout/4, 100*time.Millisecond), func() { c.rebalance(ctx) })

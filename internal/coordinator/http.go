@@ -82,7 +82,8 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// Handler serves /v1/status, /healthz and /readyz.
+// Handler serves /v1/status, the trainer API (POST /v1/pause, POST
+// /v1/resume, GET /v1/control), /healthz and /readyz.
 func (c *Coordinator) Handler() http.Handler {
 	mux := service.HealthMux(c.d)
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
@@ -94,5 +95,8 @@ func (c *Coordinator) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(st)
 	})
+	mux.HandleFunc("POST /v1/pause", c.handleControl("pause"))
+	mux.HandleFunc("POST /v1/resume", c.handleControl("resume"))
+	mux.HandleFunc("GET /v1/control", c.handleControl("get"))
 	return mux
 }

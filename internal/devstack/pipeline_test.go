@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/store"
 	"github.com/actloop/actloop/pkg/tokenize"
@@ -475,12 +477,26 @@ func TestReplicaLossMovesTrajectories(t *testing.T) {
 	}
 }
 
-// With stealing on, a worker with idle slots takes the gen steps waiting on
-// a replica that has no worker; those trajectories finish and stay on the
-// thief. The coordinator moves nothing (the silent replica is never timed
-// out here).
+// With stealing on, a worker with idle slots takes the low-priority gen
+// steps waiting on a replica that has no worker; those trajectories finish
+// and stay on the thief. The coordinator moves nothing (the silent replica
+// is never timed out here).
 func TestIdleReplicaStealsWaitingSteps(t *testing.T) {
 	e := newEnv(t, 2)
+	// Every step is low priority: only .lo steps may be stolen.
+	kv, err := e.js.KeyValue(e.ctx, bus.BucketPriority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range e.stack.Replicas {
+		b, err := (&priority.Snapshot{Replica: r, Version: math.MaxInt64, High: map[string]bool{}}).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(e.ctx, r, b); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfg := e.stack.CoordinatorConfig()
 	cfg.ReplicaTimeout = time.Hour
 	coord, err := e.stack.StartCoordinator(e.ctx, cfg)

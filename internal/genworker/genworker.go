@@ -114,6 +114,7 @@ type Worker struct {
 	toPredict chan schema.PredictRequest
 	tracker   *tracker
 	stealer   *stealer
+	control   flow.ControlView
 
 	hi, lo jetstream.Consumer
 	driver *flow.Driver
@@ -155,7 +156,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	r := &bus.Runner{Name: "gen-" + w.cfg.Replica, Sources: []jetstream.Consumer{w.hi, w.lo}, Slots: w.cfg.Slots,
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("replica", w.cfg.Replica),
 		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout,
-		Preempt: w.tracker}
+		Preempt: w.tracker, Ready: func() bool { return !w.tracker.isPaused() }}
 	if w.cfg.Steal {
 		r.Steal = w.stealer.Steal
 	}
@@ -163,6 +164,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return r.Run(ctx) })
 	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
 	g.Go(func() error { return w.heartbeat(ctx) })
+	g.Go(func() error { return w.watchControl(ctx) })
 	for range 4 {
 		g.Go(func() error { return w.predictLoop(ctx) })
 	}
@@ -185,13 +187,16 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
 	low := strings.HasSuffix(m.Subject(), "."+priority.ClassLow)
+	g := newGeneration()
+	defer close(g.left) // after the commit and the follow-up: a pause waits for this
 	return w.driver.Do(ctx, step.TrajID, step.Seq, flow.Step{
 		Parts: store.WithTokens, Want: store.StatusNeedsGeneration,
 		Run: func(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
 			if t.Replica != step.Replica {
 				return store.Commit{}, flow.ErrSkip // moved to another replica, which has its own copy
 			}
-			c, err := w.step(ctx, t, low)
+			g.low = low
+			c, err := w.step(ctx, t, g)
 			if err == nil && step.Replica != w.cfg.Replica {
 				// Stolen from another replica's queue: the trajectory moves
 				// here, atomically with the commit.
@@ -257,7 +262,7 @@ func (w *Worker) Handler() http.Handler {
 // commit. A generation preempted for a high-priority step commits its partial
 // output instead; its resume continues under the same request id with the
 // turn's token budget reduced by what it already produced.
-func (w *Worker) step(ctx context.Context, t *store.Trajectory, low bool) (store.Commit, error) {
+func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (store.Commit, error) {
 	s := t.Sample
 	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{}}
 	lim := agent.Limits{StepLimit: s.Limits.StepLimit, TokenBudget: s.Limits.TokenBudget, WallClock: s.Limits.WallClock()}
@@ -288,8 +293,10 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, low bool) (store
 		if t.Calls < len(s.Script) {
 			req.Reply = s.Script[t.Calls]
 		}
-		g := &generation{rid: rid, low: low, notBefore: t.PreemptedAt.Add(w.cfg.PreemptCooldown)}
-		w.tracker.start(g)
+		g.rid, g.notBefore = rid, t.PreemptedAt.Add(w.cfg.PreemptCooldown)
+		if err := w.tracker.start(ctx, g); err != nil {
+			return c, err // shutting down while paused
+		}
 		var err error
 		res, err = w.gen.Generate(ctx, req)
 		w.tracker.done(g)
@@ -298,17 +305,16 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, low bool) (store
 			return c, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
 		case err != nil:
 			return c, bus.Fatal(fmt.Errorf("generate on %s: %w", w.cfg.Replica, err))
-		case res.Finish.Type == llm.FinishAbort && g.preempted.Load():
-			return w.partial(t, c, rid, res), nil
+		case res.Finish.Type == llm.FinishAbort && (g.preempted.Load() || g.paused.Load()):
+			return w.partial(t, c, g, res), nil
 		case res.Finish.Type == llm.FinishAbort:
 			w.tracker.wastedTokens.Add(int64(len(res.OutputIDs)))
 			return c, fmt.Errorf("generation aborted by the server: %s", res.Finish.Message)
 		}
 		w.account(t, res)
 	} // else the turn spent its whole budget before it was interrupted: it ends here
-	version := weightVersion(res.WeightVersion)
 	out := append(slices.Clone(partial), res.OutputIDs...)
-	c.Append(res.OutputIDs, res.Logprobs, 1, version)
+	c.Append(res.OutputIDs, res.Logprobs, 1, int32(g.version))
 	c.Append(w.tmpl.CloseTurn(out), nil, 0, -1)
 	text := w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs()))
 	c.Messages = append(c.Messages, schema.Message{Role: schema.RoleAssistant, Content: text})
@@ -353,30 +359,25 @@ func (w *Worker) account(t *store.Trajectory, res llm.Result) {
 	}
 }
 
-// partial commits what a preempted generation produced (possibly nothing,
-// when the abort came before prefill) and keeps its request id for the
-// resume.
-func (w *Worker) partial(t *store.Trajectory, c store.Commit, rid string, res llm.Result) store.Commit {
+// partial commits what a generation aborted for a preemption or a pause
+// produced (possibly nothing, when the abort came before prefill) and keeps
+// its request id for the resume.
+func (w *Worker) partial(t *store.Trajectory, c store.Commit, g *generation, res llm.Result) store.Commit {
 	n := len(res.OutputIDs)
-	c.Append(res.OutputIDs, res.Logprobs, 1, weightVersion(res.WeightVersion))
-	c.Set[store.FieldRID] = rid
+	c.Append(res.OutputIDs, res.Logprobs, 1, int32(g.version))
+	c.Set[store.FieldRID] = g.rid
 	c.Set[store.FieldTurnGen] = strconv.Itoa(t.TurnGen + n)
 	c.Set[store.FieldGenTokens] = strconv.Itoa(t.GenTokens + n)
-	c.Set[store.FieldPreempts] = strconv.Itoa(t.Preempts + 1)
-	c.Set[store.FieldPreemptedAt] = strconv.FormatInt(w.d.Now().UnixMilli(), 10)
 	c.Set[store.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + n)
+	if g.preempted.Load() {
+		c.Set[store.FieldPreempts] = strconv.Itoa(t.Preempts + 1)
+		c.Set[store.FieldPreemptedAt] = strconv.FormatInt(w.d.Now().UnixMilli(), 10)
+	}
+	if g.paused.Load() {
+		g.kept.Store(int64(n))
+	}
 	w.tracker.resumedTokens.Add(int64(n))
 	return c
-}
-
-// weightVersion reads the server's weight version as a number; servers that
-// report none, or a name, record 0 until weight sync sets versions.
-func weightVersion(s string) int32 {
-	n, err := strconv.ParseInt(s, 10, 32)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return int32(n)
 }
 
 func trimStop(out, stops []int32) []int32 {

@@ -10,58 +10,138 @@ import (
 	"github.com/actloop/actloop/pkg/bus"
 )
 
-// generation is one running LLM call.
+// generation is one LLM call of a gen step.
 type generation struct {
 	rid       string
 	low       bool
 	notBefore time.Time     // not preempted before this (thrash guard)
 	elem      *list.Element // in tracker.low while preemptible
-	preempted atomic.Bool
+	version   int64         // the weight version it runs under (set by start)
+	preempted atomic.Bool   // aborted for a high-priority step
+	paused    atomic.Bool   // aborted for a pause
+	kept      atomic.Int64  // partial tokens committed after a pause abort; -1 until then
+	returned  chan struct{} // closed when the call returned
+	left      chan struct{} // closed when its step ended (committed or not)
 }
 
-// tracker knows the running low-priority generations in dispatch order, so
-// the newest one (least work lost) is found in O(1), and preempts it by
-// aborting its request on the inference server.
+func newGeneration() *generation {
+	g := &generation{returned: make(chan struct{}), left: make(chan struct{})}
+	g.kept.Store(-1)
+	return g
+}
+
+// tracker knows the running generations: the low-priority ones in dispatch
+// order, so the newest one (least work lost) is found in O(1) and preempted
+// by aborting its request on the inference server; and all of them, so a
+// pause finds every one. It is also the gate a generation passes to start:
+// closed while paused.
 type tracker struct {
 	enabled bool
 	abort   func(ctx context.Context, rid string) error
 	now     func() time.Time
 
-	mu  sync.Mutex
-	low *list.List // of *generation, newest at the back
+	mu      sync.Mutex
+	low     *list.List // of *generation, newest at the back
+	running map[*generation]struct{}
+	paused  bool
+	open    chan struct{} // closed while not paused
+	version int64         // weight version of generations started now
 
 	preemptions   atomic.Int64
 	resumedTokens atomic.Int64
 	wastedTokens  atomic.Int64
-	running       atomic.Int64
+	inFlight      atomic.Int64
 	generated     atomic.Int64
 	reprefilled   atomic.Int64
 }
 
 var _ bus.Preemptor = (*tracker)(nil)
 
+// newTracker returns a tracker that starts paused: nothing generates until
+// the first control state says so (a worker that starts during a pause
+// starts paused).
 func newTracker(enabled bool, abort func(context.Context, string) error, now func() time.Time) *tracker {
-	return &tracker{enabled: enabled, abort: abort, now: now, low: list.New()}
+	return &tracker{enabled: enabled, abort: abort, now: now, low: list.New(),
+		running: map[*generation]struct{}{}, paused: true, open: make(chan struct{})}
 }
 
-func (k *tracker) start(g *generation) {
-	k.running.Add(1)
-	if !g.low {
-		return
-	}
+// start waits while paused, then registers g as running under the current
+// weight version. It fails only when ctx ends first.
+func (k *tracker) start(ctx context.Context, g *generation) error {
 	k.mu.Lock()
-	g.elem = k.low.PushBack(g)
+	for k.paused {
+		open := k.open
+		k.mu.Unlock()
+		select {
+		case <-open:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		k.mu.Lock()
+	}
+	g.version = k.version
+	k.running[g] = struct{}{}
+	if g.low {
+		g.elem = k.low.PushBack(g)
+	}
 	k.mu.Unlock()
+	k.inFlight.Add(1)
+	return nil
 }
 
 func (k *tracker) done(g *generation) {
-	k.running.Add(-1)
+	k.inFlight.Add(-1)
 	k.mu.Lock()
+	delete(k.running, g)
 	if g.elem != nil {
 		k.low.Remove(g.elem)
 		g.elem = nil
 	}
 	k.mu.Unlock()
+	close(g.returned)
+}
+
+// pause closes the gate and returns the generations running now; with
+// abort each is marked for a pause abort (its handler then keeps the
+// partial output), and no longer preemptible.
+func (k *tracker) pause(abort bool) []*generation {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.paused {
+		k.paused = true
+		k.open = make(chan struct{})
+	}
+	gens := make([]*generation, 0, len(k.running))
+	for g := range k.running {
+		gens = append(gens, g)
+		if abort {
+			g.paused.Store(true)
+			if g.elem != nil {
+				k.low.Remove(g.elem)
+				g.elem = nil
+			}
+		}
+	}
+	return gens
+}
+
+// resume opens the gate; generations started from now on run under
+// version.
+func (k *tracker) resume(version int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.version = version
+	if k.paused {
+		k.paused = false
+		close(k.open)
+	}
+}
+
+// isPaused reports whether the gate is closed.
+func (k *tracker) isPaused() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.paused
 }
 
 // newestEligible returns the newest low generation that may be preempted
@@ -127,7 +207,7 @@ type Stats struct {
 }
 
 func (k *tracker) stats() Stats {
-	return Stats{Running: k.running.Load(), Preemptions: k.preemptions.Load(),
+	return Stats{Running: k.inFlight.Load(), Preemptions: k.preemptions.Load(),
 		ResumedTokens: k.resumedTokens.Load(), WastedTokens: k.wastedTokens.Load(),
 		GeneratedTokens: k.generated.Load(), ReprefilledTokens: k.reprefilled.Load()}
 }

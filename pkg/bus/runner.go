@@ -130,6 +130,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		})
 	}
 	for ctx.Err() == nil {
+		if r.Ready != nil && !r.Ready() {
+			sleepCtx(ctx, readyPoll)
+			continue
+		}
 		if r.Preempt != nil && len(slots) == cap(slots) && r.Preempt.CanPreempt() {
 			r.pullToPreempt(ctx, slots, dispatch)
 			continue
@@ -142,9 +146,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			slots <- struct{}{}
 			free++
 		}
-		if r.Ready != nil && !r.Ready() {
+		if r.Ready != nil && !r.Ready() { // changed while waiting for a slot
 			releaseN(slots, free)
-			sleepCtx(ctx, r.PullWait/4)
 			continue
 		}
 		got := r.pull(ctx, free, dispatch) // the slots are already held
@@ -224,6 +227,9 @@ func releaseN(slots chan struct{}, n int) {
 		<-slots
 	}
 }
+
+// readyPoll is how often a Runner whose Ready reports false asks again.
+const readyPoll = 10 * time.Millisecond
 
 // MultiSourceWait caps PullWait for a Runner with several sources: it bounds
 // how long a message on a higher-priority source waits while the Runner

@@ -123,6 +123,14 @@ type Generator interface {
 	Abort(ctx context.Context, rid string) error
 }
 
+// VersionSetter is a Generator that can be told the weight version its
+// server now holds, so the server reports it with each answer.
+type VersionSetter interface {
+	// SetWeightVersion records version on the server without aborting
+	// anything in flight.
+	SetWeightVersion(ctx context.Context, version string) error
+}
+
 // NewRID returns a random request id: 32 lower-case hex digits.
 func NewRID() string {
 	var b [16]byte

@@ -127,6 +127,22 @@ func (c *SGLang) Abort(ctx context.Context, rid string) error {
 	return nil
 }
 
+// SetWeightVersion implements VersionSetter with POST
+// /update_weight_version, passing abort_all_requests false: the endpoint
+// aborts every in-flight request by default.
+func (c *SGLang) SetWeightVersion(ctx context.Context, version string) error {
+	body, err := json.Marshal(updateWeightVersionRequest{NewVersion: version, AbortAllRequests: false})
+	if err != nil {
+		return fmt.Errorf("update weight version: encode: %w", err)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, controlTimeout)
+	defer cancel()
+	if _, err := c.call(ctx, http.MethodPost, "/update_weight_version", body); err != nil {
+		return fmt.Errorf("update weight version to %s: %w", version, err)
+	}
+	return nil
+}
+
 // Health checks GET /health once (no retries): nil means the server answered
 // 200.
 func (c *SGLang) Health(ctx context.Context) error {

@@ -403,10 +403,18 @@ func TestAbortAndHealth(t *testing.T) {
 	if err := c.Health(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	calls := rec.recorded()
-	if len(calls) != 2 {
-		t.Fatalf("%d calls, want 2", len(calls))
+	if err := c.SetWeightVersion(context.Background(), "7"); err != nil {
+		t.Fatal(err)
 	}
+	calls := rec.recorded()
+	if len(calls) != 3 {
+		t.Fatalf("%d calls, want 3", len(calls))
+	}
+	if c := calls[2]; c.method != http.MethodPost || c.path != "/update_weight_version" {
+		t.Fatalf("set weight version sent %s %s", c.method, c.path)
+	}
+	// abort_all_requests defaults to true in SGLang: it must be sent false.
+	assertJSONEqual(t, calls[2].body, `{"new_version":"7","abort_all_requests":false}`)
 	if c := calls[0]; c.method != http.MethodPost || c.path != "/abort_request" {
 		t.Fatalf("abort sent %s %s", c.method, c.path)
 	}

@@ -37,6 +37,14 @@ type samplingParams struct {
 	CustomParams      map[string]string `json:"custom_params,omitempty"`
 }
 
+// updateWeightVersionRequest is SGLang's UpdateWeightVersionReqInput as
+// POST /update_weight_version reads it (python/sglang/srt/managers/io_struct.py):
+// abort_all_requests defaults to true there, so it is always sent.
+type updateWeightVersionRequest struct {
+	NewVersion       string `json:"new_version"`
+	AbortAllRequests bool   `json:"abort_all_requests"`
+}
+
 // abortRequest is SGLang's AbortReq as POST /abort_request reads it
 // (python/sglang/srt/managers/io_struct.py, class AbortReq: rid, abort_all).
 type abortRequest struct {

@@ -1,0 +1,344 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// control is the coordinator's side of weight synchronisation: it owns the
+// control state in NATS KV and answers the trainer's pause and resume.
+type control struct {
+	kv jetstream.KeyValue
+
+	write sync.Mutex // serialises changes of the state
+
+	mu      sync.Mutex
+	state   schema.Control
+	reports map[string]schema.PauseReport // by key "gen.<replica>.<worker>"
+	changed chan struct{}                 // closed and replaced when reports change
+}
+
+// PauseError is a pause that did not complete: the workers named did not
+// report paused in time.
+type PauseError struct {
+	Epoch   int64
+	Missing []string // "gen.<replica>.<worker>"
+	Reason  string
+}
+
+func (e *PauseError) Error() string {
+	return fmt.Sprintf("pause epoch %d: %s: %s", e.Epoch, e.Reason, strings.Join(e.Missing, ", "))
+}
+
+// errVersionBack is a resume whose weight version is older than the current.
+var errVersionBack = errors.New("weight_version may not go back")
+
+// initControl loads the control state, or writes the first one, with this
+// coordinator's staleness settings (it owns them).
+func (c *Coordinator) initControl(ctx context.Context) error {
+	kv, err := c.d.JS.KeyValue(ctx, bus.BucketControl)
+	if err != nil {
+		return fmt.Errorf("kv %s: %w", bus.BucketControl, err)
+	}
+	c.ctl = &control{kv: kv, reports: map[string]schema.PauseReport{}, changed: make(chan struct{})}
+	st := flow.DefaultControl()
+	if e, err := kv.Get(ctx, bus.KeyControl); err == nil {
+		if s, err := schema.Decode[schema.Control](e.Value()); err == nil {
+			st = s
+		} else {
+			c.d.Log.Warn("undecodable control state replaced", "error", err)
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("control state: %w", err)
+	}
+	st.MaxStaleness, st.StalePolicy = c.cfg.MaxStaleness, c.cfg.StalePolicy
+	return c.putControl(ctx, st)
+}
+
+// putControl writes st; callers hold c.ctl.write (or are starting).
+func (c *Coordinator) putControl(ctx context.Context, st schema.Control) error {
+	st.V, st.At = schema.Version, c.d.Now().UTC()
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if _, err := c.ctl.kv.Put(ctx, bus.KeyControl, b); err != nil {
+		return fmt.Errorf("write control state: %w", err)
+	}
+	c.ctl.mu.Lock()
+	c.ctl.state = st
+	c.ctl.notifyLocked()
+	c.ctl.mu.Unlock()
+	return nil
+}
+
+func (k *control) notifyLocked() {
+	close(k.changed)
+	k.changed = make(chan struct{})
+}
+
+// Control returns the control state and the workers' newest reports.
+func (c *Coordinator) Control() schema.ControlStatus {
+	c.ctl.mu.Lock()
+	defer c.ctl.mu.Unlock()
+	st := schema.ControlStatus{Control: c.ctl.state, Workers: make([]schema.PauseReport, 0, len(c.ctl.reports))}
+	for _, r := range c.ctl.reports {
+		st.Workers = append(st.Workers, r)
+	}
+	sort.Slice(st.Workers, func(i, j int) bool { return st.Workers[i].Worker < st.Workers[j].Worker })
+	return st
+}
+
+// watchReports follows the gen-workers' pause reports until ctx ends.
+func (c *Coordinator) watchReports(ctx context.Context) error {
+	return flow.WatchKV(ctx, c.d.JS, bus.BucketControl, func(e jetstream.KeyValueEntry, _ bool) {
+		if !strings.HasPrefix(e.Key(), "gen.") {
+			return
+		}
+		c.ctl.mu.Lock()
+		defer c.ctl.mu.Unlock()
+		if e.Operation() != jetstream.KeyValuePut {
+			delete(c.ctl.reports, e.Key())
+		} else if r, err := schema.Decode[schema.PauseReport](e.Value()); err == nil {
+			c.ctl.reports[e.Key()] = r
+		} else {
+			c.d.Log.Warn("undecodable pause report skipped", "key", e.Key(), "error", err)
+			return
+		}
+		c.ctl.notifyLocked()
+	})
+}
+
+// Pause pauses generation and returns once every live gen-worker has
+// reported paused for the epoch. A pause while paused in the same mode is
+// the same pause (same epoch); in the other mode it is a new one.
+func (c *Coordinator) Pause(ctx context.Context, req schema.PauseRequest) (schema.PauseReply, error) {
+	start := time.Now()
+	mode := req.Mode
+	if mode == "" {
+		mode = schema.PauseAbort
+	}
+	timeout := c.cfg.PauseTimeout
+	if req.TimeoutMS > 0 {
+		timeout = time.Duration(req.TimeoutMS) * time.Millisecond
+	}
+	c.ctl.write.Lock()
+	st := c.controlState()
+	if !st.Paused || st.Mode != mode {
+		st.Paused, st.Mode = true, mode
+		st.Epoch++
+		if err := c.putControl(ctx, st); err != nil {
+			c.ctl.write.Unlock()
+			return schema.PauseReply{}, err
+		}
+		c.d.Log.Info("pause", "epoch", st.Epoch, "mode", mode)
+	}
+	c.ctl.write.Unlock()
+
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(25 * time.Millisecond) // liveness changes with time, not only with events
+	defer tick.Stop()
+	for {
+		c.ctl.mu.Lock()
+		changed := c.ctl.changed
+		cur := c.ctl.state
+		c.ctl.mu.Unlock()
+		if !cur.Paused {
+			return schema.PauseReply{}, &PauseError{Epoch: st.Epoch, Reason: "resumed before every worker paused"}
+		}
+		reply, missing := c.pauseProgress(st.Epoch)
+		if len(missing) == 0 {
+			reply.Epoch, reply.Mode = st.Epoch, mode
+			reply.WaitedMS = float64(time.Since(start).Microseconds()) / 1000
+			return reply, nil
+		}
+		select {
+		case <-changed:
+		case <-tick.C:
+		case <-deadline.C:
+			return schema.PauseReply{}, &PauseError{Epoch: st.Epoch, Missing: missing,
+				Reason: fmt.Sprintf("no pause report within %v from", timeout)}
+		case <-ctx.Done():
+			return schema.PauseReply{}, &PauseError{Epoch: st.Epoch, Missing: missing, Reason: ctx.Err().Error() + " waiting for"}
+		}
+	}
+}
+
+func (c *Coordinator) controlState() schema.Control {
+	c.ctl.mu.Lock()
+	defer c.ctl.mu.Unlock()
+	return c.ctl.state
+}
+
+// pauseProgress sums the reports of live gen-workers paused for epoch (or
+// a later one) and names the live ones that have not reported so.
+func (c *Coordinator) pauseProgress(epoch int64) (schema.PauseReply, []string) {
+	now := c.d.Now()
+	c.mu.Lock()
+	var live []string
+	for replica, ws := range c.beats {
+		for worker, at := range ws {
+			if now.Sub(at) <= c.cfg.ReplicaTimeout {
+				live = append(live, "gen."+replica+"."+worker)
+			}
+		}
+	}
+	c.mu.Unlock()
+	slices.Sort(live)
+	var reply schema.PauseReply
+	var missing []string
+	c.ctl.mu.Lock()
+	defer c.ctl.mu.Unlock()
+	for _, key := range live {
+		r, ok := c.ctl.reports[key]
+		if !ok || !r.Paused || r.Epoch < epoch {
+			missing = append(missing, key)
+			continue
+		}
+		reply.Workers++
+		reply.Aborted += r.Aborted
+		reply.KeptTokens += r.KeptTokens
+	}
+	return reply, missing
+}
+
+// Resume lets generation go on; a weight version, when given, becomes the
+// current one and may not go back. Resuming while running is harmless.
+func (c *Coordinator) Resume(ctx context.Context, req schema.ResumeRequest) (schema.Control, error) {
+	c.ctl.write.Lock()
+	defer c.ctl.write.Unlock()
+	st := c.controlState()
+	next := st
+	next.Paused, next.Mode = false, ""
+	if v := req.WeightVersion; v != nil {
+		if *v < st.WeightVersion {
+			return st, fmt.Errorf("%w: %d is older than the current %d", errVersionBack, *v, st.WeightVersion)
+		}
+		next.WeightVersion = *v
+	}
+	if next.Paused == st.Paused && next.WeightVersion == st.WeightVersion {
+		return st, nil
+	}
+	if err := c.putControl(ctx, next); err != nil {
+		return st, err
+	}
+	c.d.Log.Info("resume", "epoch", next.Epoch, "weight_version", next.WeightVersion)
+	return c.controlState(), nil
+}
+
+// apiError is the body of a failed trainer call, over HTTP and NATS.
+type apiError struct {
+	Error   string   `json:"error"`
+	Missing []string `json:"missing,omitempty"`
+}
+
+// controlCall runs the trainer call named op ("pause", "resume", "get")
+// on body and returns the HTTP status and the JSON answer.
+func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte) (int, any) {
+	fail := func(status int, err error) (int, any) {
+		e := apiError{Error: err.Error()}
+		var pe *PauseError
+		if errors.As(err, &pe) {
+			e.Missing = pe.Missing
+		}
+		return status, e
+	}
+	switch op {
+	case "pause":
+		req, err := schema.DecodeRequest[schema.PauseRequest](body)
+		if err != nil {
+			return fail(http.StatusBadRequest, err)
+		}
+		reply, err := c.Pause(ctx, req)
+		var pe *PauseError
+		switch {
+		case errors.As(err, &pe) && len(pe.Missing) > 0:
+			return fail(http.StatusGatewayTimeout, err)
+		case errors.As(err, &pe):
+			return fail(http.StatusConflict, err)
+		case err != nil:
+			return fail(http.StatusServiceUnavailable, err)
+		}
+		return http.StatusOK, reply
+	case "resume":
+		req, err := schema.DecodeRequest[schema.ResumeRequest](body)
+		if err != nil {
+			return fail(http.StatusBadRequest, err)
+		}
+		st, err := c.Resume(ctx, req)
+		switch {
+		case errors.Is(err, errVersionBack):
+			return fail(http.StatusConflict, err)
+		case err != nil:
+			return fail(http.StatusServiceUnavailable, err)
+		}
+		return http.StatusOK, st
+	case "get":
+		return http.StatusOK, c.Control()
+	}
+	return fail(http.StatusNotFound, fmt.Errorf("unknown control call %q (want pause, resume or get)", op))
+}
+
+// serveControlNATS answers actloop.control.{pause,resume,get} until ctx
+// ends; each call runs on its own, so a pause that waits blocks no resume.
+func (c *Coordinator) serveControlNATS(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sub, err := c.d.NC.QueueSubscribe("actloop.control.*", "coordinator", func(m *nats.Msg) {
+		wg.Go(func() {
+			op := strings.TrimPrefix(m.Subject, "actloop.control.")
+			_, answer := c.controlCall(ctx, op, m.Data)
+			b, _ := json.Marshal(answer)
+			_ = m.Respond(b)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe actloop.control.*: %w", err)
+	}
+	<-ctx.Done()
+	return sub.Unsubscribe()
+}
+
+// handleControl serves POST /v1/pause, POST /v1/resume and GET /v1/control.
+func (c *Coordinator) handleControl(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := readBody(r)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+			return
+		}
+		status, answer := c.controlCall(r.Context(), op, body)
+		writeJSON(w, status, answer)
+	}
+}
+
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, schema.MaxMessageBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	return b, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,204 @@
+package devstack_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/actloop/actloop/internal/coordinator"
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/sim"
+)
+
+// startSyncStack starts a coordinator, a gen-worker per replica and an
+// env-worker whose commands take no time.
+func startSyncStack(t *testing.T, e *env, tweak func(*coordinator.Config)) *coordinator.Coordinator {
+	t.Helper()
+	cfg := e.stack.CoordinatorConfig()
+	cfg.PredictTimeout = 0
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range e.stack.Replicas {
+		if _, err := e.stack.StartGenWorker(e.ctx, r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	envCfg := e.stack.EnvWorkerConfig("env-0")
+	envCfg.SimEnvTimeScale = 0
+	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
+		t.Fatal(err)
+	}
+	return coord
+}
+
+// liveRequests counts the generations running on every replica's server
+// that have produced at least minTokens.
+func liveRequests(e *env, minTokens int) int {
+	n := 0
+	for _, s := range e.stack.Sims {
+		for _, r := range s.Requests() {
+			if r.Generated >= minTokens {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// versionsSwitchOnce asserts the generated tokens of r carry version 0 up to
+// some point and version 1 after it, and reports whether both occur.
+func versionsSwitchOnce(t *testing.T, r schema.Result) bool {
+	t.Helper()
+	var seen []int32
+	for i, m := range r.LossMask {
+		if m != 1 {
+			continue
+		}
+		v := r.Versions[i]
+		if v != 0 && v != 1 {
+			t.Fatalf("%s: token %d has version %d", r.TrajID, i, v)
+		}
+		if len(seen) > 0 && v < seen[len(seen)-1] {
+			t.Fatalf("%s: versions go back at token %d", r.TrajID, i)
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != v {
+			seen = append(seen, v)
+		}
+	}
+	return len(seen) == 2
+}
+
+// A pause with generations in flight aborts them all and commits their
+// partial output; after the resume every trajectory finishes with exactly
+// the tokens an uninterrupted run produces, the version switching from 0 to
+// 1 at the pause.
+func TestPauseAbortsInFlightAndResumeContinues(t *testing.T) {
+	e := newEnvWith(t, 2, func(o *devstack.Options) {
+		o.Slots = 4
+		o.Sim = sim.Config{TimeScale: 0.5, MaxTurns: 3}
+	})
+	coord := startSyncStack(t, e, nil)
+	const n = 8
+	var samples []schema.Sample
+	for i := range n {
+		samples = append(samples, simSample(fmt.Sprintf("ws-%d", i)))
+	}
+	e.submit(samples...)
+	testkit.Eventually(t, wait, "generations in flight with output", func() bool { return liveRequests(e, 3) >= 6 })
+
+	reply, err := coord.Pause(e.ctx, schema.PauseRequest{Mode: schema.PauseAbort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pause: %+v", reply)
+	for r, s := range e.stack.Sims {
+		if live := s.Requests(); len(live) != 0 {
+			t.Fatalf("%s still generates after the pause returned: %+v", r, live)
+		}
+	}
+	for _, r := range e.stack.Replicas {
+		if st := e.stack.GenWorker(r).Stats(); st.Running != 0 {
+			t.Fatalf("%s: %d generations running after the pause", r, st.Running)
+		}
+	}
+	if reply.Epoch != 1 || reply.Workers != 2 || reply.Aborted < 6 || reply.KeptTokens < 3*6 {
+		t.Fatalf("pause reply %+v", reply)
+	}
+	again, err := coord.Pause(e.ctx, schema.PauseRequest{Mode: schema.PauseAbort})
+	if err != nil || again.Epoch != reply.Epoch {
+		t.Fatalf("a repeated pause is a new one: %+v %v", again, err)
+	}
+	v := int64(1)
+	if _, err := coord.Resume(e.ctx, schema.ResumeRequest{WeightVersion: &v}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := coord.Resume(e.ctx, schema.ResumeRequest{WeightVersion: &v}); err != nil || st.Paused || st.WeightVersion != 1 {
+		t.Fatalf("repeated resume: %+v %v", st, err)
+	}
+	back := int64(0)
+	if _, err := coord.Resume(e.ctx, schema.ResumeRequest{WeightVersion: &back}); err == nil {
+		t.Fatal("a resume to an older weight version was accepted")
+	}
+
+	got := e.results(n)
+	switched := 0
+	for _, s := range samples {
+		r := got[s.ID]
+		if !r.Solved() {
+			t.Fatalf("%s: %s %q", s.ID, r.Status, r.Reason)
+		}
+		checkConsistent(t, r)
+		if versionsSwitchOnce(t, r) {
+			switched++
+		}
+		if r.MaxVersion != 1 {
+			t.Fatalf("%s: max version %d after the resume to 1", s.ID, r.MaxVersion)
+		}
+	}
+	if switched == 0 {
+		t.Fatal("no trajectory has tokens of both versions")
+	}
+	for i := range samples {
+		samples[i].ID += "-again"
+	}
+	e.submit(samples...)
+	ref := readStream[schema.Result](e, bus.StreamResults, bus.SubjectResults, 2*n, func(r schema.Result) string { return r.TrajID })
+	for _, s := range samples {
+		a, b := got[strings.TrimSuffix(s.ID, "-again")], ref[s.ID]
+		if !slices.Equal(a.Tokens, b.Tokens) || !slices.Equal(a.Logprobs, b.Logprobs) || !slices.Equal(a.LossMask, b.LossMask) {
+			t.Fatalf("%s: the paused run differs from an uninterrupted one", a.TrajID)
+		}
+	}
+}
+
+// A gen-worker cut off during a pause never answers: the pause names it
+// when its timeout comes first, and returns without it once its heartbeat
+// has lapsed.
+func TestPauseWithADeadWorker(t *testing.T) {
+	e := newEnvWith(t, 2, func(o *devstack.Options) {
+		o.Sim = sim.Config{TimeScale: 0.5, MaxTurns: 3}
+	})
+	cfg := e.stack.CoordinatorConfig()
+	cfg.PredictTimeout = 0
+	cfg.ReplicaTimeout = time.Second
+	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := e.stack.GenWorkerConfig("r0")
+	gc.HeartbeatInterval = 100 * time.Millisecond
+	if _, err := e.stack.StartGenWorkerWith(e.ctx, gc, nil); err != nil {
+		t.Fatal(err)
+	}
+	gc = e.stack.GenWorkerConfig("r1")
+	gc.HeartbeatInterval = 100 * time.Millisecond
+	dead, err := e.stack.StartGenWorkerWith(e.ctx, gc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, wait, "both workers running", func() bool {
+		c := coord.Control()
+		return len(c.Workers) == 2 && !c.Control.Paused
+	})
+	dead.NC.Close() // no heartbeat, no report
+	_, err = coord.Pause(e.ctx, schema.PauseRequest{TimeoutMS: 200})
+	var pe *coordinator.PauseError
+	if !errors.As(err, &pe) || !slices.Equal(pe.Missing, []string{"gen.r1.gen-r1"}) {
+		t.Fatalf("pause with a dead worker: %v", err)
+	}
+	reply, err := coord.Pause(e.ctx, schema.PauseRequest{TimeoutMS: int64(wait / time.Millisecond)})
+	if err != nil || reply.Workers != 1 {
+		t.Fatalf("pause after the dead worker's heartbeat lapsed: %+v %v", reply, err)
+	}
+}

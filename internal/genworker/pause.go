@@ -1,0 +1,166 @@
+package genworker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// pauser applies the control state to the worker: on a pause it closes the
+// gate, aborts (mode abort) or lets finish (mode drain) the generations in
+// flight, waits until each has committed, and reports paused for the epoch;
+// on resume it tells the server its new weight version and opens the gate.
+type pauser struct {
+	w  *Worker
+	kv jetstream.KeyValue
+
+	mu       sync.Mutex
+	epoch    int64  // the pause being served; -1 when running
+	mode     string // its mode
+	reported int64  // newest epoch reported, so an older report never overwrites it
+	version  int64  // weight version the server was told
+}
+
+// reRequestAbort is how often a pause aborts again a generation that has not
+// returned: an abort that reached the server before its request did
+// matched nothing.
+const reRequestAbort = 20 * time.Millisecond
+
+// abortConcurrency bounds the abort requests a pause sends at once.
+const abortConcurrency = 32
+
+func (w *Worker) watchControl(ctx context.Context) error {
+	kv, err := w.d.JS.KeyValue(ctx, bus.BucketControl)
+	if err != nil {
+		return fmt.Errorf("kv %s: %w", bus.BucketControl, err)
+	}
+	p := &pauser{w: w, kv: kv, epoch: -1, reported: -1, version: -1}
+	defer p.forget()
+	return flow.WatchControl(ctx, w.d.JS, w.d.Log, func(c schema.Control) {
+		w.control.Set(c)
+		p.apply(ctx, c)
+	})
+}
+
+func (p *pauser) apply(ctx context.Context, c schema.Control) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.Paused {
+		if c.Epoch == p.epoch && c.Mode == p.mode {
+			return // already served
+		}
+		p.epoch, p.mode = c.Epoch, c.Mode
+		gens := p.w.tracker.pause(c.Mode != schema.PauseDrain)
+		go p.settle(ctx, c, gens)
+		return
+	}
+	p.epoch, p.mode = -1, ""
+	if c.WeightVersion != p.version {
+		if vs, ok := p.w.gen.(llm.VersionSetter); ok {
+			// Best effort: the tokens record the control's version either
+			// way; this makes the server's answers say the same.
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := vs.SetWeightVersion(sctx, strconv.FormatInt(c.WeightVersion, 10)); err != nil && ctx.Err() == nil {
+				p.w.d.Log.Warn("tell server its weight version", "version", c.WeightVersion, "error", err)
+			}
+			cancel()
+		}
+		p.version = c.WeightVersion
+	}
+	p.w.tracker.resume(c.WeightVersion)
+	p.report(ctx, schema.PauseReport{Epoch: c.Epoch, Paused: false})
+}
+
+// settle waits until every generation in gens has ended its step, aborting
+// again (mode abort) those whose call has not returned, then reports paused
+// for c's epoch if that pause still holds.
+func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generation) {
+	abort := c.Mode != schema.PauseDrain
+	if abort {
+		p.abortAll(ctx, gens)
+	}
+	t := time.NewTicker(reRequestAbort)
+	defer t.Stop()
+	for _, g := range gens {
+		for waiting := true; waiting; {
+			select {
+			case <-g.left:
+				waiting = false
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if abort {
+					select {
+					case <-g.returned:
+					default:
+						_ = p.w.gen.Abort(ctx, g.rid)
+					}
+				}
+			}
+		}
+	}
+	r := schema.PauseReport{Epoch: c.Epoch, Paused: true}
+	for _, g := range gens {
+		if n := g.kept.Load(); n >= 0 {
+			r.Aborted++
+			r.KeptTokens += n
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.epoch != c.Epoch || p.mode != c.Mode {
+		return // resumed, or paused again, meanwhile
+	}
+	p.report(ctx, r)
+}
+
+// abortAll aborts every generation of gens on the server, a few at a time.
+func (p *pauser) abortAll(ctx context.Context, gens []*generation) {
+	sem := make(chan struct{}, abortConcurrency)
+	var wg sync.WaitGroup
+	for _, g := range gens {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := p.w.gen.Abort(actx, g.rid); err != nil && ctx.Err() == nil {
+				p.w.d.Log.Warn("abort for pause; will try again", "rid", g.rid, "error", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (p *pauser) key() string { return "gen." + p.w.cfg.Replica + "." + p.w.id }
+
+// report writes r as this worker's answer; callers hold p.mu. A report of
+// an older epoch than one already written is dropped.
+func (p *pauser) report(ctx context.Context, r schema.PauseReport) {
+	if r.Epoch < p.reported {
+		return
+	}
+	p.reported = r.Epoch
+	r.V, r.Worker, r.Replica, r.At = schema.Version, p.w.id, p.w.cfg.Replica, p.w.d.Now().UTC()
+	b, _ := json.Marshal(r)
+	if _, err := p.kv.Put(ctx, p.key(), b); err != nil && ctx.Err() == nil {
+		p.w.d.Log.Warn("pause report", "epoch", r.Epoch, "error", err)
+	}
+}
+
+// forget removes this worker's report when it stops.
+func (p *pauser) forget() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.kv.Delete(ctx, p.key())
+}
