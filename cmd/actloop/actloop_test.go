@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -28,9 +30,19 @@ import (
 // `actloop dev --tasks N --json` runs the demo end to end and ends with one
 // JSON object on the last line.
 func TestDevJSON(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("weight-sync=%v", sync), func(t *testing.T) { testDevJSON(t, sync) })
+	}
+}
+
+func testDevJSON(t *testing.T, sync bool) {
 	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"dev", "--tasks", "3", "--json", "--dir", t.TempDir(),
-		"--addr", "127.0.0.1:0", "--replicas", "1"}, &stdout, &stderr)
+	args := []string{"dev", "--tasks", "3", "--json", "--dir", t.TempDir(), "--addr", "127.0.0.1:0", "--replicas", "1"}
+	if sync {
+		// Syncs far more often than a trajectory takes: every run has some.
+		args = append(args, "--weight-sync-every", "50ms", "--time-scale", "0.05")
+	}
+	err := run(context.Background(), args, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("dev: %v\n%s", err, stderr.String())
 	}
@@ -44,7 +56,11 @@ func TestDevJSON(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, sum[k], want)
 		}
 	}
-	for _, k := range []string{"gen_steps", "env_steps", "wall_s"} {
+	keys := []string{"gen_steps", "env_steps", "wall_s"}
+	if sync {
+		keys = append(keys, "weight_syncs", "max_version")
+	}
+	for _, k := range keys {
 		if v, ok := sum[k].(float64); !ok || v <= 0 {
 			t.Errorf("%s = %v, want > 0", k, sum[k])
 		}
@@ -145,6 +161,55 @@ func TestSubmitResultsStatus(t *testing.T) {
 		var s coordinator.Status
 		return json.Unmarshal(out.Bytes(), &s) == nil && s.Finished[schema.StatusCompleted] == 2 && s.Active == 0
 	})
+
+	// Weight sync from the command line (NATS) and over HTTP.
+	testkit.Eventually(t, time.Minute, "the gen-worker to report running", func() bool {
+		out.Reset()
+		var c schema.ControlStatus
+		return run(ctx, []string{"control"}, &out, &errOut) == nil && json.Unmarshal(out.Bytes(), &c) == nil &&
+			len(c.Workers) == 1 && !c.Workers[0].Paused
+	})
+	out.Reset()
+	if err := run(ctx, []string{"pause", "--mode", "drain", "--timeout", "1m"}, &out, &errOut); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	var pr schema.PauseReply
+	if err := json.Unmarshal(out.Bytes(), &pr); err != nil || pr.Epoch != 1 || pr.Workers != 1 || pr.Mode != schema.PauseDrain {
+		t.Fatalf("pause answered %v %s", err, out.String())
+	}
+	if err := run(ctx, []string{"pause", "--mode", "nap"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "mode") {
+		t.Fatalf("pause with a bad mode: %v", err)
+	}
+	resp, err := http.Post(srv.URL+"/v1/resume", "application/json", strings.NewReader(`{"weight_version":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/resume: %s", resp.Status)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"resume", "--weight-version", "2"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "go back") {
+		t.Fatalf("resume to an older version: %v", err)
+	}
+	resp, err = http.Get(srv.URL + "/v1/control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs schema.ControlStatus
+	err = json.NewDecoder(resp.Body).Decode(&cs)
+	resp.Body.Close()
+	if err != nil || cs.Control.Paused || cs.Control.WeightVersion != 3 || cs.Control.Epoch != 1 {
+		t.Fatalf("GET /v1/control: %+v %v", cs, err)
+	}
+	resp, err = http.Post(srv.URL+"/v1/pause", "application/json", strings.NewReader(`{"mode":"abort","timeout_ms":"soon"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("POST /v1/pause with a bad timeout: %s", resp.Status)
+	}
 }
 
 // The README lists every ACTLOOP_ setting the code reads, and no other.

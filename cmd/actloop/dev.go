@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +23,7 @@ import (
 	"github.com/actloop/actloop/internal/localredis"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/sim"
 	"github.com/actloop/actloop/pkg/telemetry"
@@ -38,6 +41,69 @@ type devSummary struct {
 	WallS        float64 `json:"wall_s"`
 	Replicas     int     `json:"replicas"`
 	Redis        string  `json:"redis"`
+	// With --weight-sync-every: pauses done, the slowest pause, the
+	// generations aborted and their output kept.
+	WeightSyncs int     `json:"weight_syncs,omitempty"`
+	PauseMaxMS  float64 `json:"pause_max_ms,omitempty"`
+	Aborted     int     `json:"aborted,omitempty"`
+	KeptTokens  int64   `json:"kept_tokens,omitempty"`
+	MaxVersion  int32   `json:"max_version,omitempty"`
+}
+
+// syncLoop plays a trainer that updates the weights every period: pause
+// (abort), flush every simulator's prefix cache (new weights invalidate
+// it), resume with the next version; until ctx ends.
+func syncLoop(ctx context.Context, c *control.Client, sims map[string]string, period time.Duration, sum *devSummary, log *slog.Logger) error {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	version := int64(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		reply, err := c.Pause(ctx, schema.PauseRequest{Mode: schema.PauseAbort})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("weight sync: %w", err)
+		}
+		for name, url := range sims {
+			if err := flushCache(ctx, url); err != nil {
+				log.Warn("flush simulator cache", "replica", name, "error", err)
+			}
+		}
+		version++
+		if _, err := c.Resume(ctx, &version); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("weight sync: %w", err)
+		}
+		sum.WeightSyncs++
+		sum.PauseMaxMS = max(sum.PauseMaxMS, reply.WaitedMS)
+		sum.Aborted += reply.Aborted
+		sum.KeptTokens += reply.KeptTokens
+		log.Info("weight sync", "version", version, "pause_ms", reply.WaitedMS, "aborted", reply.Aborted, "kept_tokens", reply.KeptTokens)
+	}
+}
+
+func flushCache(ctx context.Context, base string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/flush_cache", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST /flush_cache: %s", resp.Status)
+	}
+	return nil
 }
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -52,8 +118,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	dir := fs.String("dir", "", "state directory (default: a temporary one, removed at exit)")
 	addr := fs.String("addr", "127.0.0.1:8080", "coordinator status address (a free port if taken)")
 	timeScale := fs.Float64("time-scale", 0.02, "simulator wall seconds per simulated second")
+	syncEvery := fs.Duration("weight-sync-every", 0, "pause, update the weights and resume this often (0: never)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *syncEvery < 0 {
+		return &exitError{2, errors.New("dev: --weight-sync-every must be >= 0")}
 	}
 	if *tasks < 1 {
 		return &exitError{2, errors.New("dev: --tasks must be >= 1")}
@@ -151,15 +221,27 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 			return err
 		}
 	}
-	results, err := collect(ctx, d.JS, len(samples), func(done int) {
+	sum := devSummary{Trajectories: len(samples), Replicas: *replicas, Redis: st.Redis.Kind}
+	syncCtx, stopSync := context.WithCancel(ctx)
+	syncErr := make(chan error, 1)
+	if *syncEvery > 0 {
+		go func() { syncErr <- syncLoop(syncCtx, &control.Client{NC: d.NC}, st.SimURLs, *syncEvery, &sum, log) }()
+	} else {
+		syncErr <- nil
+	}
+	results, err := collect(syncCtx, d.JS, len(samples), func(done int) {
 		if !*asJSON {
 			progress(stderr, done, len(samples), time.Since(start))
 		}
 	})
+	stopSync()
+	if serr := <-syncErr; serr != nil {
+		return serr
+	}
 	if err != nil {
 		return err
 	}
-	sum := devSummary{Trajectories: len(samples), WallS: time.Since(start).Seconds(), Replicas: *replicas, Redis: st.Redis.Kind}
+	sum.WallS = time.Since(start).Seconds()
 	for _, r := range results {
 		switch r.Status {
 		case schema.StatusCompleted:
@@ -174,6 +256,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		sum.GenSteps += r.Turns
 		sum.EnvSteps += r.Commands
 		sum.GenTokens += r.GenTokens
+		sum.MaxVersion = max(sum.MaxVersion, r.MaxVersion)
 	}
 	if *asJSON {
 		b, _ := json.Marshal(sum)
@@ -182,6 +265,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		fmt.Fprintf(stderr, "\n")
 		fmt.Fprintf(stdout, "%d trajectories: %d completed, %d fallback, %d solved; %d gen steps, %d env steps, %d generated tokens in %.1fs\n",
 			sum.Trajectories, sum.Completed, sum.Fallback, sum.Solved, sum.GenSteps, sum.EnvSteps, sum.GenTokens, sum.WallS)
+		if sum.WeightSyncs > 0 {
+			fmt.Fprintf(stdout, "%d weight syncs (slowest pause %.1f ms): %d generations aborted, %d tokens kept and resumed; newest weight version %d\n",
+				sum.WeightSyncs, sum.PauseMaxMS, sum.Aborted, sum.KeptTokens, sum.MaxVersion)
+		}
 	}
 	if sum.Solved < sum.Trajectories {
 		return fmt.Errorf("%d of %d demo tasks not solved (see %s)", sum.Trajectories-sum.Solved, sum.Trajectories, logPath)

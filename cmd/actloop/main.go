@@ -22,6 +22,10 @@ commands:
   submit    publish samples from a JSONL file (one sample per line)
   results   print finished trajectories as JSONL and acknowledge them
   status    print the coordinator's /v1/status
+  pause     pause generation for a weight update (--mode abort|drain); returns
+            once every gen-worker has paused
+  resume    resume generation (--weight-version N)
+  control   print the control state and each gen-worker's pause report
   schema    print the JSON Schema of a sample or a result
   bench     run one simulated workload under several scheduling modes and
             compare makespan, latency, slot use and preemptions
@@ -76,6 +80,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runResults(ctx, rest, stdout, stderr)
 	case "status":
 		return runStatus(ctx, rest, stdout, stderr)
+	case "pause", "resume", "control":
+		return runControl(ctx, cmd, rest, stdout, stderr)
 	case "schema":
 		return runSchema(rest, stdout, stderr)
 	case "bench":

@@ -243,17 +243,11 @@ func (c *Coordinator) Resume(ctx context.Context, req schema.ResumeRequest) (sch
 	return c.controlState(), nil
 }
 
-// apiError is the body of a failed trainer call, over HTTP and NATS.
-type apiError struct {
-	Error   string   `json:"error"`
-	Missing []string `json:"missing,omitempty"`
-}
-
 // controlCall runs the trainer call named op ("pause", "resume", "get")
 // on body and returns the HTTP status and the JSON answer.
 func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte) (int, any) {
 	fail := func(status int, err error) (int, any) {
-		e := apiError{Error: err.Error()}
+		e := schema.APIError{Error: err.Error()}
 		var pe *PauseError
 		if errors.As(err, &pe) {
 			e.Missing = pe.Missing
@@ -321,7 +315,7 @@ func (c *Coordinator) handleControl(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(r)
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, apiError{Error: err.Error()})
+			writeJSON(w, http.StatusBadRequest, schema.APIError{Error: err.Error()})
 			return
 		}
 		status, answer := c.controlCall(r.Context(), op, body)

@@ -314,6 +314,13 @@ type ControlStatus struct {
 	Workers []PauseReport `json:"workers"`
 }
 
+// APIError is the body of a failed trainer call (HTTP or NATS): the error,
+// and for a pause that timed out the workers that did not answer.
+type APIError struct {
+	Error   string   `json:"error"`
+	Missing []string `json:"missing,omitempty"`
+}
+
 // GroupDone says every rollout of a group has a result (fallbacks
 // included), on actloop.groups.
 type GroupDone struct {
