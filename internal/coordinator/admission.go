@@ -41,6 +41,13 @@ func (c *Coordinator) load(ctx context.Context) error {
 		}
 		c.active[id] = &activeTraj{fact: f}
 	}
+	counts, err := c.d.Store.Counts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range counts {
+		c.finished += n
+	}
 	waiting, err := c.d.Store.Waiting(ctx)
 	if err != nil {
 		return err
@@ -162,6 +169,9 @@ func (c *Coordinator) admissible() []*waitingSample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	free := c.limit - len(c.active)
+	if room := c.stalenessRoom(); room >= 0 {
+		free = min(free, room)
+	}
 	if free <= 0 || len(c.waiting) == 0 || c.leastLoaded() == "" {
 		return nil // full, nothing waiting, or no live replica
 	}
@@ -176,6 +186,21 @@ func (c *Coordinator) admissible() []*waitingSample {
 		out = append(out, c.waiting[f.TrajID])
 	}
 	return out
+}
+
+// stalenessRoom is how many more trajectories may be admitted before more
+// would exist than the trainer can consume while they are fresh, as AReaL's
+// staleness manager bounds it: (max_staleness + version + 1) x batch size
+// minus those admitted so far (finished and active); -1 without a bound.
+// Weight versions are taken to count the trainer's steps from 0. Callers
+// hold c.mu.
+func (c *Coordinator) stalenessRoom() int {
+	ctl := c.controlState()
+	if c.cfg.TrainBatchSize == 0 || ctl.MaxStaleness < 0 {
+		return -1
+	}
+	room := (ctl.MaxStaleness+ctl.WeightVersion+1)*int64(c.cfg.TrainBatchSize) - c.finished - int64(len(c.active))
+	return int(max(room, 0))
 }
 
 // admit creates a trajectory for a waiting sample on the least-loaded

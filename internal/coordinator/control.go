@@ -85,6 +85,7 @@ func (c *Coordinator) putControl(ctx context.Context, st schema.Control) error {
 	c.ctl.state = st
 	c.ctl.notifyLocked()
 	c.ctl.mu.Unlock()
+	c.poke() // a new weight version may make room for admission
 	return nil
 }
 

@@ -59,6 +59,9 @@ type Coordinator struct {
 	adapt   adaptState
 	started time.Time
 	moved   int64 // trajectories moved off replicas that went down
+	// finished counts trajectories whose result was seen, ever (Redis
+	// counters at start, then each result): the staleness bound needs it.
+	finished int64
 }
 
 type activeTraj struct {

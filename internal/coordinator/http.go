@@ -28,6 +28,10 @@ type Status struct {
 	SnapshotAgeS      float64       `json:"snapshot_age_s"`
 	StalePredictions  int64         `json:"stale_predictions"`
 	PredictorFailures int64         `json:"predictor_failures"`
+	// StalenessRoom is how many more trajectories the staleness bound lets
+	// in (ACTLOOP_TRAIN_BATCH_SIZE with ACTLOOP_MAX_STALENESS); -1 when no
+	// such bound is set. At 0 admission waits for the next weight version.
+	StalenessRoom int `json:"staleness_room"`
 }
 
 // ReplicaStatus is one replica's share of the active trajectories.
@@ -53,6 +57,7 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	load := map[string]int{}
 	c.mu.Lock()
 	st.Active, st.MaxActive = len(c.active), c.limit
+	st.StalenessRoom = c.stalenessRoom()
 	st.Queued += uint64(len(c.waiting))
 	for _, a := range c.active {
 		load[a.fact.Replica]++

@@ -20,10 +20,17 @@ func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return bus.Malformed(fmt.Errorf("result: %w", err))
 	}
-	if _, err := c.d.Store.RemoveActive(ctx, r.TrajID, r.Status); err != nil {
+	was, err := c.d.Store.RemoveActive(ctx, r.TrajID, r.Status)
+	if err != nil {
+		return err
+	}
+	if err := c.groupResult(ctx, r); err != nil {
 		return err
 	}
 	c.mu.Lock()
+	if was {
+		c.finished++
+	}
 	a := c.active[r.TrajID]
 	delete(c.active, r.TrajID)
 	c.dirty = true
@@ -85,7 +92,7 @@ func (c *Coordinator) finish(ctx context.Context, id string) error {
 	if t == nil {
 		return err
 	}
-	return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL)
+	return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
 }
 
 // loadOrForget loads a trajectory whole; one whose state is gone is dropped
@@ -110,7 +117,7 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 			return err
 		}
 		if t.Status.Terminal() {
-			return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL)
+			return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
 		}
 		commit := store.Commit{ID: id, Seq: t.Seq, Set: map[string]string{
 			store.FieldStatus: string(store.StatusAborted), store.FieldReason: reason,
@@ -124,7 +131,7 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 		}
 		c.d.Log.Warn("trajectory ended with a fallback", "traj_id", id, "seq", t.Seq, "reason", reason)
 		t.Apply(commit)
-		if err := flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL); err != nil {
+		if err := flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState()); err != nil {
 			return err
 		}
 		if t.Owner != "" {

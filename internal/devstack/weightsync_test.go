@@ -202,3 +202,100 @@ func TestPauseWithADeadWorker(t *testing.T) {
 		t.Fatalf("pause after the dead worker's heartbeat lapsed: %+v %v", reply, err)
 	}
 }
+
+// Each stale policy with max_staleness 0 and one weight update while the
+// trajectories run: what version 0 generated is stale once version 1 is
+// current.
+func TestStalePolicies(t *testing.T) {
+	for _, policy := range []string{schema.StaleKeep, schema.StaleMask, schema.StaleRestart} {
+		t.Run(policy, func(t *testing.T) {
+			e := newEnvWith(t, 1, func(o *devstack.Options) {
+				o.Slots = 4
+				o.Sim = sim.Config{TimeScale: 0.3, MaxTurns: 3}
+			})
+			coord := startSyncStack(t, e, func(c *coordinator.Config) { c.MaxStaleness, c.StalePolicy = 0, policy })
+			const n = 4
+			var samples []schema.Sample
+			for i := range n {
+				samples = append(samples, simSample(fmt.Sprintf("stale-%s-%d", policy, i)))
+			}
+			e.submit(samples...)
+			testkit.Eventually(t, wait, "generations in flight with output", func() bool { return liveRequests(e, 3) >= 2 })
+			if _, err := coord.Pause(e.ctx, schema.PauseRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			v := int64(1)
+			if _, err := coord.Resume(e.ctx, schema.ResumeRequest{WeightVersion: &v}); err != nil {
+				t.Fatal(err)
+			}
+			got := e.results(n)
+			flagged, restarted := 0, 0
+			for _, s := range samples {
+				r := got[s.ID]
+				if !r.Solved() {
+					t.Fatalf("%s: %s %q", s.ID, r.Status, r.Reason)
+				}
+				old := 0 // generated tokens of version 0
+				for i, v := range r.Versions {
+					if v == 0 {
+						old++
+						if want := int8(1); policy == schema.StaleMask {
+							want = 0
+							if r.LossMask[i] != want {
+								t.Fatalf("%s: token %d of version 0 has loss mask %d", s.ID, i, r.LossMask[i])
+							}
+						}
+					}
+				}
+				if r.Stale != (old > 0) || r.StaleTokens != old {
+					t.Fatalf("%s: stale %v with %d stale tokens, but %d tokens of version 0", s.ID, r.Stale, r.StaleTokens, old)
+				}
+				if policy != schema.StaleMask {
+					checkConsistent(t, r)
+				}
+				if r.Stale {
+					flagged++
+				}
+				if r.Restarts > 0 {
+					restarted++
+				}
+			}
+			switch policy {
+			case schema.StaleRestart:
+				if restarted == 0 || e.stack.GenWorker("r0").Stats().Restarts == 0 {
+					t.Fatal("no trajectory started again")
+				}
+			default:
+				if flagged == 0 || restarted != 0 {
+					t.Fatalf("%d stale, %d restarted", flagged, restarted)
+				}
+			}
+		})
+	}
+}
+
+// With max_staleness 0 and a trainer batch of 2, version 0 admits two
+// trajectories in all; the next two wait for version 1.
+func TestStalenessBoundsAdmission(t *testing.T) {
+	e := newEnv(t, 1)
+	coord := startSyncStack(t, e, func(c *coordinator.Config) { c.MaxStaleness, c.TrainBatchSize = 0, 2 })
+	var samples []schema.Sample
+	for i := range 4 {
+		samples = append(samples, simSample(fmt.Sprintf("bound-%d", i)))
+	}
+	e.submit(samples...)
+	testkit.Eventually(t, wait, "two finished, two waiting, no room", func() bool {
+		st, err := coord.Status(e.ctx)
+		return err == nil && st.Finished[schema.StatusCompleted] == 2 && st.Active == 0 && st.Queued == 2 && st.StalenessRoom == 0
+	})
+	v := int64(1)
+	if _, err := coord.Resume(e.ctx, schema.ResumeRequest{WeightVersion: &v}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.results(4)
+	for _, s := range samples {
+		if r := got[s.ID]; !r.Solved() {
+			t.Fatalf("%s: %s %q", s.ID, r.Status, r.Reason)
+		}
+	}
+}

@@ -48,6 +48,7 @@ type Worker struct {
 	tmpl     tokenize.ChatTemplate
 	agent    agent.Config
 	board    *priority.Board
+	control  flow.ControlView // the newest control state: staleness of results
 
 	own, start jetstream.Consumer
 	driver     *flow.Driver
@@ -89,6 +90,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(ctx) })
 	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
+	g.Go(func() error { return flow.WatchControl(ctx, w.d.JS, w.d.Log, w.control.Set) })
 	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
 	return g.Wait()
 }
@@ -149,7 +151,7 @@ func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
 	if t.Status != store.StatusTerminated {
 		return nil // aborted: the coordinator published the fallback
 	}
-	return flow.PublishResult(ctx, w.d.Store, w.d.Pub, t, w.d.Common.ResultTTL)
+	return flow.PublishResult(ctx, w.d.Store, w.d.Pub, t, w.d.Common.ResultTTL, w.control.Get())
 }
 
 func (w *Worker) backend(t *store.Trajectory) (sandbox.Backend, error) {
@@ -171,7 +173,7 @@ func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Comm
 	if err != nil {
 		return store.Commit{}, bus.Fatal(err)
 	}
-	w.closeSandbox(ctx, t.ID, "") // a leftover of an earlier attempt in this process
+	w.closeSandbox(ctx, t.ID, t.Handle) // a leftover of an earlier attempt, or the sandbox of a trajectory that starts again
 	env := t.Sample.Env
 	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout()})
 	switch {

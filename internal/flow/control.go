@@ -65,7 +65,9 @@ func WatchControl(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 
 // ControlView is the newest control state a process has seen; safe for
 // concurrent use. Until the first Set it reports DefaultControl.
-type ControlView struct{ p atomic.Pointer[schema.Control] }
+type ControlView struct {
+	p atomic.Pointer[schema.Control]
+}
 
 // Set records c.
 func (v *ControlView) Set(c schema.Control) { v.p.Store(&c) }

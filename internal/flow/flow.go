@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -85,8 +86,8 @@ func ResultMsgID(t *store.Trajectory) string { return schema.MsgID(t.ID, t.Seq, 
 // whatever t lacks) and lets its state expire after ttl. Publishing again
 // is safe: the result's Nats-Msg-Id keeps a second copy out of the stream
 // within the duplicate window, and trainers dedupe results by traj_id
-// beyond it.
-func PublishResult(ctx context.Context, st *store.Store, pub *bus.Publisher, t *store.Trajectory, ttl time.Duration) error {
+// beyond it. ctl decides which tokens are stale.
+func PublishResult(ctx context.Context, st *store.Store, pub *bus.Publisher, t *store.Trajectory, ttl time.Duration, ctl schema.Control) error {
 	if !t.Status.Terminal() {
 		return fmt.Errorf("result of %s: not terminal (%s)", t.ID, t.Status)
 	}
@@ -96,15 +97,19 @@ func PublishResult(ctx context.Context, st *store.Store, pub *bus.Publisher, t *
 			return err
 		}
 	}
-	if err := pub.Publish(TrajContext(ctx, t.Trace), bus.SubjectResults, ResultMsgID(t), Result(t)); err != nil {
+	if err := pub.Publish(TrajContext(ctx, t.Trace), bus.SubjectResults, ResultMsgID(t), Result(t, ctl)); err != nil {
 		return err
 	}
 	return st.Expire(ctx, t.ID, ttl)
 }
 
 // Result builds the result of a terminal trajectory loaded WithAll. A
-// fallback carries no trainable tokens.
-func Result(t *store.Trajectory) schema.Result {
+// fallback carries no trainable tokens. A generated token more than
+// ctl.MaxStaleness versions older than ctl.WeightVersion is stale: the
+// result says so, and under stale_policy mask its loss mask is 0. (Under
+// restart a trajectory starts again at its next generation; one that went
+// stale after its last is delivered flagged, as under keep.)
+func Result(t *store.Trajectory, ctl schema.Control) schema.Result {
 	s := t.Sample
 	r := schema.Result{
 		V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID, GroupIndex: s.GroupIndex,
@@ -112,7 +117,7 @@ func Result(t *store.Trajectory) schema.Result {
 		Commands: t.Commands, GenTokens: t.GenTokens, PromptLen: t.PromptLen, Metadata: s.Metadata,
 		AdmittedAt: t.AdmittedAt.UTC(), FinishedAt: t.FinishedAt.UTC(),
 		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{},
-		Messages: t.Messages, MinVersion: -1, MaxVersion: -1,
+		Messages: t.Messages, MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts,
 	}
 	if r.Messages == nil {
 		r.Messages = []schema.Message{}
@@ -124,11 +129,24 @@ func Result(t *store.Trajectory) schema.Result {
 	r.Status = schema.StatusCompleted
 	r.Tokens, r.Logprobs, r.LossMask, r.Versions = t.Tokens, t.Logprobs, t.Mask, t.Versions
 	lo, hi := int32(math.MaxInt32), int32(-1)
+	staleBefore := ctl.StaleBefore()
 	for i, m := range t.Mask {
-		if m == 1 {
-			lo, hi = min(lo, t.Versions[i]), max(hi, t.Versions[i])
+		if m != 1 {
+			continue
+		}
+		v := t.Versions[i]
+		lo, hi = min(lo, v), max(hi, v)
+		if int64(v) < staleBefore {
+			if r.StaleTokens == 0 && ctl.StalePolicy == schema.StaleMask {
+				r.LossMask = slices.Clone(t.Mask)
+			}
+			r.StaleTokens++
+			if ctl.StalePolicy == schema.StaleMask {
+				r.LossMask[i] = 0
+			}
 		}
 	}
+	r.Stale = r.StaleTokens > 0
 	if hi >= 0 {
 		r.MinVersion, r.MaxVersion = lo, hi
 	}

@@ -15,11 +15,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,8 +66,8 @@ type Config struct {
 	// cache here is cold, so it pays one re-prefill).
 	Steal      bool          `envconfig:"STEAL" default:"false"`
 	StealAfter time.Duration `envconfig:"STEAL_AFTER" default:"5s"`
-	WorkerID          string        `envconfig:"WORKER_ID"`
-	Addr              string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
+	WorkerID   string        `envconfig:"WORKER_ID"`
+	Addr       string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
 }
 
 // Validate joins every problem with c.
@@ -115,6 +117,7 @@ type Worker struct {
 	tracker   *tracker
 	stealer   *stealer
 	control   flow.ControlView
+	restarts  atomic.Int64 // trajectories started again because they went stale
 
 	hi, lo jetstream.Consumer
 	driver *flow.Driver
@@ -245,6 +248,7 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 func (w *Worker) Stats() Stats {
 	s := w.tracker.stats()
 	s.Stolen = w.stealer.stolen.Load()
+	s.Restarts = w.restarts.Load()
 	return s
 }
 
@@ -267,6 +271,9 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{}}
 	lim := agent.Limits{StepLimit: s.Limits.StepLimit, TokenBudget: s.Limits.TokenBudget, WallClock: s.Limits.WallClock()}
 	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt)}
+	if ctl := w.control.Get(); ctl.StalePolicy == schema.StaleRestart && oldestVersion(t) < ctl.StaleBefore() {
+		return w.restart(t, c), nil // a partial turn too: its tokens would mix versions
+	}
 	if t.TurnGen == 0 { // limits are checked before each model call, not before a resume
 		if err := agent.CheckLimits(lim, use); err != nil {
 			c.Set[store.FieldStatus] = string(store.StatusFinishing)
@@ -377,6 +384,34 @@ func (w *Worker) partial(t *store.Trajectory, c store.Commit, g *generation, res
 		g.kept.Store(int64(n))
 	}
 	w.tracker.resumedTokens.Add(int64(n))
+	return c
+}
+
+// oldestVersion is the weight version of t's oldest generated token;
+// math.MaxInt64 when it has none.
+func oldestVersion(t *store.Trajectory) int64 {
+	oldest := int64(math.MaxInt64)
+	for i, m := range t.Mask {
+		if m == 1 {
+			oldest = min(oldest, int64(t.Versions[i]))
+		}
+	}
+	return oldest
+}
+
+// restart discards what t has generated: its messages and tokens go, and it
+// starts again in a fresh sandbox (the env start closes the old one).
+func (w *Worker) restart(t *store.Trajectory, c store.Commit) store.Commit {
+	c.Reset = true
+	for _, f := range []string{store.FieldCalls, store.FieldGenTokens, store.FieldCommands, store.FieldTurnGen,
+		store.FieldGenCtx, store.FieldPromptLen} {
+		c.Set[f] = "0"
+	}
+	c.Set[store.FieldRID], c.Set[store.FieldAction], c.Set[store.FieldReason] = "", "", ""
+	c.Set[store.FieldStatus] = string(store.StatusStarting)
+	c.Set[store.FieldRestarts] = strconv.Itoa(t.Restarts + 1)
+	w.restarts.Add(1)
+	w.d.Log.Info("stale trajectory starts again", "traj_id", t.ID, "restarts", t.Restarts+1)
 	return c
 }
 

@@ -204,6 +204,9 @@ type Stats struct {
 	ReprefilledTokens int64 `json:"reprefilled_tokens"`
 	// Stolen counts gen steps taken from another replica's queue (ACTLOOP_STEAL).
 	Stolen int64 `json:"stolen"`
+	// Restarts counts trajectories started again because they went stale
+	// (ACTLOOP_STALE_POLICY=restart).
+	Restarts int64 `json:"restarts"`
 }
 
 func (k *tracker) stats() Stats {

@@ -53,6 +53,7 @@ const (
 	FieldTurnGen     = "turn_gen"     // tokens generated in the current turn before an interruption
 	FieldPreempts    = "preempts"     // times the trajectory's generations were preempted
 	FieldPreemptedAt = "preempted_at" // when last preempted (unix ms)
+	FieldRestarts    = "restarts"     // times started again because it went stale
 	FieldAdmittedAt  = "admitted_at"
 	FieldUpdatedAt   = "updated_at"
 	FieldFinishedAt  = "finished_at"
@@ -90,6 +91,7 @@ type Trajectory struct {
 	TurnGen     int
 	GenCtx      int
 	Preempts    int
+	Restarts    int
 	PreemptedAt time.Time
 	AdmittedAt  time.Time
 	UpdatedAt   time.Time
@@ -241,6 +243,7 @@ func parseHash(id string, h map[string]string) (*Trajectory, error) {
 	t.TurnGen = int(intField(FieldTurnGen))
 	t.GenCtx = int(intField(FieldGenCtx))
 	t.Preempts = int(intField(FieldPreempts))
+	t.Restarts = int(intField(FieldRestarts))
 	t.PreemptedAt = msTime(intField(FieldPreemptedAt))
 	t.AdmittedAt = msTime(intField(FieldAdmittedAt))
 	t.UpdatedAt = msTime(intField(FieldUpdatedAt))
@@ -273,6 +276,9 @@ type Commit struct {
 	Seq int64
 	// Set overwrites hash fields (see the Field constants).
 	Set map[string]string
+	// Reset empties the message list and the token arrays before Messages
+	// and Tokens are appended: the trajectory starts again.
+	Reset bool
 	// Messages are appended to the message list.
 	Messages []schema.Message
 	// Tokens are appended with one entry each in Logprobs, Mask and
@@ -313,10 +319,14 @@ func (s *Store) CommitReplica(ctx context.Context, c Commit) (string, error) {
 		return "", fmt.Errorf("commit %s seq %d: token arrays differ in length (%d, %d, %d, %d)",
 			c.ID, c.Seq, n, len(c.Logprobs), len(c.Mask), len(c.Versions))
 	}
-	args := make([]any, 0, 8+2*len(c.Set)+len(c.Messages))
+	args := make([]any, 0, 9+2*len(c.Set)+len(c.Messages))
+	reset := 0
+	if c.Reset {
+		reset = 1
+	}
 	args = append(args, c.Seq, s.now().UnixMilli(),
 		packInt32(c.Tokens), packFloat32(c.Logprobs), packInt8(c.Mask), packInt32(c.Versions),
-		len(c.Set))
+		len(c.Set), reset)
 	for k, v := range c.Set {
 		if k == FieldSeq {
 			return "", fmt.Errorf("commit %s seq %d: seq is set by the commit itself", c.ID, c.Seq)
@@ -356,15 +366,18 @@ cur = tonumber(cur)
 if cur ~= tonumber(ARGV[1]) then return {0, cur, ''} end
 local nset = tonumber(ARGV[7])
 local h = {'seq', cur + 1, 'updated_at', ARGV[2]}
-for i = 8, 7 + 2 * nset do h[#h + 1] = ARGV[i] end
+for i = 9, 8 + 2 * nset do h[#h + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(h))
+if ARGV[8] == '1' then
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+end
 if #ARGV[3] > 0 then
   redis.call('APPEND', KEYS[3], ARGV[3])
   redis.call('APPEND', KEYS[4], ARGV[4])
   redis.call('APPEND', KEYS[5], ARGV[5])
   redis.call('APPEND', KEYS[6], ARGV[6])
 end
-local first = 8 + 2 * nset
+local first = 9 + 2 * nset
 if #ARGV >= first then
   redis.call('RPUSH', KEYS[2], unpack(ARGV, first, #ARGV))
 end
@@ -509,6 +522,15 @@ func (t *Trajectory) Apply(c Commit) {
 	num(FieldTurnGen, &t.TurnGen)
 	num(FieldGenCtx, &t.GenCtx)
 	num(FieldPreempts, &t.Preempts)
+	num(FieldRestarts, &t.Restarts)
+	if c.Reset {
+		if t.Messages != nil {
+			t.Messages = t.Messages[:0]
+		}
+		if t.Tokens != nil {
+			t.Tokens, t.Logprobs, t.Mask, t.Versions = t.Tokens[:0], t.Logprobs[:0], t.Mask[:0], t.Versions[:0]
+		}
+	}
 	if t.Messages != nil {
 		t.Messages = append(t.Messages, c.Messages...)
 	}

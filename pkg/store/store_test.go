@@ -119,6 +119,43 @@ func TestCommitAppliesOnce(t *testing.T) {
 	})
 }
 
+// A reset commit empties messages and token arrays before appending, in
+// Redis and in Apply alike.
+func TestCommitReset(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		if err := s.Create(ctx, sample("r"), store.StatusStarting, nil); err != nil {
+			t.Fatal(err)
+		}
+		c := store.Commit{ID: "r", Seq: 0, Messages: []schema.Message{{Role: "user", Content: "old"}}}
+		c.Append([]int32{1, 2, 3}, []float32{-1, -2, -3}, 1, 0)
+		if err := s.Commit(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		mem, err := s.Load(ctx, "r", store.WithAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reset := store.Commit{ID: "r", Seq: 1, Reset: true, Set: map[string]string{store.FieldRestarts: "1"},
+			Messages: []schema.Message{{Role: "system", Content: "new"}}}
+		reset.Append([]int32{7}, nil, 0, -1)
+		if err := s.Commit(ctx, reset); err != nil {
+			t.Fatal(err)
+		}
+		mem.Apply(reset)
+		got, err := s.Load(ctx, "r", store.WithAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range []*store.Trajectory{got, mem} {
+			if !slices.Equal(tr.Tokens, []int32{7}) || !slices.Equal(tr.Mask, []int8{0}) || !slices.Equal(tr.Versions, []int32{-1}) ||
+				len(tr.Logprobs) != 1 || len(tr.Messages) != 1 || tr.Messages[0].Content != "new" || tr.Restarts != 1 || tr.Seq != 2 {
+				t.Fatalf("after reset: %+v", tr)
+			}
+		}
+	})
+}
+
 func TestActiveIndexAndExpire(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
