@@ -1,11 +1,14 @@
 // Package coordinator admits samples in policy order, assigns replicas,
 // ranks active trajectories into per-replica priority snapshots, ends
 // trajectories that cannot finish with a fallback result, repairs ends whose
-// result was lost, and serves the status API.
+// result was lost, announces complete groups, owns the control state of
+// weight synchronisation (pause, resume, staleness), and serves the status
+// and trainer APIs.
 //
 // Consumers and their acks: samples (taken in to the waiting set while it has
 // room; undecodable → dead letter; taken in or duplicate → ack); results
-// (forget the trajectory → ack); events (a failed step → fallback or repair
+// (forget the trajectory, count it towards its group, announce the group
+// when complete → ack); events (a failed step → fallback or repair
 // → ack); predictions (update the live view → ack). The coordinator's work
 // fails only transiently, so it retries without limit. Every effect is
 // idempotent: a redelivered sample finds its entry or trajectory and goes

@@ -10,6 +10,11 @@
 //	actloop:traj:{id}:mask  one byte per token: 1 = generated (trained on)
 //	actloop:traj:{id}:ver   packed little-endian int32 weight version per token
 //
+// Besides: the coordinator's indexes under {coordinator} (active, waiting,
+// finished counts) and, per group, actloop:{group:<id>}:members (group index
+// → traj id) and actloop:{group:<id>}:published (its completion was
+// announced).
+//
 // A step is one Load (one round trip) and one Commit (one Lua script). Commit
 // checks the trajectory's seq against the step's before writing anything, so a
 // redelivered or re-published step applies nothing twice: a stale commit
