@@ -277,12 +277,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 }
 
 // collect reads n distinct results from the results stream.
-func collect(ctx context.Context, js jetstream.JetStream, n int, tick func(done int)) (map[string]schema.Result, error) {
+func collect(ctx context.Context, js jetstream.JetStream, n int, tick func(done int)) (map[string]schema.ResultHead, error) {
 	c, err := js.OrderedConsumer(ctx, bus.StreamResults, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.SubjectResults}})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]schema.Result{}
+	out := map[string]schema.ResultHead{}
 	tick(0)
 	for len(out) < n {
 		if err := ctx.Err(); err != nil {
@@ -292,7 +292,7 @@ func collect(ctx context.Context, js jetstream.JetStream, n int, tick func(done 
 		if err != nil {
 			continue
 		}
-		r, err := schema.Decode[schema.Result](m.Data())
+		r, err := schema.Decode[schema.ResultHead](m.Data())
 		if err != nil {
 			return nil, fmt.Errorf("result: %w", err)
 		}

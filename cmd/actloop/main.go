@@ -29,6 +29,9 @@ commands:
   schema    print the JSON Schema of a sample or a result
   bench     run one simulated workload under several scheduling modes and
             compare makespan, latency, slot use and preemptions
+  bench-sync
+            pause and resume many times with generations in flight: pause
+            latency, tokens kept, throughput lost per weight sync
 
 Run 'actloop <command> -h' for its flags. Settings come from ACTLOOP_*
 environment variables (see README.md).
@@ -86,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSchema(rest, stdout, stderr)
 	case "bench":
 		return runBench(ctx, rest, stdout, stderr)
+	case "bench-sync":
+		return runBenchSync(ctx, rest, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -141,8 +142,15 @@ func (c *Coordinator) predictWaiting(ctx context.Context, w *waitingSample) {
 	}
 }
 
+// admitParallel is how many admissions run at once: each is a few Redis
+// and NATS round trips, so one at a time would cap admission at a few
+// hundred per second.
+const admitParallel = 16
+
 // admitLoop admits waiting samples in policy order while fewer than
-// MAX_ACTIVE trajectories are active.
+// MAX_ACTIVE trajectories are active. Replicas are assigned for the whole
+// batch first (least-loaded, counting the batch), then the admissions run
+// in parallel; a failed one leaves its sample waiting for the next round.
 func (c *Coordinator) admitLoop(ctx context.Context) error {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -153,15 +161,56 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 		case <-c.wake:
 		case <-t.C:
 		}
-		for _, w := range c.admissible() {
-			if err := c.admit(ctx, w); err != nil {
-				if ctx.Err() == nil {
+		batch := c.admissible()
+		c.mu.Lock()
+		replicas := c.assignReplicas(len(batch))
+		c.mu.Unlock()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, admitParallel)
+		for i, replica := range replicas {
+			w := batch[i]
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := c.admit(ctx, w, replica); err != nil && ctx.Err() == nil {
 					c.d.Log.Warn("admission failed; will retry", "traj_id", w.Sample.ID, "error", err)
 				}
-				break
-			}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// assignReplicas returns the replicas for n new trajectories, each the
+// least-loaded live one counting those before it; fewer when none is live.
+// Callers hold c.mu.
+func (c *Coordinator) assignReplicas(n int) []string {
+	load := map[string]int{}
+	for _, a := range c.active {
+		load[a.fact.Replica]++
+	}
+	now := c.d.Now()
+	var live []string
+	for _, r := range c.cfg.Replicas {
+		if c.live(r, now) {
+			live = append(live, r)
 		}
 	}
+	if len(live) == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		best := live[0]
+		for _, r := range live[1:] {
+			if load[r] < load[best] {
+				best = r
+			}
+		}
+		load[best]++
+		out[i] = best
+	}
+	return out
 }
 
 // admissible returns the waiting samples to admit now, best first.
@@ -203,18 +252,12 @@ func (c *Coordinator) stalenessRoom() int {
 	return int(max(room, 0))
 }
 
-// admit creates a trajectory for a waiting sample on the least-loaded
-// replica and publishes its start. Every step is idempotent, so a failure
-// leaves the sample waiting and a later try (or a restarted coordinator)
-// goes on from where it stopped.
-func (c *Coordinator) admit(ctx context.Context, w *waitingSample) error {
+// admit creates a trajectory for a waiting sample on replica and publishes
+// its start. Every step is idempotent, so a failure leaves the sample
+// waiting and a later try (or a restarted coordinator) goes on from where it
+// stopped.
+func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica string) error {
 	s := w.Sample
-	c.mu.Lock()
-	replica := c.leastLoaded()
-	c.mu.Unlock()
-	if replica == "" {
-		return errors.New("no live replica")
-	}
 	tctx, span := tracer().Start(context.WithoutCancel(ctx), "trajectory", trace.WithNewRoot(),
 		trace.WithAttributes(attribute.String("traj_id", s.ID), attribute.String("group_id", s.GroupID)))
 	err := c.d.Store.Create(ctx, s, store.StatusStarting, map[string]string{

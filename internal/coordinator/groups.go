@@ -32,7 +32,7 @@ const groupMinTTL = 24 * time.Hour
 //
 // A result whose group fields are unusable, or whose index another
 // trajectory holds, is logged and counted as nothing: retrying cannot fix it.
-func (c *Coordinator) groupResult(ctx context.Context, r schema.Result) error {
+func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) error {
 	if r.GroupID == "" || r.GroupSize < 1 {
 		return nil
 	}

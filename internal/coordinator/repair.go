@@ -16,7 +16,7 @@ import (
 )
 
 func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
-	r, err := schema.Decode[schema.Result](m.Data())
+	r, err := schema.Decode[schema.ResultHead](m.Data()) // the tokens are not needed here
 	if err != nil {
 		return bus.Malformed(fmt.Errorf("result: %w", err))
 	}

@@ -201,6 +201,29 @@ func TestPauseWithADeadWorker(t *testing.T) {
 	if err != nil || reply.Workers != 1 {
 		t.Fatalf("pause after the dead worker's heartbeat lapsed: %+v %v", reply, err)
 	}
+
+	// A worker that starts during the pause starts paused and says so: the
+	// same pause, asked again, now counts it.
+	gc = e.stack.GenWorkerConfig("r1")
+	gc.WorkerID, gc.HeartbeatInterval = "gen-r1-new", 100*time.Millisecond
+	if _, err := e.stack.StartGenWorkerWith(e.ctx, gc, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, wait, "the new worker to heartbeat", func() bool {
+		for _, w := range coord.Control().Workers {
+			if w.Worker == "gen-r1-new" {
+				return true
+			}
+		}
+		return false
+	})
+	again, err := coord.Pause(e.ctx, schema.PauseRequest{TimeoutMS: int64(wait / time.Millisecond)})
+	if err != nil || again.Epoch != reply.Epoch || again.Workers != 2 {
+		t.Fatalf("pause with a worker started during it: %+v %v", again, err)
+	}
+	if !e.stack.GenWorker("r1").Paused() {
+		t.Fatal("the worker started during a pause is not paused")
+	}
 }
 
 // Each stale policy with max_staleness 0 and one weight update while the

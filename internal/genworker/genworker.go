@@ -111,6 +111,9 @@ type Worker struct {
 	board   *priority.Board
 	predict *flow.Predictor
 	id      string
+	// ridPrefix starts the request ids this worker creates, so a pause
+	// aborts them with one call.
+	ridPrefix string
 	// predictions queued for predictor-gw; a full queue drops (a missing
 	// prediction only leaves the length unknown).
 	toPredict chan schema.PredictRequest
@@ -136,7 +139,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	}
 	tmpl := tokenize.NewByteChatML()
 	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tok, agent: agent.DefaultConfig(),
-		board: &priority.Board{}, id: id, toPredict: make(chan schema.PredictRequest, 256),
+		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
@@ -191,7 +194,6 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
 	low := strings.HasSuffix(m.Subject(), "."+priority.ClassLow)
 	g := newGeneration()
-	defer close(g.left) // after the commit and the follow-up: a pause waits for this
 	return w.driver.Do(ctx, step.TrajID, step.Seq, flow.Step{
 		Parts: store.WithTokens, Want: store.StatusNeedsGeneration,
 		Run: func(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
@@ -252,6 +254,10 @@ func (w *Worker) Stats() Stats {
 	return s
 }
 
+// Paused reports whether the worker holds its generations back (a pause,
+// or no control state seen yet).
+func (w *Worker) Paused() bool { return w.tracker.isPaused() }
+
 // Handler serves /healthz, /readyz and /v1/stats.
 func (w *Worker) Handler() http.Handler {
 	mux := service.HealthMux(w.d)
@@ -284,7 +290,7 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 	partial := t.Tokens[len(t.Tokens)-t.TurnGen:]
 	rid := t.RID
 	if rid == "" {
-		rid = llm.NewRID()
+		rid = llm.NewRIDWithPrefix(w.ridPrefix) // a pause aborts all of this worker's at once
 	}
 	var res llm.Result
 	if maxNew := agent.MaxNewTokens(s.Sampling.MaxNewTokens-t.TurnGen, lim, use); maxNew > 0 {
@@ -306,6 +312,9 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 		}
 		var err error
 		res, err = w.gen.Generate(ctx, req)
+		if err == nil && res.Finish.Type == llm.FinishAbort && g.paused.Load() {
+			g.kept.Store(int64(len(res.OutputIDs))) // before done: a pause reads it then
+		}
 		w.tracker.done(g)
 		switch {
 		case err != nil && llm.Temporary(err):
@@ -379,9 +388,6 @@ func (w *Worker) partial(t *store.Trajectory, c store.Commit, g *generation, res
 	if g.preempted.Load() {
 		c.Set[store.FieldPreempts] = strconv.Itoa(t.Preempts + 1)
 		c.Set[store.FieldPreemptedAt] = strconv.FormatInt(w.d.Now().UnixMilli(), 10)
-	}
-	if g.paused.Load() {
-		g.kept.Store(int64(n))
 	}
 	w.tracker.resumedTokens.Add(int64(n))
 	return c

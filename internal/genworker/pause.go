@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,9 +36,6 @@ type pauser struct {
 // returned: an abort that reached the server before its request did
 // matched nothing.
 const reRequestAbort = 20 * time.Millisecond
-
-// abortConcurrency bounds the abort requests a pause sends at once.
-const abortConcurrency = 32
 
 func (w *Worker) watchControl(ctx context.Context) error {
 	kv, err := w.d.JS.KeyValue(ctx, bus.BucketControl)
@@ -81,9 +79,12 @@ func (p *pauser) apply(ctx context.Context, c schema.Control) {
 	p.report(ctx, schema.PauseReport{Epoch: c.Epoch, Paused: false})
 }
 
-// settle waits until every generation in gens has ended its step, aborting
-// again (mode abort) those whose call has not returned, then reports paused
-// for c's epoch if that pause still holds.
+// settle waits until every generation in gens has returned from the
+// server, aborting again (mode abort) those that have not, then reports
+// paused for c's epoch if that pause still holds. It does not wait for the
+// commits of their partial output: the servers are idle once the calls
+// have returned, which is what the trainer waits for, and each partial
+// records the version that produced it whenever it is committed.
 func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generation) {
 	abort := c.Mode != schema.PauseDrain
 	if abort {
@@ -94,17 +95,13 @@ func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generatio
 	for _, g := range gens {
 		for waiting := true; waiting; {
 			select {
-			case <-g.left:
+			case <-g.returned:
 				waiting = false
 			case <-ctx.Done():
 				return
 			case <-t.C:
 				if abort {
-					select {
-					case <-g.returned:
-					default:
-						_ = p.w.gen.Abort(ctx, g.rid)
-					}
+					_ = p.w.gen.Abort(ctx, g.rid)
 				}
 			}
 		}
@@ -124,20 +121,29 @@ func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generatio
 	p.report(ctx, r)
 }
 
-// abortAll aborts every generation of gens on the server, a few at a time.
+// abortAll aborts every generation of gens on the server: those whose
+// request id carries this worker's prefix with one call when the server
+// matches prefixes, the rest (resumed under an id another worker made) one
+// by one, all at once.
 func (p *pauser) abortAll(ctx context.Context, gens []*generation) {
-	sem := make(chan struct{}, abortConcurrency)
+	pa, byPrefix := p.w.gen.(llm.PrefixAborter)
 	var wg sync.WaitGroup
-	for _, g := range gens {
-		sem <- struct{}{}
+	abort := func(f func(context.Context) error, what string) {
 		wg.Go(func() {
-			defer func() { <-sem }()
 			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			if err := p.w.gen.Abort(actx, g.rid); err != nil && ctx.Err() == nil {
-				p.w.d.Log.Warn("abort for pause; will try again", "rid", g.rid, "error", err)
+			if err := f(actx); err != nil && ctx.Err() == nil {
+				p.w.d.Log.Warn("abort for pause; will try again", "rid", what, "error", err)
 			}
 		})
+	}
+	if byPrefix {
+		abort(func(ctx context.Context) error { return pa.AbortPrefix(ctx, p.w.ridPrefix) }, p.w.ridPrefix+"*")
+	}
+	for _, g := range gens {
+		if !byPrefix || !strings.HasPrefix(g.rid, p.w.ridPrefix) {
+			abort(func(ctx context.Context) error { return p.w.gen.Abort(ctx, g.rid) }, g.rid)
+		}
 	}
 	wg.Wait()
 }

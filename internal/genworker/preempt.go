@@ -19,13 +19,12 @@ type generation struct {
 	version   int64         // the weight version it runs under (set by start)
 	preempted atomic.Bool   // aborted for a high-priority step
 	paused    atomic.Bool   // aborted for a pause
-	kept      atomic.Int64  // partial tokens committed after a pause abort; -1 until then
+	kept      atomic.Int64  // tokens a pause abort left to keep; -1 when not aborted by a pause
 	returned  chan struct{} // closed when the call returned
-	left      chan struct{} // closed when its step ended (committed or not)
 }
 
 func newGeneration() *generation {
-	g := &generation{returned: make(chan struct{}), left: make(chan struct{})}
+	g := &generation{returned: make(chan struct{})}
 	g.kept.Store(-1)
 	return g
 }

@@ -44,7 +44,7 @@ func (g *Gateway) historyRunner(ctx context.Context, h *predict.History) (*bus.R
 // each outcome is acked.
 func observe(h *predict.History) bus.Handler {
 	return func(ctx context.Context, m jetstream.Msg) error {
-		r, err := schema.Decode[schema.Result](m.Data())
+		r, err := schema.Decode[schema.ResultHead](m.Data())
 		if err != nil {
 			return bus.Malformed(fmt.Errorf("decode result: %w", err))
 		}

@@ -131,21 +131,44 @@ type VersionSetter interface {
 	SetWeightVersion(ctx context.Context, version string) error
 }
 
+// PrefixAborter is a Generator whose server aborts every request whose id
+// starts with a prefix in one call (SGLang matches /abort_request rids by
+// prefix): a worker that starts its request ids with its own prefix aborts
+// all of them at once.
+type PrefixAborter interface {
+	// AbortPrefix aborts every generation whose rid starts with prefix
+	// (RIDPrefixLen lower-case hex digits).
+	AbortPrefix(ctx context.Context, prefix string) error
+}
+
+// RIDPrefixLen is the length of a request id prefix (see NewRIDPrefix).
+const RIDPrefixLen = 8
+
 // NewRID returns a random request id: 32 lower-case hex digits.
-func NewRID() string {
-	var b [16]byte
+func NewRID() string { return NewRIDWithPrefix(NewRIDPrefix()) }
+
+// NewRIDPrefix returns a random prefix of RIDPrefixLen hex digits.
+func NewRIDPrefix() string {
+	var b [RIDPrefixLen / 2]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
 	return hex.EncodeToString(b[:])
 }
 
+// NewRIDWithPrefix returns a request id that starts with prefix (from
+// NewRIDPrefix) and ends in random digits: still 32 hex digits, so request
+// ids stay fixed-length and prefix-free.
+func NewRIDWithPrefix(prefix string) string {
+	var b [(32 - RIDPrefixLen) / 2]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
 // ValidRID reports whether rid is 32 lower-case hex digits.
-func ValidRID(rid string) bool {
-	if len(rid) != 32 {
-		return false
-	}
-	for i := 0; i < len(rid); i++ {
-		c := rid[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+func ValidRID(rid string) bool { return len(rid) == 32 && isHex(rid) }
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}

@@ -14,8 +14,8 @@ import (
 
 // SGLangOptions configure an SGLang client. Zero values take the defaults.
 type SGLangOptions struct {
-	// HTTPClient sends the requests; nil means a new client over
-	// http.DefaultTransport. Deadlines come from the context, so the
+	// HTTPClient sends the requests; nil means a new client over a clone
+	// of http.DefaultTransport keeping up to 1024 idle connections. Deadlines come from the context, so the
 	// client's own Timeout should stay 0.
 	HTTPClient *http.Client
 	// Timeout bounds a Generate call, retries included, whose context has no
@@ -38,6 +38,8 @@ const (
 	// controlTimeout bounds Abort and Health calls whose context has no
 	// deadline.
 	controlTimeout = 30 * time.Second
+	// maxIdleConns is how many idle connections the default client keeps.
+	maxIdleConns = 1024
 	// maxResponse bounds a response body.
 	maxResponse = 256 << 20
 )
@@ -65,7 +67,12 @@ func NewSGLang(baseURL string, opts SGLangOptions) *SGLang {
 		backoff: opts.Backoff,
 	}
 	if c.hc == nil {
-		c.hc = &http.Client{}
+		// One server, as many requests at once as the worker has slots
+		// (plus their aborts): keep their connections instead of the
+		// default two idle ones per host.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = maxIdleConns
+		c.hc = &http.Client{Transport: t}
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
@@ -123,6 +130,24 @@ func (c *SGLang) Abort(ctx context.Context, rid string) error {
 	defer cancel()
 	if _, err := c.call(ctx, http.MethodPost, "/abort_request", body); err != nil {
 		return fmt.Errorf("abort %s: %w", rid, err)
+	}
+	return nil
+}
+
+// AbortPrefix implements PrefixAborter with POST /abort_request {"rid":
+// prefix}: SGLang aborts every request whose rid starts with it.
+func (c *SGLang) AbortPrefix(ctx context.Context, prefix string) error {
+	if len(prefix) != RIDPrefixLen || !isHex(prefix) {
+		return fmt.Errorf("abort prefix: %w: %q is not %d lower-case hex digits", ErrInvalidRequest, prefix, RIDPrefixLen)
+	}
+	body, err := json.Marshal(abortRequest{RID: prefix})
+	if err != nil {
+		return fmt.Errorf("abort prefix %s: encode: %w", prefix, err)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, controlTimeout)
+	defer cancel()
+	if _, err := c.call(ctx, http.MethodPost, "/abort_request", body); err != nil {
+		return fmt.Errorf("abort prefix %s: %w", prefix, err)
 	}
 	return nil
 }

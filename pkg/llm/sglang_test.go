@@ -406,10 +406,19 @@ func TestAbortAndHealth(t *testing.T) {
 	if err := c.SetWeightVersion(context.Background(), "7"); err != nil {
 		t.Fatal(err)
 	}
-	calls := rec.recorded()
-	if len(calls) != 3 {
-		t.Fatalf("%d calls, want 3", len(calls))
+	if err := c.AbortPrefix(context.Background(), testRID[:RIDPrefixLen]); err != nil {
+		t.Fatal(err)
 	}
+	for _, bad := range []string{"", "0123", testRID, "0123456G"} {
+		if err := c.AbortPrefix(context.Background(), bad); !errors.Is(err, ErrInvalidRequest) {
+			t.Fatalf("AbortPrefix(%q) = %v", bad, err)
+		}
+	}
+	calls := rec.recorded()
+	if len(calls) != 4 {
+		t.Fatalf("%d calls, want 4", len(calls))
+	}
+	assertJSONEqual(t, calls[3].body, `{"rid":"`+testRID[:RIDPrefixLen]+`"}`)
 	if c := calls[2]; c.method != http.MethodPost || c.path != "/update_weight_version" {
 		t.Fatalf("set weight version sent %s %s", c.method, c.path)
 	}
@@ -478,6 +487,13 @@ func TestRIDs(t *testing.T) {
 		if ValidRID(rid) {
 			t.Errorf("ValidRID(%q) = true", rid)
 		}
+	}
+	p := NewRIDPrefix()
+	if len(p) != RIDPrefixLen {
+		t.Fatalf("NewRIDPrefix() = %q", p)
+	}
+	if rid := NewRIDWithPrefix(p); !ValidRID(rid) || !strings.HasPrefix(rid, p) || rid == NewRIDWithPrefix(p) {
+		t.Fatalf("NewRIDWithPrefix(%q) = %q", p, rid)
 	}
 }
 

@@ -92,7 +92,7 @@ func TestOracleConformance(t *testing.T) {
 func observe(t testing.TB, h *predict.History, rs ...schema.Result) {
 	t.Helper()
 	for _, r := range rs {
-		if err := h.Observe(context.Background(), r); err != nil {
+		if err := h.Observe(context.Background(), r.Head()); err != nil {
 			t.Fatalf("Observe(%s): %v", r.TrajID, err)
 		}
 	}

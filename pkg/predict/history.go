@@ -110,7 +110,7 @@ return 1
 // fallback's totals say how far it got before something broke, not how long
 // it would have run. A result whose traj_id was observed before changes
 // nothing, so redelivery is harmless.
-func (h *History) Observe(ctx context.Context, r schema.Result) error {
+func (h *History) Observe(ctx context.Context, r schema.ResultHead) error {
 	if r.Status != schema.StatusCompleted || r.Turns < 1 {
 		return nil
 	}

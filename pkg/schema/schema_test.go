@@ -3,11 +3,13 @@ package schema
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 const validSample = `{"v":1,"id":"s-1","group_index":0,"task":"fix it",
@@ -269,4 +271,47 @@ func FuzzDecodeControlMessages(f *testing.F) {
 		g, err := Decode[GroupDone](b)
 		check(t, err, &g)
 	})
+}
+
+// Every field of ResultHead is a field of Result with the same JSON name
+// and type, and Head copies them all.
+func TestResultHeadMatchesResult(t *testing.T) {
+	full := reflect.TypeFor[Result]()
+	head := reflect.TypeFor[ResultHead]()
+	for i := range head.NumField() {
+		hf := head.Field(i)
+		rf, ok := full.FieldByName(hf.Name)
+		if !ok || rf.Type != hf.Type || rf.Tag.Get("json") != hf.Tag.Get("json") {
+			t.Errorf("ResultHead.%s (%s %q) has no twin in Result", hf.Name, hf.Type, hf.Tag.Get("json"))
+		}
+	}
+	var r Result
+	rv := reflect.ValueOf(&r).Elem()
+	for i := range head.NumField() { // a distinct non-zero value in every field
+		f := rv.FieldByName(head.Field(i).Name)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(fmt.Sprint("s", i))
+		case reflect.Int, reflect.Int32:
+			f.SetInt(int64(i + 1))
+		case reflect.Float64:
+			f.SetFloat(float64(i) + 0.5)
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Struct: // time.Time
+			f.Set(reflect.ValueOf(time.Unix(int64(i), 0).UTC()))
+		}
+	}
+	h := r.Head()
+	hv := reflect.ValueOf(h)
+	for i := range head.NumField() {
+		if got, want := hv.Field(i).Interface(), rv.FieldByName(head.Field(i).Name).Interface(); !reflect.DeepEqual(got, want) {
+			t.Errorf("Head().%s = %v, want %v", head.Field(i).Name, got, want)
+		}
+	}
+	b, _ := json.Marshal(r)
+	var decoded ResultHead
+	if err := json.Unmarshal(b, &decoded); err != nil || !reflect.DeepEqual(decoded, h) {
+		t.Fatalf("a result decoded as a head: %+v %v, want %+v", decoded, err, h)
+	}
 }

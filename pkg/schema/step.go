@@ -126,6 +126,44 @@ type Result struct {
 // Solved reports whether the eval passed.
 func (r *Result) Solved() bool { return r.Status == StatusCompleted && r.Reward >= 1 }
 
+// ResultHead is a Result without its token arrays and messages: what the
+// coordinator, the history predictor and a progress display act on.
+// Decoding a head skips the arrays instead of building them, which is most
+// of a result's decoding cost. Every field has the JSON name it has in
+// Result.
+type ResultHead struct {
+	V          int       `json:"v"`
+	TrajID     string    `json:"traj_id"`
+	SampleID   string    `json:"sample_id"`
+	GroupID    string    `json:"group_id"`
+	GroupIndex int       `json:"group_index"`
+	GroupSize  int       `json:"group_size,omitempty"`
+	Family     string    `json:"family,omitempty"`
+	Status     string    `json:"status"`
+	Reason     string    `json:"reason"`
+	Reward     float64   `json:"reward"`
+	MinVersion int32     `json:"min_version"`
+	MaxVersion int32     `json:"max_version"`
+	Stale      bool      `json:"stale,omitempty"`
+	Restarts   int       `json:"restarts,omitempty"`
+	Turns      int       `json:"turns"`
+	Commands   int       `json:"commands"`
+	GenTokens  int       `json:"gen_tokens"`
+	AdmittedAt time.Time `json:"admitted_at"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// Head returns r's head.
+func (r *Result) Head() ResultHead {
+	return ResultHead{V: r.V, TrajID: r.TrajID, SampleID: r.SampleID, GroupID: r.GroupID, GroupIndex: r.GroupIndex,
+		GroupSize: r.GroupSize, Family: r.Family, Status: r.Status, Reason: r.Reason, Reward: r.Reward,
+		MinVersion: r.MinVersion, MaxVersion: r.MaxVersion, Stale: r.Stale, Restarts: r.Restarts, Turns: r.Turns,
+		Commands: r.Commands, GenTokens: r.GenTokens, AdmittedAt: r.AdmittedAt, FinishedAt: r.FinishedAt}
+}
+
+// Solved reports whether the eval passed.
+func (r *ResultHead) Solved() bool { return r.Status == StatusCompleted && r.Reward >= 1 }
+
 // PredictRequest asks predictor-gw (request-reply on actloop.predict) for a
 // trajectory's remaining work, given how far it has come.
 type PredictRequest struct {
@@ -395,6 +433,20 @@ func (r *Result) Validate() error {
 	if len(r.Logprobs) != n || len(r.LossMask) != n || len(r.Versions) != n {
 		p.add("tokens", "tokens, logprobs, loss_mask and versions differ in length (%d, %d, %d, %d)",
 			n, len(r.Logprobs), len(r.LossMask), len(r.Versions))
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (r *ResultHead) Validate() error {
+	var p problems
+	if !ValidID(r.TrajID) {
+		p.add("traj_id", "invalid id %q", clip(r.TrajID))
+	}
+	switch r.Status {
+	case StatusCompleted, StatusFallback:
+	default:
+		p.add("status", "unknown status %q", clip(r.Status))
 	}
 	return p.err()
 }

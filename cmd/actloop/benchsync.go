@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"time"
+
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/control"
+	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/sim"
+)
+
+// syncRun is one run of the weight-sync bench.
+type syncRun struct {
+	Syncs        int     `json:"syncs"`
+	MakespanS    float64 `json:"makespan_s"` // simulated seconds
+	TokensPerS   float64 `json:"generated_tokens_per_s"`
+	Reprefilled  int64   `json:"reprefilled_tokens"`
+	Completed    int     `json:"completed"`
+	Trajectories int     `json:"trajectories"`
+	WallS        float64 `json:"wall_s"`
+}
+
+// syncBench is what `actloop bench-sync` reports.
+type syncBench struct {
+	InFlightAtPause []int     `json:"in_flight_at_pause"`
+	PauseMS         []float64 `json:"pause_ms"` // trainer side: call to answer
+	PauseP50MS      float64   `json:"pause_p50_ms"`
+	PauseP99MS      float64   `json:"pause_p99_ms"`
+	Aborted         int       `json:"aborted"`
+	KeptTokens      int64     `json:"kept_tokens"`
+	// RegeneratedTokens is output thrown away and generated again: none,
+	// since a resumed generation continues from its partial output; what a
+	// sync costs is re-prefilling the contexts its cache flush evicted.
+	RegeneratedTokens int64   `json:"regenerated_tokens"`
+	WithSyncs         syncRun `json:"with_syncs"`
+	WithoutSyncs      syncRun `json:"without_syncs"`
+	// LostPerSyncS is the makespan added per sync, in simulated seconds.
+	LostPerSyncS float64 `json:"lost_per_sync_s"`
+}
+
+func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench-sync", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tasks := fs.Int("tasks", 2600, "trajectories (more than slots, so queued steps keep the slots busy)")
+	replicas := fs.Int("replicas", 4, "inference replicas")
+	slots := fs.Int("slots", 320, "generation slots per replica")
+	inFlight := fs.Int("in-flight", 1000, "pause once this many generations are in flight")
+	pauses := fs.Int("pauses", 10, "weight syncs")
+	mode := fs.String("mode", schema.PauseAbort, "pause mode: abort or drain")
+	maxTurns := fs.Int("max-turns", 6, "the simulator's most turns for a trajectory")
+	timeScale := fs.Float64("time-scale", 0.2, "wall seconds per simulated second")
+	seed := fs.Int64("seed", 1, "simulator seed")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of a summary")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run with syncs to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tasks < 1 || *replicas < 1 || *slots < 1 || *inFlight < 1 || *pauses < 0 || *maxTurns < 1 || *timeScale <= 0 {
+		return &exitError{2, errors.New("bench-sync: every number must be positive")}
+	}
+	if *inFlight > min(*tasks, *replicas**slots) {
+		return &exitError{2, fmt.Errorf("bench-sync: --in-flight %d exceeds min(tasks, replicas x slots)", *inFlight)}
+	}
+	if *mode != schema.PauseAbort && *mode != schema.PauseDrain {
+		return &exitError{2, fmt.Errorf("bench-sync: --mode %q: want abort or drain", *mode)}
+	}
+	run := func(syncs int, out *syncBench) (syncRun, error) {
+		return benchSyncOnce(ctx, *tasks, *replicas, *slots, *inFlight, syncs, *mode, *maxTurns, *timeScale, *seed, out)
+	}
+	var b syncBench
+	if !*asJSON {
+		fmt.Fprintf(stderr, "bench-sync: %d trajectories, %d x %d slots, %d pauses at %d in flight ...\n",
+			*tasks, *replicas, *slots, *pauses, *inFlight)
+	}
+	var err error
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	b.WithSyncs, err = run(*pauses, &b)
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return err
+	}
+	if b.WithoutSyncs, err = run(0, nil); err != nil {
+		return err
+	}
+	if len(b.PauseMS) > 0 {
+		s := slices.Sorted(slices.Values(b.PauseMS))
+		b.PauseP50MS = s[len(s)/2]
+		b.PauseP99MS = s[min(len(s)-1, len(s)*99/100)]
+		b.LostPerSyncS = (b.WithSyncs.MakespanS - b.WithoutSyncs.MakespanS) / float64(len(s))
+	}
+	if *asJSON {
+		j, _ := json.Marshal(b)
+		_, err := fmt.Fprintln(stdout, string(j))
+		return err
+	}
+	fmt.Fprintf(stdout, "pause (trainer side) over %d syncs with %v generations in flight: p50 %.1f ms, p99 %.1f ms\n",
+		len(b.PauseMS), b.InFlightAtPause, b.PauseP50MS, b.PauseP99MS)
+	fmt.Fprintf(stdout, "aborted %d generations; kept %d tokens, regenerated %d\n", b.Aborted, b.KeptTokens, b.RegeneratedTokens)
+	for _, r := range []struct {
+		name string
+		r    syncRun
+	}{{"with syncs", b.WithSyncs}, {"without", b.WithoutSyncs}} {
+		fmt.Fprintf(stdout, "%-10s  %d/%d completed  makespan %.0f s  %.0f tok/s  re-prefilled %d tok  wall %.1f s\n",
+			r.name, r.r.Completed, r.r.Trajectories, r.r.MakespanS, r.r.TokensPerS, r.r.Reprefilled, r.r.WallS)
+	}
+	fmt.Fprintf(stdout, "makespan lost per sync: %.1f simulated s\n", b.LostPerSyncS)
+	return nil
+}
+
+// benchSyncOnce runs the workload on a fresh stack; with syncs > 0 it
+// pauses (flushing every simulator's cache, as new weights do) and resumes
+// that many times, each once inFlight generations run, recording into out.
+func benchSyncOnce(ctx context.Context, tasks, replicas, slots, inFlight, syncs int, mode string, maxTurns int,
+	timeScale float64, seed int64, out *syncBench) (syncRun, error) {
+	dir, err := os.MkdirTemp("", "actloop-bench-sync-")
+	if err != nil {
+		return syncRun{}, err
+	}
+	defer os.RemoveAll(dir)
+	common := service.CommonDefaults()
+	common.PullWait = 100 * time.Millisecond
+	common.AckWait = time.Minute
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	st, err := devstack.StartInfra(sctx, devstack.Options{Dir: dir, Replicas: replicas, Slots: slots, EnvSlots: 4 * tasks,
+		Sim: sim.Config{TimeScale: timeScale, MaxTurns: maxTurns, Seed: seed}, Common: common, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return syncRun{}, err
+	}
+	defer st.Close()
+	defer func() { stop(); _ = st.Wait() }()
+	cc := st.CoordinatorConfig()
+	cc.PredictTimeout = 0
+	cc.MaxActive = tasks
+	if _, err := st.StartCoordinator(sctx, cc); err != nil {
+		return syncRun{}, err
+	}
+	for _, r := range st.Replicas {
+		if _, err := st.StartGenWorker(sctx, r, nil); err != nil {
+			return syncRun{}, err
+		}
+	}
+	ec := st.EnvWorkerConfig("env-0")
+	if _, err := st.StartEnvWorker(sctx, ec); err != nil {
+		return syncRun{}, err
+	}
+	d, err := st.Deps(ctx, "bench")
+	if err != nil {
+		return syncRun{}, err
+	}
+	defer d.Close()
+	running := func() int {
+		n := 0
+		for _, r := range st.Replicas {
+			if w := st.GenWorker(r); w != nil {
+				n += int(w.Stats().Running)
+			}
+		}
+		return n
+	}
+	start := time.Now()
+	for i := range tasks {
+		s := schema.Sample{V: schema.Version, ID: fmt.Sprintf("s%05d", i), GroupID: fmt.Sprintf("g%04d", i/4),
+			GroupIndex: i % 4, GroupSize: 4, Family: "bench", Task: fmt.Sprintf("benchmark task %d", i/4),
+			Env:      schema.Env{Backend: schema.BackendSim, Eval: "exit 0"},
+			Sampling: schema.Sampling{MaxNewTokens: 4096}}
+		s.Normalize()
+		if err := d.Pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err != nil {
+			return syncRun{}, err
+		}
+	}
+	syncErr := make(chan error, 1)
+	go func() {
+		c := control.Client{NC: d.NC}
+		for v := int64(1); v <= int64(syncs); v++ {
+			for running() < inFlight {
+				if sctx.Err() != nil {
+					syncErr <- nil
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			n := running()
+			t0 := time.Now()
+			reply, err := c.Pause(sctx, schema.PauseRequest{Mode: mode})
+			took := time.Since(t0)
+			if err != nil {
+				syncErr <- err
+				return
+			}
+			for _, url := range st.SimURLs {
+				if err := flushCache(sctx, url); err != nil {
+					syncErr <- err
+					return
+				}
+			}
+			if _, err := c.Resume(sctx, &v); err != nil {
+				syncErr <- err
+				return
+			}
+			out.InFlightAtPause = append(out.InFlightAtPause, n)
+			out.PauseMS = append(out.PauseMS, float64(took.Microseconds())/1000)
+			out.Aborted += reply.Aborted
+			out.KeptTokens += reply.KeptTokens
+		}
+		syncErr <- nil
+	}()
+	results, err := collect(ctx, d.JS, tasks, func(int) {})
+	stop()
+	if serr := <-syncErr; serr != nil && ctx.Err() == nil {
+		return syncRun{}, fmt.Errorf("weight sync: %w", serr)
+	}
+	if err != nil {
+		return syncRun{}, err
+	}
+	r := syncRun{Trajectories: tasks, WallS: time.Since(start).Seconds()}
+	if out != nil {
+		r.Syncs = len(out.PauseMS)
+	}
+	var last time.Time
+	tokens := 0
+	for _, res := range results {
+		if res.Status == schema.StatusCompleted {
+			r.Completed++
+		}
+		tokens += res.GenTokens
+		if res.FinishedAt.After(last) {
+			last = res.FinishedAt
+		}
+	}
+	r.MakespanS = last.Sub(start).Seconds() / timeScale
+	r.TokensPerS = float64(tokens) / r.MakespanS
+	for _, rep := range st.Replicas {
+		if w := st.GenWorker(rep); w != nil {
+			s := w.Stats()
+			r.Reprefilled += s.ReprefilledTokens
+			if out != nil {
+				out.RegeneratedTokens += s.WastedTokens
+			}
+		}
+	}
+	return r, nil
+}
