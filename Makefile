@@ -16,6 +16,15 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 
+# The scheduling benchmark on every scenario, then the weight-sync one;
+# figures in bench/ (see BENCHMARKS.md). They report; they do not fail on a
+# number.
+bench:
+	@mkdir -p bench
+	$(GO) run ./cmd/actloop bench --scenarios all --json > bench/results.json
+	$(GO) run ./cmd/actloop bench-sync --json > bench/sync.json
+	@cat bench/results.json bench/sync.json
+
 # Run each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
 fuzz:

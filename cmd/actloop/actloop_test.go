@@ -260,8 +260,14 @@ func collectSettings(typ reflect.Type, out map[string]bool) {
 // reports each; speed is what it measures, not what this test asserts.
 func TestBenchRunsEveryMode(t *testing.T) {
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), []string{"bench", "--tasks", "8", "--max-turns", "4", "--time-scale", "0.005",
-		"--modes", "fcfs,lpt-oracle,sjf-history", "--json"}, &out, &errOut)
+	var modes []string
+	for _, m := range benchModes {
+		modes = append(modes, m.Name)
+	}
+	// A tiny batch of the fast scenario: the smoke version of the bench,
+	// fidelity check included (every mode must produce the same tokens).
+	err := run(context.Background(), []string{"bench", "--scenarios", "tool-fast", "--tasks", "8", "--time-scale", "0.002",
+		"--modes", strings.Join(modes, ","), "--json"}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, errOut.String())
 	}
@@ -269,15 +275,18 @@ func TestBenchRunsEveryMode(t *testing.T) {
 	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &got); err != nil {
 		t.Fatalf("bench output %q: %v", out.String(), err)
 	}
-	if len(got) != 3 {
-		t.Fatalf("%d modes reported, want 3", len(got))
+	if len(got) != len(modes) {
+		t.Fatalf("%d modes reported, want %d", len(got), len(modes))
 	}
 	for _, r := range got {
-		if r.Completed != 8 || r.MakespanS <= 0 || r.P99LatencyS < r.MeanLatencyS || r.MeanLatencyS <= 0 {
+		if r.Completed != 8 || r.MakespanS <= 0 || r.P99LatencyS < r.MeanLatencyS || r.MeanLatencyS <= 0 ||
+			r.BoundS <= 0 || r.VsBound < 1 {
 			t.Errorf("%s: %+v", r.Mode, r)
 		}
 	}
-	if err := run(context.Background(), []string{"bench", "--modes", "magic"}, &out, &errOut); exitCode(err) != 2 {
-		t.Fatalf("unknown mode: %v", err)
+	for _, bad := range [][]string{{"bench", "--modes", "magic"}, {"bench", "--scenarios", "nope"}} {
+		if err := run(context.Background(), bad, &out, &errOut); exitCode(err) != 2 {
+			t.Fatalf("%v: %v", bad, err)
+		}
 	}
 }

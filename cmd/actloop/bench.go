@@ -6,8 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -20,31 +22,52 @@ import (
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/sim"
+	"github.com/actloop/actloop/pkg/workload"
 )
 
-// benchMode is one scheduling configuration the bench compares.
+// benchMode is one way of running the batch.
 type benchMode struct {
-	Name, Policy, Predictor string
+	Name string
+	// Kind: "trajectory" (a trajectory holds a slot for its whole life:
+	// admission limited to the slots), "async" (every trajectory in flight,
+	// every generation sent at once; the server queues beyond its running
+	// limit) or "action" (actloop's action-level scheduling).
+	Kind              string
+	Policy, Predictor string
 }
 
-var benchModes = map[string]benchMode{
-	"fcfs":        {"fcfs", "fcfs", ""},
-	"lpt-history": {"lpt-history", "lpt", predictor.BackendHistory},
-	"lpt-oracle":  {"lpt-oracle", "lpt", predictor.BackendOracle},
-	"sjf-history": {"sjf-history", "sjf", predictor.BackendHistory},
+var benchModes = []benchMode{
+	{"trajectory", "trajectory", "fcfs", ""},
+	{"async", "async", "fcfs", ""},
+	{"action-fcfs", "action", "fcfs", ""},
+	{"action-lpt-history", "action", "lpt", predictor.BackendHistory},
+	{"action-lpt-oracle", "action", "lpt", predictor.BackendOracle},
+	{"action-sjf-history", "action", "sjf", predictor.BackendHistory},
 }
 
-// benchResult is one mode's measurements, in simulated seconds.
+func lookupMode(name string) (benchMode, bool) {
+	for _, m := range benchModes {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return benchMode{}, false
+}
+
+// benchResult is one mode's measurements on one scenario, in simulated
+// seconds.
 type benchResult struct {
+	Scenario      string  `json:"scenario"`
 	Mode          string  `json:"mode"`
 	Trajectories  int     `json:"trajectories"`
 	Completed     int     `json:"completed"`
 	MakespanS     float64 `json:"makespan_s"`
-	VsFirst       float64 `json:"makespan_vs_first"`
+	BoundS        float64 `json:"bound_s"`
+	VsBound       float64 `json:"makespan_vs_bound"`
 	MeanLatencyS  float64 `json:"mean_latency_s"`
 	P99LatencyS   float64 `json:"p99_latency_s"`
 	TokensPerS    float64 `json:"generated_tokens_per_s"`
-	SlotUse       float64 `json:"decode_slot_use"`
+	DecodeUse     float64 `json:"decode_use"` // generated tokens over what the replicas could decode in the makespan
 	Preemptions   int64   `json:"preemptions"`
 	ResumedTokens int64   `json:"resumed_tokens"`
 	WastedTokens  int64   `json:"wasted_tokens"`
@@ -52,46 +75,90 @@ type benchResult struct {
 	WallS         float64 `json:"wall_s"`
 }
 
+// benchOpts are the knobs shared by every run.
+type benchOpts struct {
+	tasks, replicas, slots, cacheTokens int
+	timeScale                           float64
+	seed                                int64
+}
+
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modes := fs.String("modes", "fcfs,lpt-history,lpt-oracle", "comma-separated: fcfs, lpt-history, lpt-oracle, sjf-history")
-	tasks := fs.Int("tasks", 96, "trajectories per mode (groups of 4 rollouts of one prompt)")
-	replicas := fs.Int("replicas", 2, "inference replicas")
-	slots := fs.Int("slots", 4, "generation slots per replica")
-	maxTurns := fs.Int("max-turns", 16, "the simulator's most turns for a trajectory")
-	timeScale := fs.Float64("time-scale", 0.02, "wall seconds per simulated second")
-	seed := fs.Int64("seed", 1, "simulator seed: same seed, same workload")
+	var names []string
+	for _, m := range benchModes {
+		names = append(names, m.Name)
+	}
+	var scNames []string
+	for _, s := range workload.Scenarios {
+		scNames = append(scNames, s.Name)
+	}
+	scenarios := fs.String("scenarios", "swe-longtail", "comma-separated scenarios, or all: "+strings.Join(scNames, ", "))
+	modes := fs.String("modes", "trajectory,async,action-fcfs,action-lpt-history,action-lpt-oracle", "comma-separated: "+strings.Join(names, ", "))
+	var o benchOpts
+	fs.IntVar(&o.tasks, "tasks", 96, "trajectories per scenario")
+	fs.IntVar(&o.replicas, "replicas", 2, "inference replicas")
+	fs.IntVar(&o.slots, "slots", 8, "requests each replica decodes at once (its running limit)")
+	fs.IntVar(&o.cacheTokens, "cache-tokens", 1<<18, "each replica's prefix cache, in tokens")
+	fs.Float64Var(&o.timeScale, "time-scale", 0.01, "wall seconds per simulated second")
+	fs.Int64Var(&o.seed, "seed", 1, "workload and simulator seed: same seed, same batch")
 	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var chosen []benchMode
-	for _, m := range strings.Split(*modes, ",") {
-		bm, ok := benchModes[strings.TrimSpace(m)]
+	for _, n := range strings.Split(*modes, ",") {
+		m, ok := lookupMode(strings.TrimSpace(n))
 		if !ok {
-			return &exitError{2, fmt.Errorf("bench: unknown mode %q", m)}
+			return &exitError{2, fmt.Errorf("bench: unknown mode %q", n)}
 		}
-		chosen = append(chosen, bm)
+		chosen = append(chosen, m)
 	}
-	if *tasks < 1 || *replicas < 1 || *slots < 1 || *maxTurns < 1 || *timeScale <= 0 {
-		return &exitError{2, errors.New("bench: tasks, replicas, slots, max-turns and time-scale must be positive")}
+	var scs []workload.Scenario
+	if *scenarios == "all" {
+		scs = workload.Scenarios
+	} else {
+		for _, n := range strings.Split(*scenarios, ",") {
+			sc, ok := workload.Lookup(strings.TrimSpace(n))
+			if !ok {
+				return &exitError{2, fmt.Errorf("bench: unknown scenario %q", n)}
+			}
+			scs = append(scs, sc)
+		}
+	}
+	if o.tasks < 1 || o.replicas < 1 || o.slots < 1 || o.timeScale <= 0 {
+		return &exitError{2, errors.New("bench: tasks, replicas, slots and time-scale must be positive")}
 	}
 	var results []benchResult
-	for _, m := range chosen {
-		if !*asJSON {
-			fmt.Fprintf(stderr, "bench: %s ...\n", m.Name)
+	for _, sc := range scs {
+		plans := sc.Generate(o.seed, o.tasks)
+		bound := workload.LowerBound(plans, workload.Machine{Replicas: o.replicas, MaxRunning: o.slots,
+			DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
+		var ref map[string]uint64
+		var refFull map[string]schema.Result
+		refMode := ""
+		for _, m := range chosen {
+			if !*asJSON {
+				fmt.Fprintf(stderr, "bench: %s / %s ...\n", sc.Name, m.Name)
+			}
+			r, prints, full, err := benchOne(ctx, m, plans, o)
+			if err != nil {
+				return fmt.Errorf("bench %s/%s: %w", sc.Name, m.Name, err)
+			}
+			r.Scenario, r.BoundS, r.VsBound = sc.Name, bound.S, r.MakespanS/bound.S
+			results = append(results, r)
+			// Fidelity: scheduling changes when, never what.
+			if ref == nil {
+				ref, refFull, refMode = prints, full, m.Name
+				continue
+			}
+			for id, want := range ref {
+				if got, ok := prints[id]; ok && got != want {
+					return fmt.Errorf("bench %s: FIDELITY: trajectory %s has other tokens under %s than under %s: %s",
+						sc.Name, id, m.Name, refMode, firstDifference(refFull[id], full[id]))
+				}
+			}
 		}
-		r, err := benchOne(ctx, m, *tasks, *replicas, *slots, *maxTurns, *timeScale, *seed)
-		if err != nil {
-			return fmt.Errorf("bench %s: %w", m.Name, err)
-		}
-		if len(results) > 0 && results[0].MakespanS > 0 {
-			r.VsFirst = r.MakespanS / results[0].MakespanS
-		} else {
-			r.VsFirst = 1
-		}
-		results = append(results, r)
 	}
 	if *asJSON {
 		b, _ := json.Marshal(results)
@@ -99,103 +166,127 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tdone\tmakespan s\tvs first\tmean lat s\tp99 lat s\ttok/s\tslot use\tpreempt\tresumed tok\twasted tok\tre-prefill tok\twall s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tdecode use\tpreempt\twasted tok\tre-prefill tok\twall s\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%d\t%d\t%d\t%d\t%.1f\t\n", r.Mode, r.Completed,
-			r.Trajectories, r.MakespanS, r.VsFirst, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.SlotUse,
-			r.Preemptions, r.ResumedTokens, r.WastedTokens, r.Reprefilled, r.WallS)
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%d\t%d\t%d\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
+			r.Trajectories, r.MakespanS, r.VsBound, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.DecodeUse,
+			r.Preemptions, r.WastedTokens, r.Reprefilled, r.WallS)
 	}
 	return tw.Flush()
 }
 
-// benchOne runs the workload under one mode on a fresh stack.
-func benchOne(ctx context.Context, m benchMode, tasks, replicas, slots, maxTurns int, timeScale float64, seed int64) (benchResult, error) {
+// benchOne runs the batch under one mode on a fresh stack. It returns the
+// measurements and a fingerprint of each completed trajectory's tokens,
+// log-probs and loss mask.
+func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o benchOpts) (benchResult, map[string]uint64, map[string]schema.Result, error) {
 	dir, err := os.MkdirTemp("", "actloop-bench-")
 	if err != nil {
-		return benchResult{}, err
+		return benchResult{}, nil, nil, err
 	}
 	defer os.RemoveAll(dir)
 	common := service.CommonDefaults()
 	common.PullWait = 100 * time.Millisecond
-	simCfg := sim.Config{TimeScale: timeScale, MaxTurns: maxTurns, Seed: seed}
+	common.AckWait = time.Minute
+	tasks := len(plans)
+	genSlots := o.slots
+	if m.Kind == "async" {
+		genSlots = tasks // every generation goes to the server at once; it queues the rest
+	}
+	simCfg := sim.Config{TimeScale: o.timeScale, Seed: o.seed, MaxRunning: o.slots, CacheTokens: o.cacheTokens}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	st, err := devstack.StartInfra(sctx, devstack.Options{Dir: dir, Replicas: replicas, Slots: slots, EnvSlots: 256,
-		Sim: simCfg, Common: common, Log: slog.New(slog.DiscardHandler)})
+	st, err := devstack.StartInfra(sctx, devstack.Options{Dir: dir, Replicas: o.replicas, Slots: genSlots,
+		EnvSlots: 2 * tasks, Sim: simCfg, Common: common, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return benchResult{}, err
+		return benchResult{}, nil, nil, err
 	}
 	defer st.Close()
 	defer func() { stop(); _ = st.Wait() }()
 
 	cc := st.CoordinatorConfig()
-	cc.Policy = m.Policy
+	cc.Policy, cc.Slots = m.Policy, o.slots
+	// Admission adapts on the simulated clock's scale: every few simulated
+	// seconds, not every few wall seconds.
+	cc.AdaptInterval = max(100*time.Millisecond, time.Duration(float64(5*time.Second)*o.timeScale))
 	if m.Predictor == "" {
 		cc.PredictTimeout = 0
 	}
+	switch m.Kind {
+	case "trajectory":
+		cc.MaxActive, cc.MaxActiveCeiling = o.replicas*o.slots, o.replicas*o.slots
+	case "async":
+		cc.MaxActive, cc.MaxActiveCeiling = tasks, tasks
+	default: // adapts from the default floor up to the whole batch
+		cc.MaxActiveCeiling = tasks
+	}
 	if _, err := st.StartCoordinator(sctx, cc); err != nil {
-		return benchResult{}, err
+		return benchResult{}, nil, nil, err
 	}
 	for _, r := range st.Replicas {
-		if _, err := st.StartGenWorker(sctx, r, nil); err != nil {
-			return benchResult{}, err
+		gc := st.GenWorkerConfig(r)
+		gc.Preempt = m.Kind == "action"
+		gc.HeartbeatInterval = cc.AdaptInterval // what admission adapts to
+		if m.Predictor == "" {
+			gc.PredictTimeout = 0
+		}
+		if _, err := st.StartGenWorkerWith(sctx, gc, nil); err != nil {
+			return benchResult{}, nil, nil, err
 		}
 	}
-	if _, err := st.StartEnvWorker(sctx, st.EnvWorkerConfig("env-0")); err != nil {
-		return benchResult{}, err
+	ec := st.EnvWorkerConfig("env-0")
+	ec.SimStartLatency, ec.SimExecLatency = 0, 0 // the workload's own times only
+	if _, err := st.StartEnvWorker(sctx, ec); err != nil {
+		return benchResult{}, nil, nil, err
 	}
 	if m.Predictor != "" {
 		pc := st.PredictorConfig()
 		pc.Backend, pc.OracleURL = m.Predictor, st.SimURLs[st.Replicas[0]]
 		if err := st.StartPredictorWith(sctx, pc); err != nil {
-			return benchResult{}, err
+			return benchResult{}, nil, nil, err
 		}
 	}
 	d, err := st.Deps(ctx, "bench")
 	if err != nil {
-		return benchResult{}, err
+		return benchResult{}, nil, nil, err
 	}
 	defer d.Close()
 	start := time.Now()
-	for i := range tasks {
-		g := i / 4
-		s := schema.Sample{V: schema.Version, ID: fmt.Sprintf("b%04d", i), GroupID: fmt.Sprintf("g%03d", g),
-			GroupIndex: i % 4, GroupSize: 4, Family: "bench", Task: fmt.Sprintf("benchmark task %d", g),
-			Env:      schema.Env{Backend: schema.BackendSim, Eval: "exit 0"},
-			Sampling: schema.Sampling{MaxNewTokens: 4096}}
-		s.Normalize()
+	for _, p := range plans {
+		s := p.Sample()
 		if err := d.Pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err != nil {
-			return benchResult{}, err
+			return benchResult{}, nil, nil, err
 		}
 	}
-	results, err := collect(ctx, d.JS, tasks, func(int) {})
+	results, err := collectFull(ctx, d, tasks)
 	if err != nil {
-		return benchResult{}, err
+		return benchResult{}, nil, nil, err
 	}
-	wall := time.Since(start)
-	r := benchResult{Mode: m.Name, Trajectories: tasks, WallS: wall.Seconds()}
+	r := benchResult{Mode: m.Name, Trajectories: tasks, WallS: time.Since(start).Seconds()}
+	prints := make(map[string]uint64, len(results))
 	var lat []float64
 	var last time.Time
-	var tokens int
+	tokens := 0
 	for _, res := range results {
 		if res.Status == schema.StatusCompleted {
 			r.Completed++
+			prints[res.TrajID] = fingerprint(res)
 		}
 		tokens += res.GenTokens
-		lat = append(lat, res.FinishedAt.Sub(start).Seconds()/timeScale)
+		lat = append(lat, res.FinishedAt.Sub(start).Seconds()/o.timeScale)
 		if res.FinishedAt.After(last) {
 			last = res.FinishedAt
 		}
 	}
 	slices.Sort(lat)
-	r.MakespanS = last.Sub(start).Seconds() / timeScale
+	r.MakespanS = last.Sub(start).Seconds() / o.timeScale
 	for _, l := range lat {
 		r.MeanLatencyS += l / float64(len(lat))
 	}
 	r.P99LatencyS = lat[min(len(lat)-1, len(lat)*99/100)]
 	r.TokensPerS = float64(tokens) / r.MakespanS
-	decodeRate := float64(sim.DefaultDecodeTokensPerSec)
-	r.SlotUse = float64(tokens) / decodeRate / (float64(replicas*slots) * r.MakespanS)
+	capacity := workload.Machine{Replicas: o.replicas, MaxRunning: o.slots, DecodePerSec: sim.DefaultDecodeTokensPerSec,
+		BatchSlowdown: sim.DefaultBatchSlowdown}.Capacity()
+	r.DecodeUse = r.TokensPerS / capacity
 	for _, rep := range st.Replicas {
 		if w := st.GenWorker(rep); w != nil {
 			s := w.Stats()
@@ -205,5 +296,44 @@ func benchOne(ctx context.Context, m benchMode, tasks, replicas, slots, maxTurns
 			r.Reprefilled += s.ReprefilledTokens
 		}
 	}
-	return r, nil
+	return r, prints, results, nil
+}
+
+// collectFull reads n distinct results, tokens included.
+func collectFull(ctx context.Context, d *service.Deps, n int) (map[string]schema.Result, error) {
+	return collectAs[schema.Result](ctx, d.JS, n, func(int) {}, func(r schema.Result) string { return r.TrajID })
+}
+
+// fingerprint hashes what a trajectory produced: tokens, log-probs, mask.
+func fingerprint(r schema.Result) uint64 {
+	h := fnv.New64a()
+	for i, t := range r.Tokens {
+		var b [13]byte
+		b[0], b[1], b[2], b[3] = byte(t), byte(t>>8), byte(t>>16), byte(t>>24)
+		lp := math.Float32bits(r.Logprobs[i])
+		b[4], b[5], b[6], b[7] = byte(lp), byte(lp>>8), byte(lp>>16), byte(lp>>24)
+		b[8] = byte(r.LossMask[i])
+		_, _ = h.Write(b[:9])
+	}
+	return h.Sum64()
+}
+
+// firstDifference describes where two runs of a trajectory part.
+func firstDifference(a, b schema.Result) string {
+	n := min(len(a.Tokens), len(b.Tokens))
+	i := 0
+	for i < n && a.Tokens[i] == b.Tokens[i] && a.Logprobs[i] == b.Logprobs[i] && a.LossMask[i] == b.LossMask[i] {
+		i++
+	}
+	if os.Getenv("ACTLOOP_BENCH_DEBUG") != "" {
+		dec := func(r schema.Result) string {
+			var sb strings.Builder
+			for _, t := range r.Tokens[max(0, i-300):min(len(r.Tokens), i+400)] {
+				sb.WriteRune(rune(t))
+			}
+			return sb.String()
+		}
+		fmt.Fprintf(os.Stderr, "A:\n%s\n\nB:\n%s\n", dec(a), dec(b))
+	}
+	return fmt.Sprintf("%d and %d tokens (%d and %d turns), first difference at token %d", len(a.Tokens), len(b.Tokens), a.Turns, b.Turns, i)
 }

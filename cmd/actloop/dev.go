@@ -276,13 +276,22 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	return nil
 }
 
-// collect reads n distinct results from the results stream.
+// collect reads n distinct results from the results stream, as heads.
 func collect(ctx context.Context, js jetstream.JetStream, n int, tick func(done int)) (map[string]schema.ResultHead, error) {
+	return collectAs[schema.ResultHead](ctx, js, n, tick, func(r schema.ResultHead) string { return r.TrajID })
+}
+
+// collectAs reads n distinct results (by key) from the results stream,
+// decoded as T, calling tick after each.
+func collectAs[T any, PT interface {
+	*T
+	Validate() error
+}](ctx context.Context, js jetstream.JetStream, n int, tick func(done int), key func(T) string) (map[string]T, error) {
 	c, err := js.OrderedConsumer(ctx, bus.StreamResults, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.SubjectResults}})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]schema.ResultHead{}
+	out := map[string]T{}
 	tick(0)
 	for len(out) < n {
 		if err := ctx.Err(); err != nil {
@@ -292,11 +301,11 @@ func collect(ctx context.Context, js jetstream.JetStream, n int, tick func(done 
 		if err != nil {
 			continue
 		}
-		r, err := schema.Decode[schema.ResultHead](m.Data())
+		r, err := schema.Decode[T, PT](m.Data())
 		if err != nil {
 			return nil, fmt.Errorf("result: %w", err)
 		}
-		out[r.TrajID] = r
+		out[key(r)] = r
 		tick(len(out))
 	}
 	return out, nil

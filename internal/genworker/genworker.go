@@ -312,6 +312,14 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 		}
 		var err error
 		res, err = w.gen.Generate(ctx, req)
+		if err == nil && res.Finish.Type == llm.FinishAbort && finishedAnyway(res.OutputIDs, w.tmpl.StopTokenIDs(), maxNew) {
+			// The abort raced with the end of the turn and lost: the output
+			// is whole. Resuming it would generate the turn again.
+			res.Finish = llm.Finish{Type: llm.FinishLength, Matched: -1, Length: maxNew}
+			if last := res.OutputIDs[len(res.OutputIDs)-1]; slices.Contains(w.tmpl.StopTokenIDs(), last) {
+				res.Finish = llm.Finish{Type: llm.FinishStop, Matched: last}
+			}
+		}
 		if err == nil && res.Finish.Type == llm.FinishAbort && g.paused.Load() {
 			g.kept.Store(int64(len(res.OutputIDs))) // before done: a pause reads it then
 		}
@@ -391,6 +399,15 @@ func (w *Worker) partial(t *store.Trajectory, c store.Commit, g *generation, res
 	}
 	w.tracker.resumedTokens.Add(int64(n))
 	return c
+}
+
+// finishedAnyway reports whether an aborted generation's output is whole
+// regardless: it ends with a stop token or used up its max_new_tokens.
+func finishedAnyway(out, stops []int32, maxNew int) bool {
+	if len(out) == 0 {
+		return false
+	}
+	return len(out) >= maxNew || slices.Contains(stops, out[len(out)-1])
 }
 
 // oldestVersion is the weight version of t's oldest generated token;

@@ -421,14 +421,7 @@ func (e *Event) Validate() error {
 // Validate implements validator.
 func (r *Result) Validate() error {
 	var p problems
-	if !ValidID(r.TrajID) {
-		p.add("traj_id", "invalid id %q", clip(r.TrajID))
-	}
-	switch r.Status {
-	case StatusCompleted, StatusFallback:
-	default:
-		p.add("status", "unknown status %q", clip(r.Status))
-	}
+	headFields(&p, r.TrajID, r.Status)
 	n := len(r.Tokens)
 	if len(r.Logprobs) != n || len(r.LossMask) != n || len(r.Versions) != n {
 		p.add("tokens", "tokens, logprobs, loss_mask and versions differ in length (%d, %d, %d, %d)",
@@ -440,15 +433,19 @@ func (r *Result) Validate() error {
 // Validate implements validator.
 func (r *ResultHead) Validate() error {
 	var p problems
-	if !ValidID(r.TrajID) {
-		p.add("traj_id", "invalid id %q", clip(r.TrajID))
+	headFields(&p, r.TrajID, r.Status)
+	return p.err()
+}
+
+func headFields(p *problems, trajID, status string) {
+	if !ValidID(trajID) {
+		p.add("traj_id", "invalid id %q", clip(trajID))
 	}
-	switch r.Status {
+	switch status {
 	case StatusCompleted, StatusFallback:
 	default:
-		p.add("status", "unknown status %q", clip(r.Status))
+		p.add("status", "unknown status %q", clip(status))
 	}
-	return p.err()
 }
 
 // Validate implements validator.

@@ -133,10 +133,39 @@ func (s *Server) totalTurns(seed hash64) int {
 	return 1 + int(float64(s.cfg.MaxTurns)*u*u*u)
 }
 
+// script is what an unscripted trajectory plays: derived from its task
+// prefix, or fixed by a Directive in its task text.
+type script struct {
+	seed  hash64
+	turns int
+	dir   *Directive
+}
+
+// scriptOf returns the script of the trajectory whose task prefix is
+// prefix. A directive that does not parse is ignored (and the trajectory
+// plays the derived script), as a real model ignores odd text.
+func (s *Server) scriptOf(prefix []int32) script {
+	sc := script{seed: s.taskSeed(prefix)}
+	if d, ok, err := ParseDirective(tokenize.Bytes{}.Decode(prefix)); ok && err == nil {
+		sc.dir, sc.turns = &d, len(d.Tokens)
+		return sc
+	}
+	sc.turns = s.totalTurns(sc.seed)
+	return sc
+}
+
+// reply is turn k's reply (1-based) of sc.
+func (s *Server) reply(sc script, k int) string {
+	if sc.dir != nil {
+		r := rng(sc.seed.add(1).add(uint64(k)).sum())
+		return sc.dir.replyOf(&r, min(k, sc.turns))
+	}
+	return s.replyAt(sc.seed, sc.turns, k)
+}
+
 // synthReply is the unscripted reply to input.
 func (s *Server) synthReply(input []int32) string {
-	seed := s.taskSeed(taskPrefix(input))
-	return s.replyAt(seed, s.totalTurns(seed), max(countAssistantTurns(input), 1))
+	return s.reply(s.scriptOf(taskPrefix(input)), max(countAssistantTurns(input), 1))
 }
 
 // replyAt is turn k's reply (1-based) of the trajectory of seed, which takes
@@ -184,11 +213,11 @@ type TurnPlan struct {
 // included, and the output tokens they will produce when each stops at
 // <|im_end|> (each reply's ids plus the <|im_end|>).
 func (s *Server) planOf(input []int32) TurnPlan {
-	seed := s.taskSeed(taskPrefix(input))
-	p := TurnPlan{TurnsTotal: s.totalTurns(seed), Turn: max(countAssistantTurns(input), 1)}
+	sc := s.scriptOf(taskPrefix(input))
+	p := TurnPlan{TurnsTotal: sc.turns, Turn: max(countAssistantTurns(input), 1)}
 	p.RemainingTurns = max(p.TurnsTotal-p.Turn+1, 0)
 	for k := p.Turn; k <= p.TurnsTotal; k++ {
-		p.RemainingTokens += len(tokenize.Bytes{}.Encode(s.replyAt(seed, p.TurnsTotal, k))) + 1
+		p.RemainingTokens += len(tokenize.Bytes{}.Encode(s.reply(sc, k))) + 1
 	}
 	if p.RemainingTurns > 0 { // what an interrupted generation of this turn already produced
 		p.RemainingTokens = max(p.RemainingTokens-len(partialTurn(input)), 0)
