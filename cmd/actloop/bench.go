@@ -99,8 +99,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.tasks, "tasks", 96, "trajectories per scenario")
 	fs.IntVar(&o.replicas, "replicas", 2, "inference replicas")
 	fs.IntVar(&o.slots, "slots", 8, "requests each replica decodes at once (its running limit)")
-	fs.IntVar(&o.cacheTokens, "cache-tokens", 1<<18, "each replica's prefix cache, in tokens")
-	fs.Float64Var(&o.timeScale, "time-scale", 0.01, "wall seconds per simulated second")
+	fs.IntVar(&o.cacheTokens, "cache-tokens", 1<<17, "each replica's prefix cache, in tokens")
+	fs.Float64Var(&o.timeScale, "time-scale", 0.02, "wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
 	fs.Int64Var(&o.seed, "seed", 1, "workload and simulator seed: same seed, same batch")
 	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
 	if err := fs.Parse(args); err != nil {
@@ -196,7 +196,7 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	st, err := devstack.StartInfra(sctx, devstack.Options{Dir: dir, Replicas: o.replicas, Slots: genSlots,
-		EnvSlots: 2 * tasks, Sim: simCfg, Common: common, Log: slog.New(slog.DiscardHandler)})
+		EnvSlots: 2 * tasks, Sim: simCfg, Common: common, Log: benchLog()})
 	if err != nil {
 		return benchResult{}, nil, nil, err
 	}
@@ -336,4 +336,14 @@ func firstDifference(a, b schema.Result) string {
 		fmt.Fprintf(os.Stderr, "A:\n%s\n\nB:\n%s\n", dec(a), dec(b))
 	}
 	return fmt.Sprintf("%d and %d tokens (%d and %d turns), first difference at token %d", len(a.Tokens), len(b.Tokens), a.Turns, b.Turns, i)
+}
+
+func benchLog() *slog.Logger {
+	if p := os.Getenv("ACTLOOP_BENCH_LOG"); p != "" {
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err == nil {
+			return slog.New(slog.NewTextHandler(f, nil))
+		}
+	}
+	return slog.New(slog.DiscardHandler)
 }
