@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"strings"
 )
 
@@ -45,11 +47,43 @@ func (p *problems) add(field, format string, args ...any) {
 func (p problems) err() error { return errors.Join(p...) }
 
 // decode unmarshals b into v after checking its size and version, and turns
-// encoding/json's errors into FieldErrors.
+// encoding/json's errors into FieldErrors. It reads b once: the version is
+// checked in v's own V field (set to a sentinel first), and only when b does
+// not decode is it read again for the version, so that a message of another
+// version is reported as such rather than by a field it types differently.
 func decode(b []byte, v any) error {
 	if len(b) > MaxMessageBytes {
 		return fieldErr("(message)", "%d bytes exceeds the limit of %d", len(b), MaxMessageBytes)
 	}
+	fv := reflect.ValueOf(v).Elem().FieldByName("V")
+	if !fv.IsValid() || fv.Kind() != reflect.Int || !fv.CanSet() {
+		if err := checkVersion(b); err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, v); err != nil {
+			return jsonErr(err)
+		}
+		return nil
+	}
+	const absent = math.MinInt64
+	fv.SetInt(absent)
+	if err := json.Unmarshal(b, v); err != nil {
+		if verr := checkVersion(b); verr != nil {
+			return verr
+		}
+		return jsonErr(err)
+	}
+	switch n := fv.Int(); {
+	case n == absent:
+		return fieldErr("v", "missing (schema version; this build reads %d)", Version)
+	case n != Version:
+		return fieldErr("v", "unsupported schema version %d (this build reads %d)", n, Version)
+	}
+	return nil
+}
+
+// checkVersion reads b's "v" alone.
+func checkVersion(b []byte) error {
 	var head struct {
 		V *int `json:"v"`
 	}
@@ -61,9 +95,6 @@ func decode(b []byte, v any) error {
 		return fieldErr("v", "missing (schema version; this build reads %d)", Version)
 	case *head.V != Version:
 		return fieldErr("v", "unsupported schema version %d (this build reads %d)", *head.V, Version)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return jsonErr(err)
 	}
 	return nil
 }
