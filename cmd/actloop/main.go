@@ -32,6 +32,9 @@ commands:
   bench-sync
             pause and resume many times with generations in flight: pause
             latency, tokens kept, throughput lost per weight sync
+  bench-pipeline
+            the pipeline's own cost with backends that answer at once:
+            actions per second, CPU per action, dispatch latency, Redis bytes
 
 Run 'actloop <command> -h' for its flags. Settings come from ACTLOOP_*
 environment variables (see README.md).
@@ -91,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runBench(ctx, rest, stdout, stderr)
 	case "bench-sync":
 		return runBenchSync(ctx, rest, stdout, stderr)
+	case "bench-pipeline":
+		return runBenchPipeline(ctx, rest, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -194,6 +194,9 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
 	low := strings.HasSuffix(m.Subject(), "."+priority.ClassLow)
 	g := newGeneration()
+	if meta, err := m.Metadata(); err == nil {
+		g.queuedAt = meta.Timestamp
+	}
 	return w.driver.Do(ctx, step.TrajID, step.Seq, flow.Step{
 		Parts: store.WithTokens, Want: store.StatusNeedsGeneration,
 		Run: func(ctx context.Context, t *store.Trajectory) (store.Commit, error) {

@@ -3,6 +3,7 @@ package genworker
 import (
 	"container/list"
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ type generation struct {
 	paused    atomic.Bool   // aborted for a pause
 	kept      atomic.Int64  // tokens a pause abort left to keep; -1 when not aborted by a pause
 	returned  chan struct{} // closed when the call returned
+	queuedAt  time.Time     // when its gen step was published (zero: unknown)
 }
 
 func newGeneration() *generation {
@@ -45,6 +47,9 @@ type tracker struct {
 	paused  bool
 	open    chan struct{} // closed while not paused
 	version int64         // weight version of generations started now
+	// dispatch holds recent dispatch latencies: from a gen step's publish
+	// (right after the commit before it) to its generation's start.
+	dispatch ring
 
 	preemptions   atomic.Int64
 	resumedTokens atomic.Int64
@@ -82,6 +87,9 @@ func (k *tracker) start(ctx context.Context, g *generation) error {
 	k.running[g] = struct{}{}
 	if g.low {
 		g.elem = k.low.PushBack(g)
+	}
+	if !g.queuedAt.IsZero() {
+		k.dispatch.add(k.now().Sub(g.queuedAt))
 	}
 	k.mu.Unlock()
 	k.inFlight.Add(1)
@@ -206,10 +214,44 @@ type Stats struct {
 	// Restarts counts trajectories started again because they went stale
 	// (ACTLOOP_STALE_POLICY=restart).
 	Restarts int64 `json:"restarts"`
+	// DispatchP50MS and DispatchP99MS are over the last 8,192 generations:
+	// from the gen step's publish to the generation's start (queueing,
+	// the pull, loading the trajectory, a pause).
+	DispatchP50MS float64 `json:"dispatch_p50_ms"`
+	DispatchP99MS float64 `json:"dispatch_p99_ms"`
+}
+
+// ring keeps the newest len(buf) durations; callers hold the tracker's mu.
+type ring struct {
+	buf  [8192]time.Duration
+	n, i int
+}
+
+func (r *ring) add(d time.Duration) {
+	r.buf[r.i] = d
+	r.i = (r.i + 1) % len(r.buf)
+	r.n = min(r.n+1, len(r.buf))
+}
+
+// quantiles returns the q-quantiles of the kept durations, in ms.
+func (r *ring) quantiles(qs ...float64) []float64 {
+	out := make([]float64, len(qs))
+	if r.n == 0 {
+		return out
+	}
+	s := slices.Clone(r.buf[:r.n])
+	slices.Sort(s)
+	for i, q := range qs {
+		out[i] = float64(s[min(r.n-1, int(q*float64(r.n)))].Microseconds()) / 1000
+	}
+	return out
 }
 
 func (k *tracker) stats() Stats {
-	return Stats{Running: k.inFlight.Load(), Preemptions: k.preemptions.Load(),
+	k.mu.Lock()
+	q := k.dispatch.quantiles(0.5, 0.99)
+	k.mu.Unlock()
+	return Stats{DispatchP50MS: q[0], DispatchP99MS: q[1], Running: k.inFlight.Load(), Preemptions: k.preemptions.Load(),
 		ResumedTokens: k.resumedTokens.Load(), WastedTokens: k.wastedTokens.Load(),
 		GeneratedTokens: k.generated.Load(), ReprefilledTokens: k.reprefilled.Load()}
 }

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/sim"
+	"github.com/actloop/actloop/pkg/workload"
+)
+
+// pipeBench is what `actloop bench-pipeline` reports: the pipeline's own
+// cost, with backends that answer at once.
+type pipeBench struct {
+	Redis            string  `json:"redis"`
+	GenWorkers       int     `json:"gen_workers"`
+	Trajectories     int     `json:"trajectories"`
+	Actions          int     `json:"actions"` // one gen step and one env step
+	WallS            float64 `json:"wall_s"`
+	ActionsPerS      float64 `json:"actions_per_s"`
+	CPUSPer1000      float64 `json:"cpu_s_per_1000_actions"` // this process (NATS, services, simulators) plus redis-server
+	DispatchP50MS    float64 `json:"dispatch_p50_ms"`
+	DispatchP99MS    float64 `json:"dispatch_p99_ms"`
+	RedisBytesPer1kT float64 `json:"redis_bytes_per_1000_tokens"`
+	HeapMBPer1000    float64 `json:"heap_mb_per_1000_active"` // Go heap of the whole process at the end, per 1,000 trajectories held
+}
+
+func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench-pipeline", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	trajectories := fs.Int("trajectories", 400, "trajectories")
+	turns := fs.Int("turns", 20, "turns per trajectory")
+	tokens := fs.Int("tokens", 50, "tokens per reply")
+	genWorkers := fs.Int("gen-workers", 1, "gen-workers (one replica each)")
+	slots := fs.Int("slots", 64, "slots per gen-worker")
+	redisKind := fs.String("redis", "", "redis-server or in-process (default: redis-server when on PATH)")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *trajectories < 1 || *turns < 1 || *tokens < 1 || *genWorkers < 1 || *slots < 1 {
+		return &exitError{2, errors.New("bench-pipeline: every number must be positive")}
+	}
+	dir, err := os.MkdirTemp("", "actloop-bench-pipeline-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	common := service.CommonDefaults()
+	common.PullWait = 100 * time.Millisecond
+	common.AckWait = time.Minute
+	common.ResultTTL = time.Hour // keep the state to measure it
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	st, err := devstack.StartInfra(sctx, devstack.Options{Dir: dir, RedisKind: *redisKind, Replicas: *genWorkers, Slots: *slots,
+		EnvSlots: 4 * *slots * *genWorkers, Sim: sim.Config{MaxRunning: *slots}, Common: common, Log: benchLog()})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	defer func() { stop(); _ = st.Wait() }()
+	cc := st.CoordinatorConfig()
+	cc.PredictTimeout, cc.MaxActive, cc.MaxActiveCeiling = 0, *trajectories, *trajectories
+	if _, err := st.StartCoordinator(sctx, cc); err != nil {
+		return err
+	}
+	for _, r := range st.Replicas {
+		gc := st.GenWorkerConfig(r)
+		gc.PredictTimeout = 0
+		if _, err := st.StartGenWorkerWith(sctx, gc, nil); err != nil {
+			return err
+		}
+	}
+	ec := st.EnvWorkerConfig("env-0")
+	ec.SimStartLatency, ec.SimExecLatency, ec.SimEnvTimeScale = 0, 0, 0
+	if _, err := st.StartEnvWorker(sctx, ec); err != nil {
+		return err
+	}
+	d, err := st.Deps(ctx, "bench")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	rdb := st.RedisClient()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cpu0, rcpu0 := processCPU(), redisCPU(ctx, rdb)
+	start := time.Now()
+	for i := range *trajectories {
+		t := workload.Trajectory{ID: fmt.Sprintf("p%05d", i), GroupID: fmt.Sprintf("p%05d", i), GroupSize: 1}
+		for k := range *turns {
+			t.Tokens = append(t.Tokens, *tokens)
+			if k < *turns-1 {
+				t.Exec = append(t.Exec, 0)
+			}
+		}
+		s := t.Sample()
+		s.Env.Setup, s.Env.Eval = nil, "exit 0"
+		if err := d.Pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err != nil {
+			return err
+		}
+	}
+	results, err := collect(ctx, d.JS, *trajectories, func(int) {})
+	if err != nil {
+		return err
+	}
+	wall := time.Since(start)
+	cpu := processCPU() - cpu0 + redisCPU(ctx, rdb) - rcpu0
+	b := pipeBench{Redis: st.Redis.Kind, GenWorkers: *genWorkers, Trajectories: *trajectories, WallS: wall.Seconds()}
+	for _, r := range results {
+		b.Actions += r.Turns
+	}
+	b.ActionsPerS = float64(b.Actions) / wall.Seconds()
+	b.CPUSPer1000 = cpu.Seconds() / float64(b.Actions) * 1000
+	for _, r := range st.Replicas {
+		s := st.GenWorker(r).Stats()
+		b.DispatchP50MS, b.DispatchP99MS = max(b.DispatchP50MS, s.DispatchP50MS), max(b.DispatchP99MS, s.DispatchP99MS)
+	}
+	// Redis: the stored state of every trajectory (kept for ResultTTL).
+	var bytes, toks int64
+	for id := range results {
+		base := "actloop:traj:{" + id + "}"
+		for _, k := range []string{base, base + ":msgs", base + ":tok", base + ":lp", base + ":mask", base + ":ver"} {
+			n, err := rdb.MemoryUsage(ctx, k).Result()
+			if err == nil {
+				bytes += n
+			}
+		}
+		n, _ := rdb.StrLen(ctx, base+":tok").Result()
+		toks += n / 4
+	}
+	if toks > 0 {
+		b.RedisBytesPer1kT = float64(bytes) / float64(toks) * 1000
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.HeapMBPer1000 = float64(ms.HeapInuse) / (1 << 20) / float64(*trajectories) * 1000
+	if *asJSON {
+		j, _ := json.Marshal(b)
+		_, err := fmt.Fprintln(stdout, string(j))
+		return err
+	}
+	fmt.Fprintf(stdout, "%d actions (%d trajectories × %d turns) in %.1f s: %.0f actions/s; %.2f CPU s per 1,000 actions (Redis: %s)\n",
+		b.Actions, b.Trajectories, *turns, b.WallS, b.ActionsPerS, b.CPUSPer1000, b.Redis)
+	fmt.Fprintf(stdout, "dispatch latency p50 %.2f ms, p99 %.2f ms; Redis %.0f bytes per 1,000 tokens; Go heap %.1f MB per 1,000 trajectories held\n",
+		b.DispatchP50MS, b.DispatchP99MS, b.RedisBytesPer1kT, b.HeapMBPer1000)
+	return nil
+}
+
+// processCPU is this process's user and system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is redis-server's CPU time from INFO cpu; 0 for the in-process
+// server (its CPU is this process's).
+func redisCPU(ctx context.Context, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			x, _ := strconv.ParseFloat(v, 64)
+			total += x
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
