@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -179,29 +180,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // measurements and a fingerprint of each completed trajectory's tokens,
 // log-probs and loss mask.
 func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o benchOpts) (benchResult, map[string]uint64, map[string]schema.Result, error) {
-	dir, err := os.MkdirTemp("", "actloop-bench-")
-	if err != nil {
-		return benchResult{}, nil, nil, err
-	}
-	defer os.RemoveAll(dir)
-	common := service.CommonDefaults()
-	common.PullWait = 100 * time.Millisecond
-	common.AckWait = time.Minute
 	tasks := len(plans)
 	genSlots := o.slots
 	if m.Kind == "async" {
 		genSlots = tasks // every generation goes to the server at once; it queues the rest
 	}
 	simCfg := sim.Config{TimeScale: o.timeScale, Seed: o.seed, MaxRunning: o.slots, CacheTokens: o.cacheTokens}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	st, err := devstack.StartInfra(sctx, devstack.Options{Dir: dir, Replicas: o.replicas, Slots: genSlots,
-		EnvSlots: 2 * tasks, Sim: simCfg, Common: common, Log: benchLog()})
+	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: o.replicas, Slots: genSlots,
+		EnvSlots: 2 * tasks, Sim: simCfg, Common: benchCommon()})
 	if err != nil {
 		return benchResult{}, nil, nil, err
 	}
-	defer st.Close()
-	defer func() { stop(); _ = st.Wait() }()
+	defer stop()
 
 	cc := st.CoordinatorConfig()
 	cc.Policy, cc.Slots = m.Policy, o.slots
@@ -346,4 +336,53 @@ func benchLog() *slog.Logger {
 		}
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// benchCommon are the settings every bench run's services share: short
+// pulls, and an ack wait long enough for the longest simulated step.
+func benchCommon() service.Common {
+	c := service.CommonDefaults()
+	c.PullWait = 100 * time.Millisecond
+	c.AckWait = time.Minute
+	return c
+}
+
+// startBench starts an in-process stack (opts.Dir and opts.Log are filled
+// in) for one bench run. Its services run under the returned context; the
+// returned stop ends them, closes the stack and removes its directory.
+func startBench(ctx context.Context, opts devstack.Options) (*devstack.Stack, context.Context, func(), error) {
+	dir, err := os.MkdirTemp("", "actloop-bench-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	opts.Dir, opts.Log = dir, benchLog()
+	sctx, cancel := context.WithCancel(ctx)
+	st, err := devstack.StartInfra(sctx, opts)
+	if err != nil {
+		cancel()
+		_ = os.RemoveAll(dir)
+		return nil, nil, nil, err
+	}
+	return st, sctx, func() {
+		cancel()
+		_ = st.Wait()
+		st.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// cpuProfile starts a CPU profile into path ("" : none) and returns its stop.
+func cpuProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -7,9 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,7 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/sim"
 	"github.com/actloop/actloop/pkg/workload"
@@ -50,31 +47,21 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	slots := fs.Int("slots", 64, "slots per gen-worker")
 	redisKind := fs.String("redis", "", "redis-server or in-process (default: redis-server when on PATH)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *trajectories < 1 || *turns < 1 || *tokens < 1 || *genWorkers < 1 || *slots < 1 {
 		return &exitError{2, errors.New("bench-pipeline: every number must be positive")}
 	}
-	dir, err := os.MkdirTemp("", "actloop-bench-pipeline-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	common := service.CommonDefaults()
-	common.PullWait = 100 * time.Millisecond
-	common.AckWait = time.Minute
+	common := benchCommon()
 	common.ResultTTL = time.Hour // keep the state to measure it
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	st, err := devstack.StartInfra(sctx, devstack.Options{Dir: dir, RedisKind: *redisKind, Replicas: *genWorkers, Slots: *slots,
-		EnvSlots: 4 * *slots * *genWorkers, Sim: sim.Config{MaxRunning: *slots}, Common: common, Log: benchLog()})
+	st, sctx, stop, err := startBench(ctx, devstack.Options{RedisKind: *redisKind, Replicas: *genWorkers, Slots: *slots,
+		EnvSlots: 4 * *slots * *genWorkers, Sim: sim.Config{MaxRunning: *slots}, Common: common})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	defer func() { stop(); _ = st.Wait() }()
+	defer stop()
 	cc := st.CoordinatorConfig()
 	cc.PredictTimeout, cc.MaxActive, cc.MaxActiveCeiling = 0, *trajectories, *trajectories
 	if _, err := st.StartCoordinator(sctx, cc); err != nil {
@@ -98,17 +85,11 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer d.Close()
 	rdb := st.RedisClient()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cpuProfile(*profile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	cpu0, rcpu0 := processCPU(), redisCPU(ctx, rdb)
 	start := time.Now()
 	for i := range *trajectories {

@@ -7,14 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"runtime/pprof"
 	"slices"
 	"time"
 
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/schema"
@@ -63,7 +59,7 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	timeScale := fs.Float64("time-scale", 0.2, "wall seconds per simulated second")
 	seed := fs.Int64("seed", 1, "simulator seed")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a summary")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run with syncs to this file")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of the run with syncs to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,21 +80,12 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "bench-sync: %d trajectories, %d x %d slots, %d pauses at %d in flight ...\n",
 			*tasks, *replicas, *slots, *pauses, *inFlight)
 	}
-	var err error
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopProfile, err := cpuProfile(*profile)
+	if err != nil {
+		return err
 	}
 	b.WithSyncs, err = run(*pauses, &b)
-	if *cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	if err != nil {
 		return err
 	}
@@ -135,23 +122,12 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // that many times, each once inFlight generations run, recording into out.
 func benchSyncOnce(ctx context.Context, tasks, replicas, slots, inFlight, syncs int, mode string, maxTurns int,
 	timeScale float64, seed int64, out *syncBench) (syncRun, error) {
-	dir, err := os.MkdirTemp("", "actloop-bench-sync-")
+	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: replicas, Slots: slots, EnvSlots: 4 * tasks,
+		Sim: sim.Config{TimeScale: timeScale, MaxTurns: maxTurns, Seed: seed}, Common: benchCommon()})
 	if err != nil {
 		return syncRun{}, err
 	}
-	defer os.RemoveAll(dir)
-	common := service.CommonDefaults()
-	common.PullWait = 100 * time.Millisecond
-	common.AckWait = time.Minute
-	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	st, err := devstack.StartInfra(sctx, devstack.Options{Dir: dir, Replicas: replicas, Slots: slots, EnvSlots: 4 * tasks,
-		Sim: sim.Config{TimeScale: timeScale, MaxTurns: maxTurns, Seed: seed}, Common: common, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return syncRun{}, err
-	}
-	defer st.Close()
-	defer func() { stop(); _ = st.Wait() }()
 	cc := st.CoordinatorConfig()
 	cc.PredictTimeout = 0
 	cc.MaxActive = tasks
