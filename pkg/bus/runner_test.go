@@ -334,7 +334,14 @@ func TestRunnerPreemptsForHighMessages(t *testing.T) {
 		}
 	}
 	start(t, r)
-	testkit.Eventually(t, within, "both slots busy with low work", func() bool { return p.CanPreempt() && len(p.order) == 2 })
+	testkit.Eventually(t, within, "both slots busy with low work", func() bool {
+		if !p.CanPreempt() {
+			return false
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.order) == 2
+	})
 	if err := pub.PublishRaw(ctx, bus.SubjectGen("r0", "hi"), "", []byte("hi1")); err != nil {
 		t.Fatal(err)
 	}
