@@ -25,6 +25,8 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/sim"
+	"github.com/actloop/actloop/pkg/workload"
 )
 
 // `actloop dev --tasks N --json` runs the demo end to end and ends with one
@@ -266,8 +268,13 @@ func TestBenchRunsEveryMode(t *testing.T) {
 	}
 	// A tiny batch of the fast scenario: the smoke version of the bench,
 	// fidelity check included (every mode must produce the same tokens).
+	// Syncs every third of the batch's lower bound, so the sync mode has
+	// some whatever the machine's speed.
+	sc, _ := workload.Lookup("tool-fast")
+	bound := workload.LowerBound(sc.Generate(1, 8), workload.Machine{Replicas: 2, MaxRunning: 8,
+		DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
 	err := run(context.Background(), []string{"bench", "--scenarios", "tool-fast", "--tasks", "8", "--time-scale", "0.002",
-		"--modes", strings.Join(modes, ","), "--json"}, &out, &errOut)
+		"--sync-every", fmt.Sprint(bound.S / 3), "--modes", strings.Join(modes, ","), "--json"}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, errOut.String())
 	}
@@ -282,6 +289,9 @@ func TestBenchRunsEveryMode(t *testing.T) {
 		if r.Completed != 8 || r.MakespanS <= 0 || r.P99LatencyS < r.MeanLatencyS || r.MeanLatencyS <= 0 ||
 			r.BoundS <= 0 || r.VsBound < 1 {
 			t.Errorf("%s: %+v", r.Mode, r)
+		}
+		if strings.HasSuffix(r.Mode, "-sync") != (r.Syncs > 0) {
+			t.Errorf("%s: %d weight syncs", r.Mode, r.Syncs)
 		}
 	}
 	for _, bad := range [][]string{{"bench", "--modes", "magic"}, {"bench", "--scenarios", "nope"}} {

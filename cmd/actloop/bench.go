@@ -21,6 +21,7 @@ import (
 	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/sim"
 	"github.com/actloop/actloop/pkg/workload"
@@ -35,15 +36,20 @@ type benchMode struct {
 	// limit) or "action" (actloop's action-level scheduling).
 	Kind              string
 	Policy, Predictor string
+	// Sync: the trainer updates the weights every --sync-every simulated
+	// seconds (pause in abort mode, flush the prefix caches, resume with
+	// the next version).
+	Sync bool
 }
 
 var benchModes = []benchMode{
-	{"trajectory", "trajectory", "fcfs", ""},
-	{"async", "async", "fcfs", ""},
-	{"action-fcfs", "action", "fcfs", ""},
-	{"action-lpt-history", "action", "lpt", predictor.BackendHistory},
-	{"action-lpt-oracle", "action", "lpt", predictor.BackendOracle},
-	{"action-sjf-history", "action", "sjf", predictor.BackendHistory},
+	{"trajectory", "trajectory", "fcfs", "", false},
+	{"async", "async", "fcfs", "", false},
+	{"action-fcfs", "action", "fcfs", "", false},
+	{"action-lpt-history", "action", "lpt", predictor.BackendHistory, false},
+	{"action-lpt-oracle", "action", "lpt", predictor.BackendOracle, false},
+	{"action-sjf-history", "action", "sjf", predictor.BackendHistory, false},
+	{"action-lpt-history-sync", "action", "lpt", predictor.BackendHistory, true},
 }
 
 func lookupMode(name string) (benchMode, bool) {
@@ -73,13 +79,18 @@ type benchResult struct {
 	ResumedTokens int64   `json:"resumed_tokens"`
 	WastedTokens  int64   `json:"wasted_tokens"`
 	Reprefilled   int64   `json:"reprefilled_tokens"`
-	WallS         float64 `json:"wall_s"`
+	// With weight syncs: how many, and per trajectory the spread of the
+	// weight versions its tokens came from (max − min), mean and largest.
+	Syncs          int     `json:"syncs,omitempty"`
+	VersionSpread  float64 `json:"version_spread_mean,omitempty"`
+	VersionSpreadX int32   `json:"version_spread_max,omitempty"`
+	WallS          float64 `json:"wall_s"`
 }
 
 // benchOpts are the knobs shared by every run.
 type benchOpts struct {
 	tasks, replicas, slots, cacheTokens int
-	timeScale                           float64
+	timeScale, syncEvery                float64
 	seed                                int64
 }
 
@@ -95,7 +106,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		scNames = append(scNames, s.Name)
 	}
 	scenarios := fs.String("scenarios", "swe-longtail", "comma-separated scenarios, or all: "+strings.Join(scNames, ", "))
-	modes := fs.String("modes", "trajectory,async,action-fcfs,action-lpt-history,action-lpt-oracle", "comma-separated: "+strings.Join(names, ", "))
+	modes := fs.String("modes", "trajectory,async,action-fcfs,action-lpt-history,action-lpt-oracle,action-lpt-history-sync", "comma-separated: "+strings.Join(names, ", "))
 	var o benchOpts
 	fs.IntVar(&o.tasks, "tasks", 96, "trajectories per scenario")
 	fs.IntVar(&o.replicas, "replicas", 2, "inference replicas")
@@ -103,6 +114,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.cacheTokens, "cache-tokens", 1<<17, "each replica's prefix cache, in tokens")
 	fs.Float64Var(&o.timeScale, "time-scale", 0.02, "wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
 	fs.Int64Var(&o.seed, "seed", 1, "workload and simulator seed: same seed, same batch")
+	fs.Float64Var(&o.syncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
 	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -167,11 +179,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tdecode use\tpreempt\twasted tok\tre-prefill tok\twall s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tdecode use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\twall s\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%d\t%d\t%d\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%d\t%d\t%d\t%d\t%.1f / %d\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
 			r.Trajectories, r.MakespanS, r.VsBound, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.DecodeUse,
-			r.Preemptions, r.WastedTokens, r.Reprefilled, r.WallS)
+			r.Preemptions, r.WastedTokens, r.Reprefilled, r.Syncs, r.VersionSpread, r.VersionSpreadX, r.WallS)
 	}
 	return tw.Flush()
 }
@@ -247,11 +259,22 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 			return benchResult{}, nil, nil, err
 		}
 	}
+	syncs := make(chan int, 1)
+	syncCtx, stopSyncs := context.WithCancel(sctx)
+	if m.Sync {
+		go func() {
+			syncs <- syncEvery(syncCtx, d, st.SimURLs, time.Duration(o.syncEvery*o.timeScale*float64(time.Second)))
+		}()
+	} else {
+		syncs <- 0
+	}
 	results, err := collectFull(ctx, d, tasks)
+	stopSyncs()
+	nSyncs := <-syncs
 	if err != nil {
 		return benchResult{}, nil, nil, err
 	}
-	r := benchResult{Mode: m.Name, Trajectories: tasks, WallS: time.Since(start).Seconds()}
+	r := benchResult{Mode: m.Name, Trajectories: tasks, WallS: time.Since(start).Seconds(), Syncs: nSyncs}
 	prints := make(map[string]uint64, len(results))
 	var lat []float64
 	var last time.Time
@@ -260,6 +283,11 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 		if res.Status == schema.StatusCompleted {
 			r.Completed++
 			prints[res.TrajID] = fingerprint(res)
+			if m.Sync {
+				spread := res.MaxVersion - res.MinVersion
+				r.VersionSpread += float64(spread) / float64(tasks)
+				r.VersionSpreadX = max(r.VersionSpreadX, spread)
+			}
 		}
 		tokens += res.GenTokens
 		lat = append(lat, res.FinishedAt.Sub(start).Seconds()/o.timeScale)
@@ -385,4 +413,30 @@ func cpuProfile(path string) (func(), error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// syncEvery plays a trainer updating the weights every period until ctx
+// ends, and returns how many syncs it completed.
+func syncEvery(ctx context.Context, d *service.Deps, sims map[string]string, period time.Duration) int {
+	c := control.Client{NC: d.NC}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	n := 0
+	for v := int64(1); ; v++ {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-t.C:
+		}
+		if _, err := c.Pause(ctx, schema.PauseRequest{Mode: schema.PauseAbort}); err != nil {
+			return n
+		}
+		for _, url := range sims {
+			_ = flushCache(ctx, url)
+		}
+		if _, err := c.Resume(ctx, &v); err != nil {
+			return n
+		}
+		n++
+	}
 }
