@@ -43,6 +43,9 @@ type PauseError struct {
 }
 
 func (e *PauseError) Error() string {
+	if len(e.Missing) == 0 {
+		return fmt.Sprintf("pause epoch %d: %s", e.Epoch, e.Reason)
+	}
 	return fmt.Sprintf("pause epoch %d: %s: %s", e.Epoch, e.Reason, strings.Join(e.Missing, ", "))
 }
 
