@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -92,6 +93,7 @@ type benchOpts struct {
 	tasks, replicas, slots, cacheTokens int
 	timeScale, syncEvery                float64
 	seed                                int64
+	log                                 *slog.Logger
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -116,9 +118,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Int64Var(&o.seed, "seed", 1, "workload and simulator seed: same seed, same batch")
 	fs.Float64Var(&o.syncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
 	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
+	logPath := fs.String("log", "", "write the services' log to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	log, closeLog, err := benchLog(*logPath)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	o.log = log
 	var chosen []benchMode
 	for _, n := range strings.Split(*modes, ",") {
 		m, ok := lookupMode(strings.TrimSpace(n))
@@ -199,7 +208,7 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 	}
 	simCfg := sim.Config{TimeScale: o.timeScale, Seed: o.seed, MaxRunning: o.slots, CacheTokens: o.cacheTokens}
 	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: o.replicas, Slots: genSlots,
-		EnvSlots: 2 * tasks, Sim: simCfg, Common: benchCommon()})
+		EnvSlots: 2 * tasks, Sim: simCfg, Common: benchCommon(), Log: o.log})
 	if err != nil {
 		return benchResult{}, nil, nil, err
 	}
@@ -343,27 +352,28 @@ func firstDifference(a, b schema.Result) string {
 	for i < n && a.Tokens[i] == b.Tokens[i] && a.Logprobs[i] == b.Logprobs[i] && a.LossMask[i] == b.LossMask[i] {
 		i++
 	}
-	if os.Getenv("ACTLOOP_BENCH_DEBUG") != "" {
-		dec := func(r schema.Result) string {
-			var sb strings.Builder
-			for _, t := range r.Tokens[max(0, i-300):min(len(r.Tokens), i+400)] {
-				sb.WriteRune(rune(t))
-			}
-			return sb.String()
+	window := func(r schema.Result) string {
+		var sb strings.Builder
+		for _, t := range r.Tokens[max(0, i-40):min(len(r.Tokens), i+40)] {
+			sb.WriteRune(rune(t)) // the simulator's tokens are bytes
 		}
-		fmt.Fprintf(os.Stderr, "A:\n%s\n\nB:\n%s\n", dec(a), dec(b))
+		return strconv.Quote(sb.String())
 	}
-	return fmt.Sprintf("%d and %d tokens (%d and %d turns), first difference at token %d", len(a.Tokens), len(b.Tokens), a.Turns, b.Turns, i)
+	return fmt.Sprintf("%d and %d tokens (%d and %d turns), first difference at token %d: %s against %s",
+		len(a.Tokens), len(b.Tokens), a.Turns, b.Turns, i, window(a), window(b))
 }
 
-func benchLog() *slog.Logger {
-	if p := os.Getenv("ACTLOOP_BENCH_LOG"); p != "" {
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err == nil {
-			return slog.New(slog.NewTextHandler(f, nil))
-		}
+// benchLog returns a logger writing the services' log to path, or one that
+// discards it when path is "".
+func benchLog(path string) (*slog.Logger, func(), error) {
+	if path == "" {
+		return slog.New(slog.DiscardHandler), func() {}, nil
 	}
-	return slog.New(slog.DiscardHandler)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	return slog.New(slog.NewTextHandler(f, nil)), func() { f.Close() }, nil
 }
 
 // benchCommon are the settings every bench run's services share: short
@@ -375,15 +385,18 @@ func benchCommon() service.Common {
 	return c
 }
 
-// startBench starts an in-process stack (opts.Dir and opts.Log are filled
-// in) for one bench run. Its services run under the returned context; the
+// startBench starts an in-process stack (opts.Dir is filled in; a nil
+// opts.Log discards the log) for one bench run. Its services run under the returned context; the
 // returned stop ends them, closes the stack and removes its directory.
 func startBench(ctx context.Context, opts devstack.Options) (*devstack.Stack, context.Context, func(), error) {
 	dir, err := os.MkdirTemp("", "actloop-bench-")
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	opts.Dir, opts.Log = dir, benchLog()
+	opts.Dir = dir
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	st, err := devstack.StartInfra(sctx, opts)
 	if err != nil {

@@ -48,16 +48,22 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	redisKind := fs.String("redis", "", "redis-server or in-process (default: redis-server when on PATH)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	logPath := fs.String("log", "", "write the services' log to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	log, closeLog, err := benchLog(*logPath)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	if *trajectories < 1 || *turns < 1 || *tokens < 1 || *genWorkers < 1 || *slots < 1 {
 		return &exitError{2, errors.New("bench-pipeline: every number must be positive")}
 	}
 	common := benchCommon()
 	common.ResultTTL = time.Hour // keep the state to measure it
 	st, sctx, stop, err := startBench(ctx, devstack.Options{RedisKind: *redisKind, Replicas: *genWorkers, Slots: *slots,
-		EnvSlots: 4 * *slots * *genWorkers, Sim: sim.Config{MaxRunning: *slots}, Common: common})
+		EnvSlots: 4 * *slots * *genWorkers, Sim: sim.Config{MaxRunning: *slots}, Common: common, Log: log})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -60,9 +61,15 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	seed := fs.Int64("seed", 1, "simulator seed")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a summary")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the run with syncs to this file")
+	logPath := fs.String("log", "", "write the services' log to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	log, closeLog, err := benchLog(*logPath)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	if *tasks < 1 || *replicas < 1 || *slots < 1 || *inFlight < 1 || *pauses < 0 || *maxTurns < 1 || *timeScale <= 0 {
 		return &exitError{2, errors.New("bench-sync: every number must be positive")}
 	}
@@ -73,7 +80,7 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return &exitError{2, fmt.Errorf("bench-sync: --mode %q: want abort or drain", *mode)}
 	}
 	run := func(syncs int, out *syncBench) (syncRun, error) {
-		return benchSyncOnce(ctx, *tasks, *replicas, *slots, *inFlight, syncs, *mode, *maxTurns, *timeScale, *seed, out)
+		return benchSyncOnce(ctx, *tasks, *replicas, *slots, *inFlight, syncs, *mode, *maxTurns, *timeScale, *seed, log, out)
 	}
 	var b syncBench
 	if !*asJSON {
@@ -121,9 +128,9 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // pauses (flushing every simulator's cache, as new weights do) and resumes
 // that many times, each once inFlight generations run, recording into out.
 func benchSyncOnce(ctx context.Context, tasks, replicas, slots, inFlight, syncs int, mode string, maxTurns int,
-	timeScale float64, seed int64, out *syncBench) (syncRun, error) {
+	timeScale float64, seed int64, log *slog.Logger, out *syncBench) (syncRun, error) {
 	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: replicas, Slots: slots, EnvSlots: 4 * tasks,
-		Sim: sim.Config{TimeScale: timeScale, MaxTurns: maxTurns, Seed: seed}, Common: benchCommon()})
+		Sim: sim.Config{TimeScale: timeScale, MaxTurns: maxTurns, Seed: seed}, Common: benchCommon(), Log: log})
 	if err != nil {
 		return syncRun{}, err
 	}
