@@ -26,6 +26,7 @@ import (
 type pipeBench struct {
 	Redis            string  `json:"redis"`
 	GenWorkers       int     `json:"gen_workers"`
+	EnvWorkers       int     `json:"env_workers"`
 	Trajectories     int     `json:"trajectories"`
 	Actions          int     `json:"actions"` // one gen step and one env step
 	WallS            float64 `json:"wall_s"`
@@ -44,6 +45,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	turns := fs.Int("turns", 20, "turns per trajectory")
 	tokens := fs.Int("tokens", 50, "tokens per reply")
 	genWorkers := fs.Int("gen-workers", 1, "gen-workers (one replica each)")
+	envWorkers := fs.Int("env-workers", 1, "env-workers")
 	slots := fs.Int("slots", 64, "slots per gen-worker")
 	redisKind := fs.String("redis", "", "redis-server or in-process (default: redis-server when on PATH)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -57,7 +59,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer closeLog()
-	if *trajectories < 1 || *turns < 1 || *tokens < 1 || *genWorkers < 1 || *slots < 1 {
+	if *trajectories < 1 || *turns < 1 || *tokens < 1 || *genWorkers < 1 || *envWorkers < 1 || *slots < 1 {
 		return &exitError{2, errors.New("bench-pipeline: every number must be positive")}
 	}
 	common := benchCommon()
@@ -80,10 +82,12 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 			return err
 		}
 	}
-	ec := st.EnvWorkerConfig("env-0")
-	ec.SimStartLatency, ec.SimExecLatency, ec.SimEnvTimeScale = 0, 0, 0
-	if _, err := st.StartEnvWorker(sctx, ec); err != nil {
-		return err
+	for i := range *envWorkers {
+		ec := st.EnvWorkerConfig(fmt.Sprintf("env-%d", i))
+		ec.SimStartLatency, ec.SimExecLatency, ec.SimEnvTimeScale = 0, 0, 0
+		if _, err := st.StartEnvWorker(sctx, ec); err != nil {
+			return err
+		}
 	}
 	d, err := st.Deps(ctx, "bench")
 	if err != nil {
@@ -118,7 +122,8 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	wall := time.Since(start)
 	cpu := processCPU() - cpu0 + redisCPU(ctx, rdb) - rcpu0
-	b := pipeBench{Redis: st.Redis.Kind, GenWorkers: *genWorkers, Trajectories: *trajectories, WallS: wall.Seconds()}
+	b := pipeBench{Redis: st.Redis.Kind, GenWorkers: *genWorkers, EnvWorkers: *envWorkers, Trajectories: *trajectories,
+		WallS: wall.Seconds()}
 	for _, r := range results {
 		b.Actions += r.Turns
 	}
