@@ -118,16 +118,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Int64Var(&o.seed, "seed", 1, "workload and simulator seed: same seed, same batch")
 	fs.Float64Var(&o.syncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
 	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
-	logPath := fs.String("log", "", "write the services' log to this file")
+	var out benchOutputs
+	out.register(fs, "the whole bench")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log, closeLog, err := benchLog(*logPath)
+	log, closeLog, err := out.logger()
 	if err != nil {
 		return err
 	}
 	defer closeLog()
 	o.log = log
+	stopProfile, err := out.profile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	var chosen []benchMode
 	for _, n := range strings.Split(*modes, ",") {
 		m, ok := lookupMode(strings.TrimSpace(n))
@@ -363,13 +369,22 @@ func firstDifference(a, b schema.Result) string {
 		len(a.Tokens), len(b.Tokens), a.Turns, b.Turns, i, window(a), window(b))
 }
 
-// benchLog returns a logger writing the services' log to path, or one that
-// discards it when path is "".
-func benchLog(path string) (*slog.Logger, func(), error) {
-	if path == "" {
+// benchOutputs are the flags every bench command shares: where the
+// services' log goes, and a CPU profile.
+type benchOutputs struct{ logPath, profilePath string }
+
+func (b *benchOutputs) register(fs *flag.FlagSet, profiled string) {
+	fs.StringVar(&b.logPath, "log", "", "write the services' log to this file")
+	fs.StringVar(&b.profilePath, "cpuprofile", "", "write a CPU profile of "+profiled+" to this file")
+}
+
+// logger returns a logger writing the services' log to the --log file, or
+// one that discards it.
+func (b *benchOutputs) logger() (*slog.Logger, func(), error) {
+	if b.logPath == "" {
 		return slog.New(slog.DiscardHandler), func() {}, nil
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -412,12 +427,12 @@ func startBench(ctx context.Context, opts devstack.Options) (*devstack.Stack, co
 	}, nil
 }
 
-// cpuProfile starts a CPU profile into path ("" : none) and returns its stop.
-func cpuProfile(path string) (func(), error) {
-	if path == "" {
+// profile starts the --cpuprofile (if any) and returns its stop.
+func (b *benchOutputs) profile() (func(), error) {
+	if b.profilePath == "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(path)
+	f, err := os.Create(b.profilePath)
 	if err != nil {
 		return nil, err
 	}

@@ -49,12 +49,12 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	slots := fs.Int("slots", 64, "slots per gen-worker")
 	redisKind := fs.String("redis", "", "redis-server or in-process (default: redis-server when on PATH)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	profile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	logPath := fs.String("log", "", "write the services' log to this file")
+	var outputs benchOutputs
+	outputs.register(fs, "the run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log, closeLog, err := benchLog(*logPath)
+	log, closeLog, err := outputs.logger()
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer d.Close()
 	rdb := st.RedisClient()
-	stopProfile, err := cpuProfile(*profile)
+	stopProfile, err := outputs.profile()
 	if err != nil {
 		return err
 	}

@@ -60,12 +60,12 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	timeScale := fs.Float64("time-scale", 0.2, "wall seconds per simulated second")
 	seed := fs.Int64("seed", 1, "simulator seed")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a summary")
-	profile := fs.String("cpuprofile", "", "write a CPU profile of the run with syncs to this file")
-	logPath := fs.String("log", "", "write the services' log to this file")
+	var outputs benchOutputs
+	outputs.register(fs, "the run with syncs")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log, closeLog, err := benchLog(*logPath)
+	log, closeLog, err := outputs.logger()
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "bench-sync: %d trajectories, %d x %d slots, %d pauses at %d in flight ...\n",
 			*tasks, *replicas, *slots, *pauses, *inFlight)
 	}
-	stopProfile, err := cpuProfile(*profile)
+	stopProfile, err := outputs.profile()
 	if err != nil {
 		return err
 	}

@@ -14,11 +14,22 @@ import (
 // WatchKV calls f with every entry of bucket, the current ones first
 // (initial true), then each change (puts, deletes, purges), until ctx ends.
 func WatchKV(ctx context.Context, js jetstream.JetStream, bucket string, f func(e jetstream.KeyValueEntry, initial bool)) error {
+	return watchKV(ctx, js, bucket, "", f, nil)
+}
+
+// watchKV is WatchKV for one key of bucket ("" : all of them); caughtUp,
+// when set, is called once the current entries have been passed to f.
+func watchKV(ctx context.Context, js jetstream.JetStream, bucket, key string, f func(e jetstream.KeyValueEntry, initial bool), caughtUp func()) error {
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return fmt.Errorf("kv %s: %w", bucket, err)
 	}
-	w, err := kv.WatchAll(ctx)
+	var w jetstream.KeyWatcher
+	if key == "" {
+		w, err = kv.WatchAll(ctx)
+	} else {
+		w, err = kv.Watch(ctx, key)
+	}
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", bucket, err)
 	}
@@ -33,6 +44,9 @@ func WatchKV(ctx context.Context, js jetstream.JetStream, bucket string, f func(
 				return nil
 			}
 			if e == nil { // the end of the initial values
+				if initial && caughtUp != nil {
+					caughtUp()
+				}
 				initial = false
 				continue
 			}

@@ -2,7 +2,6 @@ package flow
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -23,44 +22,26 @@ func DefaultControl() schema.Control {
 // written yet), then on every change. A state that does not decode is
 // logged and skipped.
 func WatchControl(ctx context.Context, js jetstream.JetStream, log *slog.Logger, f func(schema.Control)) error {
-	kv, err := js.KeyValue(ctx, bus.BucketControl)
-	if err != nil {
-		return fmt.Errorf("kv %s: %w", bus.BucketControl, err)
-	}
-	w, err := kv.Watch(ctx, bus.KeyControl)
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", bus.BucketControl, err)
-	}
-	defer func() { _ = w.Stop() }()
 	seen := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
-			}
-			switch {
-			case e == nil: // the end of the initial values
-				if !seen {
-					seen = true
-					f(DefaultControl())
-				}
-			case e.Operation() != jetstream.KeyValuePut:
-				seen = true
-				f(DefaultControl())
-			default:
-				c, err := schema.Decode[schema.Control](e.Value())
-				if err != nil {
-					log.Warn("undecodable control state skipped", "error", err)
-					continue
-				}
-				seen = true
-				f(c)
-			}
+	return watchKV(ctx, js, bus.BucketControl, bus.KeyControl, func(e jetstream.KeyValueEntry, _ bool) {
+		if e.Operation() != jetstream.KeyValuePut {
+			seen = true
+			f(DefaultControl())
+			return
 		}
-	}
+		c, err := schema.Decode[schema.Control](e.Value())
+		if err != nil {
+			log.Warn("undecodable control state skipped", "error", err)
+			return
+		}
+		seen = true
+		f(c)
+	}, func() {
+		if !seen {
+			seen = true
+			f(DefaultControl())
+		}
+	})
 }
 
 // ControlView is the newest control state a process has seen; safe for

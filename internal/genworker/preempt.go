@@ -233,24 +233,27 @@ func (r *ring) add(d time.Duration) {
 	r.n = min(r.n+1, len(r.buf))
 }
 
-// quantiles returns the q-quantiles of the kept durations, in ms.
-func (r *ring) quantiles(qs ...float64) []float64 {
+// kept returns a copy of the kept durations.
+func (r *ring) kept() []time.Duration { return slices.Clone(r.buf[:r.n]) }
+
+// quantiles returns the q-quantiles of ds (sorted in place), in ms.
+func quantiles(ds []time.Duration, qs ...float64) []float64 {
 	out := make([]float64, len(qs))
-	if r.n == 0 {
+	if len(ds) == 0 {
 		return out
 	}
-	s := slices.Clone(r.buf[:r.n])
-	slices.Sort(s)
+	slices.Sort(ds)
 	for i, q := range qs {
-		out[i] = float64(s[min(r.n-1, int(q*float64(r.n)))].Microseconds()) / 1000
+		out[i] = float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
 	}
 	return out
 }
 
 func (k *tracker) stats() Stats {
 	k.mu.Lock()
-	q := k.dispatch.quantiles(0.5, 0.99)
+	ds := k.dispatch.kept()
 	k.mu.Unlock()
+	q := quantiles(ds, 0.5, 0.99) // sorted outside the lock generations start under
 	return Stats{DispatchP50MS: q[0], DispatchP99MS: q[1], Running: k.inFlight.Load(), Preemptions: k.preemptions.Load(),
 		ResumedTokens: k.resumedTokens.Load(), WastedTokens: k.wastedTokens.Load(),
 		GeneratedTokens: k.generated.Load(), ReprefilledTokens: k.reprefilled.Load()}
