@@ -21,7 +21,7 @@ vet:
 # number.
 bench:
 	@mkdir -p bench
-	$(GO) run ./cmd/actloop bench --scenarios all --json > bench/results.json
+	$(GO) run ./cmd/actloop bench --scenarios all --json --charts bench > bench/results.json
 	$(GO) run ./cmd/actloop bench-sync --json > bench/sync.json
 	@cat bench/results.json bench/sync.json
 

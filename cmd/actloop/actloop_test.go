@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -271,10 +272,11 @@ func TestBenchRunsEveryMode(t *testing.T) {
 	// Syncs every third of the batch's lower bound, so the sync mode has
 	// some whatever the machine's speed.
 	sc, _ := workload.Lookup("tool-fast")
+	charts := t.TempDir()
 	bound := workload.LowerBound(sc.Generate(1, 8), workload.Machine{Replicas: 2, MaxRunning: 8,
 		DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
 	err := run(context.Background(), []string{"bench", "--scenarios", "tool-fast", "--tasks", "8", "--time-scale", "0.002",
-		"--sync-every", fmt.Sprint(bound.S / 3), "--modes", strings.Join(modes, ","), "--json"}, &out, &errOut)
+		"--sync-every", fmt.Sprint(bound.S / 3), "--modes", strings.Join(modes, ","), "--json", "--charts", charts}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, errOut.String())
 	}
@@ -290,9 +292,20 @@ func TestBenchRunsEveryMode(t *testing.T) {
 			r.BoundS <= 0 || r.VsBound < 1 {
 			t.Errorf("%s: %+v", r.Mode, r)
 		}
+		if len(r.SlotUseSeries) == 0 || r.SlotUse <= 0 || r.SlotUse > 1 {
+			t.Errorf("%s: slot use %.2f from %d samples", r.Mode, r.SlotUse, len(r.SlotUseSeries))
+		}
 		if strings.HasSuffix(r.Mode, "-sync") != (r.Syncs > 0) {
 			t.Errorf("%s: %d weight syncs", r.Mode, r.Syncs)
 		}
+	}
+	f, err := os.Open(filepath.Join(charts, "tool-fast.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if img, err := png.Decode(f); err != nil || img.Bounds().Dx() < 1000 {
+		t.Fatalf("chart: %v", err)
 	}
 	for _, bad := range [][]string{{"bench", "--modes", "magic"}, {"bench", "--scenarios", "nope"}} {
 		if err := run(context.Background(), bad, &out, &errOut); exitCode(err) != 2 {

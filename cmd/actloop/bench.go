@@ -65,21 +65,27 @@ func lookupMode(name string) (benchMode, bool) {
 // benchResult is one mode's measurements on one scenario, in simulated
 // seconds.
 type benchResult struct {
-	Scenario      string  `json:"scenario"`
-	Mode          string  `json:"mode"`
-	Trajectories  int     `json:"trajectories"`
-	Completed     int     `json:"completed"`
-	MakespanS     float64 `json:"makespan_s"`
-	BoundS        float64 `json:"bound_s"`
-	VsBound       float64 `json:"makespan_vs_bound"`
-	MeanLatencyS  float64 `json:"mean_latency_s"`
-	P99LatencyS   float64 `json:"p99_latency_s"`
-	TokensPerS    float64 `json:"generated_tokens_per_s"`
-	DecodeUse     float64 `json:"decode_use"` // generated tokens over what the replicas could decode in the makespan
-	Preemptions   int64   `json:"preemptions"`
-	ResumedTokens int64   `json:"resumed_tokens"`
-	WastedTokens  int64   `json:"wasted_tokens"`
-	Reprefilled   int64   `json:"reprefilled_tokens"`
+	Scenario     string  `json:"scenario"`
+	Mode         string  `json:"mode"`
+	Trajectories int     `json:"trajectories"`
+	Completed    int     `json:"completed"`
+	MakespanS    float64 `json:"makespan_s"`
+	BoundS       float64 `json:"bound_s"`
+	VsBound      float64 `json:"makespan_vs_bound"`
+	MeanLatencyS float64 `json:"mean_latency_s"`
+	P99LatencyS  float64 `json:"p99_latency_s"`
+	TokensPerS   float64 `json:"generated_tokens_per_s"`
+	DecodeUse    float64 `json:"decode_use"` // generated tokens over what the replicas could decode in the makespan
+	// SlotUse is the mean share of the replicas' slots (running limit)
+	// holding a request over the makespan; SlotUseSeries samples it every
+	// SlotUseStepS simulated seconds from the start.
+	SlotUse       float64   `json:"slot_use"`
+	SlotUseStepS  float64   `json:"slot_use_step_s"`
+	SlotUseSeries []float64 `json:"slot_use_series"`
+	Preemptions   int64     `json:"preemptions"`
+	ResumedTokens int64     `json:"resumed_tokens"`
+	WastedTokens  int64     `json:"wasted_tokens"`
+	Reprefilled   int64     `json:"reprefilled_tokens"`
 	// With weight syncs: how many, and per trajectory the spread of the
 	// weight versions its tokens came from (max − min), mean and largest.
 	Syncs          int     `json:"syncs,omitempty"`
@@ -118,6 +124,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Int64Var(&o.seed, "seed", 1, "workload and simulator seed: same seed, same batch")
 	fs.Float64Var(&o.syncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
 	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
+	charts := fs.String("charts", "", "write a PNG chart per scenario (slot use over time, makespan by mode) into this directory")
 	var out benchOutputs
 	out.register(fs, "the whole bench")
 	if err := fs.Parse(args); err != nil {
@@ -188,16 +195,25 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
+	if *charts != "" {
+		files, err := writeCharts(*charts, results)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			fmt.Fprintf(stderr, "bench: wrote %s\n", f)
+		}
+	}
 	if *asJSON {
 		b, _ := json.Marshal(results)
 		_, err := fmt.Fprintln(stdout, string(b))
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tdecode use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\twall s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tslot use\tdecode use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\twall s\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%d\t%d\t%d\t%d\t%.1f / %d\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
-			r.Trajectories, r.MakespanS, r.VsBound, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.DecodeUse,
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.1f / %d\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
+			r.Trajectories, r.MakespanS, r.VsBound, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.SlotUse, r.DecodeUse,
 			r.Preemptions, r.WastedTokens, r.Reprefilled, r.Syncs, r.VersionSpread, r.VersionSpreadX, r.WallS)
 	}
 	return tw.Flush()
@@ -283,9 +299,11 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 	} else {
 		syncs <- 0
 	}
+	use := sampleSlotUse(syncCtx, st.Sims, o.replicas*o.slots, slotUseStep*o.timeScale)
 	results, err := collectFull(ctx, d, tasks)
 	stopSyncs()
 	nSyncs := <-syncs
+	series := <-use
 	if err != nil {
 		return benchResult{}, nil, nil, err
 	}
@@ -320,6 +338,11 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 	capacity := workload.Machine{Replicas: o.replicas, MaxRunning: o.slots, DecodePerSec: sim.DefaultDecodeTokensPerSec,
 		BatchSlowdown: sim.DefaultBatchSlowdown}.Capacity()
 	r.DecodeUse = r.TokensPerS / capacity
+	r.SlotUseStepS = slotUseStep
+	r.SlotUseSeries = series[:min(len(series), int(math.Ceil(r.MakespanS/slotUseStep)))]
+	for _, u := range r.SlotUseSeries {
+		r.SlotUse += u / float64(len(r.SlotUseSeries))
+	}
 	for _, rep := range st.Replicas {
 		if w := st.GenWorker(rep); w != nil {
 			s := w.Stats()
@@ -330,6 +353,35 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 		}
 	}
 	return r, prints, results, nil
+}
+
+// slotUseStep is how often, in simulated seconds, the bench samples the
+// replicas' slot use.
+const slotUseStep = 2.0
+
+// sampleSlotUse samples, every step wall seconds until ctx ends, the share
+// of the simulators' slots holding a request, and then sends the series.
+func sampleSlotUse(ctx context.Context, sims map[string]*sim.Server, slots int, step float64) <-chan []float64 {
+	out := make(chan []float64, 1)
+	go func() {
+		var series []float64
+		t := time.NewTicker(time.Duration(step * float64(time.Second)))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				out <- series
+				return
+			case <-t.C:
+			}
+			running := 0
+			for _, s := range sims {
+				running += s.Stats().Running
+			}
+			series = append(series, min(1, float64(running)/float64(slots)))
+		}
+	}()
+	return out
 }
 
 // collectFull reads n distinct results, tokens included.
