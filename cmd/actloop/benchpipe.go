@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/genworker"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/sim"
 	"github.com/actloop/actloop/pkg/workload"
@@ -36,6 +37,20 @@ type pipeBench struct {
 	DispatchP99MS    float64 `json:"dispatch_p99_ms"`
 	RedisBytesPer1kT float64 `json:"redis_bytes_per_1000_tokens"`
 	HeapMBPer1000    float64 `json:"heap_mb_per_1000_active"` // Go heap of the whole process at the end, per 1,000 trajectories held
+	// Services: with --processes, each service process's peak resident
+	// memory and CPU time.
+	Services []serviceUse `json:"services,omitempty"`
+}
+
+// serviceUse is one service process's resources over a run.
+type serviceUse struct {
+	Name                 string  `json:"name"`
+	PeakRSSMB            float64 `json:"peak_rss_mb"`
+	IdleRSSMB            float64 `json:"idle_rss_mb"`            // resident once ready, before any work
+	RSSMBPer1000         float64 `json:"rss_mb_per_1000_active"` // (peak − idle) per 1,000 trajectories held
+	CPUSPer1000          float64 `json:"cpu_s_per_1000_actions"`
+	cpu                  time.Duration
+	baseRSSKB, peakRSSKB int64
 }
 
 func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -48,6 +63,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	envWorkers := fs.Int("env-workers", 1, "env-workers")
 	slots := fs.Int("slots", 64, "slots per gen-worker")
 	redisKind := fs.String("redis", "", "redis-server or in-process (default: redis-server when on PATH)")
+	processes := fs.Bool("processes", false, "run each service as its own process ('actloop serve') and report each one's peak resident memory and CPU")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	var outputs benchOutputs
 	outputs.register(fs, "the run")
@@ -70,22 +86,50 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer stop()
+	var children *serviceProcs
+	if *processes {
+		children = &serviceProcs{log: outputs.logPath}
+		defer children.stop()
+	}
 	cc := st.CoordinatorConfig()
 	cc.PredictTimeout, cc.MaxActive, cc.MaxActiveCeiling = 0, *trajectories, *trajectories
-	if _, err := st.StartCoordinator(sctx, cc); err != nil {
+	if children != nil {
+		if cc.Addr, err = freeAddr(); err != nil {
+			return err
+		}
+		if err := children.start("coordinator", "coordinator", cc.Addr, &cc); err != nil {
+			return err
+		}
+	} else if _, err := st.StartCoordinator(sctx, cc); err != nil {
 		return err
 	}
+	statsURLs := map[string]string{}
 	for _, r := range st.Replicas {
 		gc := st.GenWorkerConfig(r)
 		gc.PredictTimeout = 0
-		if _, err := st.StartGenWorkerWith(sctx, gc, nil); err != nil {
+		if children != nil {
+			if gc.Addr, err = freeAddr(); err != nil {
+				return err
+			}
+			statsURLs[r] = "http://" + gc.Addr + "/v1/stats"
+			if err := children.start("gen-worker", "gen-worker "+r, gc.Addr, &gc); err != nil {
+				return err
+			}
+		} else if _, err := st.StartGenWorkerWith(sctx, gc, nil); err != nil {
 			return err
 		}
 	}
 	for i := range *envWorkers {
 		ec := st.EnvWorkerConfig(fmt.Sprintf("env-%d", i))
 		ec.SimStartLatency, ec.SimExecLatency, ec.SimEnvTimeScale = 0, 0, 0
-		if _, err := st.StartEnvWorker(sctx, ec); err != nil {
+		if children != nil {
+			if ec.Addr, err = freeAddr(); err != nil {
+				return err
+			}
+			if err := children.start("env-worker", "env-worker "+ec.ID, ec.Addr, &ec); err != nil {
+				return err
+			}
+		} else if _, err := st.StartEnvWorker(sctx, ec); err != nil {
 			return err
 		}
 	}
@@ -100,6 +144,11 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer stopProfile()
+	if children != nil {
+		if err := children.ready(ctx); err != nil {
+			return err
+		}
+	}
 	cpu0, rcpu0 := processCPU(), redisCPU(ctx, rdb)
 	start := time.Now()
 	for i := range *trajectories {
@@ -122,6 +171,19 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	wall := time.Since(start)
 	cpu := processCPU() - cpu0 + redisCPU(ctx, rdb) - rcpu0
+	var stats map[string]genworker.Stats
+	if children != nil {
+		// The gen-workers' dispatch latencies, before they stop.
+		if stats, err = fetchStats(ctx, statsURLs); err != nil {
+			return err
+		}
+		children.stop()
+	} else {
+		stats = map[string]genworker.Stats{}
+		for _, r := range st.Replicas {
+			stats[r] = st.GenWorker(r).Stats()
+		}
+	}
 	b := pipeBench{Redis: st.Redis.Kind, GenWorkers: *genWorkers, EnvWorkers: *envWorkers, Trajectories: *trajectories,
 		WallS: wall.Seconds()}
 	for _, r := range results {
@@ -129,8 +191,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	b.ActionsPerS = float64(b.Actions) / wall.Seconds()
 	b.CPUSPer1000 = cpu.Seconds() / float64(b.Actions) * 1000
-	for _, r := range st.Replicas {
-		s := st.GenWorker(r).Stats()
+	for _, s := range stats {
 		b.DispatchP50MS, b.DispatchP99MS = max(b.DispatchP50MS, s.DispatchP50MS), max(b.DispatchP99MS, s.DispatchP99MS)
 	}
 	// Redis: the stored state of every trajectory (kept for ResultTTL).
@@ -152,6 +213,16 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	b.HeapMBPer1000 = float64(ms.HeapInuse) / (1 << 20) / float64(*trajectories) * 1000
+	if children != nil {
+		for _, c := range children.procs {
+			u := c.use
+			u.PeakRSSMB, u.IdleRSSMB = float64(u.peakRSSKB)/1024, float64(u.baseRSSKB)/1024
+			u.RSSMBPer1000 = (u.PeakRSSMB - u.IdleRSSMB) / float64(*trajectories) * 1000
+			u.CPUSPer1000 = u.cpu.Seconds() / float64(b.Actions) * 1000
+			b.CPUSPer1000 += u.CPUSPer1000
+			b.Services = append(b.Services, u)
+		}
+	}
 	if *asJSON {
 		j, _ := json.Marshal(b)
 		_, err := fmt.Fprintln(stdout, string(j))
@@ -161,6 +232,10 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 		b.Actions, b.Trajectories, *turns, b.WallS, b.ActionsPerS, b.CPUSPer1000, b.Redis)
 	fmt.Fprintf(stdout, "dispatch latency p50 %.2f ms, p99 %.2f ms; Redis %.0f bytes per 1,000 tokens; Go heap %.1f MB per 1,000 trajectories held\n",
 		b.DispatchP50MS, b.DispatchP99MS, b.RedisBytesPer1kT, b.HeapMBPer1000)
+	for _, u := range b.Services {
+		fmt.Fprintf(stdout, "  %-16s resident %5.1f MB idle, %5.1f MB peak (+%.1f MB per 1,000 trajectories held); %.2f CPU s per 1,000 actions\n",
+			u.Name, u.IdleRSSMB, u.PeakRSSMB, u.RSSMBPer1000, u.CPUSPer1000)
+	}
 	return nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/actloop/actloop/internal/services"
 )
 
 const usage = `usage: actloop <command> [flags]
@@ -27,6 +29,8 @@ commands:
   resume    resume generation (--weight-version N)
   control   print the control state and each gen-worker's pause report
   schema    print the JSON Schema of a sample or a result
+  serve     run one service (coordinator, gen-worker, env-worker,
+            predictor-gw) with its ACTLOOP_* settings, as its own command does
   bench     run one simulated workload under several scheduling modes and
             compare makespan, latency, slot use and preemptions
   bench-sync
@@ -90,6 +94,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runControl(ctx, cmd, rest, stdout, stderr)
 	case "schema":
 		return runSchema(rest, stdout, stderr)
+	case "serve":
+		if len(rest) != 1 || !services.Known(rest[0]) {
+			return &exitError{2, fmt.Errorf("serve: name one service of %v", services.Names)}
+		}
+		return services.Run(rest[0])
 	case "bench":
 		return runBench(ctx, rest, stdout, stderr)
 	case "bench-sync":

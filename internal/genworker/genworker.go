@@ -197,8 +197,14 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	if meta, err := m.Metadata(); err == nil {
 		g.queuedAt = meta.Timestamp
 	}
+	// The context's ids are all a generation reads, unless stale
+	// trajectories restart: then the versions of its generated tokens too.
+	parts := store.WithTokenIDs
+	if w.control.Get().StalePolicy == schema.StaleRestart {
+		parts = store.WithTokens
+	}
 	return w.driver.Do(ctx, step.TrajID, step.Seq, flow.Step{
-		Parts: store.WithTokens, Want: store.StatusNeedsGeneration,
+		Parts: parts, Want: store.StatusNeedsGeneration,
 		Run: func(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
 			if t.Replica != step.Replica {
 				return store.Commit{}, flow.ErrSkip // moved to another replica, which has its own copy
@@ -414,7 +420,8 @@ func finishedAnyway(out, stops []int32, maxNew int) bool {
 }
 
 // oldestVersion is the weight version of t's oldest generated token;
-// math.MaxInt64 when it has none.
+// math.MaxInt64 when it has none (or t was loaded without its versions,
+// the policy having changed meanwhile: the next step checks).
 func oldestVersion(t *store.Trajectory) int64 {
 	oldest := int64(math.MaxInt64)
 	for i, m := range t.Mask {

@@ -1,7 +1,9 @@
 package llm
 
 import (
+	"encoding/json"
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -29,6 +31,34 @@ func FuzzDecodeGenerateResponse(f *testing.F) {
 		}
 		if res.PromptTokens < 0 || res.CompletionTokens < 0 || res.CachedTokens < 0 || res.Finish.Length < 0 {
 			t.Fatalf("negative count in %+v", res)
+		}
+	})
+}
+
+// FuzzParseLogprobs checks the fast parse of output_token_logprobs against
+// the reflective one: whatever it accepts, decodeLogprobEntry reads the same.
+func FuzzParseLogprobs(f *testing.F) {
+	for _, s := range []string{`[[-1,1,null],[-2.5e-3,2,"x\"y\u00e9"]]`, `[]`, ` [ [ 0 , 7 ] ] `, `[[-1,1,null,4]]`,
+		`[[1.,2]]`, `[[01,2]]`, `[[-1,2147483648]]`, `[[-1,2,"\x01"]]`, `[[1e400,2]]`, `[[-0,-0,""]]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		lps, ids, ok := parseLogprobs(b)
+		if !ok {
+			return
+		}
+		var raw []json.RawMessage
+		if err := json.Unmarshal(b, &raw); err != nil {
+			t.Fatalf("fast parse accepted %q, encoding/json: %v", b, err)
+		}
+		if len(raw) != len(lps) || len(ids) != len(lps) {
+			t.Fatalf("%q: %d entries, fast %d", b, len(raw), len(lps))
+		}
+		for i, r := range raw {
+			lp, id, err := decodeLogprobEntry(r, i)
+			if err != nil || math.Float32bits(lp) != math.Float32bits(lps[i]) || id != ids[i] {
+				t.Fatalf("%q[%d]: slow %v %d %v, fast %v %d", b, i, lp, id, err, lps[i], ids[i])
+			}
 		}
 	})
 }

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+
+	"github.com/actloop/actloop/internal/jsonids"
 )
 
 // replyParam is the custom_params key that scripts the simulator's reply.
@@ -14,8 +17,11 @@ const replyParam = "actloop_reply"
 // sends to POST /generate (python/sglang/srt/managers/io_struct.py,
 // class GenerateReqInput).
 type generateRequest struct {
-	RID            string         `json:"rid"`
-	InputIDs       []int32        `json:"input_ids"`
+	RID string `json:"rid"`
+	// InputIDs is sent as "input_ids", spliced in by encodeGenerateRequest
+	// without encoding/json: a long context's ids cost more to encode by
+	// reflection than the rest of a step.
+	InputIDs       []int32        `json:"-"`
 	SamplingParams samplingParams `json:"sampling_params"`
 	ReturnLogprob  bool           `json:"return_logprob"`
 	Stream         bool           `json:"stream"`
@@ -79,7 +85,13 @@ func encodeGenerateRequest(req Request) ([]byte, error) {
 	if req.Reply != "" {
 		w.SamplingParams.CustomParams = map[string]string{replyParam: req.Reply}
 	}
-	return json.Marshal(w)
+	rest, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	body := make([]byte, 0, len(rest)+len(`{"input_ids":,`)+2+7*len(w.InputIDs))
+	body = jsonids.Append(append(body, `{"input_ids":`...), w.InputIDs)
+	return append(append(body, ','), rest[1:]...), nil
 }
 
 // generateResponse is what POST /generate answers for one non-streamed
@@ -89,8 +101,8 @@ func encodeGenerateRequest(req Request) ([]byte, error) {
 // prompt_tokens or cached_tokens); an "Abort before prefill" carries neither
 // output_ids nor output_token_logprobs.
 type generateResponse struct {
-	OutputIDs []int32   `json:"output_ids"`
-	MetaInfo  *metaInfo `json:"meta_info"`
+	OutputIDs jsonids.IDs `json:"output_ids"`
+	MetaInfo  *metaInfo   `json:"meta_info"`
 }
 
 // metaInfo is the response's meta_info (tokenizer_manager.py,
@@ -98,13 +110,13 @@ type generateResponse struct {
 // output_token_logprobs entries are [logprob, token_id, text-or-null] as built
 // by detokenize_logprob_tokens).
 type metaInfo struct {
-	ID                  *string           `json:"id"`
-	FinishReason        json.RawMessage   `json:"finish_reason"`
-	PromptTokens        *int              `json:"prompt_tokens"`
-	CompletionTokens    *int              `json:"completion_tokens"`
-	CachedTokens        *int              `json:"cached_tokens"`
-	WeightVersion       *string           `json:"weight_version"`
-	OutputTokenLogprobs []json.RawMessage `json:"output_token_logprobs"`
+	ID                  *string         `json:"id"`
+	FinishReason        json.RawMessage `json:"finish_reason"`
+	PromptTokens        *int            `json:"prompt_tokens"`
+	CompletionTokens    *int            `json:"completion_tokens"`
+	CachedTokens        *int            `json:"cached_tokens"`
+	WeightVersion       *string         `json:"weight_version"`
+	OutputTokenLogprobs *logprobEntries `json:"output_token_logprobs"`
 }
 
 // finishReason is BaseFinishReason.to_json()
@@ -143,7 +155,7 @@ func decodeGenerate(b []byte) (Result, string, error) {
 	res.Finish = finish
 
 	ids := w.OutputIDs
-	if mi.OutputTokenLogprobs == nil {
+	if mi.OutputTokenLogprobs == nil || mi.OutputTokenLogprobs.null {
 		if len(ids) > 0 {
 			return Result{}, "", badResponse("meta_info.output_token_logprobs: missing for %d output_ids", len(ids))
 		}
@@ -151,22 +163,20 @@ func decodeGenerate(b []byte) (Result, string, error) {
 		if ids == nil && finish.Type != FinishAbort {
 			return Result{}, "", badResponse("output_ids: missing")
 		}
-		if ids != nil && len(ids) != len(mi.OutputTokenLogprobs) {
-			return Result{}, "", badResponse("meta_info.output_token_logprobs: %d entries for %d output_ids",
-				len(mi.OutputTokenLogprobs), len(ids))
+		e := mi.OutputTokenLogprobs
+		if err := e.slowPath(); err != nil {
+			return Result{}, "", err
 		}
-		lps := make([]float32, len(mi.OutputTokenLogprobs))
-		lpIDs := make([]int32, len(mi.OutputTokenLogprobs))
-		for i, raw := range mi.OutputTokenLogprobs {
-			lp, id, err := decodeLogprobEntry(raw, i)
-			if err != nil {
-				return Result{}, "", err
-			}
+		if ids != nil && len(ids) != len(e.ids) {
+			return Result{}, "", badResponse("meta_info.output_token_logprobs: %d entries for %d output_ids",
+				len(e.ids), len(ids))
+		}
+		lps, lpIDs := e.lps, e.ids
+		for i, id := range lpIDs {
 			if ids != nil && id != ids[i] {
 				return Result{}, "", badResponse("meta_info.output_token_logprobs[%d]: token id %d, but output_ids[%d] is %d",
 					i, id, i, ids[i])
 			}
-			lps[i], lpIDs[i] = lp, id
 		}
 		if ids == nil { // an abort that sent log-probs but no output_ids
 			ids = lpIDs
@@ -276,6 +286,196 @@ func decodeMatched(raw json.RawMessage, f *Finish) error {
 }
 
 // decodeLogprobEntry reads one [logprob, token_id, text-or-null] entry.
+// logprobEntries is output_token_logprobs. Its entries are parsed without
+// reflection when each is [number, integer, string or null], which is what
+// SGLang sends; anything else is kept raw for decodeLogprobEntry, which
+// says exactly what is wrong.
+type logprobEntries struct {
+	null bool // the list was JSON null
+	lps  []float32
+	ids  []int32
+	raw  []json.RawMessage // set when the fast parse declined
+}
+
+func (e *logprobEntries) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		e.null = true
+		return nil
+	}
+	if lps, ids, ok := parseLogprobs(b); ok {
+		e.lps, e.ids = lps, ids
+		return nil
+	}
+	return json.Unmarshal(b, &e.raw)
+}
+
+// slowPath decodes the raw entries, if the fast parse declined them.
+func (e *logprobEntries) slowPath() error {
+	if e.raw == nil {
+		return nil
+	}
+	e.lps, e.ids = make([]float32, len(e.raw)), make([]int32, len(e.raw))
+	for i, raw := range e.raw {
+		lp, id, err := decodeLogprobEntry(raw, i)
+		if err != nil {
+			return err
+		}
+		e.lps[i], e.ids[i] = lp, id
+	}
+	e.raw = nil
+	return nil
+}
+
+// parseLogprobs parses [[logprob, token_id, text|null], ...]; ok is false
+// on anything else, including valid JSON of another shape.
+func parseLogprobs(b []byte) (lps []float32, ids []int32, ok bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, nil, false
+	}
+	lps, ids = make([]float32, 0, len(b)/16), make([]int32, 0, len(b)/16)
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return lps, ids, skipWS(b, i+1) == len(b)
+	}
+	for {
+		if i = skipWS(b, i); i >= len(b) || b[i] != '[' {
+			return nil, nil, false
+		}
+		i = skipWS(b, i+1)
+		j := numberEnd(b, i)
+		if j == i {
+			return nil, nil, false
+		}
+		lp, err := strconv.ParseFloat(string(b[i:j]), 64)
+		if err != nil {
+			return nil, nil, false
+		}
+		if i = skipWS(b, j); i >= len(b) || b[i] != ',' {
+			return nil, nil, false
+		}
+		i = skipWS(b, i+1)
+		j = numberEnd(b, i)
+		id, err := strconv.ParseInt(string(b[i:j]), 10, 32)
+		if j == i || err != nil {
+			return nil, nil, false
+		}
+		if i = skipWS(b, j); i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+			switch {
+			case i+4 <= len(b) && string(b[i:i+4]) == "null":
+				i += 4
+			case i < len(b) && b[i] == '"':
+				if i = stringEnd(b, i); i < 0 {
+					return nil, nil, false
+				}
+			default:
+				return nil, nil, false
+			}
+			i = skipWS(b, i)
+		}
+		if i >= len(b) || b[i] != ']' {
+			return nil, nil, false
+		}
+		lps, ids = append(lps, float32(lp)), append(ids, int32(id))
+		if i = skipWS(b, i+1); i >= len(b) {
+			return nil, nil, false
+		}
+		switch b[i] {
+		case ',':
+			i++
+		case ']':
+			return lps, ids, skipWS(b, i+1) == len(b)
+		default:
+			return nil, nil, false
+		}
+	}
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// numberEnd returns the end of the JSON number starting at i (i itself if
+// none does): -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func numberEnd(b []byte, i int) int {
+	start := i
+	digits := func(i int) int {
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(i)
+	default:
+		return start
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(i + 1)
+		if j == i+1 {
+			return start
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(i)
+		if j == i {
+			return start
+		}
+		i = j
+	}
+	return i
+}
+
+// stringEnd returns the index after the JSON string starting at b[i] ('"'),
+// or -1 if it is not one (escapes are checked for shape; control characters
+// are refused).
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c < 0x20:
+			return -1
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return -1
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return -1
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return -1
+					}
+				}
+				i += 4
+			default:
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
 func decodeLogprobEntry(raw json.RawMessage, i int) (float32, int32, error) {
 	field := fmt.Sprintf("meta_info.output_token_logprobs[%d]", i)
 	var parts []json.RawMessage
@@ -308,6 +508,10 @@ func unmarshalField(b []byte, v any, prefix string) error {
 	err := json.Unmarshal(b, v)
 	if err == nil {
 		return nil
+	}
+	var ee *jsonids.ElemError
+	if errors.As(err, &ee) { // output_ids is the only id list in a response
+		return badResponse("output_ids[%d]: %s", ee.Index, ee.Reason)
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {

@@ -28,8 +28,12 @@ type plan struct {
 	length     int    // finishLength: max_new_tokens
 }
 
-// hash64 is FNV-1a over 64-bit words, finished with a splitmix64 mix: stable
-// across runs and platforms, which is what determinism needs.
+// hash64 takes 64-bit words FNV-1a style (xor, then multiply by the FNV
+// prime), each step followed by an xor-shift so that high bits reach low
+// ones, and is finished with a splitmix64 mix: stable across runs and
+// platforms, which is what determinism needs. Every step is a bijection, so
+// two inputs that differ in one word never collide. A word at a time, not a
+// byte: the prefix cache hashes every token of every context.
 type hash64 uint64
 
 const (
@@ -38,11 +42,8 @@ const (
 )
 
 func (h hash64) add(v uint64) hash64 {
-	for i := 0; i < 8; i++ {
-		h ^= hash64(byte(v >> (8 * i)))
-		h *= fnvPrime
-	}
-	return h
+	h = (h ^ hash64(v)) * fnvPrime
+	return h ^ h>>32
 }
 
 func (h hash64) ids(ids []int32) hash64 {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/actloop/actloop/internal/jsonids"
 )
 
 // job is one /generate request on its way through the simulated scheduler.
@@ -357,7 +359,7 @@ func (s *Server) end(j *job, kind endKind) *generateOutput {
 		}
 		return out
 	}
-	out.OutputIDs = &ids
+	out.OutputIDs = (*jsonids.IDs)(&ids)
 	out.Text = outputText(req, p, ids, kind == endFinished)
 	switch kind {
 	case endAbortWaiting:

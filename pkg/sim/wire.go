@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/actloop/actloop/internal/jsonids"
 	"github.com/actloop/actloop/pkg/tokenize"
 )
 
@@ -34,7 +35,7 @@ const replyParam = "actloop_reply"
 type generateInput struct {
 	RID            *string        `json:"rid"`
 	Text           *string        `json:"text"`
-	InputIDs       []*int32       `json:"input_ids"`
+	InputIDs       jsonids.IDs    `json:"input_ids"`
 	SamplingParams *samplingInput `json:"sampling_params"`
 	ReturnLogprob  *bool          `json:"return_logprob"`
 	Stream         *bool          `json:"stream"`
@@ -111,6 +112,10 @@ func decodeJSON(b []byte, v any) error {
 	err := json.Unmarshal(b, v)
 	if err == nil {
 		return nil
+	}
+	var ee *jsonids.ElemError
+	if errors.As(err, &ee) { // input_ids is the only id list decoded so
+		return errField(fmt.Sprintf("input_ids[%d]", ee.Index), "%s", ee.Reason)
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
@@ -204,27 +209,23 @@ func decodeGenerateRequest(b []byte) (*genRequest, error) {
 	return req, nil
 }
 
-// inputIDs validates input_ids: present, not empty, no null or negative id.
-func inputIDs(in []*int32) ([]int32, error) {
-	if len(in) == 0 {
+// inputIDs validates input_ids: not empty, no negative id (the decoder
+// refused null and non-integer ids).
+func inputIDs(ids []int32) ([]int32, error) {
+	if len(ids) == 0 {
 		return nil, errField("input_ids", "cannot be empty")
 	}
-	ids := make([]int32, len(in))
-	for i, id := range in {
-		if id == nil {
-			return nil, errField(fmt.Sprintf("input_ids[%d]", i), "null token id")
+	for i, id := range ids {
+		if id < 0 {
+			return nil, errField(fmt.Sprintf("input_ids[%d]", i), "negative token id %d", id)
 		}
-		if *id < 0 {
-			return nil, errField(fmt.Sprintf("input_ids[%d]", i), "negative token id %d", *id)
-		}
-		ids[i] = *id
 	}
 	return ids, nil
 }
 
 // planInput is the JSON of POST /actloop/plan.
 type planInput struct {
-	InputIDs []*int32 `json:"input_ids"`
+	InputIDs jsonids.IDs `json:"input_ids"`
 }
 
 // decodePlanRequest parses and validates the body of POST /actloop/plan:
@@ -307,9 +308,9 @@ func newRID() string {
 
 // generateOutput is the body of a /generate answer.
 type generateOutput struct {
-	Text      string     `json:"text"`
-	OutputIDs *[]int32   `json:"output_ids,omitempty"`
-	MetaInfo  metaOutput `json:"meta_info"`
+	Text      string       `json:"text"`
+	OutputIDs *jsonids.IDs `json:"output_ids,omitempty"`
+	MetaInfo  metaOutput   `json:"meta_info"`
 }
 
 type metaOutput struct {

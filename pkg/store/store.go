@@ -97,7 +97,8 @@ type Trajectory struct {
 	UpdatedAt   time.Time
 	FinishedAt  time.Time
 
-	// Filled only when loaded with WithMessages / WithTokens.
+	// Filled only when loaded with WithMessages / WithTokens (Tokens alone
+	// with WithTokenIDs).
 	Messages []schema.Message
 	Tokens   []int32
 	Logprobs []float32
@@ -110,9 +111,10 @@ type Parts uint8
 
 // Parts of a trajectory.
 const (
-	WithMessages Parts = 1 << iota
-	WithTokens
-	WithAll = WithMessages | WithTokens
+	WithMessages Parts                 = 1 << iota
+	WithTokenIDs                       // the token ids only: a generation's context
+	WithTokens   = 1<<2 | WithTokenIDs // ids, log-probs, mask and versions
+	WithAll      = WithMessages | WithTokens
 )
 
 // Store reads and writes trajectories in Redis.
@@ -181,8 +183,11 @@ func (s *Store) Load(ctx context.Context, id string, parts Parts) (*Trajectory, 
 	if parts&WithMessages != 0 {
 		msgs = pipe.LRange(ctx, k.msgs, 0, -1)
 	}
-	if parts&WithTokens != 0 {
-		tok, lp, mask, ver = pipe.Get(ctx, k.tok), pipe.Get(ctx, k.lp), pipe.Get(ctx, k.mask), pipe.Get(ctx, k.ver)
+	if parts&WithTokenIDs != 0 {
+		tok = pipe.Get(ctx, k.tok)
+	}
+	if parts&WithTokens == WithTokens {
+		lp, mask, ver = pipe.Get(ctx, k.lp), pipe.Get(ctx, k.mask), pipe.Get(ctx, k.ver)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("load %s: %w", id, err)
@@ -205,6 +210,8 @@ func (s *Store) Load(ctx context.Context, id string, parts Parts) (*Trajectory, 
 	}
 	if tok != nil {
 		t.Tokens = unpackInt32(tok.Val())
+	}
+	if lp != nil {
 		t.Logprobs = unpackFloat32(lp.Val())
 		t.Mask = unpackInt8(mask.Val())
 		t.Versions = unpackInt32(ver.Val())

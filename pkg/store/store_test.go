@@ -109,6 +109,14 @@ func TestCommitAppliesOnce(t *testing.T) {
 		if len(tr.Tokens) != 1 || len(tr.Messages) != 1 || tr.Seq != 1 {
 			t.Fatalf("after racing commits: %+v", tr)
 		}
+		ids, err := s.Load(ctx, "b", store.WithTokenIDs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids.Tokens) != 1 || ids.Tokens[0] != tr.Tokens[0] || ids.Logprobs != nil || ids.Mask != nil ||
+			ids.Versions != nil || ids.Messages != nil {
+			t.Fatalf("loaded with the ids only: %+v", ids)
+		}
 		if err := s.Commit(ctx, store.Commit{ID: "nope", Seq: 0}); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("commit missing: %v", err)
 		}

@@ -3,28 +3,15 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 
-	"github.com/actloop/actloop/internal/coordinator"
-	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/services"
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := services.Run("coordinator"); err != nil {
 		fmt.Fprintln(os.Stderr, "coordinator:", err)
 		os.Exit(1)
 	}
-}
-
-func run() error {
-	var cfg coordinator.Config
-	return service.Main("coordinator", &cfg, func(ctx context.Context, d *service.Deps) error {
-		c, err := coordinator.New(ctx, cfg, d)
-		if err != nil {
-			return err
-		}
-		return c.Run(ctx)
-	})
 }

@@ -3,28 +3,15 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 
-	"github.com/actloop/actloop/internal/genworker"
-	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/services"
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := services.Run("gen-worker"); err != nil {
 		fmt.Fprintln(os.Stderr, "gen-worker:", err)
 		os.Exit(1)
 	}
-}
-
-func run() error {
-	var cfg genworker.Config
-	return service.Main("gen-worker", &cfg, func(ctx context.Context, d *service.Deps) error {
-		w, err := genworker.New(ctx, cfg, d, nil)
-		if err != nil {
-			return err
-		}
-		return w.Run(ctx)
-	})
 }

@@ -3,24 +3,15 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 
-	"github.com/actloop/actloop/internal/predictor"
-	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/services"
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := services.Run("predictor-gw"); err != nil {
 		fmt.Fprintln(os.Stderr, "predictor-gw:", err)
 		os.Exit(1)
 	}
-}
-
-func run() error {
-	var cfg predictor.Config
-	return service.Main("predictor-gw", &cfg, func(ctx context.Context, d *service.Deps) error {
-		return predictor.New(cfg, d).Run(ctx)
-	})
 }
