@@ -67,7 +67,11 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox backend: %w", err)
 	}
-	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: agent.DefaultConfig(), board: &priority.Board{},
+	ac, err := agent.LoadOrDefault(cfg.AgentConfig)
+	if err != nil {
+		return nil, fmt.Errorf("ACTLOOP_AGENT_CONFIG: %w", err)
+	}
+	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: ac, board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: local, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
@@ -218,7 +222,7 @@ func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commi
 	if res.TimedOut {
 		obs, err = w.agent.Timeout(t.Action, res.Output)
 	} else {
-		obs, err = w.agent.Observation(res.Output, res.ReturnCode)
+		obs, err = w.agent.Observation(t.Action, res.Output, res.ReturnCode)
 	}
 	if err != nil {
 		return store.Commit{}, bus.Fatal(fmt.Errorf("render observation: %w", err))
