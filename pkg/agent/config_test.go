@@ -54,16 +54,18 @@ func TestDefaultConfigGolden(t *testing.T) {
 	long := strings.Repeat("abcdé€😀\n", 3000)
 	want := readGolden(t, "builtin.golden.json")
 	renders := map[string]func() (string, error){
-		"system":              func() (string, error) { return c.System(nil) },
-		"instance":            func() (string, error) { return c.Instance("Fix the off-by-one in pager.go.", nil) },
-		"observation_short":   func() (string, error) { return c.Observation("ls", "hello\nworld\n", 1) },
-		"observation_empty":   func() (string, error) { return c.Observation("true", "", 0) },
-		"observation_long":    func() (string, error) { return c.Observation("cat f", long[:len(long)/2], 0) },
-		"format_error_none":   func() (string, error) { return c.FormatError(nil) },
-		"format_error_two":    func() (string, error) { return c.FormatError([]string{"ls", "pwd"}) },
-		"format_error_reason": func() (string, error) { return c.FormatErrorFor(&FormatError{Actions: []string{"  "}, Reason: "the command is empty"}) },
-		"timeout_short":       func() (string, error) { return c.Timeout("sleep 9", "partial\n") },
-		"timeout_long":        func() (string, error) { return c.Timeout("yes", long) },
+		"system":            func() (string, error) { return c.System(nil) },
+		"instance":          func() (string, error) { return c.Instance("Fix the off-by-one in pager.go.", nil) },
+		"observation_short": func() (string, error) { return c.Observation("ls", "hello\nworld\n", 1) },
+		"observation_empty": func() (string, error) { return c.Observation("true", "", 0) },
+		"observation_long":  func() (string, error) { return c.Observation("cat f", long[:len(long)/2], 0) },
+		"format_error_none": func() (string, error) { return c.FormatError(nil) },
+		"format_error_two":  func() (string, error) { return c.FormatError([]string{"ls", "pwd"}) },
+		"format_error_reason": func() (string, error) {
+			return c.FormatErrorFor(&FormatError{Actions: []string{"  "}, Reason: "the command is empty"})
+		},
+		"timeout_short": func() (string, error) { return c.Timeout("sleep 9", "partial\n") },
+		"timeout_long":  func() (string, error) { return c.Timeout("yes", long) },
 	}
 	if len(renders) != len(want) {
 		t.Fatalf("%d renders for %d golden entries", len(renders), len(want))
