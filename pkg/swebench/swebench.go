@@ -279,7 +279,7 @@ func patchFiles(patch string) ([]string, error) {
 const statusLines = `^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) `
 
 // nonTestExts are the test_patch files not passed to the test command:
-// SWE-bench's NON_TEST_EXTS (harness/test_spec, get_test_directives).
+// SWE-bench's NON_TEST_EXTS (swebench/harness/test_spec/python.py, get_test_directives).
 var nonTestExts = []string{".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml"}
 
 // evalScript restores the test files to base_commit (a file that did not
