@@ -20,6 +20,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/swebench"
 )
 
 // trainerConfig is what the trainer-side commands read from the environment.
@@ -65,8 +66,17 @@ func connect(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	format := fs.String("format", "native", "`native` (actloop samples) or `swebench` (SWE-bench rows)")
+	var sw swebench.Options
+	fs.StringVar(&sw.Backend, "backend", schema.BackendLocal, "swebench: the samples' env backend")
+	fs.StringVar(&sw.Workspace, "workspace", "", "swebench: directory holding the repository, copied into a local sandbox; {repo} and {instance_id} are replaced")
+	fs.StringVar(&sw.TestCommand, "test-cmd", swebench.DefaultTestCommand, "swebench: command that runs the tests and prints pytest -rA summary lines")
+	fs.IntVar(&sw.Limits.StepLimit, "step-limit", 0, "swebench: limits.step_limit of every sample (0 = none)")
+	fs.IntVar(&sw.Sampling.MaxNewTokens, "max-new-tokens", 0, "swebench: sampling.max_new_tokens of every sample (0 = default)")
+	fs.Float64Var(&sw.Sampling.Temperature, "temperature", 1, "swebench: sampling.temperature of every sample")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: actloop submit FILE.jsonl   (- for standard input)\n\nValidates every sample first; publishes nothing if any line is invalid.")
+		fmt.Fprintln(stderr, "usage: actloop submit [--format native|swebench] [flags] FILE.jsonl   (- for standard input)\n\nValidates every sample first; publishes nothing if any line is invalid.")
+		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -84,7 +94,19 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer f.Close()
 		in = f
 	}
-	samples, err := readSamples(in)
+	var samples []schema.Sample
+	var err error
+	switch *format {
+	case "native":
+		samples, err = readSamples(in)
+	case "swebench":
+		if samples, err = swebench.Read(in, sw); err != nil {
+			err = fmt.Errorf("nothing submitted:\n%w", err)
+		}
+	default:
+		fs.Usage()
+		return &exitError{2, fmt.Errorf("submit: --format: unknown format %q (want native or swebench)", *format)}
+	}
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,8 @@ type Config struct {
 	SimExecLatency  time.Duration `envconfig:"SIM_ENV_EXEC_LATENCY" default:"500ms"`
 	SimEnvTimeScale float64       `envconfig:"SIM_ENV_TIME_SCALE" default:"1"`
 	Addr            string        `envconfig:"ENV_WORKER_ADDR" default:":8082"`
+	// AgentConfig: the mini-swe-agent YAML configuration, as for the gen-worker.
+	AgentConfig string `envconfig:"AGENT_CONFIG"`
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]+`)

@@ -18,6 +18,7 @@ package envworker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -37,6 +38,7 @@ import (
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/store"
+	"github.com/actloop/actloop/pkg/testlog"
 	"github.com/actloop/actloop/pkg/tokenize"
 )
 
@@ -67,7 +69,11 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox backend: %w", err)
 	}
-	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: agent.DefaultConfig(), board: &priority.Board{},
+	ac, err := agent.LoadOrDefault(cfg.AgentConfig)
+	if err != nil {
+		return nil, fmt.Errorf("ACTLOOP_AGENT_CONFIG: %w", err)
+	}
+	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: ac, board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: local, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
@@ -218,7 +224,7 @@ func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commi
 	if res.TimedOut {
 		obs, err = w.agent.Timeout(t.Action, res.Output)
 	} else {
-		obs, err = w.agent.Observation(res.Output, res.ReturnCode)
+		obs, err = w.agent.Observation(t.Action, res.Output, res.ReturnCode)
 	}
 	if err != nil {
 		return store.Commit{}, bus.Fatal(fmt.Errorf("render observation: %w", err))
@@ -246,52 +252,95 @@ func (w *Worker) finishStep(ctx context.Context, t *store.Trajectory) (store.Com
 	default:
 		return store.Commit{}, err
 	}
-	reward, note, err := w.evaluate(ctx, t, diff)
+	ev, err := w.evaluate(ctx, t, diff)
 	if err != nil {
 		return store.Commit{}, err
 	}
-	if note != "" {
-		reason += "; " + note
+	if ev.note != "" {
+		reason += "; " + ev.note
 	}
-	return store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
+	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
 		store.FieldStatus: string(store.StatusTerminated), store.FieldReason: reason, store.FieldDiff: diff,
-		store.FieldReward:     strconv.FormatFloat(reward, 'g', -1, 64),
-		store.FieldFinishedAt: strconv.FormatInt(w.d.Now().UnixMilli(), 10)}}, nil
+		store.FieldReward:     strconv.FormatFloat(ev.reward, 'g', -1, 64),
+		store.FieldFinishedAt: strconv.FormatInt(w.d.Now().UnixMilli(), 10)}}
+	if ev.tests != nil {
+		b, err := json.Marshal(ev.tests)
+		if err != nil {
+			return store.Commit{}, bus.Fatal(fmt.Errorf("test outcomes: %w", err))
+		}
+		c.Set[store.FieldTests] = string(b)
+	}
+	return c, nil
 }
 
-// evaluate runs the eval command in a fresh sandbox with diff applied:
-// reward 1 when it exits 0, else 0. note explains a 0 that is not the eval's
-// verdict.
-func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string) (reward float64, note string, err error) {
+// evaluation is the verdict on a trajectory. note explains a 0 that is not
+// the eval's verdict; tests holds each listed test's outcome, for samples
+// that list tests.
+type evaluation struct {
+	reward float64
+	note   string
+	tests  map[string]string
+}
+
+// missingTests gives every test of ts the outcome MISSING: the eval did not
+// report them.
+func missingTests(ts *schema.Tests) map[string]string {
+	if ts == nil {
+		return nil
+	}
+	m := map[string]string{}
+	for _, id := range append(append([]string{}, ts.FailToPass...), ts.PassToPass...) {
+		m[id] = testlog.Missing
+	}
+	return m
+}
+
+// evaluate runs the eval command in a fresh sandbox with diff applied. A
+// sample that lists tests (env.tests) is scored by the eval's output: reward
+// 1 when every listed test is reported passed (pkg/testlog); any other by
+// the exit code: reward 1 when it exits 0.
+func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string) (evaluation, error) {
 	env := t.Sample.Env
 	if env.Eval == "" {
-		return 0, "no eval command", nil
+		return evaluation{note: "no eval command", tests: missingTests(env.Tests)}, nil
 	}
 	b, err := w.backend(t)
 	if err != nil {
-		return 0, "", err
+		return evaluation{}, err
 	}
 	// A fresh name per attempt: two deliveries of one finish may overlap.
 	sb, err := b.Start(ctx, fmt.Sprintf("%s-eval-%d", t.ID, w.evals.Add(1)), sandbox.Spec{Workspace: env.Workspace, Patch: diff,
 		Setup: env.Setup, SetupTimeout: env.SetupTimeout()})
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, "", err
+			return evaluation{}, err
 		}
-		return 0, "eval sandbox: " + err.Error(), nil
+		return evaluation{note: "eval sandbox: " + err.Error(), tests: missingTests(env.Tests)}, nil
 	}
 	defer func() { _ = sb.Close(context.WithoutCancel(ctx)) }()
 	res, err := sb.Exec(ctx, env.Eval, env.EvalTimeout())
 	if err != nil {
-		return 0, "", fmt.Errorf("eval: %w", err)
+		return evaluation{}, fmt.Errorf("eval: %w", err)
+	}
+	if env.Tests != nil {
+		// A timed-out eval's partial output still says which tests ran.
+		ev := evaluation{}
+		ev.reward, ev.tests = testlog.Score(*env.Tests, res.Output)
+		switch {
+		case res.TimedOut:
+			ev.reward, ev.note = 0, "eval timed out"
+		case res.Truncated && ev.reward == 0:
+			ev.note = "eval output was cut at ACTLOOP_OUTPUT_LIMIT; tests in the cut part read as MISSING"
+		}
+		return ev, nil
 	}
 	switch {
 	case res.TimedOut:
-		return 0, "eval timed out", nil
+		return evaluation{note: "eval timed out"}, nil
 	case res.ReturnCode == 0:
-		return 1, "", nil
+		return evaluation{reward: 1}, nil
 	}
-	return 0, "", nil
+	return evaluation{}, nil
 }
 
 // sandbox returns t's sandbox, from this process or re-attached by handle

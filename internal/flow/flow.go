@@ -113,7 +113,7 @@ func Result(t *store.Trajectory, ctl schema.Control) schema.Result {
 	s := t.Sample
 	r := schema.Result{
 		V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID, GroupIndex: s.GroupIndex,
-		GroupSize: s.GroupSize, Family: s.Family, Reason: t.Reason, Reward: t.Reward, Diff: t.Diff, Turns: t.Calls,
+		GroupSize: s.GroupSize, Family: s.Family, Reason: t.Reason, Reward: t.Reward, Diff: t.Diff, Tests: t.Tests, Turns: t.Calls,
 		Commands: t.Commands, GenTokens: t.GenTokens, PromptLen: t.PromptLen, Metadata: s.Metadata,
 		AdmittedAt: t.AdmittedAt.UTC(), FinishedAt: t.FinishedAt.UTC(),
 		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{},

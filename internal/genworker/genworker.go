@@ -68,6 +68,10 @@ type Config struct {
 	StealAfter time.Duration `envconfig:"STEAL_AFTER" default:"5s"`
 	WorkerID   string        `envconfig:"WORKER_ID"`
 	Addr       string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
+	// AgentConfig is the path of a mini-swe-agent YAML configuration whose
+	// templates, action pattern and step limit drive the agent; "" = the
+	// built-in one. The env-worker reads the same setting.
+	AgentConfig string `envconfig:"AGENT_CONFIG"`
 }
 
 // Validate joins every problem with c.
@@ -137,15 +141,22 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		host, _ := os.Hostname()
 		id = host + "-" + cfg.Replica
 	}
+	ac, err := agent.LoadOrDefault(cfg.AgentConfig)
+	if err != nil {
+		return nil, fmt.Errorf("ACTLOOP_AGENT_CONFIG: %w", err)
+	}
+	if ac.CostLimit > 0 {
+		d.Log.Info("agent config: cost_limit is not applied; actloop counts tokens, not dollars (set limits.token_budget per sample)",
+			"cost_limit", ac.CostLimit)
+	}
 	tmpl := tokenize.NewByteChatML()
-	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tok, agent: agent.DefaultConfig(),
+	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tok, agent: ac,
 		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
 	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
 		interval: min(max(cfg.StealAfter/4, 50*time.Millisecond), time.Second)}
-	var err error
 	name := "gen-" + cfg.Replica
 	if w.hi, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-hi", bus.SubjectGen(cfg.Replica, priority.ClassHigh)); err != nil {
 		return nil, err
@@ -284,7 +295,8 @@ func (w *Worker) Handler() http.Handler {
 func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (store.Commit, error) {
 	s := t.Sample
 	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{}}
-	lim := agent.Limits{StepLimit: s.Limits.StepLimit, TokenBudget: s.Limits.TokenBudget, WallClock: s.Limits.WallClock()}
+	lim := agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, w.agent.StepLimit), TokenBudget: s.Limits.TokenBudget,
+		WallClock: s.Limits.WallClock()}
 	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt)}
 	if ctl := w.control.Get(); ctl.StalePolicy == schema.StaleRestart && oldestVersion(t) < ctl.StaleBefore() {
 		return w.restart(t, c), nil // a partial turn too: its tokens would mix versions
@@ -356,7 +368,7 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 	c.Set[store.FieldRID], c.Set[store.FieldTurnGen] = "", "0"
 	c.Set[store.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + len(res.OutputIDs))
 
-	action, perr := agent.ParseAction(text)
+	action, perr := w.agent.ParseAction(text)
 	var fe *agent.FormatError
 	switch {
 	case perr == nil:

@@ -42,11 +42,26 @@ func (e *FormatError) Error() string {
 //   - An empty or whitespace-only block is a *FormatError with a Reason;
 //     running nothing would cost a sandbox call to tell the model nothing.
 func ParseAction(output string) (string, error) {
+	return parseAction(actionRe, output)
+}
+
+// ParseAction is the package's ParseAction with c's ActionRegex. An
+// ActionRegex that does not compile (which Validate reports) is a
+// *FormatError naming it, so the rollout goes on and the cause is visible.
+func (c Config) ParseAction(output string) (string, error) {
+	re, err := compileActionRegex(c.ActionRegex)
+	if err != nil {
+		return "", &FormatError{Reason: err.Error()}
+	}
+	return parseAction(re, output)
+}
+
+func parseAction(re *regexp.Regexp, output string) (string, error) {
 	output = strings.ReplaceAll(output, "\r\n", "\n")
-	matches := actionRe.FindAllStringSubmatch(output, -1)
+	matches := re.FindAllStringSubmatch(output, -1)
 	actions := make([]string, 0, len(matches))
 	for _, m := range matches {
-		actions = append(actions, m[1])
+		actions = append(actions, m[len(m)-1]) // the group, or the whole match without one
 	}
 	if len(actions) != 1 {
 		return "", &FormatError{Actions: actions}

@@ -246,3 +246,22 @@ func FuzzParseAction(f *testing.F) {
 		}
 	})
 }
+
+func TestConfigParseAction(t *testing.T) {
+	c := DefaultConfig()
+	if got, err := c.ParseAction("x\n```bash\nls\n```"); err != nil || got != "ls" {
+		t.Errorf("default pattern: ParseAction() = %q, %v", got, err)
+	}
+	c.ActionRegex = "<cmd>.*?</cmd>" // no group: the whole match is the action
+	if got, err := c.ParseAction("<cmd>ls</cmd>"); err != nil || got != "<cmd>ls</cmd>" {
+		t.Errorf("no group: ParseAction() = %q, %v", got, err)
+	}
+	var fe *FormatError
+	if _, err := c.ParseAction("<cmd>a</cmd><cmd>b</cmd>"); !errors.As(err, &fe) || len(fe.Actions) != 2 {
+		t.Errorf("two matches: error = %v, want a FormatError with 2 actions", err)
+	}
+	c.ActionRegex = "("
+	if _, err := c.ParseAction("x"); !errors.As(err, &fe) || !strings.Contains(fe.Reason, "action_regex") {
+		t.Errorf("bad pattern: error = %v, want a FormatError naming action_regex", err)
+	}
+}

@@ -1,217 +1,288 @@
 package agent
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
-	"unicode/utf8"
 )
 
-func TestDefaultConfigValidates(t *testing.T) {
+func TestDefaultConfigParses(t *testing.T) {
+	if _, err := Parse(defaultYAML, nil); err != nil {
+		t.Fatalf("Parse(default.yaml) = %v", err)
+	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
 }
 
-func TestDefaultConfigRenders(t *testing.T) {
+func TestDefaultConfigIsACopy(t *testing.T) {
+	a := DefaultConfig()
+	a.Vars["task"] = "changed"
+	if _, ok := DefaultConfig().Vars["task"]; ok {
+		t.Fatal("a change to one DefaultConfig's Vars shows in the next")
+	}
+}
+
+func longOutput(n int) string {
+	r := []rune("abcdé€😀\n")
+	var b strings.Builder
+	for i := range n {
+		b.WriteRune(r[i%len(r)])
+	}
+	return b.String()
+}
+
+func readGolden(t *testing.T, name string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// The built-in configuration renders what the earlier Go text/template
+// version of the same templates rendered (testdata/builtin.golden.json).
+func TestDefaultConfigGolden(t *testing.T) {
 	c := DefaultConfig()
-
-	system, err := c.System(nil)
-	if err != nil {
-		t.Fatalf("System() error = %v", err)
+	long := strings.Repeat("abcdé€😀\n", 3000)
+	want := readGolden(t, "builtin.golden.json")
+	renders := map[string]func() (string, error){
+		"system":            func() (string, error) { return c.System(nil) },
+		"instance":          func() (string, error) { return c.Instance("Fix the off-by-one in pager.go.", nil) },
+		"observation_short": func() (string, error) { return c.Observation("ls", "hello\nworld\n", 1) },
+		"observation_empty": func() (string, error) { return c.Observation("true", "", 0) },
+		"observation_long":  func() (string, error) { return c.Observation("cat f", long[:len(long)/2], 0) },
+		"format_error_none": func() (string, error) { return c.FormatError(nil) },
+		"format_error_two":  func() (string, error) { return c.FormatError([]string{"ls", "pwd"}) },
+		"format_error_reason": func() (string, error) {
+			return c.FormatErrorFor(&FormatError{Actions: []string{"  "}, Reason: "the command is empty"})
+		},
+		"timeout_short": func() (string, error) { return c.Timeout("sleep 9", "partial\n") },
+		"timeout_long":  func() (string, error) { return c.Timeout("yes", long) },
 	}
-	for _, want := range []string{"exactly ONE bash code block", "```bash\n", "echo " + SubmitMarker + " && git add -A && git diff --cached"} {
-		if !strings.Contains(system, want) {
-			t.Errorf("System() lacks %q", want)
+	if len(renders) != len(want) {
+		t.Fatalf("%d renders for %d golden entries", len(renders), len(want))
+	}
+	for name, render := range renders {
+		got, err := render()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
 		}
-	}
-
-	instance, err := c.Instance("Fix the off-by-one in pager.go.", nil)
-	if err != nil {
-		t.Fatalf("Instance() error = %v", err)
-	}
-	if !strings.HasPrefix(instance, "Please solve this issue: Fix the off-by-one in pager.go.\n") {
-		t.Errorf("Instance() = %q..., want the task first", instance[:min(80, len(instance))])
-	}
-
-	// Jinja drops a template's final newline; the defaults do too.
-	for name, s := range map[string]string{"system": system, "instance": instance} {
-		if strings.HasSuffix(s, "\n") {
-			t.Errorf("%s message ends in a newline", name)
+		if got != want[name] {
+			t.Errorf("%s differs from the golden file at byte %d", name, firstDiff(got, want[name]))
 		}
 	}
 }
 
-// The expected strings are what mini-swe-agent's Jinja templates render for
-// the same input (checked with jinja2 3.1).
-func TestDefaultTemplatesMatchMiniSWEAgent(t *testing.T) {
-	c := DefaultConfig()
-	tests := []struct {
-		name   string
-		render func() (string, error)
-		want   string
-	}{
-		{
-			name:   "observation",
-			render: func() (string, error) { return c.Observation("hello\nworld\n", 1) },
-			want:   "<returncode>1</returncode>\n<output>\nhello\nworld\n</output>",
-		},
-		{
-			name:   "observation without final newline",
-			render: func() (string, error) { return c.Observation("x", 0) },
-			want:   "<returncode>0</returncode>\n<output>\nx</output>",
-		},
-		{
-			name:   "timeout",
-			render: func() (string, error) { return c.Timeout("sleep 9", "hello\nworld\n") },
-			want: "The last command <command>sleep 9</command> timed out and has been killed.\n" +
-				"The output of the command was:\n<output>\nhello\nworld\n\n</output>\n" +
-				"Please try another command and make sure to avoid those requiring interactive input.",
-		},
+func firstDiff(a, b string) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.render()
+	return i
+}
+
+// TestMiniSWEAgentConfigs renders each template of mini-swe-agent's own
+// configurations (examples/mini-swe-agent) and compares them with what
+// Python's Jinja2 renders for the same variables (testdata/gen_golden.py).
+func TestMiniSWEAgentConfigs(t *testing.T) {
+	b, err := os.ReadFile("testdata/minisweagent_cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name     string         `json:"name"`
+		Template string         `json:"template"`
+		Vars     map[string]any `json:"vars"`
+	}
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{"default", "swebench"} {
+		t.Run(file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("..", "..", "examples", "mini-swe-agent", file+".yaml"))
 			if err != nil {
-				t.Fatalf("error = %v", err)
+				t.Fatal(err)
 			}
-			if got != tt.want {
-				t.Fatalf("got %q\nwant %q", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestDefaultObservationTruncates(t *testing.T) {
-	c := DefaultConfig()
-	// 10001 characters but 15002 bytes: the cut is by character, as in Python.
-	output := strings.Repeat("é", 5001) + strings.Repeat("z", 5000)
-	got, err := c.Observation(output, 0)
-	if err != nil {
-		t.Fatalf("Observation() error = %v", err)
-	}
-	if !utf8.ValidString(got) {
-		t.Fatal("Observation() cut a UTF-8 sequence")
-	}
-	for _, want := range []string{
-		"<warning>",
-		"<output_head>\n" + strings.Repeat("é", 5000) + "\n</output_head>",
-		"<elided_chars>\n1 characters elided\n</elided_chars>",
-		"<output_tail>\n" + strings.Repeat("z", 5000) + "\n</output_tail>",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("Observation() lacks %q", want[:min(60, len(want))])
-		}
-	}
-
-	// One character under the threshold is shown whole.
-	got, err = c.Observation(strings.Repeat("é", 9999), 0)
-	if err != nil {
-		t.Fatalf("Observation() error = %v", err)
-	}
-	if strings.Contains(got, "<warning>") {
-		t.Error("Observation() of 9999 characters truncated, want it whole")
-	}
-}
-
-func TestDefaultTimeoutTruncates(t *testing.T) {
-	got, err := DefaultConfig().Timeout("yes", strings.Repeat("y", 12000))
-	if err != nil {
-		t.Fatalf("Timeout() error = %v", err)
-	}
-	if !strings.Contains(got, "<elided_chars>2000 characters elided</elided_chars>") {
-		t.Errorf("Timeout() lacks the elided count: %q", got[:min(300, len(got))])
-	}
-}
-
-func TestDefaultFormatError(t *testing.T) {
-	c := DefaultConfig()
-	tests := []struct {
-		name   string
-		render func() (string, error)
-		prefix string
-	}{
-		{
-			name:   "no actions",
-			render: func() (string, error) { return c.FormatError(nil) },
-			prefix: "Please always provide EXACTLY ONE action in triple backticks, found 0 actions.\nIf you want",
-		},
-		{
-			name:   "two actions",
-			render: func() (string, error) { return c.FormatError([]string{"ls", "pwd"}) },
-			prefix: "Please always provide EXACTLY ONE action in triple backticks, found 2 actions.\nIf you want",
-		},
-		{
-			name: "from ParseAction, with a reason",
-			render: func() (string, error) {
-				_, err := ParseAction("```bash\n \n```")
-				fe, ok := err.(*FormatError)
-				if !ok {
-					t.Fatalf("ParseAction() error = %v, want *FormatError", err)
+			want := readGolden(t, "minisweagent_"+file+".golden.json")
+			for _, tc := range cases {
+				// The host's variables go in through Parse, the call's through the method.
+				host := map[string]any{"system": "Linux", "release": "6.1.0", "version": "#1 SMP", "machine": "x86_64"}
+				for k, v := range tc.Vars {
+					switch k {
+					case "task", "output", "actions", "action":
+					default:
+						host[k] = v
+					}
 				}
-				return c.FormatErrorFor(fe)
-			},
-			prefix: "Your bash block was rejected: the command is empty.\nIf you want",
-		},
-		{
-			name:   "nil FormatError",
-			render: func() (string, error) { return c.FormatErrorFor(nil) },
-			prefix: "Please always provide EXACTLY ONE action in triple backticks, found 0 actions.",
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.render()
-			if err != nil {
-				t.Fatalf("error = %v", err)
-			}
-			if !strings.HasPrefix(got, tt.prefix) {
-				t.Fatalf("got %q, want prefix %q", got[:min(len(got), len(tt.prefix)+20)], tt.prefix)
+				c, err := Parse(data, host)
+				if err != nil {
+					t.Fatalf("Parse(%s.yaml) = %v", file, err)
+				}
+				got, err := renderCase(c, tc.Template, tc.Vars)
+				if err != nil {
+					t.Errorf("%s: %v", tc.Name, err)
+					continue
+				}
+				if got != want[tc.Name] {
+					i := firstDiff(got, want[tc.Name])
+					t.Errorf("%s differs from Jinja2 at byte %d: got %q, want %q", tc.Name, i,
+						got[max(0, i-40):min(len(got), i+40)], want[tc.Name][max(0, i-40):min(len(want[tc.Name]), i+40)])
+				}
 			}
 		})
 	}
 }
 
-func TestMissingVariableErrors(t *testing.T) {
-	c := DefaultConfig()
-	c.SystemTemplate = "You work in {{.Vars.repo}}."
-	c.InstanceTemplate = "{{.Task}} on {{.Vars.os}}"
+func caseString(v any) string {
+	if m, ok := v.(map[string]any); ok {
+		if n, ok := m["__long__"].(float64); ok {
+			return longOutput(int(n))
+		}
+	}
+	s, _ := v.(string)
+	return s
+}
 
+func renderCase(c Config, template string, vars map[string]any) (string, error) {
+	switch template {
+	case fieldSystem:
+		return c.System(nil)
+	case fieldInstance:
+		return c.Instance(vars["task"].(string), nil)
+	case fieldObservation:
+		o := vars["output"].(map[string]any)
+		return c.Observation(o["action"].(string), caseString(o["output"]), int(o["returncode"].(float64)))
+	case fieldFormatError:
+		var actions []string
+		for _, a := range vars["actions"].([]any) {
+			actions = append(actions, a.(string))
+		}
+		return c.FormatError(actions)
+	case fieldTimeout:
+		return c.Timeout(vars["action"].(map[string]any)["action"].(string), caseString(vars["output"]))
+	}
+	panic("unknown template " + template)
+}
+
+func TestParse(t *testing.T) {
+	const base = "agent:\n  system_template: s\n  instance_template: '{{task}}'\n  action_observation_template: '{{output.returncode}}'\n  format_error_template: f\n"
+	// with replaces the line of key in base.
+	with := func(key, value string) string {
+		lines := strings.Split(base, "\n")
+		for i, l := range lines {
+			if strings.HasPrefix(l, "  "+key+":") {
+				lines[i] = "  " + key + ": " + value
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
 	tests := []struct {
 		name    string
-		render  func() (string, error)
-		want    string
-		wantErr string // substring; "" for no error
+		yaml    string
+		check   func(t *testing.T, c Config)
+		wantErr string
 	}{
-		{"system var present", func() (string, error) { return c.System(map[string]string{"repo": "/testbed"}) }, "You work in /testbed.", ""},
-		{"system var missing", func() (string, error) { return c.System(map[string]string{"other": "x"}) }, "", "system_template: "},
-		{"system nil vars", func() (string, error) { return c.System(nil) }, "", `no entry for key "repo"`},
-		{"instance var missing", func() (string, error) { return c.Instance("t", nil) }, "", "instance_template: "},
-		{"instance var present", func() (string, error) { return c.Instance("t", map[string]string{"os": "linux"}) }, "t on linux", ""},
+		{name: "minimal v1 gets mini-swe-agent's defaults", yaml: base, check: func(t *testing.T, c Config) {
+			if c.TimeoutTemplate != minisweTimeoutTemplate || c.CostLimit != 3 || c.StepLimit != 0 || c.ActionRegex != "" {
+				t.Errorf("defaults not applied: %+v", c)
+			}
+		}},
+		{name: "float step limit as in default.yaml", yaml: base + "  step_limit: 250.\n  cost_limit: 0.\n", check: func(t *testing.T, c Config) {
+			if c.StepLimit != 250 || c.CostLimit != 0 {
+				t.Errorf("StepLimit, CostLimit = %d, %g; want 250, 0", c.StepLimit, c.CostLimit)
+			}
+		}},
+		{name: "config keys are template variables", yaml: with("system_template", "'at most {{step_limit}} steps in {{cwd}}'") + "  step_limit: 7\nenvironment:\n  cwd: /testbed\n",
+			check: func(t *testing.T, c Config) {
+				if got, err := c.System(nil); err != nil || got != "at most 7 steps in /testbed" {
+					t.Errorf("System() = %q, %v", got, err)
+				}
+			}},
+		{name: "custom action regex", yaml: base + "  action_regex: '<cmd>(.*?)</cmd>'\n", check: func(t *testing.T, c Config) {
+			got, err := c.ParseAction("think\n<cmd>ls\n-la</cmd>")
+			if err != nil || got != "ls\n-la" {
+				t.Errorf("ParseAction() = %q, %v", got, err)
+			}
+		}},
+		{name: "fractional step limit", yaml: base + "  step_limit: 2.5\n", wantErr: "agent.step_limit: must be a whole number"},
+		{name: "negative cost limit", yaml: base + "  cost_limit: -1\n", wantErr: "cost_limit: -1 is negative"},
+		{name: "template not a string", yaml: base + "  timeout_template: [a]\n", wantErr: "agent.timeout_template: must be a string"},
+		{name: "undefined variable", yaml: with("system_template", "'{{ nope }}'"), wantErr: "system_template: "},
+		{name: "undefined attribute", yaml: strings.Replace(base, "output.returncode", "output.return_code", 1), wantErr: "action_observation_template: "},
+		{name: "Jinja syntax error", yaml: with("format_error_template", "'{% if %}'"), wantErr: "format_error_template: "},
+		{name: "two groups in action regex", yaml: base + "  action_regex: '(a)(b)'\n", wantErr: "action_regex: has 2 groups"},
+		{name: "Python-only regex", yaml: base + "  action_regex: '(?<=x)y'\n", wantErr: "action_regex: "},
+		{name: "no agent section", yaml: "model:\n  model_name: x\n", wantErr: "agent: missing"},
+		{name: "v2 layout", yaml: "agent:\n  system_template: s\n  instance_template: i\nmodel:\n  observation_template: o\n", wantErr: "v2 configuration"},
+		{name: "not YAML", yaml: "agent: [", wantErr: "yaml: "},
+		{name: "include cannot read files", yaml: with("system_template", "'{% include \"/etc/hostname\" %}'"), wantErr: "system_template: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.render()
-			if tt.wantErr == "" {
-				if err != nil || got != tt.want {
-					t.Fatalf("got %q, %v; want %q, nil", got, err, tt.want)
+			c, err := Parse([]byte(tt.yaml), nil)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse() error = %v, want one containing %q", err, tt.wantErr)
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+			if err != nil {
+				t.Fatalf("Parse() = %v", err)
 			}
-			if got != "" {
-				t.Fatalf("got %q with an error, want empty", got)
-			}
+			tt.check(t, c)
 		})
 	}
 }
 
-func TestMisspeltFieldErrors(t *testing.T) {
+func TestLoad(t *testing.T) {
+	c, err := Load(filepath.Join("..", "..", "examples", "mini-swe-agent", "default.yaml"))
+	if err != nil {
+		t.Fatalf("Load() = %v", err)
+	}
+	got, err := c.Instance("Fix it.", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := HostVars()
+	line := strings.Join([]string{host["system"].(string), host["release"].(string), host["version"].(string), host["machine"].(string)}, " ")
+	if !strings.Contains(got, "<system_information>\n"+line+"\n</system_information>") {
+		t.Errorf("Instance() lacks the host's uname %q", line)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("Load(missing file) = nil error")
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("agent:\n  system_template: '{{ x'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(bad); err == nil || !strings.HasPrefix(err.Error(), bad+": ") {
+		t.Errorf("Load(bad) error = %v, want one starting with the path", err)
+	}
+}
+
+func TestCallVariablesWin(t *testing.T) {
 	c := DefaultConfig()
-	c.InstanceTemplate = "{{.Taks}}"
-	if _, err := c.Instance("t", nil); err == nil || !strings.HasPrefix(err.Error(), "instance_template: ") {
-		t.Fatalf("Instance() error = %v, want one naming instance_template", err)
+	c.Vars = map[string]any{"task": "from vars", "output": "from vars"}
+	c.InstanceTemplate = "{{task}}"
+	c.ActionObservationTemplate = "{{output.output}}"
+	if got, _ := c.Instance("from call", nil); got != "from call" {
+		t.Errorf("Instance() = %q, want the call's task", got)
+	}
+	if got, _ := c.Observation("ls", "out", 0); got != "out" {
+		t.Errorf("Observation() = %q, want the call's output", got)
+	}
+	c.SystemTemplate = "{{repo}}"
+	if got, err := c.System(map[string]any{"repo": "/testbed"}); err != nil || got != "/testbed" {
+		t.Errorf("System(vars) = %q, %v", got, err)
 	}
 }
 
@@ -219,46 +290,21 @@ func TestValidateNamesFields(t *testing.T) {
 	tests := []struct {
 		name  string
 		edit  func(*Config)
-		wants []string // each must appear, one line of the joined error each
+		wants []string // each must start a line of the joined error
 	}{
-		{
-			name:  "broken instance template",
-			edit:  func(c *Config) { c.InstanceTemplate = "Solve {{.Task" },
-			wants: []string{"instance_template: "},
-		},
-		{
-			name:  "unknown function",
-			edit:  func(c *Config) { c.SystemTemplate = "{{upper .Vars.x}}" },
-			wants: []string{"system_template: "},
-		},
-		{
-			name: "several problems are all reported",
-			edit: func(c *Config) {
-				c.SystemTemplate = ""
-				c.TimeoutTemplate = "{{if .Action}}"
-				c.FormatErrorTemplate = "{{end}}"
-			},
-			wants: []string{"system_template: empty", "timeout_template: ", "format_error_template: "},
-		},
-		{
-			// Parses, but fails on every real observation: caught by the dry run.
-			name:  "misspelt field in observation",
-			edit:  func(c *Config) { c.ActionObservationTemplate = "{{.Output.Returncode}}" },
-			wants: []string{"action_observation_template: "},
-		},
-		{
-			// Only the truncation branch is wrong; the long sample reaches it.
-			name: "error in the long-output branch",
-			edit: func(c *Config) {
-				c.TimeoutTemplate = "{{if lt (runes .Output) 10}}{{.Output}}{{else}}{{.Outptu}}{{end}}"
-			},
-			wants: []string{"timeout_template: "},
-		},
-		{
-			name:  "whitespace-only template",
-			edit:  func(c *Config) { c.ActionObservationTemplate = " \n" },
-			wants: []string{"action_observation_template: empty"},
-		},
+		{"broken instance template", func(c *Config) { c.InstanceTemplate = "Solve {{task" }, []string{"instance_template: "}},
+		{"unknown filter", func(c *Config) { c.SystemTemplate = "{{ 'x' | nosuchfilter }}" }, []string{"system_template: "}},
+		{"several problems are all reported", func(c *Config) {
+			c.SystemTemplate = ""
+			c.TimeoutTemplate = "{% if action %}"
+			c.FormatErrorTemplate = "{% endif %}"
+		}, []string{"system_template: empty", "timeout_template: ", "format_error_template: "}},
+		{"task in a later template", func(c *Config) { c.ActionObservationTemplate = "{{task}}" }, []string{"action_observation_template: "}},
+		{"error in the long-output branch", func(c *Config) {
+			c.TimeoutTemplate = "{% if output | length < 10 %}{{output}}{% else %}{{outptu}}{% endif %}"
+		}, []string{"timeout_template: "}},
+		{"whitespace-only template", func(c *Config) { c.ActionObservationTemplate = " \n" }, []string{"action_observation_template: empty"}},
+		{"negative step limit", func(c *Config) { c.StepLimit = -1 }, []string{"step_limit: -1 is negative"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -272,10 +318,7 @@ func TestValidateNamesFields(t *testing.T) {
 			for _, want := range tt.wants {
 				found := false
 				for _, line := range lines {
-					if strings.HasPrefix(line, want) {
-						found = true
-						break
-					}
+					found = found || strings.HasPrefix(line, want)
 				}
 				if !found {
 					t.Errorf("Validate() = %q, want a line starting with %q", err, want)
@@ -297,27 +340,42 @@ func TestZeroConfigDoesNotValidate(t *testing.T) {
 	}
 }
 
-func TestHeadTail(t *testing.T) {
-	tests := []struct {
-		n              int
-		s              string
-		wantHead, want string
-	}{
-		{0, "abc", "", ""},
-		{-1, "abc", "", ""},
-		{2, "abc", "ab", "bc"},
-		{3, "abc", "abc", "abc"},
-		{5, "abc", "abc", "abc"},
-		{1, "éü", "é", "ü"},
-		{2, "日本語", "日本", "本語"},
-		{1, "", "", ""},
-	}
-	for _, tt := range tests {
-		if got := head(tt.n, tt.s); got != tt.wantHead {
-			t.Errorf("head(%d, %q) = %q, want %q", tt.n, tt.s, got, tt.wantHead)
+func FuzzParse(f *testing.F) {
+	for _, name := range []string{"default", "swebench"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "examples", "mini-swe-agent", name+".yaml"))
+		if err != nil {
+			f.Fatal(err)
 		}
-		if got := tail(tt.n, tt.s); got != tt.want {
-			t.Errorf("tail(%d, %q) = %q, want %q", tt.n, tt.s, got, tt.want)
-		}
+		f.Add(b)
 	}
+	f.Add(defaultYAML)
+	f.Add([]byte("agent:\n  step_limit: .nan\n"))
+	f.Add([]byte("agent:\n  system_template: '{{ x[::-1] }}'\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data, nil)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Parse accepted a config that does not validate: %v", err)
+		}
+	})
+}
+
+// FuzzRender feeds arbitrary template text to the engine: an error is fine,
+// a panic is not.
+func FuzzRender(f *testing.F) {
+	for _, s := range []string{"{{ output.output[:5000] }}", "{% if output.output | length < 10000 -%}a{%- endif %}",
+		"{{ action['action'] }}", "{% for a in actions %}{{ loop.index }}{% endfor %}", "{{ 1/0 }}", "{{ output[1:2:0] }}",
+		"{% set x = output %}{{ x.output | upper }}", "{{ range(3) | list }}", "{% macro m() %}{{ m() }}{% endmacro %}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		if strings.Contains(text, "range") || strings.Contains(text, "*") {
+			return // huge ranges and repeated strings may use unbounded memory; a config is trusted input
+		}
+		vars := outputVars("ls", "héllo\nworld", 1)
+		vars["actions"] = []any{"a", "b"}
+		_, _ = render("t", text, vars)
+	})
 }

@@ -1,44 +1,26 @@
 package agent
 
 import (
-	_ "embed" // the default templates hold ``` fences, which Go raw strings cannot
-	"strings"
+	_ "embed" // the default configuration is a YAML file, read as users' files are
+	"maps"
+	"sync"
 )
 
-// The default templates are mini-swe-agent's default.yaml (v1, ```bash
-// fences) converted from Jinja to Go template syntax. Differences: the
-// instance template drops the {{system}} {{release}} … block and the macOS
-// sed note, which need environment variables a sandbox may not supply and
-// would fail under missingkey=error; the submission is spelled out with its
-// final output (git diff) in the system, instance and format-error templates;
-// the format-error template reports an empty command.
-var (
-	//go:embed templates/system.tmpl
-	defaultSystemTemplate string
-	//go:embed templates/instance.tmpl
-	defaultInstanceTemplate string
-	//go:embed templates/action_observation.tmpl
-	defaultActionObservationTemplate string
-	//go:embed templates/format_error.tmpl
-	defaultFormatErrorTemplate string
-	//go:embed templates/timeout.tmpl
-	defaultTimeoutTemplate string
-)
+//go:embed default.yaml
+var defaultYAML []byte
 
-// DefaultConfig returns the default templates. Rendering them needs no Vars.
+var defaultConfig = sync.OnceValues(func() (Config, error) { return Parse(defaultYAML, nil) })
+
+// DefaultConfig returns actloop's built-in configuration (default.yaml in
+// this package: mini-swe-agent's default.yaml with the changes listed at its
+// top). Rendering it needs no host variables. TestDefaultConfigParses keeps
+// the embedded file valid; were it not, DefaultConfig would return a zero
+// Config, which every render and Validate reject.
 func DefaultConfig() Config {
-	return Config{
-		SystemTemplate:            jinjaText(defaultSystemTemplate),
-		InstanceTemplate:          jinjaText(defaultInstanceTemplate),
-		ActionObservationTemplate: jinjaText(defaultActionObservationTemplate),
-		FormatErrorTemplate:       jinjaText(defaultFormatErrorTemplate),
-		TimeoutTemplate:           jinjaText(defaultTimeoutTemplate),
+	c, err := defaultConfig()
+	if err != nil {
+		return Config{}
 	}
-}
-
-// jinjaText drops the file's final newline, as Jinja drops a template's
-// (keep_trailing_newline=False), so the messages match mini-swe-agent's byte
-// for byte where the wording is the same.
-func jinjaText(s string) string {
-	return strings.TrimSuffix(s, "\n")
+	c.Vars = maps.Clone(c.Vars)
+	return c
 }

@@ -71,3 +71,15 @@ func MaxNewTokens(maxNew int, l Limits, u Usage) int {
 	}
 	return max(n, 0)
 }
+
+// MinLimit combines two limits where 0 means unlimited: the lower of those
+// set, or 0 when neither is.
+func MinLimit(a, b int) int {
+	switch {
+	case a <= 0:
+		return max(b, 0)
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}

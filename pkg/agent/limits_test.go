@@ -95,3 +95,14 @@ func TestLimitsValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestMinLimit(t *testing.T) {
+	tests := []struct{ a, b, want int }{
+		{0, 0, 0}, {5, 0, 5}, {0, 7, 7}, {5, 7, 5}, {9, 7, 7}, {-1, 3, 3}, {3, -1, 3},
+	}
+	for _, tt := range tests {
+		if got := MinLimit(tt.a, tt.b); got != tt.want {
+			t.Errorf("MinLimit(%d, %d) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}

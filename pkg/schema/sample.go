@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -59,6 +60,24 @@ type Env struct {
 	StepTimeoutMS  int64    `json:"step_timeout_ms,omitempty"`
 	SetupTimeoutMS int64    `json:"setup_timeout_ms,omitempty"`
 	EvalTimeoutMS  int64    `json:"eval_timeout_ms,omitempty"`
+	// Tests, when set, scores the eval by its test results instead of its
+	// exit code: reward 1 when every listed test passed.
+	Tests *Tests `json:"tests,omitempty"`
+}
+
+// Test log formats the eval's output may be in.
+const (
+	// TestLogPytest: pytest -rA summary lines, "PASSED <id>", "FAILED <id> - …".
+	TestLogPytest = "pytest"
+)
+
+// Tests lists the tests an eval must pass, as SWE-bench's FAIL_TO_PASS
+// (fixed by the change) and PASS_TO_PASS (must not break).
+type Tests struct {
+	FailToPass []string `json:"fail_to_pass,omitempty"`
+	PassToPass []string `json:"pass_to_pass,omitempty"`
+	// Format is how the eval reports each test; "" means TestLogPytest.
+	Format string `json:"format,omitempty"`
 }
 
 // Limits end a trajectory; zero means unlimited.
@@ -151,6 +170,24 @@ func (s *Sample) Validate() error {
 	for i, c := range s.Env.Setup {
 		if c == "" {
 			p.add("env.setup", "command %d is empty", i)
+		}
+	}
+	if ts := s.Env.Tests; ts != nil {
+		if len(ts.FailToPass)+len(ts.PassToPass) == 0 {
+			p.add("env.tests", "lists no test")
+		}
+		for _, l := range []struct {
+			field string
+			ids   []string
+		}{{"env.tests.fail_to_pass", ts.FailToPass}, {"env.tests.pass_to_pass", ts.PassToPass}} {
+			for i, id := range l.ids {
+				if strings.TrimSpace(id) == "" {
+					p.add(l.field, "test %d is empty", i)
+				}
+			}
+		}
+		if ts.Format != "" && ts.Format != TestLogPytest {
+			p.add("env.tests.format", "unknown format %q (want %q)", clip(ts.Format), TestLogPytest)
 		}
 	}
 	nonNegative(&p, "env.step_timeout_ms", s.Env.StepTimeoutMS)

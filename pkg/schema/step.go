@@ -112,15 +112,19 @@ type Result struct {
 	StaleTokens int  `json:"stale_tokens,omitempty"`
 	Restarts    int  `json:"restarts,omitempty"`
 	// PromptLen is the number of tokens before the first generated one.
-	PromptLen  int             `json:"prompt_len"`
-	Messages   []Message       `json:"messages"`
-	Diff       string          `json:"diff,omitempty"`
-	Turns      int             `json:"turns"`
-	Commands   int             `json:"commands"`
-	GenTokens  int             `json:"gen_tokens"`
-	Metadata   json.RawMessage `json:"metadata,omitempty"`
-	AdmittedAt time.Time       `json:"admitted_at"`
-	FinishedAt time.Time       `json:"finished_at"`
+	PromptLen int       `json:"prompt_len"`
+	Messages  []Message `json:"messages"`
+	Diff      string    `json:"diff,omitempty"`
+	// Tests holds each test the sample lists (env.tests) with its outcome in
+	// the eval: PASSED, FAILED, ERROR, SKIPPED or MISSING (not in the eval's
+	// output). Absent for samples scored by exit code.
+	Tests      map[string]string `json:"tests,omitempty"`
+	Turns      int               `json:"turns"`
+	Commands   int               `json:"commands"`
+	GenTokens  int               `json:"gen_tokens"`
+	Metadata   json.RawMessage   `json:"metadata,omitempty"`
+	AdmittedAt time.Time         `json:"admitted_at"`
+	FinishedAt time.Time         `json:"finished_at"`
 }
 
 // Solved reports whether the eval passed.

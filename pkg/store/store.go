@@ -41,6 +41,7 @@ const (
 	FieldAction      = "action"
 	FieldReason      = "reason"
 	FieldDiff        = "diff"
+	FieldTests       = "tests" // JSON object: each listed test's outcome in the eval
 	FieldReward      = "reward"
 	FieldTrace       = "trace"
 	FieldSample      = "sample"
@@ -78,6 +79,7 @@ type Trajectory struct {
 	Action    string
 	Reason    string
 	Diff      string
+	Tests     map[string]string // per-test outcome of the eval, for samples that list tests
 	Reward    float64
 	Trace     string
 	Sample    schema.Sample
@@ -224,11 +226,24 @@ func (s *Store) Load(ctx context.Context, id string, parts Parts) (*Trajectory, 
 	return t, nil
 }
 
+// decodeTests reads FieldTests; what this package wrote always decodes, so
+// anything else reads as no outcomes.
+func decodeTests(v string) map[string]string {
+	if v == "" {
+		return nil
+	}
+	var m map[string]string
+	if json.Unmarshal([]byte(v), &m) != nil {
+		return nil
+	}
+	return m
+}
+
 func parseHash(id string, h map[string]string) (*Trajectory, error) {
 	t := &Trajectory{
 		ID: id, Status: Status(h[FieldStatus]), Replica: h[FieldReplica], Owner: h[FieldOwner],
 		Handle: h[FieldHandle], Action: h[FieldAction], Reason: h[FieldReason], Diff: h[FieldDiff],
-		Trace: h[FieldTrace], RID: h[FieldRID],
+		Trace: h[FieldTrace], RID: h[FieldRID], Tests: decodeTests(h[FieldTests]),
 	}
 	var err error
 	intField := func(name string) int64 {
@@ -515,6 +530,8 @@ func (t *Trajectory) Apply(c Commit) {
 			t.PreemptedAt = msTime(ms)
 		case FieldDiff:
 			t.Diff = v
+		case FieldTests:
+			t.Tests = decodeTests(v)
 		case FieldReward:
 			t.Reward, _ = strconv.ParseFloat(v, 64)
 		case FieldFinishedAt:
