@@ -188,7 +188,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	defer stop()
 	st, err := devstack.StartInfra(svcCtx, devstack.Options{Dir: *dir, RedisKind: kind, Replicas: *replicas,
 		Slots: *slots, EnvSlots: *envSlots, Sim: sim.Config{TimeScale: *timeScale}, Common: common,
-		CoordinatorAddr: coordAddr, Log: log})
+		CoordinatorAddr: coordAddr, AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), Log: log})
 	if err != nil {
 		return err
 	}

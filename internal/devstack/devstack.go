@@ -42,7 +42,10 @@ type Options struct {
 	Common    service.Common
 	// CoordinatorAddr is where the coordinator serves /v1/status ("" = none).
 	CoordinatorAddr string
-	Log             *slog.Logger
+	// AgentConfig is the workers' mini-swe-agent configuration file ("" =
+	// the built-in default), as ACTLOOP_AGENT_CONFIG.
+	AgentConfig string
+	Log         *slog.Logger
 }
 
 // Stack is a running actloop in one process.
@@ -184,6 +187,7 @@ func (s *Stack) GenWorkerConfig(replica string) genworker.Config {
 	service.Defaults(&cfg)
 	cfg.Common, cfg.Replica, cfg.Slots, cfg.LLMURL, cfg.WorkerID = s.Opts.Common, replica, s.Opts.Slots, s.SimURLs[replica], "gen-"+replica
 	cfg.Addr = "" // no health server per worker in one process
+	cfg.AgentConfig = s.Opts.AgentConfig
 	return cfg
 }
 
@@ -218,7 +222,7 @@ func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
 	service.Defaults(&c)
 	c.Common, c.ID, c.Slots, c.SandboxRoot = s.Opts.Common, id, s.Opts.EnvSlots, filepath.Join(s.Opts.Dir, "sandboxes", id)
 	c.SimEnvTimeScale = s.Opts.Sim.TimeScale
-	c.Addr = ""
+	c.Addr, c.AgentConfig = "", s.Opts.AgentConfig
 	return c
 }
 

@@ -55,8 +55,6 @@ func TestEnvironRoundTrips(t *testing.T) {
 	}
 }
 
-
-
 func TestEnvironRefuses(t *testing.T) {
 	if _, err := service.Environ(3); err == nil {
 		t.Error("a number is not a settings struct")
