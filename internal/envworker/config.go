@@ -23,7 +23,16 @@ type Config struct {
 	Slots           int           `envconfig:"ENV_SLOTS" default:"8"`
 	SandboxRoot     string        `envconfig:"SANDBOX_ROOT"`
 	OutputLimit     int           `envconfig:"OUTPUT_LIMIT" default:"10000"`
-	Isolation       string        `envconfig:"SANDBOX_ISOLATION" default:"none"`
+	Isolation       string        `envconfig:"SANDBOX_ISOLATION" default:"auto"`
+	// AllowUnisolated lets the local backend run commands unisolated on the
+	// host: isolation none, or auto where bubblewrap does not work.
+	AllowUnisolated bool          `envconfig:"SANDBOX_ALLOW_UNISOLATED" default:"false"`
+	Network         bool          `envconfig:"SANDBOX_NETWORK" default:"false"`
+	MaxProcs        int           `envconfig:"SANDBOX_MAX_PROCS" default:"512"`
+	MemoryMB        int           `envconfig:"SANDBOX_MEMORY_MB" default:"8192"`
+	CPUTime         time.Duration `envconfig:"SANDBOX_CPU_TIME" default:"10m"`
+	SandboxUID      int           `envconfig:"SANDBOX_UID" default:"65534"`
+	ReadOnlyBinds   []string      `envconfig:"SANDBOX_RO_BINDS"`
 	SimStartLatency time.Duration `envconfig:"SIM_ENV_START_LATENCY" default:"2s"`
 	SimExecLatency  time.Duration `envconfig:"SIM_ENV_EXEC_LATENCY" default:"500ms"`
 	SimEnvTimeScale float64       `envconfig:"SIM_ENV_TIME_SCALE" default:"1"`
@@ -63,7 +72,9 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) local() sandbox.LocalConfig {
-	return sandbox.LocalConfig{Root: c.SandboxRoot, OutputLimit: c.OutputLimit, Isolation: c.Isolation}
+	return sandbox.LocalConfig{Root: c.SandboxRoot, OutputLimit: c.OutputLimit, Isolation: c.Isolation,
+		AllowUnisolated: c.AllowUnisolated, Network: c.Network, SandboxUID: c.SandboxUID, ReadOnlyBinds: c.ReadOnlyBinds,
+		Limits: sandbox.Limits{MaxProcs: c.MaxProcs, MemoryMB: c.MemoryMB, CPUTime: c.CPUTime}}
 }
 
 func (c *Config) sim() sandbox.SimConfig {

@@ -64,8 +64,17 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 		return nil, err
 	}
 	local, err := sandbox.NewLocal(cfg.local())
+	if errors.Is(err, sandbox.ErrUnisolated) {
+		return nil, fmt.Errorf("local sandbox backend (ACTLOOP_SANDBOX_ISOLATION=%s): %w; install bubblewrap (bwrap), "+
+			"or set ACTLOOP_SANDBOX_ALLOW_UNISOLATED=true to run agents' commands on this host as the worker's user", cfg.Isolation, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox backend: %w", err)
+	}
+	if local.Isolation() == sandbox.IsolationNone {
+		d.Log.Warn("SANDBOXES ARE NOT ISOLATED: agents' commands run on this host with the worker's privileges, "+
+			"network and files (ACTLOOP_SANDBOX_ALLOW_UNISOLATED=true); install bubblewrap to isolate them",
+			"isolation", cfg.Isolation, "bwrap_error", fmt.Sprint(local.BwrapError()))
 	}
 	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: agent.DefaultConfig(), board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: local, schema.BackendSim: sandbox.NewSim(cfg.sim())},

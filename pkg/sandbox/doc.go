@@ -10,8 +10,10 @@
 // Two backends implement the interfaces:
 //
 //   - Local keeps each sandbox as a directory under a root and runs commands
-//     with bash, optionally under bubblewrap ("bwrap" isolation: network and
-//     pid namespaces, a read-only host file system).
+//     with bash under bubblewrap (its own user, pid and network namespaces,
+//     read-only system directories, nothing else of the host, process,
+//     memory and CPU-time limits), or unisolated where that is explicitly
+//     allowed (LocalConfig.AllowUnisolated; ErrUnisolated otherwise).
 //   - Sim runs no processes; it simulates latencies and a handful of commands
 //     (echo, sleep, exit) for load tests and for tests of the layers above.
 //
