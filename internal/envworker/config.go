@@ -19,11 +19,11 @@ type Config struct {
 	// ID names this worker; its sandboxes' later steps are routed to
 	// actloop.env.<ID>. It must be stable across restarts so a restarted
 	// worker finds its sandboxes again. Default: the host name.
-	ID              string        `envconfig:"ENV_WORKER_ID"`
-	Slots           int           `envconfig:"ENV_SLOTS" default:"8"`
-	SandboxRoot     string        `envconfig:"SANDBOX_ROOT"`
-	OutputLimit     int           `envconfig:"OUTPUT_LIMIT" default:"10000"`
-	Isolation       string        `envconfig:"SANDBOX_ISOLATION" default:"auto"`
+	ID          string `envconfig:"ENV_WORKER_ID"`
+	Slots       int    `envconfig:"ENV_SLOTS" default:"8"`
+	SandboxRoot string `envconfig:"SANDBOX_ROOT"`
+	OutputLimit int    `envconfig:"OUTPUT_LIMIT" default:"10000"`
+	Isolation   string `envconfig:"SANDBOX_ISOLATION" default:"auto"`
 	// AllowUnisolated lets the local backend run commands unisolated on the
 	// host: isolation none, or auto where bubblewrap does not work.
 	AllowUnisolated bool          `envconfig:"SANDBOX_ALLOW_UNISOLATED" default:"false"`
