@@ -24,6 +24,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/control"
+	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/sim"
 	"github.com/actloop/actloop/pkg/telemetry"
@@ -158,6 +159,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
+	}
+	// Under bwrap, run as root, sandbox commands run as an unprivileged
+	// user, who must reach the sandboxes under the state directory.
+	if err := os.Chmod(*dir, 0o755); err != nil {
+		return err
+	}
+	if err := sandbox.ProbeBwrap(); err != nil {
+		fmt.Fprintf(stderr, "actloop dev: WARNING: bubblewrap isolation unavailable (%v);\n"+
+			"actloop dev: WARNING: the demo's sandbox commands run UNISOLATED on this host. Install bubblewrap to isolate them.\n", err)
 	}
 	logPath := filepath.Join(*dir, "actloop-dev.log")
 	logFile, err := os.Create(logPath)

@@ -223,6 +223,9 @@ func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
 	c.Common, c.ID, c.Slots, c.SandboxRoot = s.Opts.Common, id, s.Opts.EnvSlots, filepath.Join(s.Opts.Dir, "sandboxes", id)
 	c.SimEnvTimeScale = s.Opts.Sim.TimeScale
 	c.Addr, c.AgentConfig = "", s.Opts.AgentConfig
+	// A development stack must run on a machine with only Go: bubblewrap
+	// where it works, else unisolated, which the env-worker logs loudly.
+	c.AllowUnisolated = true
 	return c
 }
 

@@ -19,11 +19,26 @@ type Config struct {
 	// ID names this worker; its sandboxes' later steps are routed to
 	// actloop.env.<ID>. It must be stable across restarts so a restarted
 	// worker finds its sandboxes again. Default: the host name.
-	ID              string        `envconfig:"ENV_WORKER_ID"`
-	Slots           int           `envconfig:"ENV_SLOTS" default:"8"`
-	SandboxRoot     string        `envconfig:"SANDBOX_ROOT"`
-	OutputLimit     int           `envconfig:"OUTPUT_LIMIT" default:"10000"`
-	Isolation       string        `envconfig:"SANDBOX_ISOLATION" default:"none"`
+	ID          string `envconfig:"ENV_WORKER_ID"`
+	Slots       int    `envconfig:"ENV_SLOTS" default:"8"`
+	SandboxRoot string `envconfig:"SANDBOX_ROOT"`
+	OutputLimit int    `envconfig:"OUTPUT_LIMIT" default:"10000"`
+	Isolation   string `envconfig:"SANDBOX_ISOLATION" default:"auto"`
+	// AllowUnisolated lets the local backend run commands unisolated on the
+	// host: isolation none, or auto where bubblewrap does not work.
+	AllowUnisolated bool          `envconfig:"SANDBOX_ALLOW_UNISOLATED" default:"false"`
+	Network         bool          `envconfig:"SANDBOX_NETWORK" default:"false"`
+	MaxProcs        int           `envconfig:"SANDBOX_MAX_PROCS" default:"512"`
+	MemoryMB        int           `envconfig:"SANDBOX_MEMORY_MB" default:"8192"`
+	CPUTime         time.Duration `envconfig:"SANDBOX_CPU_TIME" default:"10m"`
+	SandboxUID      int           `envconfig:"SANDBOX_UID" default:"65534"`
+	ReadOnlyBinds   []string      `envconfig:"SANDBOX_RO_BINDS"`
+	// SandboxBackend runs samples with env.backend "local": BackendLocal
+	// (bash on this host) or BackendDocker (a container per trajectory).
+	SandboxBackend  string        `envconfig:"SANDBOX_BACKEND" default:"local"`
+	DockerHost      string        `envconfig:"DOCKER_HOST"`
+	DockerImage     string        `envconfig:"DOCKER_IMAGE"`
+	CPUs            float64       `envconfig:"SANDBOX_CPUS" default:"2"`
 	SimStartLatency time.Duration `envconfig:"SIM_ENV_START_LATENCY" default:"2s"`
 	SimExecLatency  time.Duration `envconfig:"SIM_ENV_EXEC_LATENCY" default:"500ms"`
 	SimEnvTimeScale float64       `envconfig:"SIM_ENV_TIME_SCALE" default:"1"`
@@ -31,6 +46,12 @@ type Config struct {
 	// AgentConfig: the mini-swe-agent YAML configuration, as for the gen-worker.
 	AgentConfig string `envconfig:"AGENT_CONFIG"`
 }
+
+// Values of ACTLOOP_SANDBOX_BACKEND.
+const (
+	BackendLocal  = "local"
+	BackendDocker = "docker"
+)
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
@@ -55,8 +76,17 @@ func (c *Config) Validate() error {
 	if c.Slots < 1 {
 		errs = append(errs, errors.New("ACTLOOP_ENV_SLOTS: must be >= 1"))
 	}
-	if err := c.local().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("ACTLOOP_SANDBOX_*: %w", err))
+	switch c.SandboxBackend {
+	case BackendLocal:
+		if err := c.local().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("ACTLOOP_SANDBOX_*: %w", err))
+		}
+	case BackendDocker:
+		if err := c.docker().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("ACTLOOP_SANDBOX_*, ACTLOOP_DOCKER_*: %w", err))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("ACTLOOP_SANDBOX_BACKEND: %q is not %q or %q", c.SandboxBackend, BackendLocal, BackendDocker))
 	}
 	if c.SimEnvTimeScale < 0 {
 		errs = append(errs, errors.New("ACTLOOP_SIM_ENV_TIME_SCALE: must be >= 0"))
@@ -65,7 +95,20 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) local() sandbox.LocalConfig {
-	return sandbox.LocalConfig{Root: c.SandboxRoot, OutputLimit: c.OutputLimit, Isolation: c.Isolation}
+	return sandbox.LocalConfig{Root: c.SandboxRoot, OutputLimit: c.OutputLimit, Isolation: c.Isolation,
+		AllowUnisolated: c.AllowUnisolated, Network: c.Network, SandboxUID: c.SandboxUID, ReadOnlyBinds: c.ReadOnlyBinds,
+		Limits: sandbox.Limits{MaxProcs: c.MaxProcs, MemoryMB: c.MemoryMB, CPUTime: c.CPUTime}}
+}
+
+// docker is the Docker backend's configuration; the engine's address
+// falls back to DOCKER_HOST, as the docker CLI's does.
+func (c *Config) docker() sandbox.DockerConfig {
+	host := c.DockerHost
+	if host == "" {
+		host = os.Getenv("DOCKER_HOST")
+	}
+	return sandbox.DockerConfig{Host: host, Image: c.DockerImage, OutputLimit: c.OutputLimit, Network: c.Network, CPUs: c.CPUs,
+		Limits: sandbox.Limits{MaxProcs: c.MaxProcs, MemoryMB: c.MemoryMB, CPUTime: c.CPUTime}}
 }
 
 func (c *Config) sim() sandbox.SimConfig {

@@ -65,16 +65,16 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	local, err := sandbox.NewLocal(cfg.local())
+	runner, err := realBackend(ctx, cfg, d)
 	if err != nil {
-		return nil, fmt.Errorf("local sandbox backend: %w", err)
+		return nil, err
 	}
 	ac, err := agent.LoadOrDefault(cfg.AgentConfig)
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_AGENT_CONFIG: %w", err)
 	}
 	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: ac, board: &priority.Board{},
-		backends: map[string]sandbox.Backend{schema.BackendLocal: local, schema.BackendSim: sandbox.NewSim(cfg.sim())},
+		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	if w.own, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-"+cfg.ID, bus.SubjectEnv(cfg.ID)); err != nil {
@@ -99,6 +99,35 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return flow.WatchControl(ctx, w.d.JS, w.d.Log, w.control.Set) })
 	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
 	return g.Wait()
+}
+
+// realBackend builds the backend that runs real commands (samples with
+// env.backend "local"), as ACTLOOP_SANDBOX_BACKEND says.
+func realBackend(ctx context.Context, cfg Config, d *service.Deps) (sandbox.Backend, error) {
+	if cfg.SandboxBackend == BackendDocker {
+		dk, err := sandbox.NewDocker(cfg.docker())
+		if err != nil {
+			return nil, fmt.Errorf("docker sandbox backend: %w", err)
+		}
+		if err := dk.Ping(ctx); err != nil {
+			return nil, fmt.Errorf("docker sandbox backend (ACTLOOP_DOCKER_HOST): %w", err)
+		}
+		return dk, nil
+	}
+	local, err := sandbox.NewLocal(cfg.local())
+	if errors.Is(err, sandbox.ErrUnisolated) {
+		return nil, fmt.Errorf("local sandbox backend (ACTLOOP_SANDBOX_ISOLATION=%s): %w; install bubblewrap (bwrap), "+
+			"or set ACTLOOP_SANDBOX_ALLOW_UNISOLATED=true to run agents' commands on this host as the worker's user", cfg.Isolation, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local sandbox backend: %w", err)
+	}
+	if local.Isolation() == sandbox.IsolationNone {
+		d.Log.Warn("SANDBOXES ARE NOT ISOLATED: agents' commands run on this host with the worker's privileges, "+
+			"network and files (ACTLOOP_SANDBOX_ALLOW_UNISOLATED=true); install bubblewrap to isolate them",
+			"isolation", cfg.Isolation, "bwrap_error", fmt.Sprint(local.BwrapError()))
+	}
+	return local, nil
 }
 
 func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) error {
@@ -181,7 +210,8 @@ func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Comm
 	}
 	w.closeSandbox(ctx, t.ID, t.Handle) // a leftover of an earlier attempt, or the sandbox of a trajectory that starts again
 	env := t.Sample.Env
-	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout()})
+	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(),
+		Image: env.Image})
 	switch {
 	case err == nil:
 	case ctx.Err() != nil, errors.Is(err, sandbox.ErrExists):
@@ -310,7 +340,7 @@ func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string)
 	}
 	// A fresh name per attempt: two deliveries of one finish may overlap.
 	sb, err := b.Start(ctx, fmt.Sprintf("%s-eval-%d", t.ID, w.evals.Add(1)), sandbox.Spec{Workspace: env.Workspace, Patch: diff,
-		Setup: env.Setup, SetupTimeout: env.SetupTimeout()})
+		Setup: env.Setup, SetupTimeout: env.SetupTimeout(), Image: env.Image})
 	if err != nil {
 		if ctx.Err() != nil {
 			return evaluation{}, err

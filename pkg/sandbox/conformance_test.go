@@ -1,6 +1,8 @@
 package sandbox_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -8,17 +10,21 @@ import (
 	"github.com/actloop/actloop/pkg/sandbox/sandboxtest"
 )
 
+// conformanceLimit is a small output limit, so the cap is quick to reach.
+const conformanceLimit = 2000
+
 func TestLocalConformance(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
-		return newLocal(t, sandbox.LocalConfig{})
-	})
+		return newLocal(t, sandbox.LocalConfig{OutputLimit: conformanceLimit})
+	}, sandboxtest.Options{OutputLimit: conformanceLimit, Shell: true})
 }
 
 func TestLocalBwrapConformance(t *testing.T) {
 	skipWithoutBwrap(t)
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
-		return newLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationBwrap})
-	})
+		return newLocal(t, sandbox.LocalConfig{Isolation: sandbox.IsolationBwrap, OutputLimit: conformanceLimit,
+			Limits: sandbox.DefaultLimits()})
+	}, sandboxtest.Options{OutputLimit: conformanceLimit, Shell: true})
 }
 
 func TestSimConformance(t *testing.T) {
@@ -29,15 +35,20 @@ func TestSimConformance(t *testing.T) {
 			Jitter:       0.5,
 			TimeScale:    0.001, // a simulated second is a real millisecond
 			Seed:         1,
+			OutputLimit:  conformanceLimit,
 		})
-	})
+	}, sandboxtest.Options{OutputLimit: conformanceLimit})
 }
 
-// newLocal returns a Local rooted in a fresh temporary directory.
+// newLocal returns a Local rooted in a fresh temporary directory; with
+// Isolation "" it is unisolated (explicitly allowed).
 func newLocal(t testing.TB, cfg sandbox.LocalConfig) *sandbox.Local {
 	t.Helper()
 	if cfg.Root == "" {
-		cfg.Root = t.TempDir()
+		cfg.Root = searchableTempDir(t)
+	}
+	if cfg.Isolation == "" {
+		cfg.Isolation, cfg.AllowUnisolated = sandbox.IsolationNone, true
 	}
 	l, err := sandbox.NewLocal(cfg)
 	if err != nil {
@@ -50,7 +61,25 @@ func newLocal(t testing.TB, cfg sandbox.LocalConfig) *sandbox.Local {
 // missing or does not work (common in containers).
 func skipWithoutBwrap(t testing.TB) {
 	t.Helper()
-	if _, err := sandbox.NewLocal(sandbox.LocalConfig{Root: t.TempDir(), Isolation: sandbox.IsolationBwrap}); err != nil {
+	if _, err := sandbox.NewLocal(sandbox.LocalConfig{Root: searchableTempDir(t), Isolation: sandbox.IsolationBwrap}); err != nil {
 		t.Skipf("bwrap isolation unavailable: %v", err)
 	}
+}
+
+// searchableTempDir is t.TempDir() with its parents made searchable by
+// everyone: run as root, bwrap runs as an unprivileged user that must
+// reach the sandbox dirs, and t.TempDir's parent is private.
+func searchableTempDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for p := dir; p != os.TempDir() && p != "/" && p != "."; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()|0o111); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -7,11 +7,15 @@
 // be persisted (for example in Redis) so that the owner can Attach it again
 // after a restart. Attach returns ErrNotFound once the sandbox is gone.
 //
-// Two backends implement the interfaces:
+// Three backends implement the interfaces:
 //
 //   - Local keeps each sandbox as a directory under a root and runs commands
-//     with bash, optionally under bubblewrap ("bwrap" isolation: network and
-//     pid namespaces, a read-only host file system).
+//     with bash under bubblewrap (its own user, pid and network namespaces,
+//     read-only system directories, nothing else of the host, process,
+//     memory and CPU-time limits), or unisolated where that is explicitly
+//     allowed (LocalConfig.AllowUnisolated; ErrUnisolated otherwise).
+//   - Docker runs a container per sandbox over the Docker Engine HTTP API
+//     (memory, process and CPU limits, no network by default).
 //   - Sim runs no processes; it simulates latencies and a handful of commands
 //     (echo, sleep, exit) for load tests and for tests of the layers above.
 //

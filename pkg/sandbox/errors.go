@@ -16,6 +16,9 @@ var (
 	ErrExists = errors.New("sandbox: already exists")
 	// ErrPatch means Spec.Patch did not apply.
 	ErrPatch = errors.New("sandbox: patch does not apply")
+	// ErrUnisolated means commands would run unisolated on the host and
+	// that was not explicitly allowed.
+	ErrUnisolated = errors.New("sandbox: commands would run UNISOLATED on the host, with the worker's privileges, and that is not allowed")
 )
 
 // SetupError reports the setup command that failed Start.

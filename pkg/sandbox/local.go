@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Local is a Backend that keeps each sandbox as the directory Root/<id> and
@@ -29,14 +31,22 @@ import (
 // the sandbox's private temp dir, LANG=C.UTF-8, TERM=dumb, PAGER=GIT_PAGER=cat, then
 // Spec.Env. When a command ends, times out or its ctx ends, the whole
 // process group is killed, so background processes (a server started with
-// `&`) do not outlive the command that started them.
+// `&`) do not outlive the command that started them; under bwrap the pid
+// namespace ends with the command, taking along processes that left the
+// group. See LocalConfig and IsolationBwrap for what bwrap isolates, and
+// Limits for the rlimits set before each command.
 //
 // HOME is not the workspace, so what tools write under ~ (pip's cache,
 // ~/.gitconfig) stays out of Diff.
 type Local struct {
 	root        string
 	outputLimit int
+	isolation   string // IsolationBwrap or IsolationNone, after IsolationAuto is resolved
+	bwrapErr    error  // why bubblewrap is not used under IsolationAuto
 	bwrap       string // absolute path of bwrap; "" without isolation
+	bwrapArgs   []string
+	limits      string // the shell prelude that sets the rlimits; "" for none
+	uid         int    // the user commands run as under bwrap; -1: the worker's own
 	path        string // PATH for commands, taken from the host
 
 	mu   sync.Mutex
@@ -55,8 +65,11 @@ const (
 )
 
 // NewLocal creates Root and its bookkeeping directories, finishes removals
-// an earlier process left half done, and, for bwrap isolation, checks that
-// bubblewrap is installed and works here.
+// an earlier process left half done, and resolves the isolation: for
+// IsolationBwrap and IsolationAuto it checks that bubblewrap is installed
+// and works here. Running commands unisolated (IsolationNone, or
+// IsolationAuto without a working bubblewrap) fails with ErrUnisolated
+// unless cfg.AllowUnisolated is set; Isolation tells which mode was chosen.
 func NewLocal(cfg LocalConfig) (*Local, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("local sandbox config: %w", err)
@@ -75,6 +88,8 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	l := &Local{
 		root:        root,
 		outputLimit: cfg.OutputLimit,
+		isolation:   IsolationNone,
+		uid:         -1,
 		path:        os.Getenv("PATH"),
 		live:        make(map[string]bool),
 	}
@@ -92,27 +107,108 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if err := l.emptyTrash(); err != nil {
 		return nil, err
 	}
-	if cfg.Isolation == IsolationBwrap {
-		if err := l.initBwrap(); err != nil {
+	switch cfg.Isolation {
+	case IsolationBwrap:
+		if err := l.initBwrap(cfg); err != nil {
 			return nil, err
 		}
+	case IsolationNone:
+		if !cfg.AllowUnisolated {
+			return nil, fmt.Errorf("isolation %q: %w", IsolationNone, ErrUnisolated)
+		}
+	default: // IsolationAuto
+		if err := l.initBwrap(cfg); err != nil {
+			if !cfg.AllowUnisolated {
+				return nil, fmt.Errorf("isolation %q: %w: %w", IsolationAuto, ErrUnisolated, err)
+			}
+			l.bwrapErr = err
+		}
 	}
+	// The process limit only under bwrap: in the sandbox's own user
+	// namespace RLIMIT_NPROC counts the sandbox's processes; on the host it
+	// would count every process of the worker's user.
+	nproc := cfg.Limits.MaxProcs
+	if l.bwrap == "" {
+		nproc = 0
+	}
+	l.limits = limitPrelude(cfg.Limits, nproc)
 	return l, nil
 }
 
-// initBwrap finds bwrap and runs `true` under it with the options commands
-// will get, because bwrap is often installed but unusable in containers.
-func (l *Local) initBwrap() error {
+// Isolation returns the isolation in force: IsolationBwrap or
+// IsolationNone.
+func (l *Local) Isolation() string { return l.isolation }
+
+// BwrapError says why IsolationAuto fell back to IsolationNone; nil when
+// it did not.
+func (l *Local) BwrapError() error { return l.bwrapErr }
+
+// limitPrelude returns a bash script that lowers the rlimits and then
+// execs its arguments ("" when there is nothing to limit). ulimit without
+// -S or -H sets both soft and hard limits, so commands cannot raise them.
+// Limits above the worker's own hard limits are clamped to those.
+func limitPrelude(lim Limits, nproc int) string {
+	var parts []string
+	add := func(flag string, resource int, value uint64) {
+		var rl unix.Rlimit
+		if err := unix.Getrlimit(resource, &rl); err == nil && rl.Max != unix.RLIM_INFINITY && value > rl.Max {
+			value = rl.Max
+		}
+		parts = append(parts, fmt.Sprintf("ulimit %s %d", flag, value))
+	}
+	if nproc > 0 {
+		add("-u", unix.RLIMIT_NPROC, uint64(nproc))
+	}
+	if lim.MemoryMB > 0 {
+		// ulimit -v takes KiB; the rlimit is in bytes.
+		kib := uint64(lim.MemoryMB) * 1024
+		var rl unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_AS, &rl); err == nil && rl.Max != unix.RLIM_INFINITY && kib > rl.Max/1024 {
+			kib = rl.Max / 1024
+		}
+		parts = append(parts, fmt.Sprintf("ulimit -v %d", kib))
+	}
+	if lim.CPUTime > 0 {
+		secs := uint64((lim.CPUTime + time.Second - 1) / time.Second)
+		add("-t", unix.RLIMIT_CPU, secs)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, " && ") + ` || exit 126; exec "$@"`
+}
+
+// initBwrap finds bwrap, builds the mount arguments and runs `true` under
+// it with the options commands will get, because bwrap is often installed
+// but unusable in containers.
+func (l *Local) initBwrap(cfg LocalConfig) error {
 	bin, err := exec.LookPath("bwrap")
 	if err != nil {
 		return fmt.Errorf("isolation %q: bubblewrap not found on PATH: %w", IsolationBwrap, err)
+	}
+	args, err := bwrapSystemArgs(cfg.ReadOnlyBinds)
+	if err != nil {
+		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
+	}
+	if !cfg.Network {
+		args = append(args, "--unshare-net")
+	}
+	uid := -1
+	if os.Geteuid() == 0 {
+		uid = cfg.SandboxUID
+		if uid == 0 {
+			uid = DefaultSandboxUID
+		}
 	}
 	probe, err := os.MkdirTemp(l.tmpRoot(), "+probe-")
 	if err != nil {
 		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
 	}
 	defer func() { _ = removeAll(probe) }()
-	l.bwrap = bin
+	l.bwrap, l.bwrapArgs, l.uid = bin, args, uid
+	if err := l.own(probe); err != nil {
+		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), bwrapProbeTimeout)
 	defer cancel()
 	var out bytes.Buffer
@@ -122,12 +218,60 @@ func (l *Local) initBwrap() error {
 	})
 	if err == nil && (res.timedOut || res.code != 0) {
 		err = fmt.Errorf("exit code %d: %s", res.code, strings.TrimSpace(out.String()))
+		if uid >= 0 {
+			err = fmt.Errorf("%w (commands run as uid %d: every parent of %s must be searchable by it)", err, uid, l.root)
+		}
 	}
 	if err != nil {
-		l.bwrap = ""
+		l.bwrap, l.bwrapArgs, l.uid = "", nil, -1
 		return fmt.Errorf("isolation %q: bubblewrap does not work here: %w", IsolationBwrap, err)
 	}
+	l.isolation = IsolationBwrap
 	return nil
+}
+
+// bwrapSystemArgs mounts the system directories read-only: /usr and /etc,
+// the top-level bin and lib directories (as the symlinks they are on a
+// merged-/usr system), and extra.
+func bwrapSystemArgs(extra []string) ([]string, error) {
+	var args []string
+	for _, p := range []string{"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, err
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, "--symlink", target, p)
+		default:
+			args = append(args, "--ro-bind", p, p)
+		}
+	}
+	for _, p := range extra {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("read-only bind: %w", err)
+		}
+		args = append(args, "--ro-bind", p, p)
+	}
+	return args, nil
+}
+
+// own gives path to the user commands run as, when that is not the
+// worker's own; recursively for a directory, not following symlinks.
+func (l *Local) own(path string) error {
+	if l.uid < 0 {
+		return nil
+	}
+	return filepath.WalkDir(path, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, l.uid, l.uid)
+	})
 }
 
 // Start copies the workspace into Root/<id>, applies the patch and runs the
@@ -199,6 +343,9 @@ func (l *Local) start(ctx context.Context, id string, spec Spec) (_ *localSandbo
 			return nil, fmt.Errorf("start sandbox %s: copy workspace: %w", id, err)
 		}
 	}
+	if err := errors.Join(l.own(sb.tmpDir), l.own(sb.dir)); err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
 	if strings.TrimSpace(spec.Patch) != "" {
 		if err := sb.apply(ctx, spec.Patch); err != nil {
 			return nil, fmt.Errorf("start sandbox %s: %w", id, err)
@@ -250,6 +397,9 @@ func (l *Local) Attach(ctx context.Context, handle string) (Sandbox, error) {
 	sb := l.newSandbox(id, meta.Env)
 	// The private /tmp is the bwrap bind source; recreate it if it was lost.
 	if err := os.MkdirAll(sb.tmpDir, 0o700); err != nil {
+		return nil, fmt.Errorf("attach sandbox %s: %w", id, err)
+	}
+	if err := l.own(sb.tmpDir); err != nil {
 		return nil, fmt.Errorf("attach sandbox %s: %w", id, err)
 	}
 	return sb, nil
@@ -352,4 +502,20 @@ func validateEnv(env map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// ProbeBwrap reports whether bwrap isolation works on this machine, by
+// starting a Local with IsolationBwrap in a temporary root that it removes.
+// The error says why not.
+func ProbeBwrap() error {
+	root, err := os.MkdirTemp("", "actloop-bwrap-probe-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = removeAll(root) }()
+	if err := os.Chmod(root, 0o755); err != nil { // reachable by the sandbox user
+		return err
+	}
+	_, err = NewLocal(LocalConfig{Root: root, Isolation: IsolationBwrap})
+	return err
 }

@@ -4,18 +4,69 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 )
 
 // Isolation modes for LocalConfig.Isolation.
 const (
-	// IsolationNone runs commands directly on the host, in the sandbox dir.
+	// IsolationAuto uses bubblewrap when it works here and otherwise falls
+	// back to IsolationNone, which needs LocalConfig.AllowUnisolated.
+	IsolationAuto = "auto"
+	// IsolationNone runs commands directly on the host, in the sandbox dir,
+	// with the worker's privileges. It needs LocalConfig.AllowUnisolated.
 	IsolationNone = "none"
-	// IsolationBwrap runs commands under bubblewrap: the sandbox dir is the
-	// only writable host path, the rest of / is read-only, other sandboxes
-	// are hidden, /tmp is private to the sandbox, and there is no network
-	// and a private pid namespace.
+	// IsolationBwrap runs commands under bubblewrap in their own user, pid,
+	// network, IPC and UTS namespaces: the system directories (/usr, /etc
+	// and the /bin, /lib links) are read-only, the sandbox dir is the only
+	// writable host path, /tmp is private to the sandbox, nothing else of
+	// the host (home directories, other sandboxes, /tmp) is visible, and
+	// there is no network unless LocalConfig.Network is set.
 	IsolationBwrap = "bwrap"
 )
+
+// Default resource limits (see Limits).
+const (
+	DefaultMaxProcs = 512
+	DefaultMemoryMB = 8192
+	DefaultCPUTime  = 10 * time.Minute
+	// DefaultSandboxUID is the user commands run as under bwrap when the
+	// worker runs as root.
+	DefaultSandboxUID = 65534
+)
+
+// Limits bound what one command may use; a zero field means no limit.
+type Limits struct {
+	// MaxProcs bounds the number of processes. Local enforces it under
+	// bwrap only (RLIMIT_NPROC, counted per sandbox in its own user
+	// namespace; unisolated it would count all of the worker's processes).
+	MaxProcs int
+	// MemoryMB bounds memory: each process's address space for Local
+	// (RLIMIT_AS), the container's memory for Docker.
+	MemoryMB int
+	// CPUTime bounds each process's CPU time (RLIMIT_CPU); Local rounds it
+	// up to whole seconds.
+	CPUTime time.Duration
+}
+
+// DefaultLimits returns the default limits.
+func DefaultLimits() Limits {
+	return Limits{MaxProcs: DefaultMaxProcs, MemoryMB: DefaultMemoryMB, CPUTime: DefaultCPUTime}
+}
+
+// Validate reports every problem with the limits.
+func (l Limits) Validate() error {
+	var errs []error
+	if l.MaxProcs < 0 {
+		errs = append(errs, fmt.Errorf("max procs %d is negative", l.MaxProcs))
+	}
+	if l.MemoryMB < 0 {
+		errs = append(errs, fmt.Errorf("memory %d MB is negative", l.MemoryMB))
+	}
+	if l.CPUTime < 0 {
+		errs = append(errs, fmt.Errorf("cpu time %s is negative", l.CPUTime))
+	}
+	return errors.Join(errs...)
+}
 
 // LocalConfig configures a Local backend.
 type LocalConfig struct {
@@ -26,8 +77,26 @@ type LocalConfig struct {
 	// first and last halves, with a marker line in between. 0 means
 	// DefaultOutputLimit.
 	OutputLimit int
-	// Isolation is IsolationNone (the default when "") or IsolationBwrap.
+	// Isolation is IsolationAuto (the default when ""), IsolationBwrap or
+	// IsolationNone.
 	Isolation string
+	// AllowUnisolated permits running commands unisolated on the host:
+	// IsolationNone, or IsolationAuto where bubblewrap does not work.
+	// Without it NewLocal fails with ErrUnisolated in those cases.
+	AllowUnisolated bool
+	// Network gives bwrap sandboxes the host's network. Off by default.
+	Network bool
+	// Limits bound each command. The zero value means no limits; callers
+	// usually start from DefaultLimits.
+	Limits Limits
+	// SandboxUID is the user (and group) id commands run as under bwrap when
+	// the worker runs as root, so that the process limit applies (the kernel
+	// exempts root from it) and root-only host files stay unreadable; the
+	// sandbox's files are owned by it. 0 means DefaultSandboxUID.
+	SandboxUID int
+	// ReadOnlyBinds are extra host paths mounted read-only at the same
+	// place under bwrap, for toolchains outside /usr (for example /opt/go).
+	ReadOnlyBinds []string
 }
 
 // Validate reports every problem with the configuration.
@@ -42,9 +111,20 @@ func (c LocalConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("output limit %d is negative", c.OutputLimit))
 	}
 	switch c.Isolation {
-	case "", IsolationNone, IsolationBwrap:
+	case "", IsolationAuto, IsolationNone, IsolationBwrap:
 	default:
-		errs = append(errs, fmt.Errorf("isolation %q is not %q or %q", c.Isolation, IsolationNone, IsolationBwrap))
+		errs = append(errs, fmt.Errorf("isolation %q is not %q, %q or %q", c.Isolation, IsolationAuto, IsolationBwrap, IsolationNone))
+	}
+	if err := c.Limits.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.SandboxUID < 0 {
+		errs = append(errs, fmt.Errorf("sandbox uid %d is negative", c.SandboxUID))
+	}
+	for _, p := range c.ReadOnlyBinds {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+			errs = append(errs, fmt.Errorf("read-only bind %q is not a clean absolute path other than /", p))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -57,9 +58,7 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 	cmd.Dir = o.dir
 	cmd.Env = o.env
 	cmd.Stdin = o.stdin
-	// A new session: the group can be killed as one, and no controlling
-	// terminal is inherited.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = l.sysProcAttr()
 	var killed atomic.Bool
 	cmd.Cancel = func() error {
 		killed.Store(true)
@@ -168,28 +167,53 @@ func killGroup(pgid int) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
-// command returns the argv to execute: o.argv, wrapped in bwrap when
-// isolation is on. Under bwrap the host is mounted read-only, Root is
-// replaced by an empty tmpfs (hiding other sandboxes and their metadata)
-// into which only this sandbox is bound read-write, and the sandbox's
-// private tmp dir becomes /tmp.
+// command returns the argv to execute: o.argv, behind the rlimit prelude,
+// wrapped in bwrap when isolation is on. Under bwrap only the system
+// directories are mounted (read-only), the sandbox dir at its own path
+// (read-write) and the sandbox's private tmp dir as /tmp; Root, the other
+// sandboxes, home directories and the host's /tmp are not there at all.
+// --die-with-parent and the pid namespace make killing bwrap kill every
+// process of the command, also those that left its process group.
 func (l *Local) command(o runOpts) []string {
+	argv := o.argv
+	if l.limits != "" {
+		argv = append([]string{"bash", "-c", l.limits, "actloop-limits"}, argv...)
+	}
 	if l.bwrap == "" {
-		return o.argv
+		return argv
 	}
 	args := []string{l.bwrap,
-		"--ro-bind", "/", "/",
+		// --unshare-all shares nothing (network unless re-shared, ipc, pid,
+		// uts, cgroup); the user namespace is required, not "try": it is
+		// what makes the process limit count this sandbox alone.
+		"--unshare-all", "--unshare-user",
+		"--die-with-parent",
+		"--cap-drop", "ALL",
+		"--hostname", "sandbox",
+	}
+	args = append(args, l.bwrapArgs...)
+	if !slices.Contains(l.bwrapArgs, "--unshare-net") {
+		args = append(args, "--share-net")
+	}
+	args = append(args,
 		"--dev", "/dev",
 		"--proc", "/proc",
-		// /tmp before Root: Root may lie under /tmp.
+		// /tmp before the sandbox dir: Root may lie under /tmp.
 		"--bind", o.tmpDir, "/tmp",
-		"--tmpfs", l.root,
 		"--bind", o.dir, o.dir,
-		"--unshare-net",
-		"--unshare-pid",
-		"--die-with-parent",
 		"--chdir", o.dir,
 		"--",
+	)
+	return append(args, argv...)
+}
+
+// sysProcAttr starts the command in a new session (the group can be
+// killed as one, and no controlling terminal is inherited) and, under
+// bwrap, as the sandbox user.
+func (l *Local) sysProcAttr() *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setsid: true}
+	if l.bwrap != "" && l.uid >= 0 {
+		attr.Credential = &syscall.Credential{Uid: uint32(l.uid), Gid: uint32(l.uid), Groups: []uint32{}}
 	}
-	return append(args, o.argv...)
+	return attr
 }

@@ -178,6 +178,9 @@ func (s *localSandbox) Diff(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("diff sandbox %s: %w", s.id, err)
 	}
 	defer func() { _ = os.Remove(index) }()
+	if err := s.l.own(index); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("diff sandbox %s: %w", s.id, err)
+	}
 	env := append(slices.Clone(s.gitEnv), "GIT_INDEX_FILE="+index)
 
 	if _, err := s.git(ctx, env, nil, "add", "--all"); err != nil {

@@ -23,6 +23,9 @@ type Spec struct {
 	SetupTimeout time.Duration
 	// Env holds extra environment variables for every command.
 	Env map[string]string
+	// Image is the container image for the Docker backend ("" means its
+	// configured default); Local and Sim ignore it.
+	Image string
 }
 
 // DefaultSetupTimeout bounds a setup command when Spec.SetupTimeout is 0.

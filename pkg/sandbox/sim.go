@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -25,6 +26,9 @@ type SimConfig struct {
 	TimeScale float64
 	// Seed makes jitter reproducible.
 	Seed int64
+	// OutputLimit is how many bytes of a command's output are kept (head
+	// and tail, as Local does); 0 means DefaultOutputLimit.
+	OutputLimit int
 }
 
 // Sim is a Backend that runs no processes. Its sandboxes live in memory and
@@ -48,6 +52,9 @@ type Sim struct {
 var _ Backend = (*Sim)(nil)
 
 const simHandlePrefix = "sim:"
+
+// maxSimSeq bounds the numbers `seq` prints in Sim.
+const maxSimSeq = 1 << 20
 
 // NewSim returns a Sim; out-of-range values in cfg are clamped.
 func NewSim(cfg SimConfig) *Sim {
@@ -185,6 +192,11 @@ func (s *simSandbox) Exec(ctx context.Context, cmd string, timeout time.Duration
 		return ExecResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
 	res, busy := simulate(cmd)
+	if limit := cmp.Or(max(s.sim.cfg.OutputLimit, 0), DefaultOutputLimit); len(res.Output) > limit {
+		out := newHeadTail(limit)
+		_, _ = out.Write([]byte(res.Output))
+		res.Output, res.Truncated = out.String(), true
+	}
 	res.Duration = s.sim.latency(s.sim.cfg.ExecLatency, s.id, cmd) + busy
 	if timeout > 0 && res.Duration > timeout {
 		res = ExecResult{ReturnCode: -1, TimedOut: true, Duration: timeout}
@@ -218,6 +230,18 @@ func simulate(cmd string) (ExecResult, time.Duration) {
 		}
 		// Clamp to what a Duration holds (about 292 years).
 		return ExecResult{}, time.Duration(min(secs, float64(math.MaxInt64/2)/float64(time.Second)) * float64(time.Second))
+	case fields[0] == "seq" && len(fields) == 3:
+		first, err1 := strconv.Atoi(fields[1])
+		last, err2 := strconv.Atoi(fields[2])
+		if err1 != nil || err2 != nil || last-first > maxSimSeq {
+			return ExecResult{Output: "seq: invalid or too long a range\n", ReturnCode: 1}, 0
+		}
+		var b strings.Builder
+		for i := first; i <= last; i++ {
+			b.WriteString(strconv.Itoa(i))
+			b.WriteByte('\n')
+		}
+		return ExecResult{Output: b.String()}, 0
 	case fields[0] == "exit" && len(fields) <= 2:
 		code := 0
 		if len(fields) == 2 {

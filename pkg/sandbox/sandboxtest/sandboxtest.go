@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,12 +23,29 @@ const Submission = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 // execTimeout is generous: the suite must pass on a loaded machine.
 const execTimeout = time.Minute
 
+// Options describe the backend under test.
+type Options struct {
+	// OutputLimit is the backend's output limit in bytes (> 0).
+	OutputLimit int
+	// Shell says the backend runs real bash with files and git, so Diff
+	// and Spec.Patch are checked on a real git workspace (made with the
+	// host's git, which must then be on PATH).
+	Shell bool
+	// Kill, if set, kills the sandbox's processes from outside (a
+	// container's main process, say) for the CloseAfterDeath test; without
+	// it the test runs a command that kills its own shell.
+	Kill func(t testing.TB, sb sandbox.Sandbox)
+}
+
 // Run runs the conformance suite. newBackend returns a fresh backend for
 // each subtest; it should register its own cleanup with t.Cleanup.
-func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend) {
+func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Options) {
+	if opts.OutputLimit <= 0 {
+		t.Fatalf("sandboxtest.Options.OutputLimit = %d, want > 0", opts.OutputLimit)
+	}
 	tests := []struct {
 		name string
-		fn   func(*testing.T, sandbox.Backend)
+		fn   func(*testing.T, sandbox.Backend, Options)
 	}{
 		{"EchoHello", testEchoHello},
 		{"Submission", testSubmission},
@@ -41,10 +61,14 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend) {
 		{"SetupFailure", testSetupFailure},
 		{"ConcurrentSandboxes", testConcurrentSandboxes},
 		{"ConcurrentExecOneSandbox", testConcurrentExecOneSandbox},
+		{"OutputCap", testOutputCap},
+		{"DiffEmpty", testDiffEmpty},
+		{"DiffAndPatch", testDiffAndPatch},
+		{"CloseAfterDeath", testCloseAfterDeath},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.fn(t, newBackend(t))
+			tt.fn(t, newBackend(t), opts)
 		})
 	}
 }
@@ -83,19 +107,19 @@ func WantOutput(t testing.TB, sb sandbox.Sandbox, cmd, want string) {
 	}
 }
 
-func testEchoHello(t *testing.T, b sandbox.Backend) {
+func testEchoHello(t *testing.T, b sandbox.Backend, _ Options) {
 	sb := Start(t, b, "echo-hello", sandbox.Spec{})
 	WantOutput(t, sb, "echo hello", "hello\n")
 }
 
-func testSubmission(t *testing.T, b sandbox.Backend) {
+func testSubmission(t *testing.T, b sandbox.Backend, _ Options) {
 	sb := Start(t, b, "submission", sandbox.Spec{})
 	WantOutput(t, sb, "echo "+Submission, Submission+"\n")
 	WantOutput(t, sb, "echo '"+Submission+"'", Submission+"\n")
 	WantOutput(t, sb, `echo "`+Submission+`"`, Submission+"\n")
 }
 
-func testExitCode(t *testing.T, b sandbox.Backend) {
+func testExitCode(t *testing.T, b sandbox.Backend, _ Options) {
 	sb := Start(t, b, "exit-code", sandbox.Spec{})
 	for _, code := range []int{0, 1, 3, 255} {
 		res := Exec(t, sb, fmt.Sprintf("exit %d", code))
@@ -105,7 +129,7 @@ func testExitCode(t *testing.T, b sandbox.Backend) {
 	}
 }
 
-func testTimeout(t *testing.T, b sandbox.Backend) {
+func testTimeout(t *testing.T, b sandbox.Backend, _ Options) {
 	sb := Start(t, b, "timeout", sandbox.Spec{})
 	res, err := sb.Exec(context.Background(), "sleep 5", 200*time.Millisecond)
 	if err != nil {
@@ -118,7 +142,7 @@ func testTimeout(t *testing.T, b sandbox.Backend) {
 	WantOutput(t, sb, "echo after", "after\n")
 }
 
-func testCancelledContext(t *testing.T, b sandbox.Backend) {
+func testCancelledContext(t *testing.T, b sandbox.Backend, _ Options) {
 	sb := Start(t, b, "cancelled", sandbox.Spec{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -130,7 +154,7 @@ func testCancelledContext(t *testing.T, b sandbox.Backend) {
 	}
 }
 
-func testAttachHandle(t *testing.T, b sandbox.Backend) {
+func testAttachHandle(t *testing.T, b sandbox.Backend, _ Options) {
 	ctx := context.Background()
 	sb := Start(t, b, "attach", sandbox.Spec{})
 	got, err := b.Attach(ctx, sb.Handle())
@@ -143,7 +167,7 @@ func testAttachHandle(t *testing.T, b sandbox.Backend) {
 	WantOutput(t, got, "echo attached", "attached\n")
 }
 
-func testAttachUnknown(t *testing.T, b sandbox.Backend) {
+func testAttachUnknown(t *testing.T, b sandbox.Backend, _ Options) {
 	ctx := context.Background()
 	sb := Start(t, b, "attach-unknown", sandbox.Spec{})
 	// A handle of the same shape for an id that was never started, if the
@@ -161,7 +185,7 @@ func testAttachUnknown(t *testing.T, b sandbox.Backend) {
 	}
 }
 
-func testCloseIdempotent(t *testing.T, b sandbox.Backend) {
+func testCloseIdempotent(t *testing.T, b sandbox.Backend, _ Options) {
 	ctx := context.Background()
 	sb, err := b.Start(ctx, "close", sandbox.Spec{})
 	if err != nil {
@@ -187,7 +211,7 @@ func testCloseIdempotent(t *testing.T, b sandbox.Backend) {
 	WantOutput(t, again, "echo again", "again\n")
 }
 
-func testInvalidID(t *testing.T, b sandbox.Backend) {
+func testInvalidID(t *testing.T, b sandbox.Backend, _ Options) {
 	ctx := context.Background()
 	for _, id := range []string{"", ".", "..", "a/b", "../x", "a b", "a:b", "ü", "a\x00", "a\n", strings.Repeat("a", 129)} {
 		sb, err := b.Start(ctx, id, sandbox.Spec{})
@@ -204,7 +228,7 @@ func testInvalidID(t *testing.T, b sandbox.Backend) {
 	}
 }
 
-func testDuplicateID(t *testing.T, b sandbox.Backend) {
+func testDuplicateID(t *testing.T, b sandbox.Backend, _ Options) {
 	Start(t, b, "dup", sandbox.Spec{})
 	sb, err := b.Start(context.Background(), "dup", sandbox.Spec{})
 	if !errors.Is(err, sandbox.ErrExists) {
@@ -215,12 +239,12 @@ func testDuplicateID(t *testing.T, b sandbox.Backend) {
 	}
 }
 
-func testSetupRuns(t *testing.T, b sandbox.Backend) {
+func testSetupRuns(t *testing.T, b sandbox.Backend, _ Options) {
 	sb := Start(t, b, "setup-ok", sandbox.Spec{Setup: []string{"echo one", "exit 0"}})
 	WantOutput(t, sb, "echo ready", "ready\n")
 }
 
-func testSetupFailure(t *testing.T, b sandbox.Backend) {
+func testSetupFailure(t *testing.T, b sandbox.Backend, _ Options) {
 	ctx := context.Background()
 	tests := []struct {
 		name        string
@@ -256,7 +280,7 @@ func testSetupFailure(t *testing.T, b sandbox.Backend) {
 	}
 }
 
-func testConcurrentSandboxes(t *testing.T, b sandbox.Backend) {
+func testConcurrentSandboxes(t *testing.T, b sandbox.Backend, _ Options) {
 	const n = 4
 	ctx := context.Background()
 	sbs := make([]sandbox.Sandbox, n)
@@ -297,7 +321,7 @@ func testConcurrentSandboxes(t *testing.T, b sandbox.Backend) {
 	}
 }
 
-func testConcurrentExecOneSandbox(t *testing.T, b sandbox.Backend) {
+func testConcurrentExecOneSandbox(t *testing.T, b sandbox.Backend, _ Options) {
 	sb := Start(t, b, "conc-one", sandbox.Spec{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -318,4 +342,129 @@ func testConcurrentExecOneSandbox(t *testing.T, b sandbox.Backend) {
 			t.Error(err)
 		}
 	}
+}
+
+func testOutputCap(t *testing.T, b sandbox.Backend, opts Options) {
+	sb := Start(t, b, "output-cap", sandbox.Spec{})
+	// Well over the limit: each number takes at least 2 bytes.
+	n := opts.OutputLimit
+	res := Exec(t, sb, fmt.Sprintf("seq 1 %d", n))
+	if !res.Truncated || res.ReturnCode != 0 {
+		t.Fatalf("seq 1 %d: Truncated %v, return code %d; want truncated, 0", n, res.Truncated, res.ReturnCode)
+	}
+	if !strings.HasPrefix(res.Output, "1\n2\n3\n") {
+		t.Errorf("capped output lost its head: %.40q", res.Output)
+	}
+	if want := fmt.Sprintf("\n%d\n%d\n", n-1, n); !strings.HasSuffix(res.Output, want) {
+		t.Errorf("capped output lost its tail %q: ...%q", want, res.Output[max(0, len(res.Output)-40):])
+	}
+	if !strings.Contains(res.Output, " bytes elided ...]\n") {
+		t.Errorf("capped output has no elision marker")
+	}
+	// The limit plus the marker line.
+	if len(res.Output) > opts.OutputLimit+100 {
+		t.Errorf("capped output is %d bytes, limit %d", len(res.Output), opts.OutputLimit)
+	}
+	small := Exec(t, sb, "seq 1 3")
+	if small.Truncated || small.Output != "1\n2\n3\n" {
+		t.Errorf("seq 1 3 = %+v, want all of it", small)
+	}
+}
+
+func testDiffEmpty(t *testing.T, b sandbox.Backend, _ Options) {
+	sb := Start(t, b, "diff-empty", sandbox.Spec{})
+	if d, err := sb.Diff(context.Background()); d != "" || err != nil {
+		t.Fatalf("Diff of a fresh empty sandbox = %q, %v; want \"\", nil", d, err)
+	}
+}
+
+func testDiffAndPatch(t *testing.T, b sandbox.Backend, opts Options) {
+	if !opts.Shell {
+		t.Skip("backend runs no shell: no files to diff")
+	}
+	ctx := context.Background()
+	repo := GitRepo(t)
+	sb := Start(t, b, "diff", sandbox.Spec{Workspace: repo})
+	WantOutput(t, sb, "cat a.txt", "original\n")
+	if d, err := sb.Diff(ctx); d != "" || err != nil {
+		t.Fatalf("Diff before any change = %q, %v", d, err)
+	}
+	WantOutput(t, sb, "echo changed > a.txt && echo new > new.txt && echo x > ignored.log", "")
+	diff, err := sb.Diff(ctx)
+	if err != nil {
+		t.Fatalf("Diff: %v", err)
+	}
+	for _, want := range []string{"--- a/a.txt", "+changed", "+++ b/new.txt", "+new"} {
+		if !strings.Contains(diff, want) {
+			t.Errorf("diff lacks %q:\n%s", want, diff)
+		}
+	}
+	if strings.Contains(diff, "ignored.log") {
+		t.Errorf("diff holds an ignored file:\n%s", diff)
+	}
+	// The agent's own index is left alone.
+	WantOutput(t, sb, "git status --porcelain", " M a.txt\n?? new.txt\n")
+
+	eval := Start(t, b, "diff-eval", sandbox.Spec{Workspace: repo, Patch: diff})
+	WantOutput(t, eval, "cat a.txt new.txt", "changed\nnew\n")
+	again, err := eval.Diff(ctx)
+	if err != nil || again != diff {
+		t.Fatalf("Diff after applying the diff = %q, %v; want the same diff %q", again, err, diff)
+	}
+	if _, err := b.Start(ctx, "diff-bad-patch", sandbox.Spec{Workspace: repo, Patch: "not a patch\n"}); !errors.Is(err, sandbox.ErrPatch) {
+		t.Fatalf("Start with a broken patch: error %v, want ErrPatch", err)
+	}
+}
+
+func testCloseAfterDeath(t *testing.T, b sandbox.Backend, opts Options) {
+	ctx := context.Background()
+	sb, err := b.Start(ctx, "died", sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Kill != nil {
+		opts.Kill(t, sb)
+	} else if _, err := sb.Exec(ctx, "kill -9 $$", execTimeout); err != nil {
+		t.Fatalf("Exec(kill -9 $$): %v", err)
+	}
+	for i := range 2 {
+		if err := sb.Close(ctx); err != nil {
+			t.Fatalf("Close #%d after the sandbox's process died: %v", i+1, err)
+		}
+	}
+	if _, err := sb.Exec(ctx, "echo hi", execTimeout); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Exec after Close: error %v, want ErrNotFound", err)
+	}
+	// The id is free again.
+	again := Start(t, b, "died", sandbox.Spec{})
+	WantOutput(t, again, "echo again", "again\n")
+}
+
+// GitRepo returns a git repository (made with the host's git) with one
+// commit: a.txt ("original\n") and a .gitignore for *.log. It skips the
+// test when git is missing.
+func GitRepo(t testing.TB) string {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skipf("git not on PATH: %v", err)
+	}
+	dir := t.TempDir()
+	for _, f := range []struct{ name, content string }{{"a.txt", "original\n"}, {".gitignore", "*.log\n"}} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"commit", "-q", "-m", "initial"}} {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=test", "-c", "user.email=test@example.com"}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL="+os.DevNull, "GIT_CONFIG_NOSYSTEM=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	// Readable by an unprivileged sandbox user too.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

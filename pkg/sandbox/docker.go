@@ -1,0 +1,725 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// dockerAPI is the Engine API version every request names (Docker 24+);
+// endpoints are cited from its reference, docs/api/v1.43.yaml in
+// moby/moby.
+const dockerAPI = "/v1.43"
+
+// Docker is a Backend that runs each sandbox as a container over the
+// Docker Engine HTTP API: a container per sandbox from the sample's image
+// (Spec.Image, else DockerConfig.Image) kept alive by `sleep infinity`,
+// commands run with bash through exec, the workspace copied in as a tar
+// archive, and the diff taken with git in the container, as Local does.
+// Containers get memory, process and CPU limits and no network unless
+// DockerConfig.Network is set. Handles are "docker:<container name>".
+type Docker struct {
+	cfg    DockerConfig
+	client *http.Client
+	base   string // scheme://host, without the API version
+
+	mu   sync.Mutex
+	live map[string]bool
+}
+
+var _ Backend = (*Docker)(nil)
+
+const (
+	dockerHandlePrefix = "docker:"
+	dockerLabel        = "io.actloop.sandbox"
+	// dockerKillTimeout bounds the exec that kills a timed-out command.
+	dockerKillTimeout = 30 * time.Second
+	// dockerMaxDiff bounds a diff read from a container.
+	dockerMaxDiff = 256 << 20
+)
+
+// NewDocker returns a Docker backend; it does not contact the engine (see
+// Ping).
+func NewDocker(cfg DockerConfig) (*Docker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("docker sandbox config: %w", err)
+	}
+	if cfg.Host == "" {
+		cfg.Host = DefaultDockerHost
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = DefaultDockerWorkDir
+	}
+	if cfg.OutputLimit == 0 {
+		cfg.OutputLimit = DefaultOutputLimit
+	}
+	if cfg.NamePrefix == "" {
+		cfg.NamePrefix = "actloop-"
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("docker host %q: %w", cfg.Host, err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	d := &Docker{cfg: cfg, client: &http.Client{Transport: tr}, live: make(map[string]bool)}
+	switch u.Scheme {
+	case "unix":
+		sock := u.Path
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var dialer net.Dialer
+			return dialer.DialContext(ctx, "unix", sock)
+		}
+		d.base = "http://docker"
+	case "tcp", "http":
+		d.base = "http://" + u.Host
+	default:
+		return nil, fmt.Errorf("docker host %q: scheme must be unix, tcp or http", cfg.Host)
+	}
+	return d, nil
+}
+
+// apiError is a non-2xx answer of the engine.
+type apiError struct {
+	method, path string
+	status       int
+	message      string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("docker %s %s: %d %s", e.method, e.path, e.status, e.message)
+}
+
+func isStatus(err error, status int) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.status == status
+}
+
+// do sends one request; body is JSON-encoded unless it is an io.Reader. A
+// 2xx response is returned open for the caller to read; anything else is
+// an *apiError.
+func (d *Docker) do(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
+	var r io.Reader
+	ctype := "application/json"
+	switch b := body.(type) {
+	case nil:
+	case io.Reader:
+		r, ctype = b, "application/x-tar"
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			return nil, err
+		}
+		r = bytes.NewReader(buf)
+	}
+	u := d.base + dockerAPI + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, r)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("docker %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		var msg struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(b, &msg) != nil || msg.Message == "" {
+			msg.Message = strings.TrimSpace(string(b))
+		}
+		return nil, &apiError{method: method, path: path, status: resp.StatusCode, message: msg.Message}
+	}
+	return resp, nil
+}
+
+// call sends a request and decodes a JSON answer into out (nil: discard).
+func (d *Docker) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	resp, err := d.do(ctx, method, path, query, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("docker %s %s: decode: %w", method, path, err)
+	}
+	return nil
+}
+
+// Ping checks that the engine answers (GET /_ping).
+func (d *Docker) Ping(ctx context.Context) error {
+	return d.call(ctx, http.MethodGet, "/_ping", nil, nil, nil)
+}
+
+// Wire types of the Engine API (only the fields used).
+type (
+	dockerCreate struct {
+		Image           string            `json:"Image"`
+		Cmd             []string          `json:"Cmd"`
+		Entrypoint      []string          `json:"Entrypoint"`
+		WorkingDir      string            `json:"WorkingDir"`
+		Env             []string          `json:"Env,omitempty"`
+		Labels          map[string]string `json:"Labels"`
+		NetworkDisabled bool              `json:"NetworkDisabled,omitempty"`
+		HostConfig      dockerHostConfig  `json:"HostConfig"`
+	}
+	dockerHostConfig struct {
+		NetworkMode string         `json:"NetworkMode,omitempty"`
+		Memory      int64          `json:"Memory,omitempty"`
+		MemorySwap  int64          `json:"MemorySwap,omitempty"`
+		PidsLimit   *int64         `json:"PidsLimit,omitempty"`
+		NanoCpus    int64          `json:"NanoCpus,omitempty"`
+		Ulimits     []dockerUlimit `json:"Ulimits,omitempty"`
+		Init        bool           `json:"Init"`
+	}
+	dockerUlimit struct {
+		Name string `json:"Name"`
+		Soft int64  `json:"Soft"`
+		Hard int64  `json:"Hard"`
+	}
+	dockerExecCreate struct {
+		AttachStdout bool     `json:"AttachStdout"`
+		AttachStderr bool     `json:"AttachStderr"`
+		Tty          bool     `json:"Tty"`
+		Cmd          []string `json:"Cmd"`
+		Env          []string `json:"Env,omitempty"`
+		WorkingDir   string   `json:"WorkingDir"`
+	}
+	dockerID struct {
+		ID string `json:"Id"`
+	}
+	dockerExecInspect struct {
+		Running  bool `json:"Running"`
+		ExitCode int  `json:"ExitCode"`
+	}
+	dockerContainerInspect struct {
+		State struct {
+			Running bool `json:"Running"`
+		} `json:"State"`
+	}
+)
+
+func (d *Docker) name(id string) string { return d.cfg.NamePrefix + id }
+
+// Start creates and starts the container, copies the workspace in,
+// applies the patch and runs the setup commands. A container left under
+// the same name is replaced; on failure the container is removed.
+func (d *Docker) Start(ctx context.Context, id string, spec Spec) (Sandbox, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	if err := validateEnv(spec.Env); err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	d.mu.Lock()
+	if d.live[id] {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("start sandbox %s: %w", id, ErrExists)
+	}
+	d.live[id] = true
+	d.mu.Unlock()
+	sb, err := d.start(ctx, id, spec)
+	if err != nil {
+		if rerr := d.remove(context.WithoutCancel(ctx), d.name(id)); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		d.release(id)
+		return nil, err
+	}
+	return sb, nil
+}
+
+func (d *Docker) release(id string) {
+	d.mu.Lock()
+	delete(d.live, id)
+	d.mu.Unlock()
+}
+
+func (d *Docker) start(ctx context.Context, id string, spec Spec) (*dockerSandbox, error) {
+	image := cmpOr(spec.Image, d.cfg.Image)
+	if image == "" {
+		return nil, fmt.Errorf("start sandbox %s: no image (Spec.Image or DockerConfig.Image)", id)
+	}
+	name := d.name(id)
+	if err := d.remove(ctx, name); err != nil {
+		return nil, fmt.Errorf("start sandbox %s: remove leftover: %w", id, err)
+	}
+	env := envList(spec.Env)
+	create := dockerCreate{
+		Image: image, Entrypoint: []string{}, Cmd: []string{"sleep", "infinity"}, WorkingDir: d.cfg.WorkDir, Env: env,
+		Labels:          map[string]string{dockerLabel: id},
+		NetworkDisabled: !d.cfg.Network,
+		// Init reaps the orphans of killed commands.
+		HostConfig: dockerHostConfig{Init: true},
+	}
+	hc := &create.HostConfig
+	if !d.cfg.Network {
+		hc.NetworkMode = "none"
+	}
+	if mb := d.cfg.Limits.MemoryMB; mb > 0 {
+		hc.Memory = int64(mb) << 20
+		hc.MemorySwap = hc.Memory // no swap beyond the limit
+	}
+	if n := d.cfg.Limits.MaxProcs; n > 0 {
+		pids := int64(n)
+		hc.PidsLimit = &pids
+	}
+	if d.cfg.CPUs > 0 {
+		hc.NanoCpus = int64(d.cfg.CPUs * 1e9)
+	}
+	if t := d.cfg.Limits.CPUTime; t > 0 {
+		secs := int64((t + time.Second - 1) / time.Second)
+		hc.Ulimits = []dockerUlimit{{Name: "cpu", Soft: secs, Hard: secs}}
+	}
+	// POST /v1.43/containers/create?name=...; 404 when the image is missing.
+	q := url.Values{"name": {name}}
+	err := d.call(ctx, http.MethodPost, "/containers/create", q, create, nil)
+	if isStatus(err, http.StatusNotFound) {
+		if err = d.pull(ctx, image); err == nil {
+			err = d.call(ctx, http.MethodPost, "/containers/create", q, create, nil)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	// POST /v1.43/containers/{id}/start
+	if err := d.call(ctx, http.MethodPost, "/containers/"+name+"/start", nil, nil, nil); err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	sb := d.newSandbox(id, env)
+	if spec.Workspace != "" {
+		if err := sb.upload(ctx, spec.Workspace); err != nil {
+			return nil, fmt.Errorf("start sandbox %s: copy workspace: %w", id, err)
+		}
+	}
+	if strings.TrimSpace(spec.Patch) != "" {
+		if err := sb.apply(ctx, spec.Patch); err != nil {
+			return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+		}
+	}
+	timeout := spec.SetupTimeout
+	if timeout <= 0 {
+		timeout = DefaultSetupTimeout
+	}
+	for i, cmd := range spec.Setup {
+		res, err := sb.Exec(ctx, cmd, timeout)
+		if err != nil {
+			return nil, fmt.Errorf("start sandbox %s: setup command %d: %w", id, i, err)
+		}
+		if res.TimedOut || res.ReturnCode != 0 {
+			return nil, fmt.Errorf("start sandbox %s: %w", id, &SetupError{Index: i, Command: cmd, Result: res})
+		}
+	}
+	return sb, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// pull fetches an image: POST /v1.43/images/create?fromImage=...&tag=...;
+// the answer is a JSON progress stream whose last message may be an error.
+func (d *Docker) pull(ctx context.Context, image string) error {
+	ref, tag := image, ""
+	if i := strings.LastIndexByte(image, ':'); i > strings.LastIndexByte(image, '/') && !strings.Contains(image, "@") {
+		ref, tag = image[:i], image[i+1:]
+	}
+	q := url.Values{"fromImage": {ref}}
+	if tag != "" {
+		q.Set("tag", tag)
+	}
+	resp, err := d.do(ctx, http.MethodPost, "/images/create", q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var msg struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("pull %s: %w", image, err)
+		}
+		if msg.Error != "" {
+			return fmt.Errorf("pull %s: %s", image, msg.Error)
+		}
+	}
+}
+
+// remove deletes a container and its anonymous volumes, running or not:
+// DELETE /v1.43/containers/{id}?force=true&v=true. A missing one is fine.
+func (d *Docker) remove(ctx context.Context, name string) error {
+	err := d.call(ctx, http.MethodDelete, "/containers/"+name, url.Values{"force": {"true"}, "v": {"true"}}, nil, nil)
+	if err != nil && !isStatus(err, http.StatusNotFound) {
+		return err
+	}
+	return nil
+}
+
+// Attach returns the sandbox of a handle: GET /v1.43/containers/{id}/json;
+// ErrNotFound when the container is gone or no longer runs.
+func (d *Docker) Attach(ctx context.Context, handle string) (Sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("attach sandbox: %w", err)
+	}
+	name, ok := strings.CutPrefix(handle, dockerHandlePrefix)
+	id, idOK := strings.CutPrefix(name, d.cfg.NamePrefix)
+	if !ok || !idOK || ValidateID(id) != nil {
+		return nil, fmt.Errorf("attach %q: %w (want %s%s<id>)", handle, ErrInvalidHandle, dockerHandlePrefix, d.cfg.NamePrefix)
+	}
+	var info dockerContainerInspect
+	err := d.call(ctx, http.MethodGet, "/containers/"+name+"/json", nil, nil, &info)
+	switch {
+	case isStatus(err, http.StatusNotFound):
+		return nil, fmt.Errorf("attach sandbox %s: %w", id, ErrNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("attach sandbox %s: %w", id, err)
+	case !info.State.Running:
+		return nil, fmt.Errorf("attach sandbox %s: container is not running: %w", id, ErrNotFound)
+	}
+	return d.newSandbox(id, nil), nil
+}
+
+// dockerSandbox is one container.
+type dockerSandbox struct {
+	d    *Docker
+	id   string
+	name string
+	env  []string
+
+	mu     sync.Mutex
+	closed bool
+	done   chan struct{} // closed by Close: interrupts running execs
+}
+
+var _ Sandbox = (*dockerSandbox)(nil)
+
+func (d *Docker) newSandbox(id string, env []string) *dockerSandbox {
+	return &dockerSandbox{d: d, id: id, name: d.name(id), env: env, done: make(chan struct{})}
+}
+
+func (s *dockerSandbox) Handle() string { return dockerHandlePrefix + s.name }
+
+// begin returns ctx, also cancelled by Close, or ErrNotFound after Close.
+func (s *dockerSandbox) begin(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, nil, fmt.Errorf("sandbox %s: %w", s.id, ErrNotFound)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel, nil
+}
+
+// lost maps the engine's answers for a container that is gone or stopped
+// (404, 409 "is not running") to ErrNotFound.
+func (s *dockerSandbox) lost(ctx context.Context, err error) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return fmt.Errorf("sandbox %s closed: %w", s.id, ErrNotFound)
+	case isStatus(err, http.StatusNotFound), isStatus(err, http.StatusConflict):
+		return fmt.Errorf("sandbox %s: %w: %w", s.id, ErrNotFound, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("sandbox %s: %w", s.id, ctx.Err())
+	}
+	return fmt.Errorf("sandbox %s: %w", s.id, err)
+}
+
+// execRaw runs argv in the container and demultiplexes its output:
+// POST /v1.43/containers/{id}/exec, POST /v1.43/exec/{id}/start (the
+// multiplexed stream as the response body), GET /v1.43/exec/{id}/json for
+// the exit code.
+func (s *dockerSandbox) execRaw(ctx context.Context, argv []string, stdout, stderr io.Writer) (int, error) {
+	var ex dockerID
+	if err := s.d.call(ctx, http.MethodPost, "/containers/"+s.name+"/exec", nil, dockerExecCreate{
+		AttachStdout: true, AttachStderr: true, Cmd: argv, Env: s.env, WorkingDir: s.d.cfg.WorkDir,
+	}, &ex); err != nil {
+		return 0, err
+	}
+	resp, err := s.d.do(ctx, http.MethodPost, "/exec/"+ex.ID+"/start", nil, map[string]bool{"Detach": false, "Tty": false})
+	if err != nil {
+		return 0, err
+	}
+	err = demux(resp.Body, stdout, stderr)
+	resp.Body.Close()
+	if err != nil {
+		return 0, fmt.Errorf("docker exec output: %w", err)
+	}
+	var info dockerExecInspect
+	if err := s.d.call(ctx, http.MethodGet, "/exec/"+ex.ID+"/json", nil, nil, &info); err != nil {
+		return 0, err
+	}
+	if info.Running {
+		return 0, errors.New("docker exec: output ended while the process still runs")
+	}
+	return info.ExitCode, nil
+}
+
+// Exec runs cmd with bash. Its process group is recorded in the
+// container, so a timeout kills the command and everything it started
+// (`set -m` gives the background job a group of its own).
+func (s *dockerSandbox) Exec(ctx context.Context, cmd string, timeout time.Duration) (ExecResult, error) {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer end()
+	token := make([]byte, 8)
+	_, _ = rand.Read(token)
+	pgidFile := "/tmp/.actloop-exec-" + hex.EncodeToString(token)
+	wrapper := `set -m; bash -c "$1" & echo $! > "$2"; wait $!; rc=$?; rm -f "$2"; exit $rc`
+	argv := []string{"bash", "-c", wrapper, "actloop-exec", cmd, pgidFile}
+
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		runCtx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeout)
+	}
+	defer cancel()
+	// The exec's requests run on execCtx, not runCtx: after a timeout its
+	// output is still read to the end, which the kill brings; a process
+	// that left the group and holds the output open is cut off after
+	// pipeGrace.
+	execCtx, cancelExec := context.WithCancel(ctx)
+	defer cancelExec()
+	timedOut := make(chan struct{})
+	stopKill := context.AfterFunc(runCtx, func() {
+		if !errors.Is(context.Cause(runCtx), errTimeout) {
+			return
+		}
+		close(timedOut)
+		kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), dockerKillTimeout)
+		defer kcancel()
+		_, _ = s.execRaw(kctx, []string{"bash", "-c", `kill -KILL -- "-$(cat "$1")" 2>/dev/null; true`, "actloop-kill", pgidFile}, io.Discard, io.Discard)
+		time.AfterFunc(pipeGrace, cancelExec)
+	})
+	defer stopKill()
+
+	out := newHeadTail(s.d.cfg.OutputLimit)
+	start := time.Now()
+	code, err := s.execRaw(execCtx, argv, out, out)
+	res := ExecResult{Output: out.String(), ReturnCode: code, Truncated: out.truncated(), Duration: time.Since(start)}
+	select {
+	case <-timedOut:
+		res.TimedOut, res.ReturnCode = true, -1
+		if err != nil && ctx.Err() == nil && execCtx.Err() != nil {
+			err = nil // cut off after the kill
+		}
+	default:
+	}
+	if err != nil {
+		return res, s.lost(ctx, err)
+	}
+	return res, nil
+}
+
+// dockerDiffScript stages everything into a temporary copy of the index
+// and diffs it against HEAD (the empty tree for an unborn HEAD), as
+// localSandbox.Diff does.
+const dockerDiffScript = `[ -d .git ] || exit 0
+idx=$(mktemp) || exit 1
+cp .git/index "$idx" 2>/dev/null || rm -f "$idx"
+export GIT_INDEX_FILE="$idx" GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0
+g() { git -c safe.directory='*' -c core.fsmonitor=false -c core.pager=cat "$@"; }
+g add --all >&2 || { rc=$?; rm -f "$idx"; exit $rc; }
+set -- diff --cached --binary --no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/
+g rev-parse --verify --quiet 'HEAD^{commit}' >/dev/null && set -- "$@" HEAD
+g "$@"; rc=$?; rm -f "$idx"; exit $rc`
+
+func (s *dockerSandbox) Diff(ctx context.Context) (string, error) {
+	ctx, end, err := s.begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer end()
+	var stdout bytes.Buffer
+	stderr := newHeadTail(4000)
+	code, err := s.execRaw(ctx, []string{"bash", "-c", dockerDiffScript}, &limitedWriter{w: &stdout, n: dockerMaxDiff}, stderr)
+	if err != nil {
+		return "", s.lost(ctx, err)
+	}
+	if code != 0 {
+		return "", fmt.Errorf("diff sandbox %s: git exited with code %d: %s", s.id, code, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// limitedWriter fails once more than n bytes were written.
+type limitedWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.n {
+		return 0, fmt.Errorf("more than %d bytes", dockerMaxDiff)
+	}
+	l.n -= int64(len(p))
+	return l.w.Write(p)
+}
+
+// apply uploads the patch and runs git apply on it.
+func (s *dockerSandbox) apply(ctx context.Context, patch string) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	name := ".actloop.patch"
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(patch)), Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(tw, patch); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := s.putArchive(ctx, "/tmp", &buf); err != nil {
+		return s.lost(ctx, err)
+	}
+	stderr := newHeadTail(4000)
+	code, err := s.execRaw(ctx, []string{"bash", "-c", `git -c safe.directory='*' apply --whitespace=nowarn "$1"; rc=$?; rm -f "$1"; exit $rc`,
+		"actloop-apply", "/tmp/" + name}, io.Discard, stderr)
+	if err != nil {
+		return s.lost(ctx, err)
+	}
+	if code != 0 {
+		return fmt.Errorf("%w: git apply exited with code %d: %s", ErrPatch, code, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// putArchive extracts a tar archive into dir in the container:
+// PUT /v1.43/containers/{id}/archive?path=dir.
+func (s *dockerSandbox) putArchive(ctx context.Context, dir string, archive io.Reader) error {
+	return s.d.call(ctx, http.MethodPut, "/containers/"+s.name+"/archive", url.Values{"path": {dir}}, archive, nil)
+}
+
+// upload copies the workspace directory into WorkDir as a tar stream:
+// regular files, directories and symlinks with their modes and times.
+func (s *dockerSandbox) upload(ctx context.Context, workspace string) error {
+	src, err := filepath.EvalSymlinks(workspace)
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(writeTar(ctx, pw, src))
+	}()
+	err = s.putArchive(ctx, s.d.cfg.WorkDir, pr)
+	pr.CloseWithError(errors.New("upload ended"))
+	return err
+}
+
+func writeTar(ctx context.Context, w io.Writer, src string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(path); err != nil {
+				return err
+			}
+		} else if !info.Mode().IsRegular() && !info.IsDir() {
+			return nil // sockets, pipes, devices
+		}
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		hdr.Uname, hdr.Gname = "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// Close removes the container; it is idempotent and also succeeds when
+// the container already died or was removed.
+func (s *dockerSandbox) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.done)
+	}
+	s.mu.Unlock()
+	if err := s.d.remove(context.WithoutCancel(ctx), s.name); err != nil {
+		return fmt.Errorf("close sandbox %s: %w", s.id, err)
+	}
+	s.d.release(s.id)
+	return nil
+}

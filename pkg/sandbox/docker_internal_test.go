@@ -1,0 +1,109 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+)
+
+// appendFrame appends one frame of the Engine API's multiplexed stream.
+func appendFrame(b []byte, stream byte, payload []byte) []byte {
+	b = append(b, stream, 0, 0, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
+	return append(b, payload...)
+}
+
+func TestDemux(t *testing.T) {
+	valid := appendFrame(appendFrame(appendFrame(nil, 1, []byte("out1\n")), 2, []byte("err1\n")), 1, []byte("out2\n"))
+	tests := []struct {
+		name               string
+		in                 []byte
+		wantOut, wantCombo string
+		wantErr            error
+	}{
+		{"empty", nil, "", "", nil},
+		{"frames in order", valid, "out1\nout2\n", "out1\nerr1\nout2\n", nil},
+		{"empty frame", appendFrame(nil, 1, nil), "", "", nil},
+		{"header cut", valid[:len(valid)-len("out2\n")-3], "out1\n", "out1\nerr1\n", io.ErrUnexpectedEOF},
+		{"payload cut", valid[:len(valid)-2], "out1\nout", "out1\nerr1\nout", io.ErrUnexpectedEOF},
+		{"unknown stream", appendFrame(nil, 3, []byte("x")), "", "", errFrame},
+		{"padding", []byte{1, 0, 1, 0, 0, 0, 0, 0}, "", "", errFrame},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb, combo bytes.Buffer
+			err := demux(bytes.NewReader(tt.in), &out, &errb)
+			if !errors.Is(err, tt.wantErr) || out.String() != tt.wantOut {
+				t.Fatalf("demux = stdout %q, error %v; want %q, %v", out.String(), err, tt.wantOut, tt.wantErr)
+			}
+			_ = demux(bytes.NewReader(tt.in), &combo, &combo)
+			if combo.String() != tt.wantCombo {
+				t.Fatalf("demux into one writer = %q, want %q", combo.String(), tt.wantCombo)
+			}
+		})
+	}
+}
+
+// FuzzDemux checks that any input decodes without panic, and that frames
+// built from the input decode back to their payloads, in order, also
+// when read in pieces, and that a stream cut inside a frame is reported.
+func FuzzDemux(f *testing.F) {
+	f.Add([]byte("hello\nworld\n"), uint8(3), uint16(5))
+	f.Add([]byte{}, uint8(0), uint16(0))
+	f.Add(appendFrame(nil, 1, []byte("x")), uint8(1), uint16(9))
+	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 1, 'e'}, uint8(7), uint16(2))
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8, cut uint16) {
+		var sink bytes.Buffer
+		_ = demux(bytes.NewReader(data), &sink, &sink) // must not panic
+
+		n := int(chunk)%16 + 1
+		var stream []byte
+		var wantOut, wantErr, wantAll bytes.Buffer
+		var ends []int // offsets where a frame ends
+		for i := 0; i < len(data); i += n {
+			p := data[i:min(i+n, len(data))]
+			id := byte(1 + (i/n)%2)
+			stream = appendFrame(stream, id, p)
+			ends = append(ends, len(stream))
+			wantAll.Write(p)
+			if id == 1 {
+				wantOut.Write(p)
+			} else {
+				wantErr.Write(p)
+			}
+		}
+		var out, errb, all bytes.Buffer
+		if err := demux(&oneByteReader{bytes.NewReader(stream)}, &out, &errb); err != nil {
+			t.Fatalf("demux of valid frames: %v", err)
+		}
+		if !bytes.Equal(out.Bytes(), wantOut.Bytes()) || !bytes.Equal(errb.Bytes(), wantErr.Bytes()) {
+			t.Fatalf("demux: stdout %q stderr %q, want %q %q", out.Bytes(), errb.Bytes(), wantOut.Bytes(), wantErr.Bytes())
+		}
+		if err := demux(bytes.NewReader(stream), &all, &all); err != nil || !bytes.Equal(all.Bytes(), wantAll.Bytes()) {
+			t.Fatalf("demux into one writer = %q, %v; want %q", all.Bytes(), err, wantAll.Bytes())
+		}
+		if len(stream) == 0 {
+			return
+		}
+		at := int(cut) % len(stream)
+		err := demux(bytes.NewReader(stream[:at]), io.Discard, io.Discard)
+		boundary := at == 0
+		for _, e := range ends {
+			boundary = boundary || e == at
+		}
+		if boundary && err != nil || !boundary && !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("stream cut at %d (frame boundary %v): error %v", at, boundary, err)
+		}
+	})
+}
+
+type oneByteReader struct{ r io.Reader }
+
+func (o *oneByteReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	return o.r.Read(p[:1])
+}
