@@ -36,6 +36,9 @@ func Environ(settings any) ([]string, error) {
 			if name == "" || name == "-" {
 				return fmt.Errorf("environ: %s.%s has no envconfig tag", v.Type(), f.Name)
 			}
+			if fv.Kind() == reflect.Slice && fv.Len() == 0 && f.Tag.Get("default") == "" {
+				continue // unset reads back as nil; set to "" it would read as empty
+			}
 			s, err := environValue(fv)
 			if err != nil {
 				return fmt.Errorf("environ: ACTLOOP_%s: %w", name, err)
