@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -311,5 +312,46 @@ func TestBenchRunsEveryMode(t *testing.T) {
 		if err := run(context.Background(), bad, &out, &errOut); exitCode(err) != 2 {
 			t.Fatalf("%v: %v", bad, err)
 		}
+	}
+}
+
+// `actloop bench-pipeline` drives a batch through the whole pipeline, in one
+// process and with every service in its own ('actloop serve'), and reports
+// each service process's memory and CPU.
+func TestBenchPipeline(t *testing.T) {
+	for _, processes := range []bool{false, true} {
+		args := []string{"bench-pipeline", "--trajectories", "6", "--turns", "3", "--tokens", "8", "--slots", "4",
+			"--redis", "in-process", "--json"}
+		if processes {
+			args = append(args, "--processes")
+		}
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, &out, &errOut); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+		}
+		var b pipeBench
+		if err := json.Unmarshal(out.Bytes(), &b); err != nil {
+			t.Fatalf("output %q: %v", out.String(), err)
+		}
+		if b.Actions != 18 || b.ActionsPerS <= 0 || b.CPUSPer1000 <= 0 || b.RedisBytesPer1kT <= 0 {
+			t.Errorf("processes=%v: %+v", processes, b)
+		}
+		if !processes {
+			if len(b.Services) != 0 {
+				t.Errorf("in one process, per-service figures: %+v", b.Services)
+			}
+			continue
+		}
+		if len(b.Services) != 3 {
+			t.Fatalf("services %+v, want coordinator, gen-worker and env-worker", b.Services)
+		}
+		for _, s := range b.Services {
+			if s.PeakRSSMB <= 0 || s.IdleRSSMB <= 0 || s.PeakRSSMB < s.IdleRSSMB || s.CPUSPer1000 <= 0 {
+				t.Errorf("%s: %+v", s.Name, s)
+			}
+		}
+	}
+	if err := run(context.Background(), []string{"serve", "nope"}, io.Discard, io.Discard); exitCode(err) != 2 {
+		t.Errorf("serve nope: %v", err)
 	}
 }

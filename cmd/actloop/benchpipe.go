@@ -91,45 +91,47 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 		children = &serviceProcs{log: outputs.logPath}
 		defer children.stop()
 	}
+	// launch runs a service in this process, or with --processes in a
+	// child process serving on a free address (written to *addr, which
+	// is in settings, before they are passed on).
+	launch := func(svc, name string, addr *string, settings any, inProcess func() error) error {
+		if children == nil {
+			return inProcess()
+		}
+		a, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		*addr = a
+		return children.start(svc, name, a, settings)
+	}
 	cc := st.CoordinatorConfig()
 	cc.PredictTimeout, cc.MaxActive, cc.MaxActiveCeiling = 0, *trajectories, *trajectories
-	if children != nil {
-		if cc.Addr, err = freeAddr(); err != nil {
-			return err
-		}
-		if err := children.start("coordinator", "coordinator", cc.Addr, &cc); err != nil {
-			return err
-		}
-	} else if _, err := st.StartCoordinator(sctx, cc); err != nil {
+	if err := launch("coordinator", "coordinator", &cc.Addr, &cc, func() error {
+		_, err := st.StartCoordinator(sctx, cc)
+		return err
+	}); err != nil {
 		return err
 	}
 	statsURLs := map[string]string{}
 	for _, r := range st.Replicas {
 		gc := st.GenWorkerConfig(r)
 		gc.PredictTimeout = 0
-		if children != nil {
-			if gc.Addr, err = freeAddr(); err != nil {
-				return err
-			}
-			statsURLs[r] = "http://" + gc.Addr + "/v1/stats"
-			if err := children.start("gen-worker", "gen-worker "+r, gc.Addr, &gc); err != nil {
-				return err
-			}
-		} else if _, err := st.StartGenWorkerWith(sctx, gc, nil); err != nil {
+		if err := launch("gen-worker", "gen-worker "+r, &gc.Addr, &gc, func() error {
+			_, err := st.StartGenWorkerWith(sctx, gc, nil)
+			return err
+		}); err != nil {
 			return err
 		}
+		statsURLs[r] = "http://" + gc.Addr + "/v1/stats"
 	}
 	for i := range *envWorkers {
 		ec := st.EnvWorkerConfig(fmt.Sprintf("env-%d", i))
 		ec.SimStartLatency, ec.SimExecLatency, ec.SimEnvTimeScale = 0, 0, 0
-		if children != nil {
-			if ec.Addr, err = freeAddr(); err != nil {
-				return err
-			}
-			if err := children.start("env-worker", "env-worker "+ec.ID, ec.Addr, &ec); err != nil {
-				return err
-			}
-		} else if _, err := st.StartEnvWorker(sctx, ec); err != nil {
+		if err := launch("env-worker", "env-worker "+ec.ID, &ec.Addr, &ec, func() error {
+			_, err := st.StartEnvWorker(sctx, ec)
+			return err
+		}); err != nil {
 			return err
 		}
 	}

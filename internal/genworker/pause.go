@@ -86,10 +86,12 @@ func (p *pauser) apply(ctx context.Context, c schema.Control) {
 // have returned, which is what the trainer waits for, and each partial
 // records the version that produced it whenever it is committed.
 func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generation) {
+	start := time.Now()
 	abort := c.Mode != schema.PauseDrain
 	if abort {
 		p.abortAll(ctx, gens)
 	}
+	aborted := time.Since(start)
 	t := time.NewTicker(reRequestAbort)
 	defer t.Stop()
 	for _, g := range gens {
@@ -119,6 +121,8 @@ func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generatio
 		return // resumed, or paused again, meanwhile
 	}
 	p.report(ctx, r)
+	p.w.d.Log.Info("paused", "epoch", c.Epoch, "mode", c.Mode, "generations", len(gens), "aborted", r.Aborted,
+		"abort_call_ms", aborted.Milliseconds(), "settled_ms", time.Since(start).Milliseconds())
 }
 
 // abortAll aborts every generation of gens on the server: those whose
