@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/actloop/actloop/internal/flow"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/sandbox"
@@ -28,6 +29,10 @@ type Config struct {
 	SimExecLatency  time.Duration `envconfig:"SIM_ENV_EXEC_LATENCY" default:"500ms"`
 	SimEnvTimeScale float64       `envconfig:"SIM_ENV_TIME_SCALE" default:"1"`
 	Addr            string        `envconfig:"ENV_WORKER_ADDR" default:":8082"`
+	// Tokenizer and ChatTemplate render the observations; the same settings
+	// as the gen-workers'.
+	Tokenizer    string `envconfig:"TOKENIZER" default:"qwen"`
+	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
@@ -59,6 +64,7 @@ func (c *Config) Validate() error {
 	if c.SimEnvTimeScale < 0 {
 		errs = append(errs, errors.New("ACTLOOP_SIM_ENV_TIME_SCALE: must be >= 0"))
 	}
+	errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
 	return errors.Join(errs...)
 }
 

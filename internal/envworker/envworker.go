@@ -67,7 +67,11 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox backend: %w", err)
 	}
-	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: agent.DefaultConfig(), board: &priority.Board{},
+	tmpl, err := flow.ChatTemplate(cfg.Tokenizer, cfg.ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agent: agent.DefaultConfig(), board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: local, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}

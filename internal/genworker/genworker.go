@@ -67,7 +67,12 @@ type Config struct {
 	Steal      bool          `envconfig:"STEAL" default:"false"`
 	StealAfter time.Duration `envconfig:"STEAL_AFTER" default:"5s"`
 	WorkerID   string        `envconfig:"WORKER_ID"`
-	Addr       string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
+	// Tokenizer and ChatTemplate are the model's tokenizer (bytes, qwen or
+	// the path of a tokenizer.json) and chat template (chatml or llama3);
+	// the env-workers must use the same.
+	Tokenizer    string `envconfig:"TOKENIZER" default:"qwen"`
+	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
+	Addr         string `envconfig:"GEN_WORKER_ADDR" default:":8081"`
 }
 
 // Validate joins every problem with c.
@@ -97,6 +102,7 @@ func (c *Config) Validate() error {
 	if c.LLMTimeout <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_LLM_TIMEOUT: must be > 0"))
 	}
+	errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
 	return errors.Join(errs...)
 }
 
@@ -137,15 +143,17 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		host, _ := os.Hostname()
 		id = host + "-" + cfg.Replica
 	}
-	tmpl := tokenize.NewByteChatML()
-	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tok, agent: agent.DefaultConfig(),
+	tmpl, err := flow.ChatTemplate(cfg.Tokenizer, cfg.ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tokenizer(), agent: agent.DefaultConfig(),
 		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
 	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
 		interval: min(max(cfg.StealAfter/4, 50*time.Millisecond), time.Second)}
-	var err error
 	name := "gen-" + cfg.Replica
 	if w.hi, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-hi", bus.SubjectGen(cfg.Replica, priority.ClassHigh)); err != nil {
 		return nil, err
