@@ -25,6 +25,11 @@ import (
 // merged by rank. It adds no special tokens of its own (as
 // encode(add_special_tokens=False)); a ChatTemplate writes them.
 //
+// Added tokens are matched on the text as given, before normalization; the
+// library matches those marked "normalized": true on the normalized text,
+// which differs only for added tokens whose content NFC changes (none in
+// the Qwen and Llama 3 files).
+//
 // An HF is safe for concurrent use.
 type HF struct {
 	vocab        map[string]int32
