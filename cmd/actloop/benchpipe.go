@@ -19,6 +19,7 @@ import (
 	"github.com/actloop/actloop/internal/genworker"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/sim"
+	"github.com/actloop/actloop/pkg/tokenize"
 	"github.com/actloop/actloop/pkg/workload"
 )
 
@@ -81,7 +82,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	common := benchCommon()
 	common.ResultTTL = time.Hour // keep the state to measure it
 	st, sctx, stop, err := startBench(ctx, devstack.Options{RedisKind: *redisKind, Replicas: *genWorkers, Slots: *slots,
-		EnvSlots: 4 * *slots * *genWorkers, Sim: sim.Config{MaxRunning: *slots}, Common: common, Log: log})
+		EnvSlots: 4 * *slots * *genWorkers, Sim: sim.Config{MaxRunning: *slots}, Tokenizer: tokenize.TokenizerBytes, Common: common, Log: log})
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/sim"
+	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // syncRun is one run of the weight-sync bench.
@@ -130,7 +131,8 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func benchSyncOnce(ctx context.Context, tasks, replicas, slots, inFlight, syncs int, mode string, maxTurns int,
 	timeScale float64, seed int64, log *slog.Logger, out *syncBench) (syncRun, error) {
 	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: replicas, Slots: slots, EnvSlots: 4 * tasks,
-		Sim: sim.Config{TimeScale: timeScale, MaxTurns: maxTurns, Seed: seed}, Common: benchCommon(), Log: log})
+		Sim: sim.Config{TimeScale: timeScale, MaxTurns: maxTurns, Seed: seed}, Tokenizer: tokenize.TokenizerBytes,
+		Common: benchCommon(), Log: log})
 	if err != nil {
 		return syncRun{}, err
 	}

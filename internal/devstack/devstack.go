@@ -22,6 +22,7 @@ import (
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/envworker"
+	"github.com/actloop/actloop/internal/flow"
 	"github.com/actloop/actloop/internal/genworker"
 	"github.com/actloop/actloop/internal/localnats"
 	"github.com/actloop/actloop/internal/localredis"
@@ -29,6 +30,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/llm"
 	"github.com/actloop/actloop/pkg/sim"
+	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // Options configure a Stack.
@@ -39,7 +41,12 @@ type Options struct {
 	Slots     int    // generation slots per replica
 	EnvSlots  int    // concurrent env steps of the env-worker
 	Sim       sim.Config
-	Common    service.Common
+	// Tokenizer and ChatTemplate name the tokenizer and template of the
+	// workers and the simulators (as ACTLOOP_TOKENIZER and
+	// ACTLOOP_CHAT_TEMPLATE); default qwen and chatml. Sim.Tokenizer, when
+	// set, wins for the simulators.
+	Tokenizer, ChatTemplate string
+	Common                  service.Common
 	// CoordinatorAddr is where the coordinator serves /v1/status ("" = none).
 	CoordinatorAddr string
 	// AgentConfig is the workers' mini-swe-agent configuration file ("" =
@@ -50,12 +57,14 @@ type Options struct {
 
 // Stack is a running actloop in one process.
 type Stack struct {
-	Opts      Options
-	NATS      *server.Server
-	Redis     *localredis.Server
-	Sims      map[string]*sim.Server // by replica
-	SimURLs   map[string]string
-	Replicas  []string
+	Opts     Options
+	NATS     *server.Server
+	Redis    *localredis.Server
+	Sims     map[string]*sim.Server // by replica
+	SimURLs  map[string]string
+	Replicas []string
+	// Template is the chat template the workers use.
+	Template  tokenize.ChatTemplate
 	simServer []*http.Server
 
 	mu      sync.Mutex
@@ -74,7 +83,23 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s = &Stack{Opts: o, Sims: map[string]*sim.Server{}, SimURLs: map[string]string{}}
+	if o.Tokenizer == "" {
+		o.Tokenizer = tokenize.TokenizerQwen
+	}
+	if o.ChatTemplate == "" {
+		o.ChatTemplate = tokenize.TemplateChatML
+	}
+	tmpl, err := flow.ChatTemplate(o.Tokenizer, o.ChatTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	if o.Sim.Tokenizer == nil {
+		o.Sim.Tokenizer = tmpl.Tokenizer()
+	}
+	if err := sim.CheckTokenizer(o.Sim.Tokenizer); err != nil {
+		return nil, fmt.Errorf("devstack: the simulator speaks ChatML: %w", err)
+	}
+	s = &Stack{Template: tmpl, Opts: o, Sims: map[string]*sim.Server{}, SimURLs: map[string]string{}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -188,6 +213,7 @@ func (s *Stack) GenWorkerConfig(replica string) genworker.Config {
 	cfg.Common, cfg.Replica, cfg.Slots, cfg.LLMURL, cfg.WorkerID = s.Opts.Common, replica, s.Opts.Slots, s.SimURLs[replica], "gen-"+replica
 	cfg.Addr = "" // no health server per worker in one process
 	cfg.AgentConfig = s.Opts.AgentConfig
+	cfg.Tokenizer, cfg.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
 	return cfg
 }
 
@@ -226,6 +252,7 @@ func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
 	// A development stack must run on a machine with only Go: bubblewrap
 	// where it works, else unisolated, which the env-worker logs loudly.
 	c.AllowUnisolated = true
+	c.Tokenizer, c.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
 	return c
 }
 

@@ -36,7 +36,7 @@ func TestLimitsAndFallbacks(t *testing.T) {
 	echo := "THOUGHT: again.\n\n```bash\necho hi\n```"
 	steps := simSample("steps", echo, echo, echo, echo)
 	steps.Limits.StepLimit = 2
-	budget := simSample("budget", strings.Repeat("x", 100)+echo)
+	budget := simSample("budget", strings.Repeat("x ", 100)+echo)
 	budget.Limits.TokenBudget = 50
 	setup := simSample("setup")
 	setup.Env.Setup = []string{"exit 3"}

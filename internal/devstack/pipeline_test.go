@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -118,43 +119,80 @@ func readStream[T any](e *env, stream, subject string, n int, key func(T) string
 	return out
 }
 
+// testTemplate is the chat template of the stacks these tests start: the
+// real Qwen tokenizer with ChatML.
+func testTemplate(t testing.TB) tokenize.ChatTemplate {
+	t.Helper()
+	tmpl, err := tokenize.Open(tokenize.TokenizerQwen, tokenize.TemplateChatML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
+}
+
 // checkConsistent asserts a completed result's tokens are exactly its
-// messages rendered turn by turn, with the loss mask 1 exactly on generated
-// tokens.
+// messages rendered turn by turn, with each assistant turn's generated ids
+// as the server returned them and the loss mask 1 exactly on those; and
+// that they are the ids of rendering and tokenizing the whole conversation
+// at once (the simulator's replies are the tokenizer's own encoding).
 func checkConsistent(t *testing.T, r schema.Result) {
 	t.Helper()
-	tmpl := tokenize.NewByteChatML()
-	var toks []int32
-	var mask []int8
-	add := func(ids []int32, m int8) {
-		toks = append(toks, ids...)
-		for range ids {
-			mask = append(mask, m)
-		}
+	tmpl := testTemplate(t)
+	tok := tmpl.Tokenizer()
+	if len(r.LossMask) != len(r.Tokens) || len(r.Logprobs) != len(r.Tokens) || len(r.Versions) != len(r.Tokens) {
+		t.Fatalf("%s: %d tokens, %d mask, %d logprobs, %d versions", r.TrajID, len(r.Tokens), len(r.LossMask),
+			len(r.Logprobs), len(r.Versions))
 	}
+	pos := 0
+	expect := func(ids []int32, what string) {
+		t.Helper()
+		if pos+len(ids) > len(r.Tokens) || !slices.Equal(r.Tokens[pos:pos+len(ids)], ids) {
+			t.Fatalf("%s: %s at token %d: got %q, want %q", r.TrajID, what, pos,
+				tok.Decode(r.Tokens[pos:min(pos+len(ids)+8, len(r.Tokens))]), tok.Decode(ids))
+		}
+		for i := range ids {
+			if r.LossMask[pos+i] != 0 {
+				t.Fatalf("%s: token %d (%s) is not generated but has mask 1", r.TrajID, pos+i, what)
+			}
+		}
+		pos += len(ids)
+	}
+	expect(tmpl.Begin(), "begin")
 	turns := 0
-	for _, m := range r.Messages {
-		if m.Role == schema.RoleAssistant {
-			turns++
-			add(append(tmpl.Tok.Encode(m.Content), tokenize.ImEnd), 1)
-			add(tmpl.Tok.Encode("\n"), 0)
+	var msgs []tokenize.Msg
+	for k, m := range r.Messages {
+		msgs = append(msgs, tokenize.Msg{Role: m.Role, Content: m.Content})
+		if m.Role != schema.RoleAssistant {
+			expect(tmpl.Message(m.Role, m.Content), fmt.Sprintf("message %d (%s)", k, m.Role))
+			if m.Role == schema.RoleUser {
+				expect(tmpl.GenerationPrompt(), "generation prompt")
+			}
 			continue
 		}
-		add(tmpl.Message(m.Role, m.Content), 0)
-		if m.Role == schema.RoleUser {
-			add(tmpl.GenerationPrompt(), 0)
+		turns++
+		start := pos
+		for pos < len(r.Tokens) && r.LossMask[pos] == 1 {
+			pos++
 		}
+		gen := r.Tokens[start:pos]
+		if len(gen) == 0 {
+			t.Fatalf("%s: assistant message %d has no generated tokens", r.TrajID, k)
+		}
+		if text := tok.Decode(tokenize.TrimStop(gen, tmpl.StopTokenIDs())); text != m.Content {
+			t.Fatalf("%s: message %d is %q, its generated tokens say %q", r.TrajID, k, m.Content, text)
+		}
+		expect(tmpl.CloseTurn(gen), "end of turn")
 	}
-	if !slices.Equal(toks, r.Tokens) {
-		t.Fatalf("%s: tokens differ from rendered messages:\n got %q\nwant %q", r.TrajID,
-			tmpl.Tok.Decode(r.Tokens), tmpl.Tok.Decode(toks))
+	if pos != len(r.Tokens) {
+		t.Fatalf("%s: %d tokens past the messages: %q", r.TrajID, len(r.Tokens)-pos, tok.Decode(r.Tokens[pos:]))
 	}
-	if !slices.Equal(mask, r.LossMask) {
-		t.Fatalf("%s: loss mask differs from generated positions", r.TrajID)
+	last := len(r.Messages) > 0 && r.Messages[len(r.Messages)-1].Role == schema.RoleUser
+	if whole := tok.Encode(tmpl.Render(msgs, last)); !slices.Equal(whole, r.Tokens) {
+		t.Fatalf("%s: tokens differ from the whole conversation tokenized at once:\n got %q\nwant %q", r.TrajID,
+			tok.Decode(r.Tokens), tok.Decode(whole))
 	}
-	if turns != r.Turns || len(r.Logprobs) != len(r.Tokens) || len(r.Versions) != len(r.Tokens) {
-		t.Fatalf("%s: %d assistant messages, %d turns; %d tokens, %d logprobs, %d versions",
-			r.TrajID, turns, r.Turns, len(r.Tokens), len(r.Logprobs), len(r.Versions))
+	if turns != r.Turns {
+		t.Fatalf("%s: %d assistant messages, %d turns", r.TrajID, turns, r.Turns)
 	}
 	for i, m := range r.LossMask {
 		if (m == 1) != (r.Logprobs[i] != 0 || r.Versions[i] >= 0) {
@@ -348,8 +386,9 @@ func TestEnvWorkerRestartReattachesSandboxes(t *testing.T) {
 	}
 	// Generations after each trajectory's first wait until the first
 	// env-worker is gone, so every trajectory is mid-flight when it stops.
+	imStart := testTemplate(t).Tokenizer().Encode("<|im_start|>")[0]
 	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
-		return countOf(req.InputIDs, tokenize.ImStart) > 3 // past the first turn
+		return countOf(req.InputIDs, imStart) > 3 // past the first turn
 	})
 	var once sync.Once
 	open := func() { once.Do(func() { close(gate.release) }) }
@@ -398,7 +437,13 @@ func countOf(ids []int32, id int32) int {
 	return n
 }
 
-func decode(ids []int32) string { return tokenize.NewByteChatML().Tok.Decode(ids) }
+func decode(ids []int32) string {
+	tok, err := tokenize.Qwen()
+	if err != nil {
+		return err.Error()
+	}
+	return tok.Decode(ids)
+}
 
 // ctxGen blocks the generations block selects until their context ends,
 // like a replica that hangs.

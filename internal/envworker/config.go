@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/actloop/actloop/internal/flow"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/sandbox"
@@ -45,6 +46,10 @@ type Config struct {
 	Addr            string        `envconfig:"ENV_WORKER_ADDR" default:":8082"`
 	// AgentConfig: the mini-swe-agent YAML configuration, as for the gen-worker.
 	AgentConfig string `envconfig:"AGENT_CONFIG"`
+	// Tokenizer and ChatTemplate render the observations; the same settings
+	// as the gen-workers'.
+	Tokenizer    string `envconfig:"TOKENIZER" default:"qwen"`
+	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
 }
 
 // Values of ACTLOOP_SANDBOX_BACKEND.
@@ -91,6 +96,7 @@ func (c *Config) Validate() error {
 	if c.SimEnvTimeScale < 0 {
 		errs = append(errs, errors.New("ACTLOOP_SIM_ENV_TIME_SCALE: must be >= 0"))
 	}
+	errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
 	return errors.Join(errs...)
 }
 

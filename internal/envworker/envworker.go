@@ -69,11 +69,15 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	tmpl, err := flow.ChatTemplate(cfg.Tokenizer, cfg.ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
 	ac, err := agent.LoadOrDefault(cfg.AgentConfig)
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_AGENT_CONFIG: %w", err)
 	}
-	w := &Worker{cfg: cfg, d: d, tmpl: tokenize.NewByteChatML(), agent: ac, board: &priority.Board{},
+	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agent: ac, board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}

@@ -211,6 +211,35 @@ func ReportFailed(ctx context.Context, pub *bus.Publisher, now time.Time, worker
 	return pub.Publish(ctx, bus.SubjectEvents, schema.MsgID(trajID, seq, "failed"), e)
 }
 
+// ChatTemplate builds the chat template the settings name:
+// ACTLOOP_TOKENIZER (bytes, qwen or the path of a tokenizer.json) and
+// ACTLOOP_CHAT_TEMPLATE (chatml or llama3). The gen-workers and env-workers
+// of a deployment must agree on both, and on the model's tokenizer.
+func ChatTemplate(tokenizer, template string) (tokenize.ChatTemplate, error) {
+	tok, err := tokenize.OpenTokenizer(tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("ACTLOOP_TOKENIZER: %w", err)
+	}
+	tmpl, err := tokenize.NewTemplate(template, tok)
+	if err != nil {
+		return nil, fmt.Errorf("ACTLOOP_CHAT_TEMPLATE: %w", err)
+	}
+	return tmpl, nil
+}
+
+// ValidateChatTemplate checks the template settings without loading a
+// tokenizer file.
+func ValidateChatTemplate(tokenizer, template string) error {
+	var errs []error
+	if tokenizer == "" {
+		errs = append(errs, errors.New("ACTLOOP_TOKENIZER: missing (want bytes, qwen or the path of a tokenizer.json)"))
+	}
+	if template != tokenize.TemplateChatML && template != tokenize.TemplateLlama3 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_CHAT_TEMPLATE: %q: %w", template, tokenize.ErrUnknownTemplate))
+	}
+	return errors.Join(errs...)
+}
+
 // Opening renders a trajectory's first messages (system prompt and task)
 // and their tokens, up to and including the first generation prompt.
 func Opening(cfg agent.Config, tmpl tokenize.ChatTemplate, task string) ([]schema.Message, []int32, error) {
@@ -223,7 +252,7 @@ func Opening(cfg agent.Config, tmpl tokenize.ChatTemplate, task string) ([]schem
 		return nil, nil, err
 	}
 	msgs := []schema.Message{{Role: schema.RoleSystem, Content: system}, {Role: schema.RoleUser, Content: inst}}
-	var ids []int32
+	ids := tmpl.Begin()
 	for _, m := range msgs {
 		ids = append(ids, tmpl.Message(m.Role, m.Content)...)
 	}

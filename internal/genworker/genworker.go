@@ -67,11 +67,16 @@ type Config struct {
 	Steal      bool          `envconfig:"STEAL" default:"false"`
 	StealAfter time.Duration `envconfig:"STEAL_AFTER" default:"5s"`
 	WorkerID   string        `envconfig:"WORKER_ID"`
-	Addr       string        `envconfig:"GEN_WORKER_ADDR" default:":8081"`
+	// Tokenizer and ChatTemplate are the model's tokenizer (bytes, qwen or
+	// the path of a tokenizer.json) and chat template (chatml or llama3);
+	// the env-workers must use the same.
+	Tokenizer    string `envconfig:"TOKENIZER" default:"qwen"`
+	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
 	// AgentConfig is the path of a mini-swe-agent YAML configuration whose
 	// templates, action pattern and step limit drive the agent; "" = the
 	// built-in one. The env-worker reads the same setting.
 	AgentConfig string `envconfig:"AGENT_CONFIG"`
+	Addr        string `envconfig:"GEN_WORKER_ADDR" default:":8081"`
 }
 
 // Validate joins every problem with c.
@@ -101,6 +106,7 @@ func (c *Config) Validate() error {
 	if c.LLMTimeout <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_LLM_TIMEOUT: must be > 0"))
 	}
+	errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
 	return errors.Join(errs...)
 }
 
@@ -149,8 +155,11 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		d.Log.Info("agent config: cost_limit is not applied; actloop counts tokens, not dollars (set limits.token_budget per sample)",
 			"cost_limit", ac.CostLimit)
 	}
-	tmpl := tokenize.NewByteChatML()
-	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tok, agent: ac,
+	tmpl, err := flow.ChatTemplate(cfg.Tokenizer, cfg.ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tokenizer(), agent: ac,
 		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}

@@ -1,5 +1,7 @@
 package sim
 
+import "github.com/actloop/actloop/pkg/tokenize"
+
 // Config configures a simulated inference server. Zero values take the
 // defaults.
 type Config struct {
@@ -23,6 +25,11 @@ type Config struct {
 	Seed int64
 	// MaxTurns bounds the turns of an unscripted trajectory. Default 8.
 	MaxTurns int
+	// Tokenizer turns prompts into text and replies into ids; it must have
+	// ChatML's <|im_start|>, <|im_end|> and <|endoftext|> tokens (see
+	// CheckTokenizer; without them /generate answers 500). Default
+	// tokenize.Bytes.
+	Tokenizer tokenize.Tokenizer
 	// WeightVersion is reported in meta_info.weight_version until
 	// /update_weight_version changes it. Default "0".
 	WeightVersion string

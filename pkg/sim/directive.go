@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // A Directive in a task's text fixes the unscripted trajectory the
@@ -129,25 +131,35 @@ func ParseDirective(text string) (Directive, bool, error) {
 	return d, true, nil
 }
 
-// replyOf is turn k's reply (1-based) under d: exactly d.Tokens[k-1] bytes
-// (one token each), or the bare command when that is longer; a thought of
-// words drawn from r, then the command: "sleep <exec>" or, on the last
-// turn, the submission.
-func (d Directive) replyOf(r *rng, k int) string {
+// replyOf is turn k's reply (1-based) under d: exactly d.Tokens[k-1] tokens
+// of tok, or the bare command when that is longer; a thought of words
+// drawn from r, cut at a token boundary, then the command: "sleep <exec>"
+// or, on the last turn, the submission. The thought and the command meet at
+// a pre-token boundary ("\n\n"), so their token counts add up.
+func (d Directive) replyOf(r *rng, k int, tok tokenize.Tokenizer) string {
 	cmd := "\n\n```bash\n" + Submission + "\n```"
 	if k < len(d.Tokens) {
 		cmd = "\n\n```bash\nsleep " + strconv.FormatFloat(d.Exec[k-1], 'f', 3, 64) + "\n```"
 	}
-	want := d.Tokens[k-1] - len(cmd)
+	want := d.Tokens[k-1] - len(tok.Encode(cmd))
 	var b strings.Builder
 	b.WriteString("THOUGHT:")
-	for b.Len() < want {
-		b.WriteByte(' ')
-		b.WriteString(words[r.intn(len(words))])
+	minIDs := len(tok.Encode(b.String()))
+	// Every token is at least a byte: draw words until the text has want
+	// bytes, then more while it has fewer than want tokens.
+	thought, ids := b.String(), []int32(nil)
+	for target := want; ; target += 4 * (want - len(ids)) {
+		for b.Len() < target {
+			b.WriteByte(' ')
+			b.WriteString(words[r.intn(len(words))])
+		}
+		thought = b.String()
+		if ids = tok.Encode(thought); len(ids) >= want {
+			break
+		}
 	}
-	thought := b.String()
-	if len(thought) > want {
-		thought = thought[:max(want, len("THOUGHT:"))]
+	if len(ids) > want {
+		thought = tok.Decode(ids[:max(want, minIDs)])
 	}
 	return thought + cmd
 }

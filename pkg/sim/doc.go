@@ -4,7 +4,8 @@
 // it unchanged. It is what `actloop dev`, the benchmarks and the tests run
 // instead of a GPU.
 //
-// Output. Token ids follow the byte-level tokenizer of pkg/tokenize. When
+// Output. Token ids are those of Config.Tokenizer (default the byte-level
+// tokenizer of pkg/tokenize), prompts are read as ChatML. When
 // sampling_params.custom_params.actloop_reply is a string, the output is that
 // string's ids followed by <|im_end|>. Otherwise the reply is an unscripted
 // mini-swe-agent style trajectory's: its total number of turns (1..MaxTurns,

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // finishKind is why a planned output ends.
@@ -73,44 +71,6 @@ func (r *rng) next() uint64 {
 
 func (r *rng) intn(n int) int { return int(r.next() % uint64(n)) }
 
-var assistantIDs = tokenize.Bytes{}.Encode("assistant")
-var userIDs = tokenize.Bytes{}.Encode("user")
-
-// roleAt reports whether ids[i] opens a turn of role (ImStart then the role).
-func roleAt(ids []int32, i int, role []int32) bool {
-	return ids[i] == tokenize.ImStart && i+1+len(role) <= len(ids) && slices.Equal(ids[i+1:i+1+len(role)], role)
-}
-
-// countAssistantTurns counts the assistant turns opened in ids, the one the
-// generation prompt opens included.
-func countAssistantTurns(ids []int32) int {
-	n := 0
-	for i := range ids {
-		if roleAt(ids, i, assistantIDs) {
-			n++
-		}
-	}
-	return n
-}
-
-// taskPrefix is ids up to the end of the first user message: the part of a
-// trajectory that every turn shares. Without a user message it is ids up to
-// the first assistant turn (or all of ids).
-func taskPrefix(ids []int32) []int32 {
-	for i := range ids {
-		if roleAt(ids, i, userIDs) {
-			if j := slices.Index(ids[i:], tokenize.ImEnd); j >= 0 {
-				return ids[:i+j+1]
-			}
-			return ids
-		}
-		if roleAt(ids, i, assistantIDs) {
-			return ids[:i]
-		}
-	}
-	return ids
-}
-
 // Submission is the command of an unscripted trajectory's last turn.
 const Submission = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -147,7 +107,7 @@ type script struct {
 // plays the derived script), as a real model ignores odd text.
 func (s *Server) scriptOf(prefix []int32) script {
 	sc := script{seed: s.taskSeed(prefix)}
-	if d, ok, err := ParseDirective(tokenize.Bytes{}.Decode(prefix)); ok && err == nil {
+	if d, ok, err := ParseDirective(s.voc.tok.Decode(prefix)); ok && err == nil {
 		sc.dir, sc.turns = &d, len(d.Tokens)
 		return sc
 	}
@@ -159,14 +119,14 @@ func (s *Server) scriptOf(prefix []int32) script {
 func (s *Server) reply(sc script, k int) string {
 	if sc.dir != nil {
 		r := rng(sc.seed.add(1).add(uint64(k)).sum())
-		return sc.dir.replyOf(&r, min(k, sc.turns))
+		return sc.dir.replyOf(&r, min(k, sc.turns), s.voc.tok)
 	}
 	return s.replyAt(sc.seed, sc.turns, k)
 }
 
 // synthReply is the unscripted reply to input.
 func (s *Server) synthReply(input []int32) string {
-	return s.reply(s.scriptOf(taskPrefix(input)), max(countAssistantTurns(input), 1))
+	return s.reply(s.scriptOf(s.voc.taskPrefix(input)), max(s.voc.countAssistantTurns(input), 1))
 }
 
 // replyAt is turn k's reply (1-based) of the trajectory of seed, which takes
@@ -214,34 +174,16 @@ type TurnPlan struct {
 // included, and the output tokens they will produce when each stops at
 // <|im_end|> (each reply's ids plus the <|im_end|>).
 func (s *Server) planOf(input []int32) TurnPlan {
-	sc := s.scriptOf(taskPrefix(input))
-	p := TurnPlan{TurnsTotal: sc.turns, Turn: max(countAssistantTurns(input), 1)}
+	sc := s.scriptOf(s.voc.taskPrefix(input))
+	p := TurnPlan{TurnsTotal: sc.turns, Turn: max(s.voc.countAssistantTurns(input), 1)}
 	p.RemainingTurns = max(p.TurnsTotal-p.Turn+1, 0)
 	for k := p.Turn; k <= p.TurnsTotal; k++ {
-		p.RemainingTokens += len(tokenize.Bytes{}.Encode(s.reply(sc, k))) + 1
+		p.RemainingTokens += len(s.voc.tok.Encode(s.reply(sc, k))) + 1
 	}
 	if p.RemainingTurns > 0 { // what an interrupted generation of this turn already produced
-		p.RemainingTokens = max(p.RemainingTokens-len(partialTurn(input)), 0)
+		p.RemainingTokens = max(p.RemainingTokens-len(s.voc.partialTurn(input)), 0)
 	}
 	return p
-}
-
-// partialTurn returns the tokens of the assistant turn that input ends
-// inside of (after the last "<|im_start|>assistant\n"), or nil.
-func partialTurn(input []int32) []int32 {
-	open := tokenize.Bytes{}.Encode("assistant\n")
-	for i := len(input) - 1; i >= 0; i-- {
-		if input[i] == tokenize.ImEnd {
-			return nil // the last turn is closed
-		}
-		if input[i] == tokenize.ImStart {
-			if i+1+len(open) <= len(input) && slices.Equal(input[i+1:i+1+len(open)], open) {
-				return input[i+1+len(open):]
-			}
-			return nil
-		}
-	}
-	return nil
 }
 
 // makePlan computes the output of req: the model's token stream (the reply,
@@ -254,12 +196,12 @@ func (s *Server) makePlan(req *genRequest) plan {
 	} else {
 		reply = s.synthReply(req.InputIDs)
 	}
-	script := append(tokenize.Bytes{}.Encode(reply), tokenize.ImEnd)
+	script := append(s.voc.tok.Encode(reply), s.voc.imEnd)
 	// A resumed generation (its input ends with the partial output of an
 	// interrupted one) continues where that one stopped, so the turn's
 	// tokens and log-probs are those of an uninterrupted run.
 	context, offset := req.InputIDs, 0
-	if part := partialTurn(req.InputIDs); len(part) > 0 && len(part) < len(script) && slices.Equal(script[:len(part)], part) {
+	if part := s.voc.partialTurn(req.InputIDs); len(part) > 0 && len(part) < len(script) && slices.Equal(script[:len(part)], part) {
 		script, offset = script[len(part):], len(part)
 		context = req.InputIDs[:len(req.InputIDs)-len(part)]
 	}
@@ -272,7 +214,7 @@ func (s *Server) makePlan(req *genRequest) plan {
 		maxStop = max(maxStop, len(st))
 	}
 	for i := 0; i < req.MaxNewTokens; i++ {
-		tok := tokenize.EndOfText
+		tok := s.voc.endOfText
 		if i < len(script) {
 			tok = script[i]
 		}
@@ -283,7 +225,7 @@ func (s *Server) makePlan(req *genRequest) plan {
 			break
 		}
 		if maxStop > 0 {
-			text.WriteString(tokenize.Bytes{}.Decode([]int32{tok}))
+			text.WriteString(s.voc.tok.Decode([]int32{tok}))
 			if st, ok := endsWithAny(text.String(), req.Stop, maxStop); ok {
 				p.kind, p.matchedStr = finishStopString, st
 				break

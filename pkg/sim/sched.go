@@ -360,7 +360,7 @@ func (s *Server) end(j *job, kind endKind) *generateOutput {
 		return out
 	}
 	out.OutputIDs = (*jsonids.IDs)(&ids)
-	out.Text = outputText(req, p, ids, kind == endFinished)
+	out.Text = outputText(s.voc, req, p, ids, kind == endFinished)
 	switch kind {
 	case endAbortWaiting:
 		// TokenizerManager._handle_abort_req: no prompt_tokens or cached_tokens.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // maxBody bounds a request body.
@@ -29,6 +31,10 @@ const modelName = "actloop/sim"
 type Server struct {
 	cfg Config
 	mux *http.ServeMux
+	voc *vocab
+	// vocErr says why Config.Tokenizer cannot be used; /generate answers
+	// it with a 500.
+	vocErr error
 
 	mu        sync.Mutex
 	jobs      map[*job]struct{}
@@ -56,6 +62,9 @@ func New(cfg Config) *Server {
 		resumeCh: make(chan struct{}),
 		version:  cfg.WeightVersion,
 		cache:    newPrefixCache(cfg.CacheTokens),
+	}
+	if s.voc, s.vocErr = newVocab(cfg.Tokenizer); s.vocErr != nil {
+		s.voc, _ = newVocab(tokenize.Bytes{}) // for the endpoints that only count
 	}
 	for _, r := range []struct {
 		pattern string
@@ -131,10 +140,17 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if s.vocErr != nil {
+		writeError(w, http.StatusInternalServerError, s.vocErr)
+		return
+	}
 	req, err := decodeGenerateRequest(body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
+	}
+	if req.text != nil {
+		req.InputIDs = s.voc.tok.Encode(*req.text)
 	}
 	j := &job{
 		req:     req,

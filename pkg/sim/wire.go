@@ -88,6 +88,7 @@ type genRequest struct {
 	NoStopTrim    bool
 	Reply         *string
 	ReturnLogprob bool
+	text          *string // the prompt, when it came as text
 }
 
 // fieldError is a 400 naming the offending field.
@@ -184,6 +185,7 @@ func decodeGenerateRequest(b []byte) (*genRequest, error) {
 		}
 		req.InputIDs = ids
 	case in.Text != nil:
+		req.text = in.Text // the server encodes it with its tokenizer
 		req.InputIDs = tokenize.Bytes{}.Encode(*in.Text)
 		if len(req.InputIDs) == 0 {
 			return nil, errField("text", "cannot be empty")
@@ -350,7 +352,7 @@ func (l *logprobList) MarshalJSON() ([]byte, error) {
 // outputText is the text SGLang would return for ids: special tokens
 // skipped if asked, a matched stop token or stop string trimmed unless
 // no_stop_trim.
-func outputText(req *genRequest, p *plan, ids []int32, complete bool) string {
+func outputText(v *vocab, req *genRequest, p *plan, ids []int32, complete bool) string {
 	if complete && !req.NoStopTrim && p.kind == finishStopToken && len(ids) > 0 {
 		ids = ids[:len(ids)-1]
 	}
@@ -358,13 +360,13 @@ func outputText(req *genRequest, p *plan, ids []int32, complete bool) string {
 	if req.SkipSpecial {
 		kept := make([]int32, 0, len(ids))
 		for _, id := range ids {
-			if id < tokenize.ImStart || id >= tokenize.VocabBytes {
+			if !v.special(id) {
 				kept = append(kept, id)
 			}
 		}
-		text = tokenize.Bytes{}.Decode(kept)
+		text = v.tok.Decode(kept)
 	} else {
-		text = tokenize.Bytes{}.Decode(ids)
+		text = v.tok.Decode(ids)
 	}
 	if complete && !req.NoStopTrim && p.kind == finishStopString {
 		if i := strings.Index(text, p.matchedStr); i >= 0 {

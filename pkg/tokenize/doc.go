@@ -4,6 +4,14 @@
 // messages actloop itself adds (system prompt, task, observations, format
 // errors) are tokenized here, through a Tokenizer and a ChatTemplate.
 //
-// Bytes is a byte-level tokenizer shared with the simulator (pkg/sim); a real
-// model's tokenizer and chat template plug in behind the same interfaces.
+// Tokenizers: HF reads a Hugging Face tokenizer.json with byte-level BPE
+// (Qwen2/2.5/3, Llama 3) and encodes as the tokenizers library does; Qwen
+// returns the Qwen3 tokenizer built into the binary; Bytes is a byte-level
+// toy tokenizer (one token per byte plus three ChatML specials) for tests and
+// benchmarks. Templates: ChatML (Qwen) and Llama3. Open picks both by name,
+// as the ACTLOOP_TOKENIZER and ACTLOOP_CHAT_TEMPLATE settings do.
+//
+// Every template delimits messages with special tokens, which the
+// tokenizer cuts out before any merge, so appending a conversation's turns
+// one by one yields the ids of tokenizing it whole (see ChatTemplate).
 package tokenize

@@ -13,22 +13,6 @@ type Tokenizer interface {
 	Decode(ids []int32) string
 }
 
-// ChatTemplate renders chat messages as token ids, turn by turn, so a
-// trajectory grows by appending deltas and never re-tokenizes what it holds.
-type ChatTemplate interface {
-	// Message returns the ids of one whole message with its delimiters.
-	Message(role, content string) []int32
-	// GenerationPrompt returns the ids that open an assistant turn; they end
-	// the prompt of every generation.
-	GenerationPrompt() []int32
-	// CloseTurn returns the ids to append after an assistant turn's generated
-	// ids so the transcript is well formed (for example the end-of-turn token
-	// when generation stopped at the length limit).
-	CloseTurn(generated []int32) []int32
-	// StopTokenIDs are the ids that end an assistant turn.
-	StopTokenIDs() []int32
-}
-
 // Special tokens of the Bytes tokenizer. Ids 0–255 are the bytes themselves.
 const (
 	ImStart    int32 = 256 // <|im_start|>
@@ -88,34 +72,3 @@ func (Bytes) Decode(ids []int32) string {
 	}
 	return b.String()
 }
-
-// ChatML is the ChatML template used by the Qwen families:
-// "<|im_start|>{role}\n{content}<|im_end|>\n".
-type ChatML struct {
-	Tok   Tokenizer
-	ImEnd int32 // id of <|im_end|>
-}
-
-var _ ChatTemplate = ChatML{}
-
-// NewByteChatML returns the ChatML template over the Bytes tokenizer.
-func NewByteChatML() ChatML { return ChatML{Tok: Bytes{}, ImEnd: ImEnd} }
-
-// Message implements ChatTemplate.
-func (c ChatML) Message(role, content string) []int32 {
-	return c.Tok.Encode("<|im_start|>" + role + "\n" + content + "<|im_end|>\n")
-}
-
-// GenerationPrompt implements ChatTemplate.
-func (c ChatML) GenerationPrompt() []int32 { return c.Tok.Encode("<|im_start|>assistant\n") }
-
-// CloseTurn implements ChatTemplate.
-func (c ChatML) CloseTurn(generated []int32) []int32 {
-	if n := len(generated); n > 0 && generated[n-1] == c.ImEnd {
-		return c.Tok.Encode("\n")
-	}
-	return c.Tok.Encode("<|im_end|>\n")
-}
-
-// StopTokenIDs implements ChatTemplate.
-func (c ChatML) StopTokenIDs() []int32 { return []int32{c.ImEnd} }
