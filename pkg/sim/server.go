@@ -79,6 +79,7 @@ func New(cfg Config) *Server {
 	} {
 		s.mux.HandleFunc(r.pattern, r.h)
 	}
+	s.registerOpenAI()
 	return s
 }
 
