@@ -47,6 +47,18 @@ type Config struct {
 	Slots      int           `envconfig:"SLOTS" default:"4"`
 	LLMURL     string        `envconfig:"LLM_URL" default:"http://127.0.0.1:30000"`
 	LLMTimeout time.Duration `envconfig:"LLM_TIMEOUT" default:"10m"`
+	// LLMAPI is the API the replica's server speaks: sglang (native
+	// /generate) or openai (vLLM's /v1/completions).
+	LLMAPI llm.API `envconfig:"LLM_API" default:"sglang"`
+	// LLMModel is sent as the model of OpenAI-compatible requests; empty
+	// means the server's own.
+	LLMModel string `envconfig:"LLM_MODEL"`
+	// LLMDownAfter consecutive failures of the server (generations that
+	// failed after their retries, failed /health probes) take the replica
+	// down until a probe succeeds; 0 = never.
+	LLMDownAfter int `envconfig:"LLM_DOWN_AFTER" default:"3"`
+	// LLMHealthInterval is how often the server's /health is probed.
+	LLMHealthInterval time.Duration `envconfig:"LLM_HEALTH_INTERVAL" default:"5s"`
 	// PredictTimeout bounds the wait for predictor-gw after a generation;
 	// 0 = no predictions.
 	PredictTimeout time.Duration `envconfig:"PREDICT_TIMEOUT" default:"200ms"`
@@ -107,6 +119,15 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("ACTLOOP_LLM_TIMEOUT: must be > 0"))
 	}
 	errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
+	if !c.LLMAPI.Valid() {
+		errs = append(errs, fmt.Errorf("ACTLOOP_LLM_API: must be sglang or openai, got %q", c.LLMAPI))
+	}
+	if c.LLMDownAfter < 0 {
+		errs = append(errs, errors.New("ACTLOOP_LLM_DOWN_AFTER: must be >= 0 (0 = never)"))
+	}
+	if c.LLMHealthInterval < 10*time.Millisecond {
+		errs = append(errs, errors.New("ACTLOOP_LLM_HEALTH_INTERVAL: must be >= 10ms"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -131,16 +152,26 @@ type Worker struct {
 	stealer   *stealer
 	control   flow.ControlView
 	restarts  atomic.Int64 // trajectories started again because they went stale
+	health    *replicaHealth
 
 	hi, lo jetstream.Consumer
 	driver *flow.Driver
 }
 
+// NewGenerator returns the client of the replica's inference server that
+// cfg describes: SGLang's native API or the OpenAI-compatible one.
+func NewGenerator(cfg Config) llm.Generator {
+	if cfg.LLMAPI == llm.APIOpenAI {
+		return llm.NewOpenAI(cfg.LLMURL, llm.OpenAIOptions{Timeout: cfg.LLMTimeout, Model: cfg.LLMModel})
+	}
+	return llm.NewSGLang(cfg.LLMURL, llm.SGLangOptions{Timeout: cfg.LLMTimeout})
+}
+
 // New declares the replica's consumers. gen is the replica's inference
-// server (nil: the SGLang client on LLM_URL).
+// server (nil: NewGenerator(cfg)).
 func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*Worker, error) {
 	if gen == nil {
-		gen = llm.NewSGLang(cfg.LLMURL, llm.SGLangOptions{Timeout: cfg.LLMTimeout})
+		gen = NewGenerator(cfg)
 	}
 	id := cfg.WorkerID
 	if id == "" {
@@ -162,6 +193,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tokenizer(), agent: ac,
 		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
+	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
 	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
@@ -182,7 +214,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	r := &bus.Runner{Name: "gen-" + w.cfg.Replica, Sources: []jetstream.Consumer{w.hi, w.lo}, Slots: w.cfg.Slots,
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("replica", w.cfg.Replica),
 		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout,
-		Preempt: w.tracker, Ready: func() bool { return !w.tracker.isPaused() }}
+		Preempt: w.tracker, Ready: func() bool { return !w.tracker.isPaused() && !w.health.isDown() }}
 	if w.cfg.Steal {
 		r.Steal = w.stealer.Steal
 	}
@@ -190,6 +222,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return r.Run(ctx) })
 	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
 	g.Go(func() error { return w.heartbeat(ctx) })
+	g.Go(func() error { return w.health.run(ctx) })
 	g.Go(func() error { return w.watchControl(ctx) })
 	for range 4 {
 		g.Go(func() error { return w.predictLoop(ctx) })
@@ -259,7 +292,10 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 			w.d.Log.Warn("heartbeat", "error", err)
 		}
 	}
-	beat()
+	removed := false // the entry was removed while down
+	if !w.health.isDown() {
+		beat()
+	}
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
@@ -270,8 +306,24 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 			_ = kv.Delete(dctx, key)
 			return nil
 		case <-t.C:
-			beat()
+		case <-w.health.changed:
 		}
+		if !w.health.isDown() {
+			beat()
+			removed = false
+			continue
+		}
+		if removed {
+			continue
+		}
+		// Down: no entry, so the coordinator moves the replica's work at once.
+		if err := kv.Delete(ctx, key); err != nil {
+			if ctx.Err() == nil {
+				w.d.Log.Warn("heartbeat: remove entry", "error", err)
+			}
+			continue
+		}
+		removed = true
 	}
 }
 
@@ -342,6 +394,7 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 		}
 		var err error
 		res, err = w.gen.Generate(ctx, req)
+		w.health.record(err)
 		if err == nil && res.Finish.Type == llm.FinishAbort && finishedAnyway(res.OutputIDs, w.tmpl.StopTokenIDs(), maxNew) {
 			// The abort raced with the end of the turn and lost: the output
 			// is whole. Resuming it would generate the turn again.

@@ -1,9 +1,13 @@
 package llm
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -59,6 +63,90 @@ func FuzzParseLogprobs(f *testing.F) {
 			if err != nil || math.Float32bits(lp) != math.Float32bits(lps[i]) || id != ids[i] {
 				t.Fatalf("%q[%d]: slow %v %d %v, fast %v %d", b, i, lp, id, err, lps[i], ids[i])
 			}
+		}
+	})
+}
+
+func FuzzDecodeCompletionChunk(f *testing.F) {
+	for _, ev := range strings.Split(capturedStream, "\n\n") {
+		if d, ok := strings.CutPrefix(ev, "data: "); ok {
+			f.Add([]byte(d))
+		}
+	}
+	f.Add([]byte(`{"error":{"message":"x","code":503}}`))
+	f.Add([]byte(`{"object":"error","message":"x","code":"a"}`))
+	f.Add([]byte(`{"choices":[{"index":0,"logprobs":{"tokens":["token_id:1"],"token_logprobs":[-1]},"token_ids":[1],"finish_reason":"abort","stop_reason":"x"}]}`))
+	f.Add([]byte(`{"choices":[{"logprobs":null,"finish_reason":"stop","stop_reason":[1]}]}`))
+	f.Add([]byte(`{"usage":{"prompt_tokens":-1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := decodeCompletionChunk(b)
+		if err != nil {
+			var he *HTTPError
+			if !errors.Is(err, ErrBadResponse) && !errors.As(err, &he) {
+				t.Fatalf("error %v is neither ErrBadResponse nor an HTTPError", err)
+			}
+			if he != nil && (he.Status < 400 || he.Status > 599) {
+				t.Fatalf("error event status %d", he.Status)
+			}
+			return
+		}
+		if len(d.ids) != len(d.lps) {
+			t.Fatalf("%d ids, %d logprobs", len(d.ids), len(d.lps))
+		}
+		for _, id := range d.ids {
+			if id < 0 {
+				t.Fatalf("negative id %d", id)
+			}
+		}
+		if d.finish != nil && (d.finish.Type < FinishStop || d.finish.Type > FinishAbort) {
+			t.Fatalf("finish type %d", d.finish.Type)
+		}
+	})
+}
+
+func FuzzParseTokenID(f *testing.F) {
+	for _, s := range []string{"token_id:0", "token_id:151645", "token_id:-1", "token_id:01", "token_id:99999999999", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := parseTokenID(s)
+		if err != nil {
+			return
+		}
+		if id < 0 || fmt.Sprintf("token_id:%d", id) != s {
+			t.Fatalf("parseTokenID(%q) = %d: not the canonical form", s, id)
+		}
+	})
+}
+
+func FuzzReadSSE(f *testing.F) {
+	f.Add([]byte(capturedStream))
+	f.Add([]byte("data: a\r\ndata: b\r\n\r\n: c\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("data:x\n\ndata"))
+	f.Add([]byte("\r\r\n\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := readSSE(bytes.NewReader(b), func(d []byte) error {
+			if bytes.Equal(d, []byte("[DONE]")) {
+				t.Fatal("[DONE] passed to fn")
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, ErrBadResponse) {
+			t.Fatalf("error %v", err)
+		}
+		if err == nil && !bytes.Contains(b, []byte("[DONE]")) {
+			t.Fatal("nil error without [DONE]")
+		}
+	})
+}
+
+func FuzzDecodeDetokenize(f *testing.F) {
+	f.Add([]byte(`{"prompt":"a"}`))
+	f.Add([]byte(`{"text":"a"}`))
+	f.Add([]byte(`{"text":["a"]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if _, err := decodeDetokenize(b); err != nil && !errors.Is(err, ErrBadResponse) {
+			t.Fatalf("error %v is not ErrBadResponse", err)
 		}
 	})
 }

@@ -141,6 +141,12 @@ type PrefixAborter interface {
 	AbortPrefix(ctx context.Context, prefix string) error
 }
 
+// HealthChecker is a Generator whose server answers a health check.
+type HealthChecker interface {
+	// Health asks the server once whether it serves; nil means it does.
+	Health(ctx context.Context) error
+}
+
 // RIDPrefixLen is the length of a request id prefix (see NewRIDPrefix).
 const RIDPrefixLen = 8
 

@@ -1,14 +1,10 @@
 package llm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
-	"strings"
 	"time"
 )
 
@@ -45,48 +41,23 @@ const (
 )
 
 // SGLang is a client of SGLang's native HTTP API (/generate, /abort_request,
+// /pause_generation, /continue_generation, /update_weight_version,
 // /health). It is safe for concurrent use.
 type SGLang struct {
-	base    string
-	hc      *http.Client
-	timeout time.Duration
-	retries int
-	backoff time.Duration
+	httpCore
 }
 
-var _ Generator = (*SGLang)(nil)
+var (
+	_ Generator     = (*SGLang)(nil)
+	_ PrefixAborter = (*SGLang)(nil)
+	_ VersionSetter = (*SGLang)(nil)
+	_ HealthChecker = (*SGLang)(nil)
+)
 
 // NewSGLang returns a client of the SGLang server at baseURL
 // (e.g. "http://10.0.0.5:30000").
 func NewSGLang(baseURL string, opts SGLangOptions) *SGLang {
-	c := &SGLang{
-		base:    strings.TrimRight(baseURL, "/"),
-		hc:      opts.HTTPClient,
-		timeout: opts.Timeout,
-		retries: opts.Retries,
-		backoff: opts.Backoff,
-	}
-	if c.hc == nil {
-		// One server, as many requests at once as the worker has slots
-		// (plus their aborts): keep their connections instead of the
-		// default two idle ones per host.
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = maxIdleConns
-		c.hc = &http.Client{Transport: t}
-	}
-	if c.timeout <= 0 {
-		c.timeout = DefaultTimeout
-	}
-	switch {
-	case c.retries == 0:
-		c.retries = DefaultRetries
-	case c.retries < 0:
-		c.retries = 0
-	}
-	if c.backoff <= 0 {
-		c.backoff = DefaultBackoff
-	}
-	return c
+	return &SGLang{newHTTPCore(baseURL, opts.HTTPClient, opts.Timeout, opts.Retries, opts.Backoff)}
 }
 
 // Generate implements Generator with POST /generate (non-streamed, with
@@ -170,85 +141,50 @@ func (c *SGLang) SetWeightVersion(ctx context.Context, version string) error {
 
 // Health checks GET /health once (no retries): nil means the server answered
 // 200.
-func (c *SGLang) Health(ctx context.Context) error {
+func (c *SGLang) Health(ctx context.Context) error { return c.health(ctx) }
+
+// Pause modes of PauseGeneration (PauseGenerationReqInput.mode in
+// python/sglang/srt/managers/io_struct.py).
+const (
+	// PauseModeAbort aborts every request in flight; each answers with
+	// finish_reason abort and its partial output.
+	PauseModeAbort = "abort"
+	// PauseModeRetract sends running requests back to the waiting queue;
+	// their KV cache is dropped and recomputed after ContinueGeneration.
+	PauseModeRetract = "retract"
+	// PauseModeInPlace holds requests where they are, KV cache kept.
+	PauseModeInPlace = "in_place"
+)
+
+// PauseGeneration pauses the server's scheduler with POST /pause_generation
+// {"mode": mode} (PauseModeAbort, PauseModeRetract or PauseModeInPlace). In
+// abort mode SGLang answers once the aborted requests have.
+func (c *SGLang) PauseGeneration(ctx context.Context, mode string) error {
+	switch mode {
+	case PauseModeAbort, PauseModeRetract, PauseModeInPlace:
+	default:
+		return fmt.Errorf("pause generation: %w: mode %q is not abort, retract or in_place", ErrInvalidRequest, mode)
+	}
+	body, err := json.Marshal(pauseGenerationRequest{Mode: mode})
+	if err != nil {
+		return fmt.Errorf("pause generation: encode: %w", err)
+	}
 	ctx, cancel := withDefaultTimeout(ctx, controlTimeout)
 	defer cancel()
-	if _, err := c.once(ctx, http.MethodGet, "/health", nil); err != nil {
-		return fmt.Errorf("health: %w", err)
+	if _, err := c.call(ctx, http.MethodPost, "/pause_generation", body); err != nil {
+		return fmt.Errorf("pause generation (%s): %w", mode, err)
 	}
 	return nil
 }
 
-// call sends one request, retrying transient failures with back-off.
-func (c *SGLang) call(ctx context.Context, method, path string, body []byte) ([]byte, error) {
-	for attempt := 0; ; attempt++ {
-		resp, err := c.once(ctx, method, path, body)
-		if err == nil {
-			return resp, nil
-		}
-		if attempt >= c.retries || !Temporary(err) || ctx.Err() != nil {
-			if attempt > 0 {
-				return nil, fmt.Errorf("after %d attempts: %w", attempt+1, err)
-			}
-			return nil, err
-		}
-		t := time.NewTimer(c.delay(attempt))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("after %d attempts: %w (last error: %v)", attempt+1, ctx.Err(), err)
-		}
+// ContinueGeneration resumes a paused scheduler with POST
+// /continue_generation and an empty JSON object (ContinueGenerationReqInput's
+// fields all have defaults; older servers read no body).
+func (c *SGLang) ContinueGeneration(ctx context.Context) error {
+	ctx, cancel := withDefaultTimeout(ctx, controlTimeout)
+	defer cancel()
+	if _, err := c.call(ctx, http.MethodPost, "/continue_generation", []byte("{}")); err != nil {
+		return fmt.Errorf("continue generation: %w", err)
 	}
-}
-
-// delay is the full-jitter back-off before retry attempt+1.
-func (c *SGLang) delay(attempt int) time.Duration {
-	ceiling := c.backoff << min(attempt, 5)
-	return rand.N(ceiling) + 1
-}
-
-// once sends one request and returns the body of a 2xx answer.
-func (c *SGLang) once(ctx context.Context, method, path string, body []byte) ([]byte, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		hreq.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(hreq)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &transportError{err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &transportError{fmt.Errorf("read response: %w", err)}
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		if len(b) > maxErrorBody {
-			b = b[:maxErrorBody]
-		}
-		return nil, &HTTPError{Status: resp.StatusCode, Body: string(b)}
-	}
-	return b, nil
-}
-
-// withDefaultTimeout gives a deadline-less ctx the timeout d.
-func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
+	return nil
 }

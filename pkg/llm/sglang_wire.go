@@ -51,6 +51,13 @@ type updateWeightVersionRequest struct {
 	AbortAllRequests bool   `json:"abort_all_requests"`
 }
 
+// pauseGenerationRequest is SGLang's PauseGenerationReqInput as POST
+// /pause_generation reads it (python/sglang/srt/managers/io_struct.py,
+// class PauseGenerationReqInput: mode, default "abort").
+type pauseGenerationRequest struct {
+	Mode string `json:"mode"`
+}
+
 // abortRequest is SGLang's AbortReq as POST /abort_request reads it
 // (python/sglang/srt/managers/io_struct.py, class AbortReq: rid, abort_all).
 type abortRequest struct {

@@ -88,6 +88,7 @@ func New(cfg Config) *Server {
 	} {
 		s.mux.HandleFunc(r.pattern, r.h)
 	}
+	s.registerOpenAI()
 	return s
 }
 

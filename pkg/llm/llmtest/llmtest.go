@@ -1,10 +1,13 @@
 // Package llmtest is the conformance suite every llm.Generator backend
 // passes: scripted replies, the length cap, log-probs, determinism, abort of a
-// running generation by rid, and abort of an unknown rid. Run it from a
-// backend's tests with a constructor for a fresh generator.
+// running generation by rid (and by rid prefix, for an llm.PrefixAborter),
+// and abort of an unknown rid. Run it from a backend's tests with a
+// constructor for a fresh generator.
 //
 // The suite scripts replies through Request.Reply, which only the simulator
-// (pkg/sim) honours, so it targets the simulator behind each client.
+// (pkg/sim) honours, so it targets the simulator behind each client, over
+// whichever API the client speaks (SGLang's /generate, the OpenAI-compatible
+// /v1/completions).
 package llmtest
 
 import (
@@ -22,16 +25,28 @@ import (
 
 // Progress is implemented by generators under test that can see their
 // backend: Generated reports how many output tokens the live request rid has
-// generated so far and whether it is decoding. The abort test needs it to
+// generated so far and whether it is decoding. The abort tests need it to
 // abort a request that is known to be running without sleeping; without it
-// that test is skipped.
+// they are skipped. An aborted generation must return at least the n
+// reported before the abort: a backend whose abort keeps only what reached
+// the client (the OpenAI client) reports what reached the client.
 type Progress interface {
 	Generated(rid string) (n int, decoding bool)
 }
 
-// WithProgress returns g with a Progress from fn.
+// WithProgress returns g with a Progress from fn (and g's AbortPrefix, if
+// it has one).
 func WithProgress(g llm.Generator, fn func(rid string) (n int, decoding bool)) llm.Generator {
-	return progressGen{Generator: g, fn: fn}
+	pg := progressGen{Generator: g, fn: fn}
+	if pa, ok := g.(llm.PrefixAborter); ok {
+		return progressPrefixGen{progressGen: pg, PrefixAborter: pa}
+	}
+	return pg
+}
+
+type progressPrefixGen struct {
+	progressGen
+	llm.PrefixAborter
 }
 
 type progressGen struct {
@@ -53,6 +68,7 @@ func Run(t *testing.T, newGen func(t *testing.T) llm.Generator) {
 	t.Run("Deterministic", func(t *testing.T) { t.Parallel(); testDeterministic(t, newGen(t)) })
 	t.Run("AbortRunning", func(t *testing.T) { t.Parallel(); testAbortRunning(t, newGen(t)) })
 	t.Run("AbortUnknown", func(t *testing.T) { t.Parallel(); testAbortUnknown(t, newGen(t)) })
+	t.Run("AbortPrefix", func(t *testing.T) { t.Parallel(); testAbortPrefix(t, newGen(t)) })
 }
 
 var chat = tokenize.NewByteChatML()
@@ -211,6 +227,75 @@ func testAbortRunning(t *testing.T, g llm.Generator) {
 	}
 	if !slices.Equal(res.OutputIDs, full[:len(res.OutputIDs)]) {
 		t.Fatalf("output is not a prefix of the full reply: %q", tokenize.Bytes{}.Decode(res.OutputIDs))
+	}
+}
+
+// testAbortPrefix aborts two running generations whose rids share a prefix
+// with one AbortPrefix; a third with another prefix runs on.
+func testAbortPrefix(t *testing.T, g llm.Generator) {
+	p, ok := g.(Progress)
+	if !ok {
+		t.Skip("generator does not implement llmtest.Progress")
+	}
+	pa, ok := g.(llm.PrefixAborter)
+	if !ok {
+		t.Skip("generator does not implement llm.PrefixAborter")
+	}
+	reply := strings.Repeat("all work and no play makes jack a dull boy. ", 4000)
+	full := replyIDs(reply)
+	prefix, other := llm.NewRIDPrefix(), llm.NewRIDPrefix()
+	for other == prefix {
+		other = llm.NewRIDPrefix()
+	}
+	reqs := make([]llm.Request, 3)
+	for i := range reqs {
+		reqs[i] = request("Write a very long story.", reply, 1<<18)
+		reqs[i].RID = llm.NewRIDWithPrefix(prefix)
+	}
+	reqs[2].RID = llm.NewRIDWithPrefix(other)
+
+	var wg sync.WaitGroup
+	res := make([]llm.Result, len(reqs))
+	errs := make([]error, len(reqs))
+	genCtx, cancel := context.WithCancel(ctxFor(t))
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for i := range reqs {
+		wg.Go(func() { res[i], errs[i] = g.Generate(genCtx, reqs[i]) })
+	}
+	seen := make([]int, len(reqs))
+	for i := range seen {
+		seen[i] = waitFor(t, func() (int, bool) {
+			n, decoding := p.Generated(reqs[i].RID)
+			return n, decoding && n >= 1
+		})
+	}
+	if err := pa.AbortPrefix(ctxFor(t), prefix); err != nil {
+		t.Fatalf("AbortPrefix: %v", err)
+	}
+	for i := range 2 {
+		waitFor(t, func() (int, bool) { _, live := p.Generated(reqs[i].RID); return 0, !live })
+	}
+	if _, live := p.Generated(reqs[2].RID); !live {
+		t.Fatal("AbortPrefix ended a generation with another prefix")
+	}
+	if err := g.Abort(ctxFor(t), reqs[2].RID); err != nil {
+		t.Fatalf("Abort: %v", err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Generate %d: %v", i, err)
+		}
+		checkShape(t, reqs[i], res[i])
+		if res[i].Finish.Type != llm.FinishAbort {
+			t.Fatalf("generation %d: Finish = %+v, want abort", i, res[i].Finish)
+		}
+		if !slices.Equal(res[i].OutputIDs, full[:len(res[i].OutputIDs)]) {
+			t.Fatalf("generation %d: output is not a prefix of the full reply", i)
+		}
+		if len(res[i].OutputIDs) < seen[i] {
+			t.Fatalf("generation %d: %d output ids, want at least %d", i, len(res[i].OutputIDs), seen[i])
+		}
 	}
 }
 

@@ -1,0 +1,197 @@
+package genworker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/llm"
+)
+
+// flakyServer answers 503 to everything while failing is set, then a /health
+// 200 and a finished /generate.
+type flakyServer struct {
+	failing atomic.Bool
+	probes  atomic.Int32 // /health calls while failing
+	srv     *httptest.Server
+}
+
+func newFlakyServer(t *testing.T) *flakyServer {
+	f := &flakyServer{}
+	f.failing.Store(true)
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f.failing.Load() {
+			if r.URL.Path == "/health" {
+				f.probes.Add(1)
+			}
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		if r.URL.Path == "/generate" {
+			_, _ = io.WriteString(w, `{"output_ids":[1],"meta_info":{"finish_reason":{"type":"length","length":1},"output_token_logprobs":[[-1,1,null]]}}`)
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// TestReplicaHealth takes a replica down after consecutive failed
+// generations, keeps it down while /health fails, and brings it back when
+// /health succeeds.
+func TestReplicaHealth(t *testing.T) {
+	f := newFlakyServer(t)
+	gen := llm.NewSGLang(f.srv.URL, llm.SGLangOptions{HTTPClient: f.srv.Client(), Retries: -1})
+	h := newReplicaHealth(3, 10*time.Millisecond, gen, discard)
+	req := llm.Request{RID: llm.NewRID(), InputIDs: []int32{1}, Sampling: llm.SamplingParams{MaxNewTokens: 1}}
+	generate := func() error { _, err := gen.Generate(context.Background(), req); return err }
+
+	// A rejection (4xx) is an answer: the server is up.
+	h.record(&llm.HTTPError{Status: 400})
+	h.record(&llm.HTTPError{Status: 400})
+	h.record(&llm.HTTPError{Status: 400})
+	if h.isDown() {
+		t.Fatal("down after rejections")
+	}
+	for i := range 3 {
+		if h.isDown() {
+			t.Fatalf("down after %d failures", i)
+		}
+		err := generate()
+		if !llm.Temporary(err) {
+			t.Fatalf("generate on a failing server: %v", err)
+		}
+		h.record(err)
+	}
+	if !h.isDown() {
+		t.Fatal("not down after 3 consecutive failures")
+	}
+	select {
+	case <-h.changed:
+	default:
+		t.Fatal("going down was not signalled")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = h.run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	testkit.Eventually(t, 10*time.Second, "probes of the failing server", func() bool { return f.probes.Load() >= 3 })
+	if !h.isDown() {
+		t.Fatal("back up while /health fails")
+	}
+	f.failing.Store(false)
+	testkit.Eventually(t, 10*time.Second, "the replica back up", func() bool { return !h.isDown() })
+	if err := generate(); err != nil {
+		t.Fatal(err)
+	}
+	h.record(nil)
+}
+
+// TestFailuresMustBeConsecutive: a success between failures resets the
+// count; 0 never takes the replica down.
+func TestFailuresMustBeConsecutive(t *testing.T) {
+	fail := &llm.HTTPError{Status: 502}
+	h := newReplicaHealth(2, time.Second, nil, discard)
+	h.record(fail)
+	h.record(nil)
+	h.record(fail)
+	if h.isDown() {
+		t.Fatal("down after failures that were not consecutive")
+	}
+	h.observe(errors.New("probe failed"), true)
+	if !h.isDown() {
+		t.Fatal("a failed probe does not count")
+	}
+	never := newReplicaHealth(0, time.Second, nil, discard)
+	for range 10 {
+		never.record(fail)
+	}
+	if never.isDown() {
+		t.Fatal("down with LLM_DOWN_AFTER 0")
+	}
+}
+
+// TestHeartbeatWhileDown: a down replica's worker removes its heartbeat
+// entry (the coordinator then moves the replica's trajectories) and puts it
+// back when it comes back up.
+func TestHeartbeatWhileDown(t *testing.T) {
+	ns := testkit.StartNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := (bus.Topology{Memory: true}).EnsureKV(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketHeartbeats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{cfg: Config{Replica: "r0", Slots: 1, HeartbeatInterval: 10 * time.Millisecond},
+		d: &service.Deps{JS: js, Log: discard, Now: time.Now}, id: "w1",
+		tracker: newTracker(false, nil, time.Now), health: newReplicaHealth(1, time.Second, nil, discard)}
+	done := make(chan error, 1)
+	go func() { done <- w.heartbeat(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	present := func() bool { _, err := kv.Get(ctx, "gen.r0.w1"); return err == nil }
+	testkit.Eventually(t, 10*time.Second, "a heartbeat", present)
+	w.health.record(&llm.HTTPError{Status: 503})
+	testkit.Eventually(t, 10*time.Second, "the entry removed while down", func() bool { return !present() })
+	w.health.observe(nil, true)
+	testkit.Eventually(t, 10*time.Second, "heartbeats again", present)
+}
+
+func TestConfigValidateLLM(t *testing.T) {
+	var cfg Config
+	service.Defaults(&cfg)
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if cfg.LLMAPI != llm.APISGLang || cfg.LLMDownAfter != 3 {
+		t.Fatalf("defaults: api %q, down after %d", cfg.LLMAPI, cfg.LLMDownAfter)
+	}
+	if _, ok := NewGenerator(cfg).(*llm.SGLang); !ok {
+		t.Fatal("sglang: not the SGLang client")
+	}
+	cfg.LLMAPI = llm.APIOpenAI
+	if _, ok := NewGenerator(cfg).(*llm.OpenAI); !ok {
+		t.Fatal("openai: not the OpenAI client")
+	}
+	for _, tt := range []struct {
+		mutate func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.LLMAPI = "vllm" }, "ACTLOOP_LLM_API"},
+		{func(c *Config) { c.LLMDownAfter = -1 }, "ACTLOOP_LLM_DOWN_AFTER"},
+		{func(c *Config) { c.LLMHealthInterval = 0 }, "ACTLOOP_LLM_HEALTH_INTERVAL"},
+	} {
+		c := cfg
+		tt.mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate = %v, want an error naming %s", err, tt.want)
+		}
+	}
+}

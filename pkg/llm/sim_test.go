@@ -1,0 +1,66 @@
+package llm_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/sim"
+	"github.com/actloop/actloop/pkg/tokenize"
+)
+
+// TestServerTokenizerOnSimulator round-trips text, special tokens
+// included, through the simulator's /tokenize and /detokenize in both
+// dialects, and checks them against the byte tokenizer it simulates.
+func TestServerTokenizerOnSimulator(t *testing.T) {
+	ts := httptest.NewServer(sim.New(sim.Config{}))
+	t.Cleanup(ts.Close)
+	const text = "<|im_start|>user\nList the files in /tmp.<|im_end|>\n"
+	for _, api := range []llm.API{llm.APISGLang, llm.APIOpenAI} {
+		tok := llm.NewServerTokenizer(ts.URL, api, llm.SGLangOptions{HTTPClient: ts.Client()})
+		b := tok.Bind(context.Background(), 5*time.Second)
+		var _ tokenize.Tokenizer = b
+		ids := b.Encode(text)
+		if want := (tokenize.Bytes{}).Encode(text); len(ids) != len(want) || ids[0] != tokenize.ImStart {
+			t.Fatalf("%s: Encode = %v, want %v", api, ids, want)
+		}
+		if got := b.Decode(ids); got != text {
+			t.Fatalf("%s: Decode = %q", api, got)
+		}
+		if err := b.Err(); err != nil {
+			t.Fatalf("%s: %v", api, err)
+		}
+	}
+}
+
+// TestSGLangPauseOnSimulator pauses the simulator in place, sees a
+// generation wait, and continues it.
+func TestSGLangPauseOnSimulator(t *testing.T) {
+	s := sim.New(sim.Config{DecodeTokensPerSec: 5000, TimeScale: 1})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	c := llm.NewSGLang(ts.URL, llm.SGLangOptions{HTTPClient: ts.Client()})
+	ctx := context.Background()
+	if err := c.PauseGeneration(ctx, llm.PauseModeInPlace); err != nil {
+		t.Fatal(err)
+	}
+	req := llm.Request{RID: llm.NewRID(), InputIDs: []int32{1, 2}, Reply: "ok",
+		Sampling: llm.SamplingParams{MaxNewTokens: 10, StopTokenIDs: []int32{tokenize.ImEnd}}}
+	done := make(chan error, 1)
+	go func() { _, err := c.Generate(ctx, req); done <- err }()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Waiting != 1 { // held in the queue: paused
+		if time.Now().After(deadline) {
+			t.Fatal("the generation never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.ContinueGeneration(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
