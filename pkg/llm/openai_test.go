@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/actloop/actloop/internal/testkit"
 )
 
 // capturedStream has the shape of vLLM's streamed /v1/completions answer for
@@ -289,13 +291,10 @@ func TestCompletionAbortKeepsStreamedTokens(t *testing.T) {
 		res, err := c.Generate(context.Background(), Request{RID: testRID, InputIDs: []int32{1}, Sampling: SamplingParams{MaxNewTokens: 9}})
 		ch <- out{res, err}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for n, _ := c.Received(testRID); n < 2; n, _ = c.Received(testRID) {
-		if time.Now().After(deadline) {
-			t.Fatal("the streamed tokens never arrived")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the streamed tokens arrived", func() bool {
+		n, _ := c.Received(testRID)
+		return n >= 2
+	})
 	if err := c.AbortPrefix(context.Background(), "ffffffff"); err != nil { // another prefix: no effect
 		t.Fatal(err)
 	}

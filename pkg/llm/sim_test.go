@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/llm"
 	"github.com/actloop/actloop/pkg/sim"
 	"github.com/actloop/actloop/pkg/tokenize"
@@ -50,13 +51,9 @@ func TestSGLangPauseOnSimulator(t *testing.T) {
 		Sampling: llm.SamplingParams{MaxNewTokens: 10, StopTokenIDs: []int32{tokenize.ImEnd}}}
 	done := make(chan error, 1)
 	go func() { _, err := c.Generate(ctx, req); done <- err }()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Stats().Waiting != 1 { // held in the queue: paused
-		if time.Now().After(deadline) {
-			t.Fatal("the generation never queued")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the generation queued (held: paused)", func() bool {
+		return s.Stats().Waiting == 1
+	})
 	if err := c.ContinueGeneration(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -184,18 +184,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	j := &job{
-		req:     req,
-		plan:    s.makePlan(req),
-		start:   time.Now(),
-		abortCh: make(chan struct{}),
-		doneCh:  make(chan struct{}),
-		phase:   PhaseWaiting,
-	}
-	s.mu.Lock()
-	s.jobs[j] = struct{}{}
-	s.stats.Requests++
-	s.mu.Unlock()
+	j := s.accept(req)
 
 	cw := completionWriter{id: "cmpl-" + req.RID, created: time.Now().Unix(), o: o, req: req, plan: &j.plan, voc: s.voc}
 	if !o.stream {

@@ -136,20 +136,9 @@ func (s *Server) WeightVersion() string {
 	return s.version
 }
 
-func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
-	if s.vocErr != nil {
-		writeError(w, http.StatusInternalServerError, s.vocErr)
-		return
-	}
-	req, err := decodeGenerateRequest(body)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
-	}
+// accept tokenizes req's prompt if it came as text, plans req and counts
+// it as a live request, waiting for a slot.
+func (s *Server) accept(req *genRequest) *job {
 	if req.text != nil {
 		req.InputIDs = s.voc.tok.Encode(*req.text)
 	}
@@ -165,6 +154,24 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	s.jobs[j] = struct{}{}
 	s.stats.Requests++
 	s.mu.Unlock()
+	return j
+}
+
+func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if s.vocErr != nil {
+		writeError(w, http.StatusInternalServerError, s.vocErr)
+		return
+	}
+	req, err := decodeGenerateRequest(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	j := s.accept(req)
 
 	out := s.end(j, s.run(r.Context(), j))
 	if out == nil {
