@@ -49,7 +49,7 @@ func newEnvWith(t *testing.T, replicas int, tweak func(*devstack.Options)) *env 
 	common.AckWait = 2 * time.Second // the crash test waits for redelivery
 	common.PullWait = 100 * time.Millisecond
 	common.ShutdownTimeout = 5 * time.Second
-	dir := t.TempDir()
+	dir := testkit.SearchableTempDir(t) // sandboxes run isolated when bwrap works here
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t),
 		Replicas: replicas, Slots: 2, EnvSlots: 4, Common: common, Log: testLogger(t)}

@@ -30,13 +30,17 @@ func TestStepSpansJoinTheTrajectoryTrace(t *testing.T) {
 	}
 	e.submit(simSample("traced", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"))
 	e.results(1)
-	testkit.Eventually(t, wait, "the trajectory span to end", func() bool {
+	// The last env step's span ends after its commit, which may be after the
+	// result is out: wait for every span, then check the tree.
+	testkit.Eventually(t, wait, "the trajectory span and its 4 step spans to end", func() bool {
+		n := 0
 		for _, s := range rec.Ended() {
-			if s.Name() == "trajectory" {
-				return true
+			switch s.Name() {
+			case "trajectory", "gen-r0", "env-env-0":
+				n++
 			}
 		}
-		return false
+		return n >= 5
 	})
 	var traj sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {

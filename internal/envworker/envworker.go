@@ -128,7 +128,7 @@ func realBackend(ctx context.Context, cfg Config, d *service.Deps) (sandbox.Back
 	}
 	if local.Isolation() == sandbox.IsolationNone {
 		d.Log.Warn("SANDBOXES ARE NOT ISOLATED: agents' commands run on this host with the worker's privileges, "+
-			"network and files (ACTLOOP_SANDBOX_ALLOW_UNISOLATED=true); install bubblewrap to isolate them",
+			"network and files (ACTLOOP_SANDBOX_ALLOW_UNISOLATED=true); bwrap_error says what bubblewrap needs to isolate them",
 			"isolation", cfg.Isolation, "bwrap_error", fmt.Sprint(local.BwrapError()))
 	}
 	return local, nil

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -82,4 +83,22 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// SearchableTempDir is t.TempDir() with its parents made searchable by
+// everyone: run as root, bwrap runs as an unprivileged user that must
+// reach the sandbox dirs, and t.TempDir's parent is private.
+func SearchableTempDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for p := dir; p != os.TempDir() && p != "/" && p != "."; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()|0o111); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

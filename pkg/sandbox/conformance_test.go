@@ -1,11 +1,10 @@
 package sandbox_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/sandbox/sandboxtest"
 )
@@ -45,7 +44,7 @@ func TestSimConformance(t *testing.T) {
 func newLocal(t testing.TB, cfg sandbox.LocalConfig) *sandbox.Local {
 	t.Helper()
 	if cfg.Root == "" {
-		cfg.Root = searchableTempDir(t)
+		cfg.Root = testkit.SearchableTempDir(t)
 	}
 	if cfg.Isolation == "" {
 		cfg.Isolation, cfg.AllowUnisolated = sandbox.IsolationNone, true
@@ -61,25 +60,7 @@ func newLocal(t testing.TB, cfg sandbox.LocalConfig) *sandbox.Local {
 // missing or does not work (common in containers).
 func skipWithoutBwrap(t testing.TB) {
 	t.Helper()
-	if _, err := sandbox.NewLocal(sandbox.LocalConfig{Root: searchableTempDir(t), Isolation: sandbox.IsolationBwrap}); err != nil {
+	if _, err := sandbox.NewLocal(sandbox.LocalConfig{Root: testkit.SearchableTempDir(t), Isolation: sandbox.IsolationBwrap}); err != nil {
 		t.Skipf("bwrap isolation unavailable: %v", err)
 	}
-}
-
-// searchableTempDir is t.TempDir() with its parents made searchable by
-// everyone: run as root, bwrap runs as an unprivileged user that must
-// reach the sandbox dirs, and t.TempDir's parent is private.
-func searchableTempDir(t testing.TB) string {
-	t.Helper()
-	dir := t.TempDir()
-	for p := dir; p != os.TempDir() && p != "/" && p != "."; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, fi.Mode().Perm()|0o111); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }

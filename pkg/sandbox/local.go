@@ -218,9 +218,9 @@ func (l *Local) initBwrap(cfg LocalConfig) error {
 	})
 	if err == nil && (res.timedOut || res.code != 0) {
 		err = fmt.Errorf("exit code %d: %s", res.code, strings.TrimSpace(out.String()))
-		if uid >= 0 {
-			err = fmt.Errorf("%w (commands run as uid %d: every parent of %s must be searchable by it)", err, uid, l.root)
-		}
+	}
+	if err != nil && uid >= 0 {
+		err = fmt.Errorf("%w (commands run as uid %d: every parent of %s must be searchable by it)", err, uid, l.root)
 	}
 	if err != nil {
 		l.bwrap, l.bwrapArgs, l.uid = "", nil, -1
