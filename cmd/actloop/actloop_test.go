@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -21,10 +20,8 @@ import (
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/envworker"
-	"github.com/actloop/actloop/internal/genworker"
-	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/services"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/sim"
@@ -223,8 +220,12 @@ func TestReadmeListsEverySetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := map[string]bool{"ACTLOOP_TEST_REDIS": true}
-	for _, cfg := range []any{coordinator.Config{}, genworker.Config{}, envworker.Config{}, predictor.Config{}, trainerConfig{}} {
-		collectSettings(reflect.TypeOf(cfg), read)
+	names := service.Settings(trainerConfig{})
+	for _, name := range services.Names {
+		names = append(names, services.Settings(name)...)
+	}
+	for _, k := range names {
+		read[k] = true
 	}
 	listed := map[string]bool{}
 	for _, m := range regexp.MustCompile("`(ACTLOOP_[A-Z0-9_]+)`").FindAllStringSubmatch(string(readme), -1) {
@@ -245,18 +246,6 @@ func TestReadmeListsEverySetting(t *testing.T) {
 	sort.Strings(unknown)
 	if len(missing) > 0 || len(unknown) > 0 {
 		t.Fatalf("README settings: missing %v; listed but not read %v", missing, unknown)
-	}
-}
-
-func collectSettings(typ reflect.Type, out map[string]bool) {
-	for f := range typ.Fields() {
-		if f.Type.Kind() == reflect.Struct && f.Anonymous {
-			collectSettings(f.Type, out)
-			continue
-		}
-		if tag := f.Tag.Get("envconfig"); tag != "" {
-			out["ACTLOOP_"+tag] = true
-		}
 	}
 }
 

@@ -50,6 +50,27 @@ func Environ(settings any) ([]string, error) {
 	return env, walk(v)
 }
 
+// Settings returns the names of the ACTLOOP_ environment variables that
+// settings (a settings struct or a pointer to one) reads, embedded structs
+// included.
+func Settings(settings any) []string {
+	var names []string
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for f := range t.Fields() {
+			if f.Anonymous && f.Type.Kind() == reflect.Struct {
+				walk(f.Type)
+				continue
+			}
+			if name := f.Tag.Get("envconfig"); name != "" && name != "-" {
+				names = append(names, "ACTLOOP_"+name)
+			}
+		}
+	}
+	walk(reflect.Indirect(reflect.ValueOf(settings)).Type())
+	return names
+}
+
 func environValue(v reflect.Value) (string, error) {
 	if d, ok := v.Interface().(time.Duration); ok {
 		return d.String(), nil

@@ -59,3 +59,19 @@ func Run(name string) error {
 
 // Known reports whether name is a service.
 func Known(name string) bool { return slices.Contains(Names, name) }
+
+// Settings returns the ACTLOOP_ environment variables the named service
+// reads (nil for an unknown name): what a deployment may set for it.
+func Settings(name string) []string {
+	switch name {
+	case "coordinator":
+		return service.Settings(coordinator.Config{})
+	case "gen-worker":
+		return service.Settings(genworker.Config{})
+	case "env-worker":
+		return service.Settings(envworker.Config{})
+	case "predictor-gw":
+		return service.Settings(predictor.Config{})
+	}
+	return nil
+}
