@@ -92,6 +92,15 @@ type benchResult struct {
 	VersionSpread  float64 `json:"version_spread_mean,omitempty"`
 	VersionSpreadX int32   `json:"version_spread_max,omitempty"`
 	WallS          float64 `json:"wall_s"`
+	// Where the makespan goes: the trajectory that finished last waited
+	// LastAdmitS for admission and then ran LastRunS against its own
+	// critical path LastPathS; over all trajectories, the mean admission
+	// wait and the mean stretch (run time over critical path).
+	LastAdmitS     float64 `json:"last_admit_wait_s"`
+	LastRunS       float64 `json:"last_run_s"`
+	LastPathS      float64 `json:"last_path_s"`
+	MeanAdmitWaitS float64 `json:"mean_admit_wait_s"`
+	MeanStretch    float64 `json:"mean_stretch"`
 }
 
 // benchOpts are the knobs shared by every run.
@@ -119,7 +128,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.tasks, "tasks", 96, "trajectories per scenario")
 	fs.IntVar(&o.replicas, "replicas", 2, "inference replicas")
 	fs.IntVar(&o.slots, "slots", 8, "requests each replica decodes at once (its running limit)")
-	fs.IntVar(&o.cacheTokens, "cache-tokens", 1<<17, "each replica's prefix cache, in tokens")
+	fs.IntVar(&o.cacheTokens, "cache-tokens", 1<<16, "each replica's prefix cache, in tokens")
 	fs.Float64Var(&o.timeScale, "time-scale", 0.02, "wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
 	fs.Int64Var(&o.seed, "seed", 1, "workload and simulator seed: same seed, same batch")
 	fs.Float64Var(&o.syncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
@@ -210,11 +219,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tslot use\tdecode use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\twall s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tslot use\tdecode use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\tlast: wait+run / path s\tmean stretch\twall s\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.1f / %d\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.1f / %d\t%.0f+%.0f / %.0f\t%.2f\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
 			r.Trajectories, r.MakespanS, r.VsBound, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.SlotUse, r.DecodeUse,
-			r.Preemptions, r.WastedTokens, r.Reprefilled, r.Syncs, r.VersionSpread, r.VersionSpreadX, r.WallS)
+			r.Preemptions, r.WastedTokens, r.Reprefilled, r.Syncs, r.VersionSpread, r.VersionSpreadX,
+			r.LastAdmitS, r.LastRunS, r.LastPathS, r.MeanStretch, r.WallS)
 	}
 	return tw.Flush()
 }
@@ -312,7 +322,18 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 	var lat []float64
 	var last time.Time
 	tokens := 0
+	paths := make(map[string]float64, len(plans))
+	for _, p := range plans {
+		paths[p.ID] = p.Path(sim.DefaultDecodeTokensPerSec)
+	}
+	simS := func(d time.Duration) float64 { return d.Seconds() / o.timeScale }
 	for _, res := range results {
+		wait, run := simS(res.AdmittedAt.Sub(start)), simS(res.FinishedAt.Sub(res.AdmittedAt))
+		r.MeanAdmitWaitS += wait / float64(len(results))
+		r.MeanStretch += run / paths[res.SampleID] / float64(len(results))
+		if res.FinishedAt.After(last) {
+			r.LastAdmitS, r.LastRunS, r.LastPathS = wait, run, paths[res.SampleID]
+		}
 		if res.Status == schema.StatusCompleted {
 			r.Completed++
 			prints[res.TrajID] = fingerprint(res)
@@ -458,6 +479,10 @@ func benchCommon() service.Common {
 func startBench(ctx context.Context, opts devstack.Options) (*devstack.Stack, context.Context, func(), error) {
 	dir, err := os.MkdirTemp("", "actloop-bench-")
 	if err != nil {
+		return nil, nil, nil, err
+	}
+	// Searchable by the unprivileged user sandbox commands run as under bwrap.
+	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, nil, nil, err
 	}
 	opts.Dir = dir

@@ -278,6 +278,7 @@ func (s *Stack) PredictorConfig() predictor.Config {
 	var cfg predictor.Config
 	service.Defaults(&cfg)
 	cfg.Common, cfg.Addr = s.Opts.Common, ""
+	cfg.Tokenizer, cfg.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
 	return cfg
 }
 

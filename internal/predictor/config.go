@@ -6,7 +6,9 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/actloop/actloop/internal/flow"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // Backends of predictor-gw.
@@ -34,6 +36,10 @@ type Config struct {
 	URL string `envconfig:"PREDICTOR_URL"`
 	// OracleURL is the oracle backend's simulator (its base URL).
 	OracleURL string `envconfig:"ORACLE_URL"`
+	// Tokenizer and ChatTemplate are the workers' (the oracle finds turns
+	// in a trajectory's tokens by them).
+	Tokenizer    string `envconfig:"TOKENIZER" default:"qwen"`
+	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
 	// Timeout is the deadline of each request; past it the caller gets an
 	// error reply and falls back to fcfs.
 	Timeout time.Duration `envconfig:"PREDICTOR_TIMEOUT" default:"200ms"`
@@ -57,6 +63,7 @@ func (c *Config) validateOwn() error {
 		if err := checkURL(c.OracleURL); err != nil {
 			errs = append(errs, fmt.Errorf("ACTLOOP_ORACLE_URL: %w (required with ACTLOOP_PREDICTOR=oracle: a simulator's base URL)", err))
 		}
+		errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
 	default:
 		errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR: unknown backend %q (want history, http or oracle)", c.Backend))
 	}
@@ -88,6 +95,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.Tokenizer == "" {
+		c.Tokenizer = tokenize.TokenizerQwen
+	}
+	if c.ChatTemplate == "" {
+		c.ChatTemplate = tokenize.TemplateChatML
 	}
 	return c
 }

@@ -37,6 +37,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/actloop/actloop/internal/flow"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/predict"
@@ -80,7 +81,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.cfg.validateOwn(); err != nil {
 		return fmt.Errorf("predictor-gw settings: %w", err)
 	}
-	p, history, closeBackend := g.build()
+	p, history, closeBackend, err := g.build()
+	if err != nil {
+		return fmt.Errorf("predictor-gw: %w", err)
+	}
 	defer closeBackend()
 
 	srv := &responder{p: p, timeout: g.cfg.Timeout, log: g.d.Log, slots: make(chan struct{}, MaxInFlight)}
@@ -114,21 +118,25 @@ func (g *Gateway) Run(ctx context.Context) error {
 // Handler serves /healthz and /readyz.
 func (g *Gateway) Handler() http.Handler { return service.HealthMux(g.d) }
 
-func (g *Gateway) build() (predict.Predictor, *predict.History, func()) {
+func (g *Gateway) build() (predict.Predictor, *predict.History, func(), error) {
 	if g.backend != nil {
 		h, _ := g.backend.(*predict.History)
-		return g.backend, h, func() {}
+		return g.backend, h, func() {}, nil
 	}
 	switch g.cfg.Backend {
 	case BackendHTTP:
 		p := predict.NewHTTP(g.cfg.URL, g.cfg.Timeout)
-		return p, nil, func() { _ = p.Close() }
+		return p, nil, func() { _ = p.Close() }, nil
 	case BackendOracle:
-		p := predict.NewOracle(g.d.Store, g.cfg.OracleURL, g.cfg.Timeout)
-		return p, nil, func() { _ = p.Close() }
+		tmpl, err := flow.ChatTemplate(g.cfg.Tokenizer, g.cfg.ChatTemplate)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		p := predict.NewOracle(g.d.Store, tmpl, g.cfg.OracleURL, g.cfg.Timeout)
+		return p, nil, func() { _ = p.Close() }, nil
 	default:
 		h := predict.NewHistory(g.d.Redis, predict.HistoryConfig{SeenTTL: g.d.Common.ResultsMaxAge})
-		return h, h, func() {}
+		return h, h, func() {}, nil
 	}
 }
 

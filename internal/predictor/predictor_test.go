@@ -103,7 +103,7 @@ func TestOracleBackend(t *testing.T) {
 	simSrv := httptest.NewServer(sim.New(sim.Config{Seed: 21, MaxTurns: 8}))
 	t.Cleanup(simSrv.Close)
 	e := newEnv(t, testkit.PreferredRedis(t))
-	e.start(t, Config{Backend: BackendOracle, OracleURL: simSrv.URL, Timeout: wait})
+	e.start(t, Config{Backend: BackendOracle, OracleURL: simSrv.URL, Timeout: wait, Tokenizer: tokenize.TokenizerBytes})
 
 	chat := tokenize.NewByteChatML()
 	prompt := slices.Concat(chat.Message("system", "sys"), chat.Message("user", "Make the tests pass."))
@@ -295,6 +295,7 @@ func TestConfigValidate(t *testing.T) {
 		var c Config
 		c.Common = service.CommonDefaults()
 		c.Backend, c.Timeout, c.Addr = BackendHistory, 200*time.Millisecond, ":8083"
+		c.Tokenizer, c.ChatTemplate = "qwen", "chatml"
 		return c
 	}
 	tests := []struct {
@@ -309,6 +310,8 @@ func TestConfigValidate(t *testing.T) {
 		{"http without url", func(c *Config) { c.Backend = BackendHTTP }, []string{"ACTLOOP_PREDICTOR_URL: missing"}},
 		{"http bad url", func(c *Config) { c.Backend, c.URL = BackendHTTP, "model:9000" }, []string{"ACTLOOP_PREDICTOR_URL"}},
 		{"oracle without url", func(c *Config) { c.Backend = BackendOracle }, []string{"ACTLOOP_ORACLE_URL: missing"}},
+		{"oracle with an unknown template", func(c *Config) { c.Backend, c.OracleURL, c.ChatTemplate = BackendOracle, "http://sim:30000", "alpaca" },
+			[]string{"ACTLOOP_CHAT_TEMPLATE"}},
 		{"timeout", func(c *Config) { c.Timeout = 0 }, []string{"ACTLOOP_PREDICTOR_TIMEOUT"}},
 		{"every problem", func(c *Config) { c.Backend, c.Timeout, c.NATSURL = BackendOracle, -1, "" },
 			[]string{"ACTLOOP_ORACLE_URL", "ACTLOOP_PREDICTOR_TIMEOUT", "ACTLOOP_NATS_URL"}},

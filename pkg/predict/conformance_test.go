@@ -74,7 +74,7 @@ func TestOracleConformance(t *testing.T) {
 				st := store.New(rdb, nil)
 				game := playLong(t, simURL, 4)
 				storeAt(t, st, "traj-2", game, 2, 0)
-				o := predict.NewOracle(st, simURL, time.Minute)
+				o := predict.NewOracle(st, chat, simURL, time.Minute)
 				t.Cleanup(func() { _ = o.Close() })
 				want := game.remaining(2)
 				return predicttest.Setup{

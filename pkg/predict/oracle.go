@@ -26,12 +26,14 @@ import (
 // true; a server that does not (a real inference server) makes it refuse
 // every request with ErrNotSimulator.
 //
-// The answer is exact for an unscripted trajectory on the byte-level ChatML
-// template, with the sample's step limit taken into account; scripted
+// The answer is exact for an unscripted trajectory on the chat template the
+// workers use (the simulator must decode with the same tokenizer), with the
+// sample's step limit taken into account; scripted
 // samples are refused (their replies are not the simulator's), and the
 // token budget and the wall clock are not modelled.
 type Oracle struct {
 	st      *store.Store
+	tmpl    tokenize.ChatTemplate
 	url     string
 	timeout time.Duration
 	hc      *http.Client
@@ -45,11 +47,11 @@ type Oracle struct {
 
 var _ Predictor = (*Oracle)(nil)
 
-// NewOracle returns an Oracle reading trajectories from st and asking the
-// simulator at simURL (its base URL), each call bounded by timeout (none
-// when <= 0) as well as by its context.
-func NewOracle(st *store.Store, simURL string, timeout time.Duration) *Oracle {
-	return &Oracle{st: st, url: strings.TrimRight(simURL, "/"), timeout: timeout, hc: newClient(),
+// NewOracle returns an Oracle reading trajectories from st, whose tokens
+// follow tmpl, and asking the simulator at simURL (its base URL), each call
+// bounded by timeout (none when <= 0) as well as by its context.
+func NewOracle(st *store.Store, tmpl tokenize.ChatTemplate, simURL string, timeout time.Duration) *Oracle {
+	return &Oracle{st: st, tmpl: tmpl, url: strings.TrimRight(simURL, "/"), timeout: timeout, hc: newClient(),
 		checkMu: make(chan struct{}, 1)}
 }
 
@@ -98,7 +100,7 @@ func (o *Oracle) Predict(ctx context.Context, req schema.PredictRequest) (schema
 	t, err := o.st.Load(ctx, req.TrajID, store.WithTokens)
 	if errors.Is(err, store.ErrNotFound) && req.Task != "" {
 		// Not admitted yet: the simulator plans from the opening prompt.
-		_, opening, oerr := flow.Opening(agent.DefaultConfig(), tokenize.NewByteChatML(), req.Task)
+		_, opening, oerr := flow.Opening(agent.DefaultConfig(), o.tmpl, req.Task)
 		if oerr != nil {
 			return schema.PredictReply{}, fmt.Errorf("predict %s: %w", req.TrajID, oerr)
 		}
@@ -110,7 +112,7 @@ func (o *Oracle) Predict(ctx context.Context, req schema.PredictRequest) (schema
 	if len(t.Sample.Script) > 0 {
 		return schema.PredictReply{}, fmt.Errorf("predict %s: the sample is scripted; the oracle knows only the simulator's own replies", req.TrajID)
 	}
-	input, err := nextInput(t.Tokens, req.Turns)
+	input, err := nextInput(o.tmpl, t.Tokens, req.Turns)
 	if err != nil {
 		return schema.PredictReply{}, fmt.Errorf("predict %s: %w", req.TrajID, err)
 	}
@@ -123,7 +125,7 @@ func (o *Oracle) Predict(ctx context.Context, req schema.PredictRequest) (schema
 	// what those leave).
 	if lim := t.Sample.Limits.StepLimit; lim > 0 && req.Turns+p.RemainingTurns > lim {
 		allowed := max(lim-req.Turns, 0)
-		cut := slices.Concat(input, slices.Repeat(genPrompt, allowed))
+		cut := slices.Concat(input, slices.Repeat(o.tmpl.GenerationPrompt(), allowed))
 		rest, err := o.plan(ctx, cut)
 		if err != nil {
 			return schema.PredictReply{}, fmt.Errorf("predict %s: %w", req.TrajID, err)
@@ -154,21 +156,18 @@ func (o *Oracle) plan(ctx context.Context, input []int32) (sim.TurnPlan, error) 
 	return p, nil
 }
 
-// genPrompt opens an assistant turn in the byte-level ChatML template the
-// simulator counts turns by.
-var genPrompt = tokenize.NewByteChatML().GenerationPrompt()
-
-// assistantOpen is what every assistant turn starts with.
-var assistantOpen = genPrompt[:len(genPrompt)-1] // without the newline
-
 // nextInput is the input of the generation after turns model calls: tokens
 // cut before the opening of assistant turn turns+1 if they hold one (the
-// trajectory may have moved on, or hold a partial turn), then a generation
-// prompt.
-func nextInput(tokens []int32, turns int) ([]int32, error) {
+// trajectory may have moved on, or hold a partial turn), then tmpl's
+// generation prompt. An assistant turn opens with the generation prompt but
+// its last token (the newline that the template may merge with what
+// follows).
+func nextInput(tmpl tokenize.ChatTemplate, tokens []int32, turns int) ([]int32, error) {
+	genPrompt := tmpl.GenerationPrompt()
+	open := genPrompt[:len(genPrompt)-1]
 	seen := 0
-	for i := 0; i+len(assistantOpen) <= len(tokens); i++ {
-		if tokens[i] != tokenize.ImStart || !slices.Equal(tokens[i:i+len(assistantOpen)], assistantOpen) {
+	for i := 0; i+len(open) <= len(tokens); i++ {
+		if tokens[i] != open[0] || !slices.Equal(tokens[i:i+len(open)], open) {
 			continue
 		}
 		if seen == turns {

@@ -34,16 +34,23 @@ func startSim(t testing.TB, cfg sim.Config) string {
 // game is an unscripted conversation played on the simulator to its
 // submission, as actloop plays it.
 type game struct {
+	chat   tokenize.ChatTemplate
 	task   string
 	prompt []int32   // system and user messages
 	outs   [][]int32 // each turn's output ids, <|im_end|> included
 	obs    []string  // the observation after each turn
 }
 
-// play plays task on the simulator at url.
+// play plays task on the simulator at url, on the byte-level template.
 func play(t testing.TB, url, task string) game {
 	t.Helper()
-	g := game{task: task, prompt: slices.Concat(chat.Message("system", "You are a helpful assistant."), chat.Message("user", task))}
+	return playWith(t, url, task, chat)
+}
+
+// playWith plays task on the simulator at url, whose tokenizer is chat's.
+func playWith(t testing.TB, url, task string, chat tokenize.ChatTemplate) game {
+	t.Helper()
+	g := game{chat: chat, task: task, prompt: slices.Concat(chat.Message("system", "You are a helpful assistant."), chat.Message("user", task))}
 	in := slices.Clone(g.prompt)
 	for k := 1; k <= 100; k++ {
 		in = append(in, chat.GenerationPrompt()...)
@@ -64,7 +71,7 @@ func play(t testing.TB, url, task string) game {
 		g.outs = append(g.outs, out.OutputIDs)
 		obs := fmt.Sprintf("<returncode>0</returncode>\n<output>\n%s\n</output>", strings.Repeat("o", k*7%50))
 		g.obs = append(g.obs, obs)
-		if strings.Contains(tokenize.Bytes{}.Decode(out.OutputIDs), sim.Submission) {
+		if strings.Contains(chat.Tokenizer().Decode(out.OutputIDs), sim.Submission) {
 			return g
 		}
 		in = slices.Concat(in, out.OutputIDs, chat.CloseTurn(out.OutputIDs), chat.Message("user", obs))
@@ -89,6 +96,7 @@ func playLong(t testing.TB, url string, turns int) game {
 // (each output and its close), or also after the env step that follows
 // (the observation and the next generation prompt).
 func (g game) tokensAt(k int, afterEnv bool) []int32 {
+	chat := g.chat
 	ids := slices.Clone(g.prompt)
 	if k == 0 {
 		if afterEnv {
@@ -147,14 +155,29 @@ func storeAt(t testing.TB, st *store.Store, id string, g game, k int, stepLimit 
 	}
 }
 
+// On the byte-level template and on the Qwen tokenizer's ChatML.
 func TestOracleEveryTurn(t *testing.T) {
-	simURL := startSim(t, sim.Config{Seed: 3, MaxTurns: 10})
+	qwen, err := tokenize.OpenTokenizer(tokenize.TokenizerQwen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qwenChat, err := tokenize.NewTemplate(tokenize.TemplateChatML, qwen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tmpl := range map[string]tokenize.ChatTemplate{"bytes": chat, "qwen": qwenChat} {
+		t.Run(name, func(t *testing.T) { testOracleEveryTurn(t, tmpl) })
+	}
+}
+
+func testOracleEveryTurn(t *testing.T, chat tokenize.ChatTemplate) {
+	simURL := startSim(t, sim.Config{Seed: 3, MaxTurns: 10, Tokenizer: chat.Tokenizer()})
 	rdb, _ := testkit.StartRedis(t, testkit.PreferredRedis(t))
 	st := store.New(rdb, nil)
-	o := predict.NewOracle(st, simURL+"/", time.Minute)
+	o := predict.NewOracle(st, chat, simURL+"/", time.Minute)
 	t.Cleanup(func() { _ = o.Close() })
 	for i := range 5 {
-		g := play(t, simURL, fmt.Sprintf("Task %d of the oracle.", i))
+		g := playWith(t, simURL, fmt.Sprintf("Task %d of the oracle.", i), chat)
 		for k := 0; k <= len(g.outs); k++ {
 			for _, afterEnv := range []bool{false, true} {
 				id := fmt.Sprintf("t%d-%d-%v", i, k, afterEnv)
@@ -177,7 +200,7 @@ func TestOracleTrajectoryMovedOn(t *testing.T) {
 	simURL := startSim(t, sim.Config{Seed: 4})
 	rdb, _ := testkit.StartRedis(t, testkit.PreferredRedis(t))
 	st := store.New(rdb, nil)
-	o := predict.NewOracle(st, simURL, time.Minute)
+	o := predict.NewOracle(st, chat, simURL, time.Minute)
 	t.Cleanup(func() { _ = o.Close() })
 	g := playLong(t, simURL, 3)
 	storeAt(t, st, "moved", g, 3, 0)
@@ -196,7 +219,7 @@ func TestOracleStepLimit(t *testing.T) {
 	simURL := startSim(t, sim.Config{Seed: 5, MaxTurns: 10})
 	rdb, _ := testkit.StartRedis(t, testkit.PreferredRedis(t))
 	st := store.New(rdb, nil)
-	o := predict.NewOracle(st, simURL, time.Minute)
+	o := predict.NewOracle(st, chat, simURL, time.Minute)
 	t.Cleanup(func() { _ = o.Close() })
 	g := playLong(t, simURL, 5)
 	const limit = 3
@@ -218,7 +241,7 @@ func TestOracleScriptedSample(t *testing.T) {
 	if err := st.Create(context.Background(), s, store.StatusNeedsEnvStep, nil); err != nil {
 		t.Fatal(err)
 	}
-	o := predict.NewOracle(st, simURL, time.Minute)
+	o := predict.NewOracle(st, chat, simURL, time.Minute)
 	t.Cleanup(func() { _ = o.Close() })
 	if _, err := o.Predict(context.Background(), request("scripted", "", "", 0, 0)); err == nil || !strings.Contains(err.Error(), "scripted") {
 		t.Fatalf("Predict(scripted) = %v, want an error naming the script", err)
@@ -260,7 +283,7 @@ func TestOracleRefusesRealServer(t *testing.T) {
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	rdb, _ := testkit.StartRedis(t, testkit.PreferredRedis(t))
-	o := predict.NewOracle(store.New(rdb, nil), srv.URL, time.Minute)
+	o := predict.NewOracle(store.New(rdb, nil), chat, srv.URL, time.Minute)
 	t.Cleanup(func() { _ = o.Close() })
 	for range 3 {
 		_, err := o.Predict(context.Background(), request("a", "", "", 1, 10))
@@ -283,7 +306,7 @@ func TestOracleRetriesFailedCheck(t *testing.T) {
 	st := store.New(rdb, nil)
 	g := playLong(t, simURL, 2)
 	storeAt(t, st, "r", g, 1, 0)
-	o := predict.NewOracle(st, srv.URL, time.Minute)
+	o := predict.NewOracle(st, chat, srv.URL, time.Minute)
 	t.Cleanup(func() { _ = o.Close() })
 	var se *predict.StatusError
 	if _, err := o.Predict(context.Background(), request("r", "", "", 1, g.generated(1))); !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable {

@@ -213,6 +213,20 @@ func (m Machine) Capacity() float64 {
 	return float64(m.Replicas) * b * m.DecodePerSec / (1 + m.BatchSlowdown*(b-1))
 }
 
+// Path is t's critical path in seconds: start-up, each reply decoded
+// alone at decodePerSec, each command, the eval's sandbox start-up and the
+// eval. No schedule finishes t sooner after admitting it.
+func (t Trajectory) Path(decodePerSec float64) float64 {
+	path := 2*t.Startup + t.Eval
+	for _, n := range t.Tokens {
+		path += float64(n+1) / decodePerSec // the reply and its <|im_end|>
+	}
+	for _, x := range t.Exec {
+		path += x
+	}
+	return path
+}
+
 // Bound is the batch's lower bound on makespan, in simulated seconds: the
 // larger of all decode work over the machine's capacity and the longest
 // trajectory's critical path (start-up, each reply decoded alone, each
@@ -228,15 +242,10 @@ func LowerBound(ts []Trajectory, m Machine) Bound {
 	var b Bound
 	tokens := 0
 	for _, t := range ts {
-		path := 2*t.Startup + t.Eval
 		for _, n := range t.Tokens {
 			tokens += n + 1 // the reply and its <|im_end|>
-			path += float64(n+1) / m.DecodePerSec
 		}
-		for _, x := range t.Exec {
-			path += x
-		}
-		b.PathS = max(b.PathS, path)
+		b.PathS = max(b.PathS, t.Path(m.DecodePerSec))
 	}
 	b.WorkS = float64(tokens) / m.Capacity()
 	b.S = max(b.WorkS, b.PathS)
