@@ -522,6 +522,59 @@ func TestReplicaLossMovesTrajectories(t *testing.T) {
 	}
 }
 
+// downGen is a replica's inference server that fails (503) every
+// generation after a command has run (its observation is in the prompt),
+// and its health check with it.
+type downGen struct{ llm.Generator }
+
+func (g downGen) Generate(ctx context.Context, req llm.Request) (llm.Result, error) {
+	if strings.Contains(decode(req.InputIDs), "<returncode>") {
+		return llm.Result{}, &llm.HTTPError{Status: 503, Body: "down"}
+	}
+	return g.Generator.Generate(ctx, req)
+}
+
+func (downGen) Health(context.Context) error { return &llm.HTTPError{Status: 503, Body: "down"} }
+
+// A replica's inference server keeps failing while its gen-worker runs on:
+// the worker takes the replica down (no claims, no heartbeat), the
+// coordinator moves its trajectories, and they finish on the other replica.
+func TestFailingServerMovesTrajectories(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.stack.CoordinatorConfig()
+	cfg.ReplicaTimeout = time.Second
+	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	gc := e.stack.GenWorkerConfig("r1")
+	gc.LLMDownAfter, gc.LLMHealthInterval = 2, 50*time.Millisecond
+	if _, err := e.stack.StartGenWorkerWith(e.ctx, gc, downGen{llm.NewSGLang(e.stack.SimURLs["r1"], llm.SGLangOptions{Retries: -1})}); err != nil {
+		t.Fatal(err)
+	}
+	samples := demo.Samples(4, e.ws, "down")
+	e.submit(samples...)
+	got := e.results(len(samples))
+	for _, s := range samples {
+		if r := got[s.ID]; !r.Solved() {
+			t.Errorf("%s: %s %q", s.ID, r.Status, r.Reason)
+		}
+		if tr, err := e.st.Load(e.ctx, s.ID, 0); err == nil && tr.Replica != "r0" {
+			t.Errorf("%s finished on %s", s.ID, tr.Replica)
+		}
+	}
+	st, err := coord.Status(e.ctx)
+	if err != nil || st.Moved < 1 {
+		t.Fatalf("status %+v %v: want trajectories moved off the failing replica", st, err)
+	}
+}
+
 // With stealing on, a worker with idle slots takes the low-priority gen
 // steps waiting on a replica that has no worker; those trajectories finish
 // and stay on the thief. The coordinator moves nothing (the silent replica

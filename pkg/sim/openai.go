@@ -92,6 +92,7 @@ func decodeCompletionRequest(b []byte, headerRID string) (*genRequest, completio
 		if err := json.Unmarshal(in.Prompt, &text); err != nil {
 			return nil, o, errField("prompt", "malformed string")
 		}
+		req.text = &text // the server encodes it with its tokenizer
 		req.InputIDs = tokenize.Bytes{}.Encode(text)
 		if len(req.InputIDs) == 0 {
 			return nil, o, errField("prompt", "cannot be empty")
@@ -376,11 +377,11 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	ids := make([]int32, 0, len(in.Tokens))
 	for i, id := range in.Tokens {
-		if id == nil || *id < 0 || *id >= tokenize.VocabBytes {
+		if id == nil || *id < 0 || *id >= s.voc.size {
 			writeError(w, http.StatusBadRequest, errField(fmt.Sprintf("tokens[%d]", i), "not a token id of the vocabulary"))
 			return
 		}
-		if in.SkipSpecialTokens != nil && *in.SkipSpecialTokens && *id >= tokenize.ImStart {
+		if in.SkipSpecialTokens != nil && *in.SkipSpecialTokens && s.voc.special(*id) {
 			continue
 		}
 		ids = append(ids, *id)

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -98,6 +99,27 @@ func TestQwenTokenizer(t *testing.T) {
 			"max_new_tokens": 2, "custom_params": map[string]any{replyParam: "hi there"}}})
 		if got, want := r.MetaInfo["prompt_tokens"], float64(len(tok.Encode(text))); got != want {
 			t.Fatalf("prompt_tokens %v, want %v", got, want)
+		}
+		// The OpenAI-compatible API's text prompt too.
+		code, body := h.do(http.MethodPost, "/v1/completions", map[string]any{"prompt": text, "max_tokens": 2,
+			"vllm_xargs": map[string]string{replyParam: "hi there"}})
+		var comp struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(body, &comp); code != http.StatusOK || err != nil || comp.Usage.PromptTokens != len(tok.Encode(text)) {
+			t.Fatalf("/v1/completions: %d %s, want %d prompt tokens", code, body, len(tok.Encode(text)))
+		}
+	})
+	t.Run("detokenize", func(t *testing.T) {
+		ids := slices.Concat(tok.Encode("héllo wörld"), []int32{c.ImEnd})
+		code, body := h.do(http.MethodPost, "/detokenize", map[string]any{"tokens": ids, "skip_special_tokens": true})
+		if code != http.StatusOK || !strings.Contains(string(body), `"text":"héllo wörld"`) {
+			t.Fatalf("/detokenize: %d %s", code, body)
+		}
+		if code, body := h.do(http.MethodPost, "/detokenize", map[string]any{"tokens": []int64{1 << 30}}); code != http.StatusBadRequest {
+			t.Fatalf("/detokenize out of the vocabulary: %d %s", code, body)
 		}
 	})
 }

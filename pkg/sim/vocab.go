@@ -14,6 +14,7 @@ type vocab struct {
 	imStart, imEnd, endOfText int32
 	assistant, user, assistNL []int32 // "assistant", "user", "assistant\n"
 	special                   func(id int32) bool
+	size                      int32 // ids are in [0, size)
 }
 
 // CheckTokenizer reports whether the simulator can work with tok: it needs
@@ -37,6 +38,10 @@ func newVocab(tok tokenize.Tokenizer) (*vocab, error) {
 			return nil, fmt.Errorf("sim: the tokenizer has no %s token", sp.text)
 		}
 		*sp.id = ids[0]
+	}
+	v.size = tokenize.VocabBytes
+	if t, ok := tok.(interface{ VocabSize() int }); ok {
+		v.size = int32(t.VocabSize())
 	}
 	switch t := tok.(type) {
 	case interface{ IsSpecial(int32) bool }:
