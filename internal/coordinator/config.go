@@ -48,6 +48,14 @@ type Config struct {
 	// to be seen before the coordinator publishes the result again.
 	ResultGrace time.Duration `envconfig:"RESULT_GRACE" default:"30s"`
 	Addr        string        `envconfig:"COORDINATOR_ADDR" default:":8080"`
+	// LeaderLease is the coordinator leader lease (`actloop serve
+	// coordinator` runs under it, so several may run): the leader renews
+	// it every third of the lease, and a standby takes over at most about a
+	// lease after the leader died (at once when it stopped cleanly).
+	LeaderLease time.Duration `envconfig:"LEADER_LEASE" default:"10s"`
+	// CoordinatorID names this coordinator in the lease; default the host
+	// name and process id.
+	CoordinatorID string `envconfig:"COORDINATOR_ID"`
 	// PauseTimeout is how long a pause waits for every live gen-worker to
 	// report paused when the call names no timeout.
 	PauseTimeout time.Duration `envconfig:"PAUSE_TIMEOUT" default:"30s"`
@@ -76,6 +84,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Slots < 1 {
 		errs = append(errs, errors.New("ACTLOOP_SLOTS: must be >= 1"))
+	}
+	if c.LeaderLease < time.Second {
+		errs = append(errs, fmt.Errorf("ACTLOOP_LEADER_LEASE: must be >= 1s, got %v", c.LeaderLease))
 	}
 	if c.MaxActiveCeiling < 0 {
 		errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE_CEILING: must be >= 0 (0 = 3 x the floor)"))

@@ -199,6 +199,18 @@ func (s *Stack) StartCoordinator(ctx context.Context, cfg coordinator.Config) (*
 	return c, err
 }
 
+// StartElectedCoordinator runs a coordinator that leads only while it holds
+// the leader lease, as `actloop serve coordinator` does; several may run.
+// It returns the coordinator and its connections.
+func (s *Stack) StartElectedCoordinator(ctx context.Context, cfg coordinator.Config) (*coordinator.Elected, *service.Deps, error) {
+	var e *coordinator.Elected
+	d, err := s.Go(ctx, "coordinator-"+cfg.CoordinatorID, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+		e = coordinator.NewElected(cfg, d)
+		return e.Run, nil
+	})
+	return e, d, err
+}
+
 // StartGenWorker runs the gen-worker of replica; gen nil means the SGLang
 // client on the replica's simulator. It returns the worker's connections.
 func (s *Stack) StartGenWorker(ctx context.Context, replica string, gen llm.Generator) (*service.Deps, error) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/service"
@@ -624,5 +625,71 @@ func TestIdleReplicaStealsWaitingSteps(t *testing.T) {
 	st, err := coord.Status(e.ctx)
 	if err != nil || st.Moved != 0 {
 		t.Fatalf("status %+v %v", st, err)
+	}
+}
+
+// Two coordinators under the leader lease: one leads, the other stands by.
+// The leader is cut off from NATS mid-batch; it steps down, the standby
+// takes the lease when it runs out, loads the view from Redis and the batch
+// finishes. A clean stop of the new leader hands the lease back at once.
+func TestCoordinatorStandbyTakesOver(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.stack.CoordinatorConfig()
+	cfg.LeaderLease = time.Second
+	elected := map[string]*coordinator.Elected{}
+	deps := map[string]*service.Deps{}
+	ctxs := map[string]context.CancelFunc{}
+	for _, id := range []string{"a", "b"} {
+		c := cfg
+		c.CoordinatorID = id
+		ctx, cancel := context.WithCancel(e.ctx)
+		ctxs[id] = cancel
+		var err error
+		if elected[id], deps[id], err = e.stack.StartElectedCoordinator(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if id == "a" {
+			testkit.Eventually(t, wait, "a to lead", func() bool { return elected["a"].Current() != nil })
+		}
+	}
+	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	if elected["b"].Current() != nil {
+		t.Fatal("b leads beside a")
+	}
+	samples := demo.Samples(6, e.ws, "lease")
+	e.submit(samples[:3]...)
+	testkit.Eventually(t, wait, "a to admit the first samples", func() bool {
+		c := elected["a"].Current()
+		return c != nil && c.ActiveCount() > 0
+	})
+	deps["a"].NC.Close() // cut off: its renewals fail
+	testkit.Eventually(t, wait, "a to step down and b to lead", func() bool {
+		return elected["a"].Current() == nil && elected["b"].Current() != nil
+	})
+	e.submit(samples[3:]...)
+	got := e.results(len(samples))
+	for _, s := range samples {
+		if r := got[s.ID]; !r.Solved() {
+			t.Errorf("%s: %s %q", s.ID, r.Status, r.Reason)
+		}
+	}
+	// A clean stop hands the lease over: a third coordinator leads well
+	// before the lease could have run out by itself.
+	c := cfg
+	c.CoordinatorID, c.LeaderLease = "c", time.Hour
+	ctxs["a"]()
+	next, _, err := e.stack.StartElectedCoordinator(e.ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxs["b"]()
+	testkit.Eventually(t, wait, "c to lead after b stopped", func() bool { return next.Current() != nil })
+	if elected["a"].Terms() != 1 || elected["b"].Terms() != 1 {
+		t.Fatalf("terms: a %d, b %d; want one each", elected["a"].Terms(), elected["b"].Terms())
 	}
 }

@@ -24,11 +24,7 @@ func Run(name string) error {
 	case "coordinator":
 		var cfg coordinator.Config
 		return service.Main(name, &cfg, func(ctx context.Context, d *service.Deps) error {
-			c, err := coordinator.New(ctx, cfg, d)
-			if err != nil {
-				return err
-			}
-			return c.Run(ctx)
+			return coordinator.NewElected(cfg, d).Run(ctx) // leads while it holds the lease
 		})
 	case "gen-worker":
 		var cfg genworker.Config

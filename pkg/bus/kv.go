@@ -22,7 +22,15 @@ const (
 	// answer to the newest pause (key "gen.<replica>.<worker>", a
 	// schema.PauseReport).
 	BucketControl = "actloop_control"
+	// BucketLeader holds the coordinator leader lease (key KeyLeader, the
+	// leader's id). Its TTL is the lease: the leader renews the key well
+	// within it, so a leader that dies or is cut off loses the key when the
+	// TTL runs out and a standby creates it anew.
+	BucketLeader = "actloop_leader"
 )
+
+// KeyLeader is the lease's key in BucketLeader.
+const KeyLeader = "coordinator"
 
 // KeyControl is the control state's key in BucketControl.
 const KeyControl = "state"
@@ -32,10 +40,7 @@ const heartbeatKeep = time.Hour
 // EnsureKV creates or updates the KV buckets; safe to call from every
 // service at start.
 func (t Topology) EnsureKV(ctx context.Context, js jetstream.JetStream) error {
-	storage := jetstream.FileStorage
-	if t.Memory {
-		storage = jetstream.MemoryStorage
-	}
+	storage := t.storage()
 	for _, cfg := range []jetstream.KeyValueConfig{
 		{Bucket: BucketPriority, Description: "priority snapshot per replica", History: 1, Storage: storage, Replicas: t.Replicas},
 		{Bucket: BucketHeartbeats, Description: "live workers", History: 1, TTL: heartbeatKeep, Storage: storage, Replicas: t.Replicas},
@@ -46,4 +51,22 @@ func (t Topology) EnsureKV(ctx context.Context, js jetstream.JetStream) error {
 		}
 	}
 	return nil
+}
+
+func (t Topology) storage() jetstream.StorageType {
+	if t.Memory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+// LeaderKV creates (or updates to lease) and returns the leader lease's
+// bucket.
+func (t Topology) LeaderKV(ctx context.Context, js jetstream.JetStream, lease time.Duration) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketLeader,
+		Description: "coordinator leader lease", History: 1, TTL: lease, Storage: t.storage(), Replicas: t.Replicas})
+	if err != nil {
+		return nil, fmt.Errorf("ensure kv %s: %w", BucketLeader, err)
+	}
+	return kv, nil
 }
