@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,9 +78,9 @@ type Runner struct {
 	Log        *slog.Logger
 	AckWait    time.Duration
 	MaxDeliver int
-	// PullWait is how long a pull on the last source waits for a message.
-	// With several sources it is capped at MultiSourceWait, since messages
-	// arriving on an earlier source wait for that pull to end.
+	// PullWait is how long an idle Runner waits between pulls: with one
+	// source, how long the pull waits at the server; with several, the most
+	// time between two rounds when no doorbell rings (see Run).
 	PullWait    time.Duration
 	StopTimeout time.Duration // how long in-flight handlers may finish after ctx ends
 	// Ready, when set, is asked before each pull; while it reports false the
@@ -87,8 +88,9 @@ type Runner struct {
 	Ready func() bool
 	// Preempt, when set, lets a message of the first source displace running
 	// work: while every slot is busy and Preempt.CanPreempt(), the Runner
-	// keeps one pull open on the first source; a message that arrives calls
-	// Preempt.Preempt() and runs in the slot the preempted work gives up.
+	// pulls from the first source whenever its doorbell rings (and every
+	// MultiSourceWait); a message it finds calls Preempt.Preempt() and runs
+	// in the slot the preempted work gives up.
 	Preempt Preemptor
 	// Steal, when set, is asked after a pull on every source found nothing
 	// while slots were free: a consumer it returns (another replica's queue)
@@ -107,10 +109,26 @@ type Preemptor interface {
 
 // Run pulls and handles until ctx ends, then waits (up to StopTimeout) for
 // in-flight handlers, cancelling the rest so they nak.
+//
+// With one source, a pull waits at the server (up to PullWait) and returns
+// each message as it arrives. With several, a pull that waited on one would
+// leave a message on another waiting, so pulls do not wait: each round takes
+// what the sources hold now, in priority order, and between rounds the
+// Runner listens on the sources' subjects with a plain subscription (a
+// doorbell), so a message published on any source is pulled as soon as it
+// is published. Messages that come back without a publish (redeliveries,
+// delayed naks) are found by the round that runs at least every PullWait.
+// The doorbell hears every message twice, so multi-source Runners are for
+// small messages (steps that point at state in Redis).
 func (r *Runner) Run(ctx context.Context) error {
-	if r.Slots < 1 || len(r.Sources) == 0 || r.Handler == nil {
-		return fmt.Errorf("runner %s: needs sources, a handler and at least one slot", r.Name)
+	if r.Slots < 1 || len(r.Sources) == 0 || r.Handler == nil || r.Publisher == nil {
+		return fmt.Errorf("runner %s: needs sources, a handler, a publisher and at least one slot", r.Name)
 	}
+	bell, err := r.doorbell()
+	if err != nil {
+		return err
+	}
+	defer bell.stop()
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	stop := context.AfterFunc(ctx, func() {
@@ -135,10 +153,13 @@ func (r *Runner) Run(ctx context.Context) error {
 			continue
 		}
 		if r.Preempt != nil && len(slots) == cap(slots) && r.Preempt.CanPreempt() {
-			r.pullToPreempt(ctx, slots, dispatch)
+			bell.clear(0)
+			if !r.pullToPreempt(ctx, slots, dispatch) {
+				bell.waitFirst(ctx, MultiSourceWait) // a high message, or look again
+			}
 			continue
 		}
-		if !r.acquire(ctx, slots) {
+		if !r.acquire(ctx, slots, bell) {
 			continue
 		}
 		free := 1
@@ -150,44 +171,58 @@ func (r *Runner) Run(ctx context.Context) error {
 			releaseN(slots, free)
 			continue
 		}
-		got := r.pull(ctx, free, dispatch) // the slots are already held
+		rang := bell.take()
+		got := r.pull(ctx, free, rang, dispatch) // the slots are already held
 		if got == 0 && r.Steal != nil && ctx.Err() == nil {
 			if src := r.Steal(ctx); src != nil {
-				got = r.fetch(ctx, src, 1, dispatch)
+				got = r.fetch(ctx, src, 1, 0, dispatch)
 			}
 		}
 		releaseN(slots, free-got)
+		if got == 0 {
+			bell.wait(ctx, r.PullWait)
+		}
 	}
 	return nil
 }
 
 // acquire takes one slot, waiting for it; with a Preemptor it gives up
-// after a short wait so the caller can look again at what may be preempted.
-func (r *Runner) acquire(ctx context.Context, slots chan struct{}) bool {
+// after a short wait, or when the first source's doorbell rings, so the
+// caller can look again at what may be preempted.
+func (r *Runner) acquire(ctx context.Context, slots chan struct{}, bell *doorbell) bool {
 	var timeout <-chan time.Time
+	var first <-chan struct{}
 	if r.Preempt != nil {
 		t := time.NewTimer(MultiSourceWait)
 		defer t.Stop()
 		timeout = t.C
+		if bell != nil {
+			first = bell.first
+		}
 	}
 	select {
 	case slots <- struct{}{}:
 		return true
 	case <-ctx.Done():
 	case <-timeout:
+	case <-first:
+		bell.mark(0) // consumed the first source's ring: keep it for the pull
 	}
 	return false
 }
 
-// pullToPreempt keeps a pull open on the first source while every slot is
-// busy; a message that arrives preempts running work and takes its slot.
-func (r *Runner) pullToPreempt(ctx context.Context, slots chan struct{}, dispatch func(jetstream.Msg)) {
-	batch, err := r.Sources[0].Fetch(1, jetstream.FetchMaxWait(MultiSourceWait))
+// pullToPreempt takes a message waiting on the first source while every
+// slot is busy: it preempts running work and takes its slot. It reports
+// whether there was one.
+func (r *Runner) pullToPreempt(ctx context.Context, slots chan struct{}, dispatch func(jetstream.Msg)) bool {
+	batch, err := r.Sources[0].FetchNoWait(1)
 	if err != nil {
 		r.pullFailed(ctx, err)
-		return
+		return false
 	}
+	got := false
 	for m := range batch.Messages() {
+		got = true
 		if ctx.Err() != nil {
 			_ = m.Nak()
 			continue
@@ -201,6 +236,7 @@ func (r *Runner) pullToPreempt(ctx context.Context, slots chan struct{}, dispatc
 		r.Preempt.Preempt() // if nothing is left to preempt, a slot frees by itself
 		r.waitSlot(ctx, slots, m, dispatch)
 	}
+	return got
 }
 
 // waitSlot runs m as soon as a slot frees, keeping its ack timer reset
@@ -231,42 +267,41 @@ func releaseN(slots chan struct{}, n int) {
 // readyPoll is how often a Runner whose Ready reports false asks again.
 const readyPoll = 10 * time.Millisecond
 
-// MultiSourceWait caps PullWait for a Runner with several sources: it bounds
-// how long a message on a higher-priority source waits while the Runner
-// waits on the last one. An idle worker so sends about 50 pull requests a
-// second per source: cheap for the server, and a high-priority step waits at
-// most 20 ms.
+// MultiSourceWait bounds how long a Runner with a Preemptor waits, while
+// every slot is busy, before it asks again whether running work may be
+// preempted; and how long a pull waits for a message whose doorbell rang
+// before it could be pulled.
 const MultiSourceWait = 20 * time.Millisecond
 
-// pull fetches up to n messages, trying sources in order; only the last one
-// waits. It returns how many it dispatched.
-func (r *Runner) pull(ctx context.Context, n int, dispatch func(jetstream.Msg)) int {
-	got := 0
-	wait := r.PullWait
-	if len(r.Sources) > 1 {
-		wait = min(wait, MultiSourceWait)
+// pull takes up to n messages that the sources hold now, in priority order,
+// and dispatches them. When it found none and a doorbell rang (rang has bit
+// i set for source i), the message may not be stored yet: it waits a
+// little for one on the highest source that rang. It returns how many it
+// dispatched.
+func (r *Runner) pull(ctx context.Context, n int, rang uint64, dispatch func(jetstream.Msg)) int {
+	if len(r.Sources) == 1 {
+		return r.fetch(ctx, r.Sources[0], n, r.PullWait, dispatch)
 	}
-	for i, src := range r.Sources {
-		if i == len(r.Sources)-1 {
-			got += r.fetchWait(ctx, src, n-got, wait, dispatch)
-		} else {
-			got += r.fetch(ctx, src, n-got, dispatch)
-		}
+	got := 0
+	for _, src := range r.Sources {
+		got += r.fetch(ctx, src, n-got, 0, dispatch)
 		if got == n {
-			break
+			return got
+		}
+	}
+	if got == 0 && rang != 0 {
+		for i, src := range r.Sources {
+			if rang&(1<<i) != 0 {
+				return r.fetch(ctx, src, 1, MultiSourceWait, dispatch)
+			}
 		}
 	}
 	return got
 }
 
-// fetch takes up to n messages from src without waiting and dispatches
-// them; it returns how many it dispatched.
-func (r *Runner) fetch(ctx context.Context, src jetstream.Consumer, n int, dispatch func(jetstream.Msg)) int {
-	return r.fetchWait(ctx, src, n, 0, dispatch)
-}
-
-// fetchWait is fetch waiting up to wait (0: not at all) for a message.
-func (r *Runner) fetchWait(ctx context.Context, src jetstream.Consumer, n int, wait time.Duration, dispatch func(jetstream.Msg)) int {
+// fetch takes up to n messages from src, waiting up to wait (0: not at all)
+// for the first, and dispatches them; it returns how many it dispatched.
+func (r *Runner) fetch(ctx context.Context, src jetstream.Consumer, n int, wait time.Duration, dispatch func(jetstream.Msg)) int {
 	var batch jetstream.MessageBatch
 	var err error
 	if wait > 0 {
@@ -292,6 +327,120 @@ func (r *Runner) fetchWait(ctx context.Context, src jetstream.Consumer, n int, w
 		r.pullFailed(ctx, err)
 	}
 	return got
+}
+
+// doorbell hears publishes on the Runner's sources: a plain subscription
+// per source on the subjects its consumer filters. A Runner with one source
+// has none (nil), and every method of a nil doorbell does nothing.
+type doorbell struct {
+	subs  []*nats.Subscription
+	rang  atomic.Uint64 // bit i: source i rang since the last take
+	any   chan struct{} // signalled (non-blocking) on every ring
+	first chan struct{} // signalled on a ring of the first source
+}
+
+func (r *Runner) doorbell() (*doorbell, error) {
+	if len(r.Sources) == 1 {
+		return nil, nil
+	}
+	b := &doorbell{any: make(chan struct{}, 1), first: make(chan struct{}, 1)}
+	nc := r.Publisher.js.Conn()
+	for i, src := range r.Sources {
+		cfg := src.CachedInfo().Config
+		subjects := cfg.FilterSubjects
+		if cfg.FilterSubject != "" {
+			subjects = append(subjects, cfg.FilterSubject)
+		}
+		for _, subj := range subjects {
+			sub, err := nc.Subscribe(subj, func(*nats.Msg) { b.ring(i) })
+			if err != nil {
+				b.stop()
+				return nil, fmt.Errorf("runner %s: doorbell on %s: %w", r.Name, subj, err)
+			}
+			// Only that a message came matters: drop the rest of a burst
+			// rather than slow the connection.
+			_ = sub.SetPendingLimits(16, 1<<20)
+			b.subs = append(b.subs, sub)
+		}
+	}
+	return b, nil
+}
+
+func (b *doorbell) ring(i int) {
+	b.mark(i)
+	signal(b.any)
+	if i == 0 {
+		signal(b.first)
+	}
+}
+
+// mark records a ring of source i without waking anyone.
+func (b *doorbell) mark(i int) { b.rang.Or(1 << i) }
+
+// take returns and clears the sources that rang.
+func (b *doorbell) take() uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.rang.Swap(0)
+}
+
+// clear forgets a ring of source i.
+func (b *doorbell) clear(i int) {
+	if b != nil {
+		b.rang.And(^uint64(1 << i))
+	}
+}
+
+// waitFirst waits up to d for a ring of the first source.
+func (b *doorbell) waitFirst(ctx context.Context, d time.Duration) {
+	if b == nil {
+		sleepCtx(ctx, d)
+		return
+	}
+	if b.rang.Load()&1 != 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-b.first:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// wait waits up to d for a ring (one that came since the last take counts).
+func (b *doorbell) wait(ctx context.Context, d time.Duration) {
+	if b == nil {
+		return // the pull itself waited
+	}
+	if b.rang.Load() != 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-b.any:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func (b *doorbell) stop() {
+	if b == nil {
+		return
+	}
+	for _, s := range b.subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 func (r *Runner) pullFailed(ctx context.Context, err error) {

@@ -361,3 +361,34 @@ func TestRunnerPreemptsForHighMessages(t *testing.T) {
 		t.Fatalf("still running %v after preempting %v", p.order, preempted)
 	}
 }
+
+// An idle Runner with several sources hears a publish on any of them: with
+// a PullWait far longer than the test, only the doorbell can bring the
+// messages in.
+func TestRunnerDoorbell(t *testing.T) {
+	ctx, js, topo := setup(t)
+	hi, err := topo.Consumer(ctx, js, bus.StreamGen, "bell-hi", bus.SubjectGen("r0", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, err := topo.Consumer(ctx, js, bus.StreamGen, "bell-lo", bus.SubjectGen("r0", "lo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int32
+	r := newRunner(js, topo, "bell", 2, func(context.Context, jetstream.Msg) error {
+		got.Add(1)
+		return nil
+	}, hi, lo)
+	r.PullWait = time.Hour
+	start(t, r)
+	pub := bus.NewPublisher(js)
+	for i, subj := range []string{bus.SubjectGen("r0", "lo"), bus.SubjectGen("r0", "hi"), bus.SubjectGen("r0", "lo")} {
+		// Each after the Runner went idle again.
+		testkit.Eventually(t, within, "the runner to take what came before", func() bool { return got.Load() == int32(i) })
+		if err := pub.PublishRaw(ctx, subj, "", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, within, "all three handled", func() bool { return got.Load() == 3 })
+}
