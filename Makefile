@@ -16,14 +16,18 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 
-# The scheduling benchmark on every scenario, then the weight-sync one;
-# figures in bench/ (see BENCHMARKS.md). They report; they do not fail on a
-# number.
+# The scheduling benchmark on every scenario, the weight-sync one, and the
+# pipeline's own cost with 1, 2 and 4 workers of each kind (one JSON object a
+# line); figures in bench/ (see BENCHMARKS.md). They report; they do not fail
+# on a number.
 bench:
 	@mkdir -p bench
-	$(GO) run ./cmd/actloop bench --scenarios all --json --charts bench > bench/results.json
-	$(GO) run ./cmd/actloop bench-sync --json > bench/sync.json
-	@cat bench/results.json bench/sync.json
+	$(GO) build -o bench/actloop ./cmd/actloop
+	bench/actloop bench --scenarios all --json --charts bench > bench/results.json
+	bench/actloop bench-sync --json > bench/sync.json
+	for n in 1 2 4; do bench/actloop bench-pipeline --gen-workers $$n --env-workers $$n --json || exit 1; done > bench/pipeline.json
+	@rm -f bench/actloop
+	@cat bench/results.json bench/sync.json bench/pipeline.json
 
 # Run each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
