@@ -75,7 +75,11 @@ func factOf(t *store.Trajectory) priority.Fact {
 func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 	s, err := schema.DecodeSample(m.Data())
 	if err != nil {
-		return bus.Malformed(fmt.Errorf("sample: %w", err))
+		err = fmt.Errorf("sample: %w", err)
+		if rerr := c.reject(ctx, m.Data(), err); rerr != nil {
+			return rerr // tried again: the rejection must reach the trainer
+		}
+		return bus.Malformed(err)
 	}
 	c.mu.Lock()
 	known := c.waiting[s.ID] != nil || c.active[s.ID] != nil
@@ -318,4 +322,47 @@ func endSpan(s trace.Span) {
 	if s != nil {
 		s.End()
 	}
+}
+
+// reject answers a sample that cannot run but names itself (a valid id)
+// with a fallback result carrying the reason, so that a trainer waiting for
+// it, or for its group, is not left waiting; the message is dead-lettered
+// as well. An id already taken (waiting, active or stored) gets no result:
+// the sample that holds it will have one.
+func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) error {
+	var id struct {
+		ID         string `json:"id"`
+		GroupID    string `json:"group_id"`
+		GroupIndex int    `json:"group_index"`
+		GroupSize  int    `json:"group_size"`
+		Family     string `json:"family"`
+	}
+	if json.Unmarshal(data, &id) != nil || !schema.ValidID(id.ID) {
+		return nil // nothing to answer to
+	}
+	c.mu.Lock()
+	known := c.waiting[id.ID] != nil || c.active[id.ID] != nil
+	c.mu.Unlock()
+	if known {
+		return nil
+	}
+	switch _, err := c.d.Store.Load(ctx, id.ID, 0); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, store.ErrNotFound):
+		return err
+	}
+	if id.GroupID == "" || !schema.ValidID(id.GroupID) || id.GroupSize < 1 || id.GroupIndex < 0 || id.GroupIndex >= id.GroupSize {
+		id.GroupID, id.GroupIndex, id.GroupSize = "", 0, 0 // no group to count it towards
+	}
+	if !schema.ValidID(id.Family) {
+		id.Family = ""
+	}
+	now := c.d.Now().UTC()
+	r := schema.Result{V: schema.Version, TrajID: id.ID, SampleID: id.ID, GroupID: id.GroupID, GroupIndex: id.GroupIndex,
+		GroupSize: id.GroupSize, Family: id.Family, Status: schema.StatusFallback, Reason: "rejected: " + reason.Error(),
+		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{},
+		MinVersion: -1, MaxVersion: -1, AdmittedAt: now, FinishedAt: now}
+	c.d.Log.Warn("sample rejected with a fallback result", "traj_id", id.ID, "reason", reason)
+	return c.d.Pub.Publish(ctx, bus.SubjectResults, schema.MsgID(id.ID, 0, "rejected"), r)
 }

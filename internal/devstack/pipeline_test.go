@@ -247,7 +247,9 @@ func TestPipelineSolvesDemoAndSimTasks(t *testing.T) {
 }
 
 // Bad input lands on the dead-letter subject with the reason and the
-// original bytes; the consumer goes on and a good sample still completes.
+// original bytes; one that names itself (a valid id) also gets a fallback
+// result with the reason, and counts towards its group; the consumer goes on
+// and a good sample still completes.
 func TestBadSamplesAreDeadLettered(t *testing.T) {
 	e := newEnv(t, 1)
 	if _, err := e.stack.StartAll(e.ctx); err != nil {
@@ -259,10 +261,13 @@ func TestBadSamplesAreDeadLettered(t *testing.T) {
 		"wrong types":     `{"v":1,"id":"w1","task":7,"env":{"backend":"sim"}}`,
 		"unknown version": `{"v":99,"id":"u1","task":"t","env":{"backend":"sim"}}`,
 		"oversized":       `{"v":1,"id":"o1","env":{"backend":"sim"},"task":"` + strings.Repeat("x", schema.MaxSampleBytes) + `"}`,
+		"group member":    `{"v":1,"id":"g-1","group_id":"g","group_index":1,"group_size":2,"env":{"backend":"sim"}}`,
 	}
 	want := map[string]string{"malformed": "malformed JSON", "missing fields": "task: missing",
 		"wrong types": "task: has JSON type number", "unknown version": "v: unsupported schema version 99",
-		"oversized": "exceeds the sample limit"}
+		"oversized": "exceeds the sample limit", "group member": "task: missing"}
+	ids := map[string]string{"missing fields": "m1", "wrong types": "w1", "unknown version": "u1", "oversized": "o1",
+		"group member": "g-1"}
 	for _, b := range bad {
 		if err := e.pub.PublishRaw(e.ctx, bus.SubjectSamples, "", []byte(b)); err != nil {
 			t.Fatal(err)
@@ -270,6 +275,7 @@ func TestBadSamplesAreDeadLettered(t *testing.T) {
 	}
 	good := demo.Samples(1, e.ws, "good")
 	e.submit(good...)
+	e.submit(groupSample("g-0", "g", 0, 2))
 	dl := readStream[schema.DLQEntry](e, bus.StreamDLQ, bus.SubjectDLQ, len(bad), func(d schema.DLQEntry) string { return string(d.Data) })
 	for name, b := range bad {
 		d, ok := dl[b]
@@ -281,10 +287,18 @@ func TestBadSamplesAreDeadLettered(t *testing.T) {
 			t.Errorf("%s: dead letter %q from %s/%s, want reason containing %q", name, d.Reason, d.Subject, d.Consumer, want[name])
 		}
 	}
-	r := e.results(1)["good-000"]
-	if !r.Solved() {
+	results := e.results(len(ids) + 2)
+	if r := results["good-000"]; !r.Solved() {
 		t.Fatalf("good sample after bad ones: %+v", r)
 	}
+	for name, id := range ids {
+		if r := results[id]; r.Status != schema.StatusFallback || !strings.HasPrefix(r.Reason, "rejected: sample: ") ||
+			!strings.Contains(r.Reason, want[name]) {
+			t.Errorf("%s: result %s %q, want a fallback naming %q", name, r.Status, r.Reason, want[name])
+		}
+	}
+	resultsHandled(e)
+	checkGroups(e, map[string][]string{"g": {"g-0", "g-1"}})
 }
 
 // blockingGen blocks the generations that block selects until released,
