@@ -44,6 +44,12 @@ type Config struct {
 	// is down; its trajectories move to live replicas.
 	ReplicaTimeout time.Duration `envconfig:"REPLICA_TIMEOUT" default:"15s"`
 	StallTimeout   time.Duration `envconfig:"STALL_TIMEOUT" default:"30m"`
+	// RepublishAfter: a trajectory whose state has not advanced for this
+	// long gets the work message its state calls for published again (once
+	// per RepublishAfter), in case the one sent was lost (a lost ack of the
+	// stream, a purged message); the seq check makes a second copy harmless.
+	// 0 = never. Longer than any one step should take.
+	RepublishAfter time.Duration `envconfig:"REPUBLISH_AFTER" default:"10m"`
 	// ResultGrace is how long an ended trajectory may wait for its result
 	// to be seen before the coordinator publishes the result again.
 	ResultGrace time.Duration `envconfig:"RESULT_GRACE" default:"30s"`
@@ -84,6 +90,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Slots < 1 {
 		errs = append(errs, errors.New("ACTLOOP_SLOTS: must be >= 1"))
+	}
+	if c.RepublishAfter < 0 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_REPUBLISH_AFTER: must be >= 0, got %v", c.RepublishAfter))
 	}
 	if c.LeaderLease < time.Second {
 		errs = append(errs, fmt.Errorf("ACTLOOP_LEADER_LEASE: must be >= 1s, got %v", c.LeaderLease))

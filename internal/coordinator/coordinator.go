@@ -62,6 +62,9 @@ type Coordinator struct {
 	adapt   adaptState
 	started time.Time
 	moved   int64 // trajectories moved off replicas that went down
+	// republishedTotal counts work messages published again for lack of
+	// progress.
+	republishedTotal int64
 	// finished counts trajectories whose result was seen, ever (Redis
 	// counters at start, then each result): the staleness bound needs it.
 	finished int64
@@ -72,6 +75,10 @@ type activeTraj struct {
 	turnSeq int64      // newest prediction's seq
 	span    trace.Span // nil when admitted before this process started
 	movedAt time.Time  // when moved off a replica that went down
+	// republishedAt is when its pending work message was last published
+	// again (see Config.RepublishAfter); republished counts how often.
+	republishedAt time.Time
+	republished   int
 }
 
 // New declares the coordinator's consumers and loads its view of the active

@@ -23,7 +23,8 @@ type Status struct {
 	Policy           string           `json:"policy"`
 	// Snapshot describes the newest priority snapshots; SnapshotAgeS is
 	// how old they are.
-	Moved             int64         `json:"moved"` // trajectories moved off replicas that went down
+	Moved             int64         `json:"moved"`       // trajectories moved off replicas that went down
+	Republished       int64         `json:"republished"` // work messages published again for lack of progress
 	Snapshot          snapshotStats `json:"snapshot"`
 	SnapshotAgeS      float64       `json:"snapshot_age_s"`
 	StalePredictions  int64         `json:"stale_predictions"`
@@ -62,7 +63,7 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	for _, a := range c.active {
 		load[a.fact.Replica]++
 	}
-	st.Snapshot, st.StalePredictions, st.Moved = c.snap, c.stale, c.moved
+	st.Snapshot, st.StalePredictions, st.Moved, st.Republished = c.snap, c.stale, c.moved, c.republishedTotal
 	live := map[string]bool{}
 	for _, r := range c.cfg.Replicas {
 		live[r] = c.live(r, c.d.Now())

@@ -144,6 +144,42 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 	}
 }
 
+// republish publishes again the work message that trajectory id's state
+// calls for, at most once per RepublishAfter: the one sent may have been
+// lost. The copy carries its own message id (a duplicate of the first
+// would be dropped by the stream's duplicate window); the seq check makes
+// it harmless when the first was not lost after all.
+func (c *Coordinator) republish(ctx context.Context, id string, updatedAt, now time.Time) {
+	c.mu.Lock()
+	a := c.active[id]
+	if a == nil || now.Sub(a.republishedAt) <= c.cfg.RepublishAfter {
+		c.mu.Unlock()
+		return
+	}
+	a.republishedAt = now
+	a.republished++
+	n := a.republished
+	c.mu.Unlock()
+	t, err := c.d.Store.Load(ctx, id, 0)
+	if err != nil {
+		c.d.Log.Warn("republish", "traj_id", id, "error", err)
+		return
+	}
+	next, err := flow.NextOf(t, flow.LowOnly{})
+	if err != nil {
+		return // terminal meanwhile
+	}
+	next.MsgID = fmt.Sprintf("%s:again-%d", next.MsgID, n)
+	c.d.Log.Warn("no progress: publishing the pending step again", "traj_id", id, "seq", t.Seq, "status", t.Status,
+		"since", now.Sub(updatedAt).Round(time.Second), "subject", next.Subject)
+	if err := flow.Publish(ctx, c.d.Pub, t.Trace, next); err != nil {
+		c.d.Log.Warn("republish", "traj_id", id, "error", err)
+	}
+	c.mu.Lock()
+	c.republishedTotal++
+	c.mu.Unlock()
+}
+
 // forget drops a trajectory whose state is gone from the active set.
 func (c *Coordinator) forget(ctx context.Context, id string) {
 	if _, err := c.d.Store.RemoveActive(ctx, id, "lost"); err != nil {
@@ -160,7 +196,11 @@ func (c *Coordinator) forget(ctx context.Context, id string) {
 // sweep ends trajectories whose state has not advanced within StallTimeout
 // and re-publishes results that were never seen.
 func (c *Coordinator) sweep(ctx context.Context) error {
-	return every(ctx, max(min(c.cfg.StallTimeout, c.cfg.ResultGrace)/4, 250*time.Millisecond), func() {
+	every4 := min(c.cfg.StallTimeout, c.cfg.ResultGrace)
+	if c.cfg.RepublishAfter > 0 {
+		every4 = min(every4, c.cfg.RepublishAfter)
+	}
+	return every(ctx, max(every4/4, 250*time.Millisecond), func() {
 		c.mu.Lock()
 		ids := make([]string, 0, len(c.active))
 		for id := range c.active {
@@ -192,6 +232,8 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 				if err := c.Fallback(ctx, id, reason); err != nil {
 					c.d.Log.Warn("fallback", "traj_id", id, "error", err)
 				}
+			case c.cfg.RepublishAfter > 0 && now.Sub(p.UpdatedAt) > c.cfg.RepublishAfter:
+				c.republish(ctx, id, p.UpdatedAt, now)
 			}
 		}
 	})

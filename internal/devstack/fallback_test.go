@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -81,5 +85,44 @@ func TestLimitsAndFallbacks(t *testing.T) {
 		if err != nil || ttl <= 0 {
 			t.Errorf("%s: ttl %v %v, want an expiry", id, ttl, err)
 		}
+	}
+}
+
+// A work message lost after its trajectory's state was committed (here the
+// sandbox start, purged from its stream before any env-worker ran) is
+// published again from the state in Redis once the trajectory has not
+// advanced for ACTLOOP_REPUBLISH_AFTER, and the trajectory finishes.
+func TestLostWorkMessageIsPublishedAgain(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.stack.CoordinatorConfig()
+	cfg.RepublishAfter = time.Second
+	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	e.submit(simSample("lost", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"))
+	testkit.Eventually(t, wait, "the trajectory to be admitted", func() bool {
+		_, err := e.st.Load(e.ctx, "lost", 0)
+		return err == nil
+	})
+	stream, err := e.js.Stream(e.ctx, bus.StreamEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(e.ctx, jetstream.WithPurgeSubject(bus.SubjectEnvStart)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.results(1)["lost"]; !r.Solved() {
+		t.Fatalf("lost: %s %q", r.Status, r.Reason)
+	}
+	st, err := coord.Status(e.ctx)
+	if err != nil || st.Republished < 1 {
+		t.Fatalf("status %+v %v: want the start published again", st, err)
 	}
 }

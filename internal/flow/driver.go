@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/store"
@@ -23,6 +24,9 @@ type Driver struct {
 	// PublishNext publishes the follow-up of a committed state.
 	PublishNext func(ctx context.Context, t *store.Trajectory) error
 	Log         *slog.Logger
+
+	mu   sync.Mutex
+	busy map[string]bool // trajectories with a step running here
 }
 
 // Step describes one kind of step to a Driver.
@@ -36,8 +40,34 @@ type Step struct {
 	Discard func(ctx context.Context, c store.Commit)
 }
 
-// Do runs step s for seq of trajectory id.
+// ErrBusy is returned for a step of a trajectory that has a step running
+// in this process already (a second copy of its work message: one published
+// again as lost, or redelivered): it is tried again later, when the step
+// running now has committed and the copy finds nothing left to do.
+var ErrBusy = errors.New("a step of this trajectory is running here")
+
+// Do runs step s for seq of trajectory id; one step of a trajectory at a
+// time in this process.
 func (d *Driver) Do(ctx context.Context, id string, seq int64, s Step) error {
+	d.mu.Lock()
+	if d.busy[id] {
+		d.mu.Unlock()
+		return fmt.Errorf("trajectory %s, step %d: %w", id, seq, ErrBusy)
+	}
+	if d.busy == nil {
+		d.busy = map[string]bool{}
+	}
+	d.busy[id] = true
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.busy, id)
+		d.mu.Unlock()
+	}()
+	return d.do(ctx, id, seq, s)
+}
+
+func (d *Driver) do(ctx context.Context, id string, seq int64, s Step) error {
 	t, err := d.Store.Load(ctx, id, s.Parts)
 	if errors.Is(err, store.ErrNotFound) {
 		d.Log.Warn("step for unknown trajectory dropped", "traj_id", id, "seq", seq)
