@@ -20,6 +20,7 @@ import (
 
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/localnats"
 	"github.com/actloop/actloop/internal/localredis"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/bus"
@@ -120,11 +121,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	addr := fs.String("addr", "127.0.0.1:8080", "coordinator status address (a free port if taken)")
 	timeScale := fs.Float64("time-scale", 0.02, "simulator wall seconds per simulated second")
 	syncEvery := fs.Duration("weight-sync-every", 0, "pause, update the weights and resume this often (0: never)")
+	natsSync := fs.String("nats-sync", "", "how the embedded NATS server's JetStream store syncs to disk: always (every write), or an interval (default: the server's, 2m; an OS crash or power loss can lose messages acknowledged since the last sync)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *syncEvery < 0 {
 		return &exitError{2, errors.New("dev: --weight-sync-every must be >= 0")}
+	}
+	nsync, err := localnats.ParseSync(*natsSync)
+	if err != nil {
+		return &exitError{2, fmt.Errorf("dev: --nats-sync: %w", err)}
 	}
 	if *tasks < 1 {
 		return &exitError{2, errors.New("dev: --tasks must be >= 1")}
@@ -198,7 +204,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	defer stop()
 	st, err := devstack.StartInfra(svcCtx, devstack.Options{Dir: *dir, RedisKind: kind, Replicas: *replicas,
 		Slots: *slots, EnvSlots: *envSlots, Sim: sim.Config{TimeScale: *timeScale}, Common: common,
-		CoordinatorAddr: coordAddr, AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), Log: log})
+		CoordinatorAddr: coordAddr, AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log})
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,10 @@ type Options struct {
 	// AgentConfig is the workers' mini-swe-agent configuration file ("" =
 	// the built-in default), as ACTLOOP_AGENT_CONFIG.
 	AgentConfig string
-	Log         *slog.Logger
+	// NATSSync is how the embedded NATS server's JetStream store syncs to
+	// disk (the zero value: the server's default, every two minutes).
+	NATSSync localnats.Sync
+	Log      *slog.Logger
 }
 
 // Stack is a running actloop in one process.
@@ -105,7 +108,7 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 			s.Close()
 		}
 	}()
-	if s.NATS, err = localnats.Start(filepath.Join(o.Dir, "jetstream"), -1); err != nil {
+	if s.NATS, err = localnats.Start(filepath.Join(o.Dir, "jetstream"), -1, o.NATSSync); err != nil {
 		return nil, err
 	}
 	if s.Redis, err = localredis.Start(ctx, o.RedisKind, o.Dir); err != nil {

@@ -61,7 +61,7 @@ func StartRedis(t testing.TB, kind string) (*redis.Client, *localredis.Server) {
 // shuts it down at the end.
 func StartNATS(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := localnats.Start(t.TempDir(), -1)
+	s, err := localnats.Start(t.TempDir(), -1, localnats.Sync{})
 	if err != nil {
 		t.Fatal(err)
 	}
