@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -706,4 +707,52 @@ func TestCoordinatorStandbyTakesOver(t *testing.T) {
 	if elected["a"].Terms() != 1 || elected["b"].Terms() != 1 {
 		t.Fatalf("terms: a %d, b %d; want one each", elected["a"].Terms(), elected["b"].Terms())
 	}
+}
+
+// An env-worker comes back without its sandboxes (a new machine, a wiped
+// disk): the trajectory's sandbox is rebuilt by running its commands again,
+// so the fix made before the loss is in the diff and the eval passes
+// (without the replay the next command finds no sandbox and the trajectory
+// ends with a fallback).
+func TestLostSandboxIsRebuiltByReplay(t *testing.T) {
+	e := newEnv(t, 1)
+	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	// The turn after the fix waits until the sandbox is gone.
+	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
+		return strings.Contains(decode(req.InputIDs), "PASS add")
+	})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate.release) }) }
+	t.Cleanup(open)
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", gate); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.stack.EnvWorkerConfig("env-0")
+	first, stopFirst := context.WithCancel(e.ctx)
+	defer stopFirst()
+	if _, err := e.stack.StartEnvWorker(first, cfg); err != nil {
+		t.Fatal(err)
+	}
+	s := demo.Samples(1, e.ws, "replay")[0] // add.sh: read, fix and check, submit
+	e.submit(s)
+	testkit.Eventually(t, wait, "the fix to have run", func() bool {
+		tr, err := e.st.Load(e.ctx, s.ID, 0)
+		return err == nil && tr.Commands == 2
+	})
+	stopFirst()
+	<-gate.entered
+	if err := os.RemoveAll(cfg.SandboxRoot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartEnvWorker(e.ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	open()
+	r := e.results(1)[s.ID]
+	if !r.Solved() || !strings.Contains(r.Diff, "+echo $(( $1 + $2 ))") {
+		t.Fatalf("%s: %s %q reward %g, diff %q", s.ID, r.Status, r.Reason, r.Reward, r.Diff)
+	}
+	checkConsistent(t, r)
 }

@@ -24,6 +24,11 @@ type Config struct {
 	Slots       int    `envconfig:"ENV_SLOTS" default:"8"`
 	SandboxRoot string `envconfig:"SANDBOX_ROOT"`
 	OutputLimit int    `envconfig:"OUTPUT_LIMIT" default:"10000"`
+	// SandboxReplay: a trajectory whose sandbox is gone (its env-worker
+	// restarted without it: a new machine, a wiped disk) gets a new one in
+	// which its commands so far run again, in order, before its next step;
+	// false ends it with a fallback instead.
+	SandboxReplay bool `envconfig:"SANDBOX_REPLAY" default:"true"`
 	Isolation   string `envconfig:"SANDBOX_ISOLATION" default:"auto"`
 	// AllowUnisolated lets the local backend run commands unisolated on the
 	// host: isolation none, or auto where bubblewrap does not work.

@@ -55,10 +55,15 @@ type Worker struct {
 	own, start jetstream.Consumer
 	driver     *flow.Driver
 
-	mu    sync.Mutex
-	boxes map[string]sandbox.Sandbox // by trajectory id
-	evals atomic.Int64
+	mu      sync.Mutex
+	boxes   map[string]sandbox.Sandbox // by trajectory id
+	evals   atomic.Int64
+	replays atomic.Int64 // sandboxes rebuilt by replaying commands
 }
+
+// Replays is how many lost sandboxes this worker rebuilt by replaying their
+// trajectories' commands.
+func (w *Worker) Replays() int64 { return w.replays.Load() }
 
 // New builds the sandbox backends and declares the worker's consumers.
 func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
@@ -249,6 +254,9 @@ func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commi
 	}
 	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
 		store.FieldAction: "", store.FieldCommands: strconv.Itoa(t.Commands + 1)}}
+	if h := sb.Handle(); h != t.Handle {
+		c.Set[store.FieldHandle] = h // rebuilt by replay
+	}
 	if submitted, _ := agent.Submission(res.Output); submitted && !res.TimedOut {
 		c.Set[store.FieldStatus] = string(store.StatusFinishing)
 		c.Set[store.FieldReason] = "submitted"
@@ -378,7 +386,8 @@ func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string)
 }
 
 // sandbox returns t's sandbox, from this process or re-attached by handle
-// (after a restart). A sandbox that is gone is a Fatal error.
+// (after a restart). A sandbox that is gone is rebuilt by replay (see
+// Config.SandboxReplay), or else a Fatal error.
 func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sandbox, error) {
 	w.mu.Lock()
 	sb := w.boxes[t.ID]
@@ -391,12 +400,61 @@ func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sand
 		return nil, err
 	}
 	sb, err = b.Attach(ctx, t.Handle)
+	if errors.Is(err, sandbox.ErrNotFound) && w.cfg.SandboxReplay {
+		return w.replay(ctx, b, t)
+	}
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return nil, bus.Fatal(fmt.Errorf("sandbox %s lost: %w", t.Handle, err))
 	}
 	if err != nil {
 		return nil, err
 	}
+	w.remember(t.ID, sb)
+	return sb, nil
+}
+
+// replay rebuilds t's lost sandbox: a new one from the sample's spec, in
+// which the trajectory's first t.Commands actions (those that ran) run
+// again in order, each under the step timeout; their output is not kept.
+// The caller commits the new handle with its step.
+func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *store.Trajectory) (sandbox.Sandbox, error) {
+	full, err := w.d.Store.Load(ctx, t.ID, store.WithMessages)
+	if err != nil {
+		return nil, err
+	}
+	var actions []string
+	for _, m := range full.Messages {
+		if m.Role != schema.RoleAssistant || len(actions) == t.Commands {
+			continue
+		}
+		if a, err := w.agent.ParseAction(m.Content); err == nil {
+			actions = append(actions, a)
+		}
+	}
+	if len(actions) < t.Commands {
+		return nil, bus.Fatal(fmt.Errorf("sandbox %s lost, and only %d of its %d commands can be found to replay",
+			t.Handle, len(actions), t.Commands))
+	}
+	w.closeSandbox(ctx, t.ID, t.Handle) // one rebuilt before whose commit did not land
+	env := t.Sample.Env
+	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(),
+		Image: env.Image})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil, errors.Is(err, sandbox.ErrExists):
+		return nil, err
+	default:
+		return nil, bus.Fatal(fmt.Errorf("sandbox %s lost, and a new one failed: %w", t.Handle, err))
+	}
+	for i, a := range actions {
+		if _, err := sb.Exec(ctx, a, env.StepTimeout()); err != nil {
+			_ = sb.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("replay command %d of %s: %w", i+1, t.ID, err)
+		}
+	}
+	w.replays.Add(1)
+	w.d.Log.Warn("sandbox lost: rebuilt by replaying its commands", "traj_id", t.ID, "seq", t.Seq,
+		"commands", len(actions), "old_handle", t.Handle, "handle", sb.Handle())
 	w.remember(t.ID, sb)
 	return sb, nil
 }
