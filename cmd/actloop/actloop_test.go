@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,12 +157,30 @@ func TestSubmitResultsStatus(t *testing.T) {
 	t.Setenv("ACTLOOP_COORDINATOR_URL", srv.URL)
 	testkit.Eventually(t, time.Minute, "status to count both results", func() bool {
 		out.Reset()
-		if err := run(ctx, []string{"status"}, &out, &errOut); err != nil {
+		if err := run(ctx, []string{"status", "--json"}, &out, &errOut); err != nil {
 			return false
 		}
 		var s coordinator.Status
 		return json.Unmarshal(out.Bytes(), &s) == nil && s.Finished[schema.StatusCompleted] == 2 && s.Active == 0
 	})
+	out.Reset()
+	if err := run(ctx, []string{"status"}, &out, &errOut); err != nil ||
+		!strings.Contains(out.String(), "finished: 2 completed") || !strings.Contains(out.String(), "control     running") ||
+		!regexp.MustCompile(`(?m)^r0 +yes +0 +\d+`).MatchString(out.String()) {
+		t.Fatalf("status table: %v\n%s", err, out.String())
+	}
+	// top refreshes the same table until interrupted.
+	topCtx, stopTop := context.WithCancel(ctx)
+	topOut := &syncBuffer{}
+	topDone := make(chan error, 1)
+	go func() { topDone <- run(topCtx, []string{"top", "--interval", "10ms"}, topOut, &errOut) }()
+	testkit.Eventually(t, time.Minute, "top to print the table twice", func() bool {
+		return strings.Count(topOut.String(), "finished: 2 completed") >= 2
+	})
+	stopTop()
+	if err := <-topDone; err != nil {
+		t.Fatalf("top: %v", err)
+	}
 
 	// Weight sync from the command line (NATS) and over HTTP.
 	testkit.Eventually(t, time.Minute, "the gen-worker to report running", func() bool {
@@ -343,4 +362,22 @@ func TestBenchPipeline(t *testing.T) {
 	if err := run(context.Background(), []string{"serve", "nope"}, io.Discard, io.Discard); exitCode(err) != 2 {
 		t.Errorf("serve nope: %v", err)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -23,7 +23,9 @@ commands:
             one process, and drive a demo batch of coding tasks through them
   submit    publish samples from a JSONL file (one sample per line)
   results   print finished trajectories as JSONL and acknowledge them
-  status    print the coordinator's /v1/status
+  status    print the coordinator's status: control state, trajectories,
+            replicas (--json: the whole /v1/status)
+  top       print the status again every few seconds until interrupted
   pause     pause generation for a weight update (--mode abort|drain); returns
             once every gen-worker has paused
   resume    resume generation (--weight-version N)
@@ -90,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runResults(ctx, rest, stdout, stderr)
 	case "status":
 		return runStatus(ctx, rest, stdout, stderr)
+	case "top":
+		return runTop(ctx, rest, stdout, stderr)
 	case "pause", "resume", "control":
 		return runControl(ctx, cmd, rest, stdout, stderr)
 	case "schema":

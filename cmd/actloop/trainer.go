@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"time"
 
@@ -213,42 +211,6 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	return nil
-}
-
-func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	c, err := loadTrainerConfig()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.CoordinatorURL+"/v1/status", nil)
-	if err != nil {
-		return fmt.Errorf("ACTLOOP_COORDINATOR_URL: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("status from %s (ACTLOOP_COORDINATOR_URL): %w", c.CoordinatorURL, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status: %s: %s", resp.Status, bytes.TrimSpace(body))
-	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, body, "", "  "); err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	_, err = fmt.Fprintln(stdout, out.String())
-	return err
 }
 
 func runSchema(args []string, stdout, stderr io.Writer) error {

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"github.com/actloop/actloop/pkg/schema"
 	"net/http"
 	"sort"
 
@@ -33,6 +34,8 @@ type Status struct {
 	// in (ACTLOOP_TRAIN_BATCH_SIZE with ACTLOOP_MAX_STALENESS); -1 when no
 	// such bound is set. At 0 admission waits for the next weight version.
 	StalenessRoom int `json:"staleness_room"`
+	// Control is the control state: paused or running, the weight version.
+	Control schema.Control `json:"control"`
 }
 
 // ReplicaStatus is one replica's share of the active trajectories.
@@ -55,6 +58,7 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	if st.Finished, err = c.d.Store.Counts(ctx); err != nil {
 		return st, err
 	}
+	st.Control = c.controlState()
 	load := map[string]int{}
 	c.mu.Lock()
 	st.Active, st.MaxActive = len(c.active), c.limit

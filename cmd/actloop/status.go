@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/actloop/actloop/internal/coordinator"
+)
+
+// runStatus prints the coordinator's /v1/status as a compact table, or as
+// JSON with --json.
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := loadTrainerConfig()
+	if err != nil {
+		return err
+	}
+	body, st, err := fetchStatus(ctx, c.CoordinatorURL)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		_, err = fmt.Fprintln(stdout, strings.TrimSpace(string(body)))
+		return err
+	}
+	return writeStatus(stdout, st)
+}
+
+// runTop prints the status table again every --interval until interrupted.
+func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("top", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	interval := fs.Duration("interval", 2*time.Second, "how often to refresh")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *interval <= 0 {
+		return &exitError{2, errors.New("top: --interval must be > 0")}
+	}
+	c, err := loadTrainerConfig()
+	if err != nil {
+		return err
+	}
+	t := time.NewTicker(*interval)
+	defer t.Stop()
+	for {
+		var frame strings.Builder
+		frame.WriteString("\x1b[H\x1b[2J") // home, clear
+		fmt.Fprintf(&frame, "%s  (every %v; Ctrl-C quits)\n", time.Now().Format("15:04:05"), *interval)
+		if _, st, err := fetchStatus(ctx, c.CoordinatorURL); err != nil {
+			fmt.Fprintf(&frame, "%v\n", err)
+		} else if err := writeStatus(&frame, st); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(stdout, frame.String()); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func fetchStatus(ctx context.Context, base string) ([]byte, coordinator.Status, error) {
+	var st coordinator.Status
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/status", nil)
+	if err != nil {
+		return nil, st, fmt.Errorf("ACTLOOP_COORDINATOR_URL: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, st, fmt.Errorf("status from %s (ACTLOOP_COORDINATOR_URL): %w", base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, st, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, st, fmt.Errorf("status: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, st, fmt.Errorf("status: %w", err)
+	}
+	return body, st, nil
+}
+
+// writeStatus writes st as a few lines and a table of replicas.
+func writeStatus(w io.Writer, st coordinator.Status) error {
+	ctl := "running"
+	if st.Control.Paused {
+		ctl = fmt.Sprintf("PAUSED (%s, epoch %d)", st.Control.Mode, st.Control.Epoch)
+	}
+	var finished []string
+	keys := make([]string, 0, len(st.Finished))
+	for k := range st.Finished {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		finished = append(finished, fmt.Sprintf("%d %s", st.Finished[k], k))
+	}
+	if len(finished) == 0 {
+		finished = []string{"none"}
+	}
+	fmt.Fprintf(w, "control     %s, weight version %d\n", ctl, st.Control.WeightVersion)
+	fmt.Fprintf(w, "trajectories %d active (limit %d, %d–%d), %d waiting; finished: %s\n",
+		st.Active, st.MaxActive, st.MaxActiveFloor, st.MaxActiveCeiling, st.Queued, strings.Join(finished, ", "))
+	fmt.Fprintf(w, "policy      %s; moved %d, republished %d, stale predictions %d, predictor failures %d\n",
+		st.Policy, st.Moved, st.Republished, st.StalePredictions, st.PredictorFailures)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICA\tLIVE\tACTIVE\tSLOTS\t")
+	for _, r := range st.Replicas {
+		live := "yes"
+		if !r.Live {
+			live = "DOWN"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t\n", r.Name, live, r.Active, r.Slots)
+	}
+	return tw.Flush()
+}
