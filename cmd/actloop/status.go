@@ -124,8 +124,8 @@ func writeStatus(w io.Writer, st coordinator.Status) error {
 	fmt.Fprintf(w, "control     %s, weight version %d\n", ctl, st.Control.WeightVersion)
 	fmt.Fprintf(w, "trajectories %d active (limit %d, %d–%d), %d waiting; finished: %s\n",
 		st.Active, st.MaxActive, st.MaxActiveFloor, st.MaxActiveCeiling, st.Queued, strings.Join(finished, ", "))
-	fmt.Fprintf(w, "policy      %s; moved %d, republished %d, stale predictions %d, predictor failures %d\n",
-		st.Policy, st.Moved, st.Republished, st.StalePredictions, st.PredictorFailures)
+	fmt.Fprintf(w, "policy      %s; moved %d (off env-workers %d), republished %d, stale predictions %d, predictor failures %d\n",
+		st.Policy, st.Moved, st.EnvMoved, st.Republished, st.StalePredictions, st.PredictorFailures)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tLIVE\tACTIVE\tSLOTS\t")
 	for _, r := range st.Replicas {

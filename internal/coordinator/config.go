@@ -43,7 +43,11 @@ type Config struct {
 	// ReplicaTimeout: a replica with no gen-worker heartbeat for this long
 	// is down; its trajectories move to live replicas.
 	ReplicaTimeout time.Duration `envconfig:"REPLICA_TIMEOUT" default:"15s"`
-	StallTimeout   time.Duration `envconfig:"STALL_TIMEOUT" default:"30m"`
+	// EnvWorkerTimeout: an env-worker not heard from for this long is gone;
+	// its trajectories move to live env-workers, which rebuild their
+	// sandboxes by replay. 0 = never move them.
+	EnvWorkerTimeout time.Duration `envconfig:"ENV_WORKER_TIMEOUT" default:"1m"`
+	StallTimeout     time.Duration `envconfig:"STALL_TIMEOUT" default:"30m"`
 	// RepublishAfter: a trajectory whose state has not advanced for this
 	// long gets the work message its state calls for published again (once
 	// per RepublishAfter), in case the one sent was lost (a lost ack of the
@@ -90,6 +94,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Slots < 1 {
 		errs = append(errs, errors.New("ACTLOOP_SLOTS: must be >= 1"))
+	}
+	if c.EnvWorkerTimeout < 0 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_ENV_WORKER_TIMEOUT: must be >= 0, got %v", c.EnvWorkerTimeout))
 	}
 	if c.RepublishAfter < 0 {
 		errs = append(errs, fmt.Errorf("ACTLOOP_REPUBLISH_AFTER: must be >= 0, got %v", c.RepublishAfter))

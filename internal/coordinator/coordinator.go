@@ -65,6 +65,8 @@ type Coordinator struct {
 	// republishedTotal counts work messages published again for lack of
 	// progress.
 	republishedTotal int64
+	envSeen          map[string]time.Time // env-worker -> its last heartbeat (or stop)
+	envMoved         int64                // trajectories moved off env-workers that went away
 	// finished counts trajectories whose result was seen, ever (Redis
 	// counters at start, then each result): the staleness bound needs it.
 	finished int64
@@ -91,6 +93,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	c := &Coordinator{cfg: cfg, d: d, policy: policy, wake: make(chan struct{}, 1),
 		active: map[string]*activeTraj{}, waiting: map[string]*waitingSample{}, dirty: true,
 		beats: map[string]map[string]time.Time{}, started: d.Now(), hearts: map[string]schema.Heartbeat{},
+		envSeen: map[string]time.Time{},
 		limit:   cfg.ActiveFloor(),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	if cfg.Policy == "fcfs" {
@@ -157,6 +160,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g.Go(func() error { return every(ctx, c.cfg.AdaptInterval, c.adaptLimit) })
 	g.Go(func() error {
 		return every(ctx, max(c.cfg.ReplicaTimeout/4, 100*time.Millisecond), func() { c.rebalance(ctx) })
+	})
+	g.Go(func() error {
+		return every(ctx, max(c.cfg.EnvWorkerTimeout/4, 100*time.Millisecond), func() { c.moveFromDeadEnvWorkers(ctx) })
 	})
 	g.Go(func() error { return service.Serve(ctx, c.cfg.Addr, c.Handler(), c.d.Log) })
 	return g.Wait()

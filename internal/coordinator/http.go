@@ -26,6 +26,7 @@ type Status struct {
 	// how old they are.
 	Moved             int64         `json:"moved"`       // trajectories moved off replicas that went down
 	Republished       int64         `json:"republished"` // work messages published again for lack of progress
+	EnvMoved          int64         `json:"env_moved"`   // trajectories moved off env-workers that went away
 	Snapshot          snapshotStats `json:"snapshot"`
 	SnapshotAgeS      float64       `json:"snapshot_age_s"`
 	StalePredictions  int64         `json:"stale_predictions"`
@@ -67,7 +68,7 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	for _, a := range c.active {
 		load[a.fact.Replica]++
 	}
-	st.Snapshot, st.StalePredictions, st.Moved, st.Republished = c.snap, c.stale, c.moved, c.republishedTotal
+	st.Snapshot, st.StalePredictions, st.Moved, st.Republished, st.EnvMoved = c.snap, c.stale, c.moved, c.republishedTotal, c.envMoved
 	live := map[string]bool{}
 	for _, r := range c.cfg.Replicas {
 		live[r] = c.live(r, c.d.Now())

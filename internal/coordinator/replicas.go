@@ -18,6 +18,10 @@ import (
 // other hosts do not matter.
 func (c *Coordinator) watchHeartbeats(ctx context.Context) error {
 	return flow.WatchKV(ctx, c.d.JS, bus.BucketHeartbeats, func(e jetstream.KeyValueEntry, initial bool) {
+		if id, ok := strings.CutPrefix(e.Key(), "env."); ok {
+			c.envBeat(e, id, initial)
+			return
+		}
 		parts := strings.SplitN(e.Key(), ".", 3)
 		if len(parts) != 3 || parts[0] != "gen" {
 			return
@@ -128,6 +132,95 @@ func (c *Coordinator) rebalance(ctx context.Context) {
 		}
 		if err != nil {
 			c.d.Log.Warn("re-send moved gen step", "traj_id", id, "error", err)
+		}
+	}
+}
+
+// envBeat records an env-worker's heartbeat. A removed entry (the worker
+// stopped) counts as its last sign of life: it may come back under the same
+// id within EnvWorkerTimeout and keep its sandboxes.
+func (c *Coordinator) envBeat(e jetstream.KeyValueEntry, id string, initial bool) {
+	at := c.d.Now()
+	if initial && at.Sub(e.Created()) > c.cfg.EnvWorkerTimeout {
+		at = e.Created() // an old entry: not a sign of life
+	}
+	c.mu.Lock()
+	c.envSeen[id] = at
+	c.mu.Unlock()
+}
+
+// moveFromDeadEnvWorkers gives the trajectories of env-workers not heard
+// from for EnvWorkerTimeout to live ones (the least loaded first), which
+// rebuild their sandboxes by replaying their commands; a step waiting on the
+// dead worker's queue is published again to the new owner.
+func (c *Coordinator) moveFromDeadEnvWorkers(ctx context.Context) {
+	if c.cfg.EnvWorkerTimeout <= 0 {
+		return
+	}
+	now := c.d.Now()
+	dead, live := map[string]bool{}, map[string]int{}
+	c.mu.Lock()
+	for id, at := range c.envSeen {
+		if now.Sub(at) > c.cfg.EnvWorkerTimeout {
+			dead[id] = true
+		} else {
+			live[id] = 0
+		}
+	}
+	ids := make([]string, 0, len(c.active))
+	for id := range c.active {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	if len(dead) == 0 || len(live) == 0 {
+		return
+	}
+	prog, err := c.d.Store.Progress(ctx, ids)
+	if err != nil {
+		c.d.Log.Warn("env-worker failover", "error", err)
+		return
+	}
+	var orphans []string
+	for _, id := range ids {
+		p, ok := prog[id]
+		switch {
+		case !ok || p.Status.Terminal():
+		case dead[p.Owner]:
+			orphans = append(orphans, id)
+		case p.Owner != "":
+			if _, ok := live[p.Owner]; ok {
+				live[p.Owner]++
+			}
+		}
+	}
+	for _, id := range orphans {
+		to := ""
+		for w, n := range live {
+			if to == "" || n < live[to] || (n == live[to] && w < to) {
+				to = w
+			}
+		}
+		from := prog[id].Owner
+		moved, err := c.d.Store.SetOwner(ctx, id, from, to)
+		if err != nil || !moved {
+			continue
+		}
+		live[to]++
+		c.mu.Lock()
+		c.envMoved++
+		c.mu.Unlock()
+		c.d.Log.Warn("env-worker gone: moving its trajectory", "traj_id", id, "from", from, "to", to)
+		t, err := c.d.Store.Load(ctx, id, 0)
+		if err != nil {
+			continue
+		}
+		next, err := flow.NextOf(t, flow.LowOnly{})
+		if err != nil || next.Subject != bus.SubjectEnv(to) {
+			continue // not waiting for an env step: the next one goes to the new owner
+		}
+		next.MsgID += ":moved-" + to
+		if err := flow.Publish(ctx, c.d.Pub, t.Trace, next); err != nil {
+			c.d.Log.Warn("re-send moved env step", "traj_id", id, "error", err)
 		}
 	}
 }

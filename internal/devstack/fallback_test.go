@@ -104,14 +104,14 @@ func TestLostWorkMessageIsPublishedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.submit(simSample("lost", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"))
-	testkit.Eventually(t, wait, "the trajectory to be admitted", func() bool {
-		_, err := e.st.Load(e.ctx, "lost", 0)
-		return err == nil
-	})
 	stream, err := e.js.Stream(e.ctx, bus.StreamEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.Eventually(t, wait, "the sandbox start to be published", func() bool {
+		info, err := stream.Info(e.ctx, jetstream.WithSubjectFilter(bus.SubjectEnvStart))
+		return err == nil && info.State.Subjects[bus.SubjectEnvStart] > 0
+	})
 	if err := stream.Purge(e.ctx, jetstream.WithPurgeSubject(bus.SubjectEnvStart)); err != nil {
 		t.Fatal(err)
 	}

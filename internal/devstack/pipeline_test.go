@@ -756,3 +756,59 @@ func TestLostSandboxIsRebuiltByReplay(t *testing.T) {
 	}
 	checkConsistent(t, r)
 }
+
+// The env-worker holding a trajectory's sandbox goes away for good: after
+// ACTLOOP_ENV_WORKER_TIMEOUT the coordinator moves the trajectory to the
+// other env-worker, which rebuilds the sandbox by replay, and the fix made
+// before the loss still scores.
+func TestDeadEnvWorkerTrajectoriesMove(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.stack.CoordinatorConfig()
+	cfg.EnvWorkerTimeout = time.Second
+	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
+		return strings.Contains(decode(req.InputIDs), "PASS add")
+	})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate.release) }) }
+	t.Cleanup(open)
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", gate); err != nil {
+		t.Fatal(err)
+	}
+	stops := map[string]context.CancelFunc{}
+	for _, id := range []string{"env-0", "env-1"} {
+		c := e.stack.EnvWorkerConfig(id)
+		c.HeartbeatInterval = 100 * time.Millisecond
+		ctx, cancel := context.WithCancel(e.ctx)
+		stops[id] = cancel
+		if _, err := e.stack.StartEnvWorker(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := demo.Samples(1, e.ws, "orphan")[0]
+	e.submit(s)
+	var owner string
+	testkit.Eventually(t, wait, "the fix to have run", func() bool {
+		tr, err := e.st.Load(e.ctx, s.ID, 0)
+		owner = tr.Owner
+		return err == nil && tr.Commands == 2
+	})
+	stops[owner]()
+	<-gate.entered
+	if err := os.RemoveAll(e.stack.EnvWorkerConfig(owner).SandboxRoot); err != nil {
+		t.Fatal(err)
+	}
+	open()
+	r := e.results(1)[s.ID]
+	if !r.Solved() || !strings.Contains(r.Diff, "+echo $(( $1 + $2 ))") {
+		t.Fatalf("%s: %s %q reward %g, diff %q", s.ID, r.Status, r.Reason, r.Reward, r.Diff)
+	}
+	checkConsistent(t, r)
+	st, err := coord.Status(e.ctx)
+	if err != nil || st.EnvMoved != 1 {
+		t.Fatalf("status %+v %v: want one trajectory moved off %s", st, err, owner)
+	}
+}

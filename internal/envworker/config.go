@@ -22,6 +22,9 @@ type Config struct {
 	// worker finds its sandboxes again. Default: the host name.
 	ID          string `envconfig:"ENV_WORKER_ID"`
 	Slots       int    `envconfig:"ENV_SLOTS" default:"8"`
+	// HeartbeatInterval is how often the worker tells the coordinator it
+	// is alive (NATS KV actloop_heartbeats, key env.<id>).
+	HeartbeatInterval time.Duration `envconfig:"HEARTBEAT_INTERVAL" default:"5s"`
 	SandboxRoot string `envconfig:"SANDBOX_ROOT"`
 	OutputLimit int    `envconfig:"OUTPUT_LIMIT" default:"10000"`
 	// SandboxReplay: a trajectory whose sandbox is gone (its env-worker
@@ -82,6 +85,9 @@ func (c *Config) Validate() error {
 	errs := []error{c.Common.Validate()}
 	if !bus.ValidName(c.ID) {
 		errs = append(errs, fmt.Errorf("ACTLOOP_ENV_WORKER_ID: %q is not a valid name ([A-Za-z0-9_-], not \"start\")", c.ID))
+	}
+	if c.HeartbeatInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("ACTLOOP_HEARTBEAT_INTERVAL: must be >= 10ms, got %v", c.HeartbeatInterval))
 	}
 	if c.Slots < 1 {
 		errs = append(errs, errors.New("ACTLOOP_ENV_SLOTS: must be >= 1"))

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -106,8 +107,38 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return r.Run(ctx) })
 	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
 	g.Go(func() error { return flow.WatchControl(ctx, w.d.JS, w.d.Log, w.control.Set) })
+	g.Go(func() error { return w.heartbeat(ctx) })
 	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
 	return g.Wait()
+}
+
+// heartbeat tells the coordinator this worker is alive, every
+// HeartbeatInterval, until ctx ends; then it removes its entry. A worker
+// not heard from for the coordinator's ACTLOOP_ENV_WORKER_TIMEOUT loses its
+// trajectories to live ones.
+func (w *Worker) heartbeat(ctx context.Context) error {
+	kv, err := w.d.JS.KeyValue(ctx, bus.BucketHeartbeats)
+	if err != nil {
+		return fmt.Errorf("kv %s: %w", bus.BucketHeartbeats, err)
+	}
+	key := bus.EnvHeartbeatKey(w.cfg.ID)
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		h := schema.Heartbeat{V: schema.Version, Worker: w.cfg.ID, Slots: w.cfg.Slots, At: w.d.Now().UTC()}
+		b, _ := json.Marshal(h)
+		if _, err := kv.Put(ctx, key, b); err != nil && ctx.Err() == nil {
+			w.d.Log.Warn("heartbeat", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = kv.Delete(dctx, key)
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // realBackend builds the backend that runs real commands (samples with
@@ -241,6 +272,9 @@ func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Comm
 // execStep runs the pending action and appends its observation, or moves
 // the trajectory to finishing when the action submitted.
 func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+	if err := w.owns(t); err != nil {
+		return store.Commit{}, err
+	}
 	sb, err := w.sandbox(ctx, t)
 	if err != nil {
 		return store.Commit{}, err
@@ -281,6 +315,9 @@ func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commi
 // finishStep takes the diff, scores it in a fresh sandbox and removes the
 // trajectory's sandbox.
 func (w *Worker) finishStep(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+	if err := w.owns(t); err != nil {
+		return store.Commit{}, err
+	}
 	reason := t.Reason
 	var diff string
 	sb, err := w.sandbox(ctx, t)
@@ -400,10 +437,13 @@ func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sand
 		return nil, err
 	}
 	sb, err = b.Attach(ctx, t.Handle)
-	if errors.Is(err, sandbox.ErrNotFound) && w.cfg.SandboxReplay {
+	// Not found here: lost with its machine, or another env-worker's (the
+	// trajectory moved here when that one went away).
+	lost := errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrInvalidHandle)
+	if lost && w.cfg.SandboxReplay {
 		return w.replay(ctx, b, t)
 	}
-	if errors.Is(err, sandbox.ErrNotFound) {
+	if lost {
 		return nil, bus.Fatal(fmt.Errorf("sandbox %s lost: %w", t.Handle, err))
 	}
 	if err != nil {
@@ -411,6 +451,17 @@ func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sand
 	}
 	w.remember(t.ID, sb)
 	return sb, nil
+}
+
+// owns returns flow.ErrSkip for a step of a trajectory that another
+// env-worker owns now (the coordinator moved it while this one was gone):
+// the step is the new owner's to run.
+func (w *Worker) owns(t *store.Trajectory) error {
+	if t.Owner != "" && t.Owner != w.cfg.ID {
+		w.d.Log.Info("step of a trajectory moved to another env-worker dropped", "traj_id", t.ID, "seq", t.Seq, "owner", t.Owner)
+		return flow.ErrSkip
+	}
+	return nil
 }
 
 // replay rebuilds t's lost sandbox: a new one from the sample's spec, in

@@ -32,6 +32,10 @@ const (
 // KeyLeader is the lease's key in BucketLeader.
 const KeyLeader = "coordinator"
 
+// EnvHeartbeatKey is env-worker id's key in BucketHeartbeats (gen-workers'
+// keys are "gen.<replica>.<worker>").
+func EnvHeartbeatKey(id string) string { return "env." + id }
+
 // KeyControl is the control state's key in BucketControl.
 const KeyControl = "state"
 

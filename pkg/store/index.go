@@ -124,6 +124,23 @@ func (s *Store) SetReplica(ctx context.Context, id, replica string) error {
 	return nil
 }
 
+// SetOwner moves trajectory id to env-worker owner, if it still owns it
+// from: a no-op when the trajectory is gone or has moved on to another.
+// It reports whether it moved it.
+func (s *Store) SetOwner(ctx context.Context, id, from, owner string) (bool, error) {
+	n, err := setOwnerScript.Run(ctx, s.rdb, []string{keysOf(id).hash}, from, owner).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("set owner of %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+var setOwnerScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'owner', ARGV[2])
+return 1
+`)
+
 var setReplicaScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'replica', ARGV[1])

@@ -424,7 +424,7 @@ func (s *Store) Progress(ctx context.Context, ids []string) (map[string]Progress
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.HMGet(ctx, keysOf(id).hash, FieldSeq, FieldStatus, FieldUpdatedAt)
+		cmds[i] = pipe.HMGet(ctx, keysOf(id).hash, FieldSeq, FieldStatus, FieldUpdatedAt, FieldOwner)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("progress: %w", err)
@@ -432,12 +432,13 @@ func (s *Store) Progress(ctx context.Context, ids []string) (map[string]Progress
 	out := make(map[string]Progress, len(ids))
 	for i, c := range cmds {
 		v := c.Val()
-		if len(v) != 3 || v[0] == nil {
+		if len(v) != 4 || v[0] == nil {
 			continue
 		}
 		seq, _ := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
 		upd, _ := strconv.ParseInt(fmt.Sprint(v[2]), 10, 64)
-		out[ids[i]] = Progress{Seq: seq, Status: Status(fmt.Sprint(v[1])), UpdatedAt: msTime(upd)}
+		owner, _ := v[3].(string)
+		out[ids[i]] = Progress{Seq: seq, Status: Status(fmt.Sprint(v[1])), UpdatedAt: msTime(upd), Owner: owner}
 	}
 	return out, nil
 }
@@ -447,6 +448,7 @@ type Progress struct {
 	Seq       int64
 	Status    Status
 	UpdatedAt time.Time
+	Owner     string // the env-worker holding its sandbox ("" before one started it)
 }
 
 func packInt32(v []int32) string {
