@@ -793,8 +793,11 @@ func TestDeadEnvWorkerTrajectoriesMove(t *testing.T) {
 	var owner string
 	testkit.Eventually(t, wait, "the fix to have run", func() bool {
 		tr, err := e.st.Load(e.ctx, s.ID, 0)
+		if err != nil {
+			return false
+		}
 		owner = tr.Owner
-		return err == nil && tr.Commands == 2
+		return tr.Commands == 2
 	})
 	stops[owner]()
 	<-gate.entered

@@ -190,7 +190,7 @@ func (s *Server) prefill(ctx context.Context, j *job) waitResult {
 	s.mu.Unlock()
 
 	for {
-		res, elapsed := s.sleep(ctx, j, d)
+		res, elapsed := s.sleep(ctx, j, time.Now(), d)
 		switch res {
 		case waitDone:
 			s.mu.Lock()
@@ -219,10 +219,13 @@ func (s *Server) decode(ctx context.Context, j *job) waitResult {
 		slow := 1 + s.cfg.BatchSlowdown*float64(s.running-1)
 		perTok := s.simTime(slow / s.cfg.DecodeTokensPerSec)
 		remaining := n - j.generated
-		j.phase, j.perTok, j.segStart, j.segActive = PhaseDecode, perTok, time.Now(), true
+		start := time.Now()
+		j.phase, j.perTok, j.segStart, j.segActive = PhaseDecode, perTok, start, true
 		s.mu.Unlock()
 
-		res, elapsed := s.sleep(ctx, j, perTok*time.Duration(remaining))
+		// Progress counts from the same start that RequestInfo reports from,
+		// so an abort never returns fewer tokens than were reported.
+		res, elapsed := s.sleep(ctx, j, start, perTok*time.Duration(remaining))
 
 		s.mu.Lock()
 		j.segActive = false
@@ -250,32 +253,32 @@ func progress(elapsed, perTok time.Duration, remaining int) int {
 	return min(int(elapsed/perTok), remaining)
 }
 
-// sleep waits d, or less if j is aborted, generation pauses or the client
-// goes away; it returns how it ended and the time it waited.
-func (s *Server) sleep(ctx context.Context, j *job, d time.Duration) (waitResult, time.Duration) {
+// sleep waits until d after start, or less if j is aborted, generation
+// pauses or the client goes away; it returns how it ended and the time
+// since start.
+func (s *Server) sleep(ctx context.Context, j *job, start time.Time, d time.Duration) (waitResult, time.Duration) {
 	s.mu.Lock()
 	aborted, paused, pauseCh := j.aborted, s.paused, s.pauseCh
 	s.mu.Unlock()
 	switch {
 	case aborted:
-		return waitAbort, 0
+		return waitAbort, min(time.Since(start), d)
 	case paused:
-		return waitPaused, 0
+		return waitPaused, min(time.Since(start), d)
 	case d <= 0:
 		return waitDone, 0
 	}
-	start := time.Now()
-	t := time.NewTimer(d)
+	t := time.NewTimer(d - time.Since(start))
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return waitDone, d
 	case <-j.abortCh:
-		return waitAbort, time.Since(start)
+		return waitAbort, min(time.Since(start), d)
 	case <-pauseCh:
-		return waitPaused, time.Since(start)
+		return waitPaused, min(time.Since(start), d)
 	case <-ctx.Done():
-		return waitGone, time.Since(start)
+		return waitGone, min(time.Since(start), d)
 	}
 }
 
