@@ -248,16 +248,9 @@ func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Comm
 	if err != nil {
 		return store.Commit{}, bus.Fatal(err)
 	}
-	w.closeSandbox(ctx, t.ID, t.Handle) // a leftover of an earlier attempt, or the sandbox of a trajectory that starts again
-	env := t.Sample.Env
-	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(),
-		Image: env.Image})
-	switch {
-	case err == nil:
-	case ctx.Err() != nil, errors.Is(err, sandbox.ErrExists):
-		return store.Commit{}, err // transient: try again
-	default:
-		return store.Commit{}, bus.Fatal(err)
+	sb, err := w.newSandbox(ctx, b, t)
+	if err != nil {
+		return store.Commit{}, err
 	}
 	w.remember(t.ID, sb)
 	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
@@ -453,6 +446,25 @@ func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sand
 	return sb, nil
 }
 
+// newSandbox starts a fresh sandbox for t from its sample's spec, after
+// closing any that this process or t.Handle still holds (a leftover of an
+// earlier attempt, or one rebuilt before whose commit did not land). A
+// failure no retry can fix is Fatal.
+func (w *Worker) newSandbox(ctx context.Context, b sandbox.Backend, t *store.Trajectory) (sandbox.Sandbox, error) {
+	w.closeSandbox(ctx, t.ID, t.Handle)
+	env := t.Sample.Env
+	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(),
+		Image: env.Image})
+	switch {
+	case err == nil:
+		return sb, nil
+	case ctx.Err() != nil, errors.Is(err, sandbox.ErrExists):
+		return nil, err // transient: try again
+	default:
+		return nil, bus.Fatal(err)
+	}
+}
+
 // owns returns flow.ErrSkip for a step of a trajectory that another
 // env-worker owns now (the coordinator moved it while this one was gone):
 // the step is the new owner's to run.
@@ -486,19 +498,12 @@ func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *store.Traject
 		return nil, bus.Fatal(fmt.Errorf("sandbox %s lost, and only %d of its %d commands can be found to replay",
 			t.Handle, len(actions), t.Commands))
 	}
-	w.closeSandbox(ctx, t.ID, t.Handle) // one rebuilt before whose commit did not land
-	env := t.Sample.Env
-	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(),
-		Image: env.Image})
-	switch {
-	case err == nil:
-	case ctx.Err() != nil, errors.Is(err, sandbox.ErrExists):
-		return nil, err
-	default:
-		return nil, bus.Fatal(fmt.Errorf("sandbox %s lost, and a new one failed: %w", t.Handle, err))
+	sb, err := w.newSandbox(ctx, b, t)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s lost, and a new one: %w", t.Handle, err)
 	}
 	for i, a := range actions {
-		if _, err := sb.Exec(ctx, a, env.StepTimeout()); err != nil {
+		if _, err := sb.Exec(ctx, a, t.Sample.Env.StepTimeout()); err != nil {
 			_ = sb.Close(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("replay command %d of %s: %w", i+1, t.ID, err)
 		}
