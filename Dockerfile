@@ -47,7 +47,7 @@ CMD ["serve", "env-worker"]
 
 FROM gcr.io/distroless/static-debian12:nonroot AS actloop
 COPY --from=build /out/actloop /usr/local/bin/actloop
-USER nonroot:nonroot
+USER 65532:65532
 EXPOSE 8080 8081 8083 30000
 ENTRYPOINT ["/usr/local/bin/actloop"]
 CMD ["help"]

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -139,7 +140,10 @@ func checkCompose(data []byte, dir string) error {
 			case !slices.Contains(svc.Healthcheck.Test, "probe"):
 				fail("%s.healthcheck.test: %q: want actloop probe URL", at, svc.Healthcheck.Test)
 			case addr != "":
-				_, port, _ := strings.Cut(addr, ":")
+				_, port, err := net.SplitHostPort(addr)
+				if err != nil {
+					fail("%s: address %q: %v", at, addr, err)
+				}
 				if u, err := url.Parse(svc.Healthcheck.Test[len(svc.Healthcheck.Test)-1]); err != nil || u.Port() != port {
 					fail("%s.healthcheck.test: %q: want a URL on port %s, where it serves", at, svc.Healthcheck.Test, port)
 				}
