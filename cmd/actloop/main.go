@@ -33,6 +33,10 @@ commands:
   schema    print the JSON Schema of a sample or a result
   serve     run one service (coordinator, gen-worker, env-worker,
             predictor-gw) with its ACTLOOP_* settings, as its own command does
+  sim       serve the inference simulator (SGLang's HTTP API and OpenAI
+            completions) on --addr, default :30000
+  probe     GET a URL; exit 0 if it answers 2xx within --timeout, else 1
+            with the reason (container health checks)
   bench     run one simulated workload under several scheduling modes and
             compare makespan, latency, slot use and preemptions
   bench-sync
@@ -103,6 +107,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return &exitError{2, fmt.Errorf("serve: name one service of %v", services.Names)}
 		}
 		return services.Run(rest[0])
+	case "sim":
+		return runSim(ctx, rest, stdout, stderr)
+	case "probe":
+		return runProbe(ctx, rest, stdout, stderr)
 	case "bench":
 		return runBench(ctx, rest, stdout, stderr)
 	case "bench-sync":

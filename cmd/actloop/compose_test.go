@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/services"
+)
+
+// composeDoc is the part of a Compose file that checkCompose reads.
+type composeDoc struct {
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
+}
+
+type composeService struct {
+	Image string `yaml:"image"`
+	Build *struct {
+		Context string `yaml:"context"`
+		Target  string `yaml:"target"`
+	} `yaml:"build"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	DependsOn   map[string]struct {
+		Condition string `yaml:"condition"`
+	} `yaml:"depends_on"`
+	Healthcheck *struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
+	Volumes []string `yaml:"volumes"`
+}
+
+// runsActloop reports whether the service runs an actloop image (built
+// here, or named actloop*).
+func (s composeService) runsActloop() bool {
+	return s.Build != nil || strings.HasPrefix(s.Image, "actloop")
+}
+
+var composeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}`)
+
+// interpolate replaces each ${VAR:-default} with its default (and ${VAR}
+// with ""): the file as Compose reads it with no variables set.
+func interpolate(s string) string {
+	return composeVar.ReplaceAllString(s, "$2")
+}
+
+// simDefaultAddr is `actloop sim --addr`'s default.
+const simDefaultAddr = ":30000"
+
+// checkCompose checks a Compose file against the actloop binary: every
+// actloop service runs an existing subcommand or service with flags it
+// takes, sets only ACTLOOP_ variables that service reads, and has a health
+// check (actloop probe, on the port it serves); every depends_on target
+// exists and has a health check to wait for; volumes are declared and bind
+// mounts exist under dir; every replica the coordinator knows has a
+// gen-worker whose default inference server is a service here.
+func checkCompose(data []byte, dir string) error {
+	var doc composeDoc
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("compose: %w", err)
+	}
+	if len(doc.Services) == 0 {
+		return errors.New("compose: services: none")
+	}
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	names := slices.Sorted(maps.Keys(doc.Services))
+	genWorkers := map[string]string{} // replica -> its LLM URL
+	var replicas []string
+	for _, name := range names {
+		svc := doc.Services[name]
+		at := "services." + name
+		env := map[string]string{}
+		for k, v := range svc.Environment {
+			env[k] = interpolate(v)
+		}
+		var reads []string // the ACTLOOP_ variables this service reads
+		if svc.runsActloop() {
+			cmd := make([]string, len(svc.Command))
+			for i, a := range svc.Command {
+				cmd[i] = interpolate(a)
+			}
+			addr := ""
+			switch {
+			case len(cmd) == 0:
+				fail("%s.command: missing (the image's default only prints the usage)", at)
+			case cmd[0] == "serve":
+				if len(cmd) != 2 || !services.Known(cmd[1]) {
+					fail("%s.command: %q: want serve and one of %v", at, cmd, services.Names)
+					break
+				}
+				reads = services.Settings(cmd[1])
+				for _, k := range reads {
+					if strings.HasSuffix(k, "_ADDR") {
+						if addr = env[k]; addr == "" {
+							fail("%s.environment.%s: missing (the health check's port must be the one served)", at, k)
+						}
+					}
+				}
+				if cmd[1] == "gen-worker" {
+					genWorkers[env["ACTLOOP_REPLICA"]] = env["ACTLOOP_LLM_URL"]
+				}
+				if cmd[1] == "coordinator" {
+					replicas = append(replicas, service.SplitList(env["ACTLOOP_REPLICAS"])...)
+				}
+			default:
+				// Every subcommand but serve parses flags: -h after the
+				// service's arguments answers ErrHelp only when the
+				// subcommand exists and takes every flag given.
+				if err := run(context.Background(), append(slices.Clone(cmd), "-h"), io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
+					fail("%s.command: %q: %v", at, cmd, err)
+				}
+				if cmd[0] == "sim" {
+					addr = simDefaultAddr
+					if i := slices.Index(cmd, "--addr"); i >= 0 && i+1 < len(cmd) {
+						addr = cmd[i+1]
+					}
+				}
+			}
+			switch {
+			case svc.Healthcheck == nil || len(svc.Healthcheck.Test) == 0:
+				fail("%s.healthcheck: missing", at)
+			case !slices.Contains(svc.Healthcheck.Test, "probe"):
+				fail("%s.healthcheck.test: %q: want actloop probe URL", at, svc.Healthcheck.Test)
+			case addr != "":
+				_, port, err := net.SplitHostPort(addr)
+				if err != nil {
+					fail("%s: address %q: %v", at, addr, err)
+				}
+				if u, err := url.Parse(svc.Healthcheck.Test[len(svc.Healthcheck.Test)-1]); err != nil || u.Port() != port {
+					fail("%s.healthcheck.test: %q: want a URL on port %s, where it serves", at, svc.Healthcheck.Test, port)
+				}
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(svc.Environment)) {
+			if strings.HasPrefix(k, "ACTLOOP_") && !slices.Contains(reads, k) {
+				fail("%s.environment.%s: not a setting this service reads", at, k)
+			}
+		}
+		for _, dep := range slices.Sorted(maps.Keys(svc.DependsOn)) {
+			d := svc.DependsOn[dep]
+			target, ok := doc.Services[dep]
+			switch {
+			case !ok:
+				fail("%s.depends_on.%s: no such service", at, dep)
+			case d.Condition != "service_healthy":
+				fail("%s.depends_on.%s.condition: %q, want service_healthy", at, dep, d.Condition)
+			case target.Healthcheck == nil:
+				fail("%s.depends_on.%s: it has no healthcheck to wait for", at, dep)
+			}
+		}
+		for _, v := range svc.Volumes {
+			src, _, ok := strings.Cut(v, ":")
+			switch {
+			case !ok:
+				fail("%s.volumes: %q: want SOURCE:TARGET", at, v)
+			case strings.HasPrefix(src, ".") || strings.HasPrefix(src, "/"):
+				if _, err := os.Stat(filepath.Join(dir, src)); err != nil {
+					fail("%s.volumes: %q: %v", at, v, err)
+				}
+			default:
+				if _, ok := doc.Volumes[src]; !ok {
+					fail("%s.volumes: %q: volume %s is not declared", at, v, src)
+				}
+			}
+		}
+	}
+	for _, r := range replicas {
+		llm, ok := genWorkers[r]
+		if !ok {
+			fail("compose: replica %s (coordinator's ACTLOOP_REPLICAS) has no gen-worker", r)
+			continue
+		}
+		u, err := url.Parse(llm)
+		if err != nil || doc.Services[u.Hostname()].Command == nil {
+			fail("compose: replica %s: ACTLOOP_LLM_URL %q: want a service of this file by default", r, llm)
+		}
+	}
+	for _, r := range slices.Sorted(maps.Keys(genWorkers)) {
+		if len(replicas) > 0 && !slices.Contains(replicas, r) {
+			fail("compose: gen-worker of replica %q: not in the coordinator's ACTLOOP_REPLICAS %v", r, replicas)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// The repository's docker-compose.yml passes the checks.
+func TestComposeFile(t *testing.T) {
+	data, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkCompose(data, "../.."); err != nil {
+		t.Fatal(err)
+	}
+	var doc composeDoc
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range services.Names {
+		found := false
+		for _, svc := range doc.Services {
+			found = found || slices.Equal(svc.Command, []string{"serve", name})
+		}
+		if !found {
+			t.Errorf("no service runs %s", name)
+		}
+	}
+	// JetStream on a named volume, with an explicit fsync interval.
+	nats := doc.Services["nats"]
+	if i := slices.Index(nats.Command, "-sd"); !slices.Contains(nats.Command, "-js") || i < 0 || i+1 == len(nats.Command) ||
+		!slices.ContainsFunc(nats.Volumes, func(v string) bool { return strings.HasSuffix(v, ":"+nats.Command[i+1]) }) {
+		t.Errorf("nats: command %q: want -js and -sd on a mounted volume", nats.Command)
+	}
+	if !slices.Contains(nats.Volumes, "./deploy/nats.conf:/etc/nats/actloop.conf:ro") ||
+		!slices.Contains(nats.Command, "/etc/nats/actloop.conf") {
+		t.Errorf("nats: deploy/nats.conf is not its configuration: %q %q", nats.Command, nats.Volumes)
+	}
+	opts, err := server.ProcessConfigFile("../../deploy/nats.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !opts.SyncAlways && (opts.SyncInterval <= 0 || opts.SyncInterval >= 2*time.Minute) {
+		t.Errorf("deploy/nats.conf: sync_interval %v, want explicit and shorter than the 2m default", opts.SyncInterval)
+	}
+	redis := strings.Join(doc.Services["redis"].Command, " ")
+	if !strings.Contains(redis, "--appendonly yes") || !strings.Contains(redis, "--appendfsync everysec") {
+		t.Errorf("redis: command %q: want AOF fsynced every second", redis)
+	}
+}
+
+// checkCompose fails each kind of mistake, naming where it is.
+func TestComposeCheckFails(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const good = `
+services:
+  nats:
+    image: nats:2.15-alpine
+    volumes: ["nats-data:/data", "./nats.conf:/etc/nats/actloop.conf:ro"]
+    healthcheck: {test: ["CMD", "true"]}
+  sim-r0:
+    build: {context: ., target: actloop}
+    command: ["sim", "--addr", ":30000", "--time-scale", "${SIM_TIME_SCALE:-1}"]
+    healthcheck: {test: ["CMD", "actloop", "probe", "http://localhost:30000/health"]}
+  coordinator:
+    image: actloop:local
+    command: ["serve", "coordinator"]
+    environment:
+      ACTLOOP_REPLICAS: r0
+      ACTLOOP_COORDINATOR_ADDR: :8080
+    depends_on: {nats: {condition: service_healthy}}
+    healthcheck: {test: ["CMD", "actloop", "probe", "http://localhost:8080/readyz"]}
+  gen-worker-r0:
+    image: actloop:local
+    command: ["serve", "gen-worker"]
+    environment:
+      ACTLOOP_REPLICA: r0
+      ACTLOOP_LLM_URL: ${LLM_URL_R0:-http://sim-r0:30000}
+      ACTLOOP_GEN_WORKER_ADDR: :8081
+    depends_on: {sim-r0: {condition: service_healthy}}
+    healthcheck: {test: ["CMD", "actloop", "probe", "http://localhost:8081/readyz"]}
+volumes:
+  nats-data:
+`
+	if err := checkCompose([]byte(good), dir); err != nil {
+		t.Fatalf("the good document: %v", err)
+	}
+	tests := []struct {
+		name, old, new, wantErr string
+	}{
+		{"misspelt variable", "ACTLOOP_LLM_URL:", "ACTLOOP_LLM_ULR:", "services.gen-worker-r0.environment.ACTLOOP_LLM_ULR: not a setting"},
+		{"another service's variable", "ACTLOOP_REPLICA: r0", "ACTLOOP_REPLICAS: r0", "services.gen-worker-r0.environment.ACTLOOP_REPLICAS: not a setting"},
+		{"variable on the simulator", `healthcheck: {test: ["CMD", "actloop", "probe", "http://localhost:30000/health"]}`,
+			"healthcheck: {test: [\"CMD\", \"actloop\", \"probe\", \"http://localhost:30000/health\"]}\n    environment: {ACTLOOP_SLOTS: \"4\"}",
+			"services.sim-r0.environment.ACTLOOP_SLOTS"},
+		{"unknown service", `["serve", "coordinator"]`, `["serve", "coordinater"]`, "services.coordinator.command"},
+		{"unknown subcommand", `["sim", "--addr"`, `["simulate", "--addr"`, `services.sim-r0.command: ["simulate"`},
+		{"unknown flag", `"--time-scale"`, `"--time-scal"`, "services.sim-r0.command"},
+		{"no command", `command: ["serve", "gen-worker"]`, ``, "services.gen-worker-r0.command: missing"},
+		{"missing dependency", "{nats: {condition", "{natz: {condition", "services.coordinator.depends_on.natz: no such service"},
+		{"started, not healthy", "{condition: service_healthy}}\n    healthcheck: {test: [\"CMD\", \"actloop\", \"probe\", \"http://localhost:8080",
+			"{condition: service_started}}\n    healthcheck: {test: [\"CMD\", \"actloop\", \"probe\", \"http://localhost:8080",
+			"services.coordinator.depends_on.nats.condition"},
+		{"dependency without health check", `healthcheck: {test: ["CMD", "true"]}`, ``, "services.coordinator.depends_on.nats: it has no healthcheck"},
+		{"no health check", `healthcheck: {test: ["CMD", "actloop", "probe", "http://localhost:8081/readyz"]}`, ``,
+			"services.gen-worker-r0.healthcheck: missing"},
+		{"health check on another port", "localhost:8080/readyz", "localhost:8081/readyz", "services.coordinator.healthcheck.test"},
+		{"address not set", "ACTLOOP_GEN_WORKER_ADDR: :8081", "ACTLOOP_SLOTS: \"4\"", "services.gen-worker-r0.environment.ACTLOOP_GEN_WORKER_ADDR: missing"},
+		{"undeclared volume", "nats-data:/data", "nats-store:/data", "volume nats-store is not declared"},
+		{"missing bind mount", "./nats.conf:", "./natz.conf:", "natz.conf"},
+		{"replica without gen-worker", "ACTLOOP_REPLICAS: r0", "ACTLOOP_REPLICAS: r0,r1", "replica r1 (coordinator's ACTLOOP_REPLICAS) has no gen-worker"},
+		{"server not in the file", "http://sim-r0:30000}", "http://sim-0:30000}", "replica r0: ACTLOOP_LLM_URL"},
+		{"not yaml", "services:", "services: [", "compose:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := strings.Replace(good, tt.old, tt.new, 1)
+			if bad == good {
+				t.Fatalf("%q is not in the good document", tt.old)
+			}
+			err := checkCompose([]byte(bad), dir)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
