@@ -357,9 +357,6 @@ func (r *Runner) doorbell() (*doorbell, error) {
 				b.stop()
 				return nil, fmt.Errorf("runner %s: doorbell on %s: %w", r.Name, subj, err)
 			}
-			// Only that a message came matters: drop the rest of a burst
-			// rather than slow the connection.
-			_ = sub.SetPendingLimits(16, 1<<20)
 			b.subs = append(b.subs, sub)
 		}
 	}
