@@ -20,19 +20,19 @@ type Config struct {
 	// ID names this worker; its sandboxes' later steps are routed to
 	// actloop.env.<ID>. It must be stable across restarts so a restarted
 	// worker finds its sandboxes again. Default: the host name.
-	ID          string `envconfig:"ENV_WORKER_ID"`
-	Slots       int    `envconfig:"ENV_SLOTS" default:"8"`
+	ID    string `envconfig:"ENV_WORKER_ID"`
+	Slots int    `envconfig:"ENV_SLOTS" default:"8"`
 	// HeartbeatInterval is how often the worker tells the coordinator it
 	// is alive (NATS KV actloop_heartbeats, key env.<id>).
 	HeartbeatInterval time.Duration `envconfig:"HEARTBEAT_INTERVAL" default:"5s"`
-	SandboxRoot string `envconfig:"SANDBOX_ROOT"`
-	OutputLimit int    `envconfig:"OUTPUT_LIMIT" default:"10000"`
+	SandboxRoot       string        `envconfig:"SANDBOX_ROOT"`
+	OutputLimit       int           `envconfig:"OUTPUT_LIMIT" default:"10000"`
 	// SandboxReplay: a trajectory whose sandbox is gone (its env-worker
 	// restarted without it: a new machine, a wiped disk) gets a new one in
 	// which its commands so far run again, in order, before its next step;
 	// false ends it with a fallback instead.
-	SandboxReplay bool `envconfig:"SANDBOX_REPLAY" default:"true"`
-	Isolation   string `envconfig:"SANDBOX_ISOLATION" default:"auto"`
+	SandboxReplay bool   `envconfig:"SANDBOX_REPLAY" default:"true"`
+	Isolation     string `envconfig:"SANDBOX_ISOLATION" default:"auto"`
 	// AllowUnisolated lets the local backend run commands unisolated on the
 	// host: isolation none, or auto where bubblewrap does not work.
 	AllowUnisolated bool          `envconfig:"SANDBOX_ALLOW_UNISOLATED" default:"false"`

@@ -40,12 +40,12 @@ func Start(dir string, port int, sync Sync) (*server.Server, error) {
 	opts := &server.Options{
 		SyncInterval: sync.Interval,
 		SyncAlways:   sync.Always,
-		Host:      "127.0.0.1",
-		Port:      port,
-		JetStream: true,
-		StoreDir:  dir,
-		NoLog:     true,
-		NoSigs:    true,
+		Host:         "127.0.0.1",
+		Port:         port,
+		JetStream:    true,
+		StoreDir:     dir,
+		NoLog:        true,
+		NoSigs:       true,
 		// Results carry whole trajectories; NATS's default 1 MiB payload
 		// limit is too small for long ones.
 		MaxPayload: 8 << 20,
