@@ -68,7 +68,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var sw swebench.Options
 	fs.StringVar(&sw.Backend, "backend", schema.BackendLocal, "swebench: the samples' env backend")
 	fs.StringVar(&sw.Workspace, "workspace", "", "swebench: directory holding the repository, copied into a local sandbox; {repo} and {instance_id} are replaced")
-	fs.StringVar(&sw.TestCommand, "test-cmd", swebench.DefaultTestCommand, "swebench: command that runs the tests and prints pytest -rA summary lines")
+	fs.StringVar(&sw.TestCommand, "test-cmd", "", "swebench: command that runs the tests, replacing the repo's SWE-bench command (its log format stays)")
 	fs.IntVar(&sw.Limits.StepLimit, "step-limit", 0, "swebench: limits.step_limit of every sample (0 = none)")
 	fs.IntVar(&sw.Sampling.MaxNewTokens, "max-new-tokens", 0, "swebench: sampling.max_new_tokens of every sample (0 = default)")
 	fs.Float64Var(&sw.Sampling.Temperature, "temperature", 1, "swebench: sampling.temperature of every sample")

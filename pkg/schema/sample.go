@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -69,7 +70,15 @@ type Env struct {
 const (
 	// TestLogPytest: pytest -rA summary lines, "PASSED <id>", "FAILED <id> - …".
 	TestLogPytest = "pytest"
+	// TestLogDjango: Django's ./tests/runtests.py --verbosity 2 lines,
+	// "<id> ... ok", "<id> ... FAIL", "FAIL: <id>".
+	TestLogDjango = "django"
+	// TestLogSympy: sympy's bin/test --verbose lines, "test_x ok", "test_x F".
+	TestLogSympy = "sympy"
 )
+
+// TestLogs are the test log formats, each with a parser in pkg/testlog.
+var TestLogs = []string{TestLogPytest, TestLogDjango, TestLogSympy}
 
 // Tests lists the tests an eval must pass, as SWE-bench's FAIL_TO_PASS
 // (fixed by the change) and PASS_TO_PASS (must not break).
@@ -186,8 +195,8 @@ func (s *Sample) Validate() error {
 				}
 			}
 		}
-		if ts.Format != "" && ts.Format != TestLogPytest {
-			p.add("env.tests.format", "unknown format %q (want %q)", clip(ts.Format), TestLogPytest)
+		if ts.Format != "" && !slices.Contains(TestLogs, ts.Format) {
+			p.add("env.tests.format", "unknown format %q (want one of %s)", clip(ts.Format), strings.Join(TestLogs, ", "))
 		}
 	}
 	nonNegative(&p, "env.step_timeout_ms", s.Env.StepTimeoutMS)

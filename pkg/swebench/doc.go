@@ -8,7 +8,8 @@
 // becomes a schema.Sample whose task is the problem statement, whose setup
 // checks out base_commit in the workspace (a SWE-bench image holds the
 // repository at /testbed), and whose eval restores the test files, applies
-// test_patch and runs the tests, printing pytest -rA style summary lines; the
+// test_patch and runs the tests with the repository's SWE-bench test command
+// (SpecFor), printing the lines its log format's parser reads; the
 // env-worker reads those for the per-test outcome and the reward (see
 // pkg/testlog).
 package swebench

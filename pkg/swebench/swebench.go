@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/actloop/actloop/pkg/schema"
+	"github.com/actloop/actloop/pkg/testlog"
 )
 
 // Instance is one row of a SWE-bench-style dataset.
@@ -65,17 +66,57 @@ type Options struct {
 	// repos/{repo} → repos/astropy__astropy) and {instance_id} by its id.
 	// Container backends ignore it: the image holds the repository.
 	Workspace string
-	// TestCommand runs the tests and prints pytest -rA summary lines; the
-	// test files of test_patch (or, without one, the test ids) are appended.
-	// "" means DefaultTestCommand.
+	// TestCommand runs the tests; the test files of test_patch (or, without
+	// one, the test ids) are appended, and its output is read in the repo's
+	// test log format (see SpecFor). "" means the repo's SWE-bench command.
 	TestCommand string
 	// Limits and Sampling are copied into every sample.
 	Limits   schema.Limits
 	Sampling schema.Sampling
 }
 
-// DefaultTestCommand is SWE-bench's test command for most pytest repositories.
-const DefaultTestCommand = "pytest -rA"
+// Test commands of SWE-bench's MAP_REPO_VERSION_TO_SPECS
+// (swebench/harness/constants/python.py).
+const (
+	DefaultTestCommand   = "pytest -rA" // TEST_PYTEST, for every repository not listed in specs
+	testAstropyPytest    = "pytest -rA -vv -o console_output_style=classic --tb=no"
+	testDjango           = "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1"
+	testDjangoNoParallel = "./tests/runtests.py --verbosity 2"
+	testSeaborn          = "pytest --no-header -rA"
+	testSphinx           = "tox --current-env -epy39 -v --"
+	testSympy            = "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose"
+)
+
+// Spec is how a repository's tests run and report.
+type Spec struct {
+	TestCmd string
+	Format  string // a schema.TestLog* name
+}
+
+// specs are the SWE-bench repositories whose test command or log parser
+// (MAP_REPO_TO_PARSER_PY in swebench/harness/log_parsers/python.py) is not
+// pytest's. The rest run DefaultTestCommand and are read as pytest.
+var specs = map[string]Spec{
+	"django/django":     {testDjango, schema.TestLogDjango},
+	"mwaskom/seaborn":   {testSeaborn, schema.TestLogPytest},
+	"sphinx-doc/sphinx": {testSphinx, schema.TestLogPytest},
+	"sympy/sympy":       {testSympy, schema.TestLogSympy},
+}
+
+// SpecFor returns repo's test command and log format at version, as
+// SWE-bench runs them.
+func SpecFor(repo, version string) Spec {
+	switch {
+	case repo == "django/django" && version == "1.9":
+		return Spec{testDjangoNoParallel, schema.TestLogDjango}
+	case repo == "astropy/astropy" && slices.Contains([]string{"0.1", "0.2", "0.3", "0.4", "1.1", "1.2", "1.3"}, version):
+		return Spec{testAstropyPytest, schema.TestLogPytest}
+	}
+	if s, ok := specs[repo]; ok {
+		return s
+	}
+	return Spec{DefaultTestCommand, schema.TestLogPytest}
+}
 
 // RowError reports a malformed row: its line and field.
 type RowError struct {
@@ -207,12 +248,12 @@ func sample(in Instance, n int, opts Options) (schema.Sample, error) {
 	if backend == "" {
 		backend = schema.BackendLocal
 	}
-	testCmd := opts.TestCommand
-	if in.TestCmd != "" {
-		testCmd = in.TestCmd
+	spec := SpecFor(in.Repo, in.Version)
+	if opts.TestCommand != "" {
+		spec.TestCmd = opts.TestCommand
 	}
-	if testCmd == "" {
-		testCmd = DefaultTestCommand
+	if in.TestCmd != "" {
+		spec.TestCmd = in.TestCmd
 	}
 	meta, err := json.Marshal(map[string]string{"instance_id": in.InstanceID, "repo": in.Repo,
 		"base_commit": in.BaseCommit, "version": in.Version, "environment_setup_commit": in.EnvironmentSetupCommit})
@@ -226,8 +267,8 @@ func sample(in Instance, n int, opts Options) (schema.Sample, error) {
 			Image:     in.Image,
 			Workspace: workspace(opts.Workspace, in),
 			Setup:     []string{"git -c advice.detachedHead=false checkout -q " + in.BaseCommit},
-			Eval:      evalScript(in, files, testCmd),
-			Tests:     &schema.Tests{FailToPass: in.FailToPass, PassToPass: in.PassToPass, Format: schema.TestLogPytest},
+			Eval:      evalScript(in, files, spec),
+			Tests:     &schema.Tests{FailToPass: in.FailToPass, PassToPass: in.PassToPass, Format: spec.Format},
 		},
 		Limits: opts.Limits, Sampling: opts.Sampling, Metadata: meta,
 	}
@@ -274,20 +315,16 @@ func patchFiles(patch string) ([]string, error) {
 	return files, nil
 }
 
-// statusLines keeps only pytest -rA summary lines, so a long test run fits
-// in the sandbox's output cap.
-const statusLines = `^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) `
-
 // nonTestExts are the test_patch files not passed to the test command:
 // SWE-bench's NON_TEST_EXTS (swebench/harness/test_spec/python.py, get_test_directives).
 var nonTestExts = []string{".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml"}
 
 // evalScript restores the test files to base_commit (a file that did not
 // exist there is removed), so the agent's edits to them do not count, as
-// SWE-bench's harness does; applies test_patch; runs the test command on the
-// test files of test_patch (SWE-bench's test directives), or on the test ids
-// without one; and prints the summary lines.
-func evalScript(in Instance, files []string, testCmd string) string {
+// SWE-bench's harness does; applies test_patch; runs the test command on
+// SWE-bench's test directives (see directives); and prints the lines the
+// format's parser reads (testlog.Filter).
+func evalScript(in Instance, files []string, spec Spec) string {
 	var b strings.Builder
 	b.WriteString("set -o pipefail\n")
 	for _, f := range files {
@@ -298,21 +335,71 @@ func evalScript(in Instance, files []string, testCmd string) string {
 		fmt.Fprintf(&b, "printf '%%s' %s | base64 -d | git apply --whitespace=nowarn - || { echo 'actloop: test_patch does not apply'; exit 2; }\n",
 			quote(base64.StdEncoding.EncodeToString([]byte(in.TestPatch))))
 	}
-	var targets []string
-	for _, f := range files {
-		if !slices.ContainsFunc(nonTestExts, func(ext string) bool { return strings.HasSuffix(f, ext) }) {
-			targets = append(targets, f)
-		}
-	}
-	if len(targets) == 0 {
-		targets = append(append([]string{}, in.FailToPass...), in.PassToPass...)
-	}
-	b.WriteString(testCmd)
-	for _, t := range targets {
+	b.WriteString(spec.TestCmd)
+	for _, t := range directives(in, files, spec.Format) {
 		b.WriteString(" " + quote(t))
 	}
-	fmt.Fprintf(&b, " 2>&1 | grep -E %s\nexit 0\n", quote(statusLines))
+	fmt.Fprintf(&b, " 2>&1 | grep -E %s\nexit 0\n", quote(testlog.Filter(spec.Format)))
 	return b.String()
+}
+
+// djangoID is a Django test id, "test_x (app.tests.T)"; newer Django
+// versions print "test_x (app.tests.T.test_x)".
+var djangoID = regexp.MustCompile(`^(\w+) \(([\w.]+)\)$`)
+
+// directives are the test command's arguments: SWE-bench's
+// get_test_directives (swebench/harness/test_spec/python.py), the files of
+// test_patch that are not data, for Django as test modules
+// ("tests/a/test_b.py" → "a.test_b"). Without test_patch: the listed test
+// ids, which pytest takes as they are and Django as labels built from its
+// ids; sympy's runner takes no id, so it runs everything.
+func directives(in Instance, files []string, format string) []string {
+	var out []string
+	for _, f := range files {
+		if slices.ContainsFunc(nonTestExts, func(ext string) bool { return strings.HasSuffix(f, ext) }) {
+			continue
+		}
+		if format == schema.TestLogDjango {
+			if !djangoTestFile(f) {
+				continue
+			}
+			f = strings.TrimPrefix(strings.TrimSuffix(f, ".py"), "tests/")
+			f = strings.ReplaceAll(f, "/", ".")
+		}
+		out = append(out, f)
+	}
+	if len(files) > 0 {
+		return out
+	}
+	ids := append(append([]string{}, in.FailToPass...), in.PassToPass...)
+	switch format {
+	case schema.TestLogSympy:
+		return nil
+	case schema.TestLogDjango:
+		seen := map[string]bool{}
+		for _, id := range ids {
+			m := djangoID.FindStringSubmatch(id)
+			if m == nil {
+				continue
+			}
+			label := m[2]
+			if !strings.HasSuffix(label, "."+m[1]) {
+				label += "." + m[1]
+			}
+			if !seen[label] {
+				seen[label] = true
+				out = append(out, label)
+			}
+		}
+		return out
+	}
+	return ids
+}
+
+// djangoTestFile is SWE-bench's is_django_test_file.
+func djangoTestFile(path string) bool {
+	name := path[strings.LastIndex(path, "/")+1:]
+	return name == "tests.py" || strings.HasPrefix(name, "test_") || strings.Contains(path, "/tests/") || strings.Contains(path, "/test_")
 }
 
 // quote makes s one bash word.

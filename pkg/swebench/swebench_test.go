@@ -12,6 +12,7 @@ import (
 
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/swebench/swebenchtest"
+	"github.com/actloop/actloop/pkg/testlog"
 )
 
 const commit = "0123456789abcdef0123456789abcdef01234567"
@@ -128,13 +129,14 @@ func TestEvalScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := run(s.Env.Eval)
-	want := "FAILED " + swebenchtest.TestAdd + " - assert 1 == 5\nPASSED " + swebenchtest.TestSub + "\nPASSED " + swebenchtest.TestNew + "\n"
+	const header = "=========================== short test summary info ============================\n"
+	want := header + "FAILED " + swebenchtest.TestAdd + " - assert 1 == 5\nPASSED " + swebenchtest.TestSub + "\nPASSED " + swebenchtest.TestNew + "\n"
 	if before != want {
 		t.Errorf("eval before the fix = %q, want %q", before, want)
 	}
 	run("git checkout -q -- . && git clean -fdq && " + swebenchtest.Fix)
 	after := run(s.Env.Eval)
-	want = "PASSED " + swebenchtest.TestAdd + "\nPASSED " + swebenchtest.TestSub + "\nPASSED " + swebenchtest.TestNew + "\n"
+	want = header + "PASSED " + swebenchtest.TestAdd + "\nPASSED " + swebenchtest.TestSub + "\nPASSED " + swebenchtest.TestNew + "\n"
 	if after != want {
 		t.Errorf("eval after the fix = %q, want %q", after, want)
 	}
@@ -170,4 +172,100 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func TestSpecFor(t *testing.T) {
+	tests := []struct {
+		repo, version, cmd, format string
+	}{
+		{"django/django", "4.2", testDjango, schema.TestLogDjango},
+		{"django/django", "1.9", testDjangoNoParallel, schema.TestLogDjango},
+		{"sympy/sympy", "1.12", testSympy, schema.TestLogSympy},
+		{"astropy/astropy", "1.3", testAstropyPytest, schema.TestLogPytest},
+		{"astropy/astropy", "5.1", DefaultTestCommand, schema.TestLogPytest},
+		{"sphinx-doc/sphinx", "7.2", testSphinx, schema.TestLogPytest},
+		{"someone/else", "", DefaultTestCommand, schema.TestLogPytest},
+	}
+	for _, tt := range tests {
+		if got := SpecFor(tt.repo, tt.version); got.TestCmd != tt.cmd || got.Format != tt.format {
+			t.Errorf("SpecFor(%s, %s) = %+v, want %q in %s", tt.repo, tt.version, got, tt.cmd, tt.format)
+		}
+	}
+}
+
+func TestDirectives(t *testing.T) {
+	patch := "diff --git a/tests/migrations/test_commands.py b/tests/migrations/test_commands.py\n" +
+		"diff --git a/tests/migrations/fixtures/data.json b/tests/migrations/fixtures/data.json\n" +
+		"diff --git a/django/conf/helpers.py b/django/conf/helpers.py\n" +
+		"diff --git a/tests/admin_views/tests.py b/tests/admin_views/tests.py\n"
+	tests := []struct {
+		name, repo, patch string
+		f2p               []string
+		want              []string
+	}{
+		{"django modules", "django/django", patch, []string{"test_x (migrations.test_commands.T)"},
+			[]string{"migrations.test_commands", "admin_views.tests"}},
+		{"django labels from ids", "django/django", "", []string{"test_x (migrations.test_commands.T)",
+			"test_y (migrations.test_commands.T.test_y)", "A docstring (x.T)"}, []string{"migrations.test_commands.T.test_x", "migrations.test_commands.T.test_y"}},
+		{"pytest files", "pallets/flask", "diff --git a/tests/test_a.py b/tests/test_a.py\ndiff --git a/README.md b/README.md\n", []string{"tests/test_a.py::t"},
+			[]string{"tests/test_a.py"}},
+		{"pytest ids", "pallets/flask", "", []string{"tests/test_a.py::t"}, []string{"tests/test_a.py::t"}},
+		{"sympy files", "sympy/sympy", "diff --git a/sympy/core/tests/test_basic.py b/sympy/core/tests/test_basic.py\n", []string{"test_x"},
+			[]string{"sympy/core/tests/test_basic.py"}},
+		{"sympy without a patch runs everything", "sympy/sympy", "", []string{"test_x"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files, err := patchFiles(tt.patch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := Instance{Repo: tt.repo, FailToPass: tt.f2p}
+			if got := directives(in, files, SpecFor(tt.repo, "").Format); !slices.Equal(got, tt.want) {
+				t.Errorf("directives = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// A Django task end to end: the eval script runs the runner on the test
+// module, keeps its "... ok" lines (written to stderr, as Django does) and
+// the score reads them.
+func TestDjangoEval(t *testing.T) {
+	repo, base := swebenchtest.Repo(t, t.TempDir())
+	runner := "#!/bin/bash\n[ \"$1\" = calc.test_ops ] || { echo \"runner got $*\" >&2; exit 1; }\n" +
+		"echo 'Testing against Django installed in /x' >&2\n" +
+		"echo 'test_add (calc.test_ops.T) ... ok' >&2\necho 'test_sub (calc.test_ops.T) ... FAIL' >&2\n" +
+		"echo '======' >&2\necho 'FAIL: test_sub (calc.test_ops.T)' >&2\necho 'Traceback' >&2\n"
+	if err := os.WriteFile(filepath.Join(repo, "runtests.py"), []byte(runner), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	line, err := json.Marshal(map[string]any{"instance_id": "django__django-1", "repo": "django/django", "base_commit": base,
+		"problem_statement": "p", "version": "4.2", "FAIL_TO_PASS": []string{"test_add (calc.test_ops.T)"},
+		"PASS_TO_PASS": []string{"test_sub (calc.test_ops.T)"}, "test_cmd": "./runtests.py",
+		"test_patch": "diff --git a/tests/calc/test_ops.py b/tests/calc/test_ops.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/calc/test_ops.py\n@@ -0,0 +1 @@\n+x = 1\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Row(line, 1, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Env.Tests.Format != schema.TestLogDjango {
+		t.Fatalf("format = %q", s.Env.Tests.Format)
+	}
+	cmd := exec.Command("bash", "-c", s.Env.Eval)
+	cmd.Dir = repo
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("eval: %v\n%s", err, out)
+	}
+	want := "test_add (calc.test_ops.T) ... ok\ntest_sub (calc.test_ops.T) ... FAIL\nFAIL: test_sub (calc.test_ops.T)\n"
+	if string(out) != want {
+		t.Errorf("eval output = %q, want %q", out, want)
+	}
+	reward, outcomes := testlog.Score(*s.Env.Tests, string(out))
+	if reward != 0 || outcomes["test_add (calc.test_ops.T)"] != testlog.Passed || outcomes["test_sub (calc.test_ops.T)"] != testlog.Failed {
+		t.Errorf("Score = %g %v", reward, outcomes)
+	}
 }

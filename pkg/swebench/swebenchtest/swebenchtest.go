@@ -29,10 +29,11 @@ const Fix = "sed -i 's/a - b # add/a + b # add/' calc.sh"
 const runner = `#!/bin/bash
 echo "============================= test session starts =============================="
 echo "collected 3 items"
+echo "=========================== short test summary info ============================"
 if grep -q 'a + b # add' calc.sh; then echo "PASSED ` + TestAdd + `"; else echo "FAILED ` + TestAdd + ` - assert 1 == 5"; fi
 echo "PASSED ` + TestSub + `"
 if [ -f tests/test_new.py ]; then echo "PASSED ` + TestNew + `"; fi
-echo "========================= short test summary info =========================="
+echo "============================== 3 passed in 0.01s ==============================="
 `
 
 const calc = "return a - b # add\n"
