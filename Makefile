@@ -6,8 +6,11 @@ GO ?= go
 run:
 	$(GO) run ./cmd/actloop dev
 
+# Tests keep what they make for people (the status page's screenshot) under
+# test-artifacts/.
 test:
-	$(GO) test -race -count=1 -timeout 15m ./...
+	@mkdir -p test-artifacts
+	$(GO) test -race -count=1 -timeout 15m -artifacts -outputdir $(CURDIR)/test-artifacts ./...
 
 build:
 	$(GO) build ./...

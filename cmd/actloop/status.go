@@ -127,13 +127,24 @@ func writeStatus(w io.Writer, st coordinator.Status) error {
 	fmt.Fprintf(w, "policy      %s; moved %d (off env-workers %d), republished %d, stale predictions %d, predictor failures %d\n",
 		st.Policy, st.Moved, st.EnvMoved, st.Republished, st.StalePredictions, st.PredictorFailures)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPLICA\tLIVE\tACTIVE\tSLOTS\t")
+	fmt.Fprintln(tw, "REPLICA\tLIVE\tACTIVE\tBUSY/SLOTS\t")
 	for _, r := range st.Replicas {
 		live := "yes"
 		if !r.Live {
 			live = "DOWN"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t\n", r.Name, live, r.Active, r.Slots)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t\n", r.Name, live, r.Active, r.Busy, r.Slots)
+	}
+	if len(st.Queues) > 0 {
+		fmt.Fprintln(tw, "\t\t\t\t")
+		fmt.Fprintln(tw, "QUEUE\tDEPTH\tOLDEST\t\t")
+		for _, q := range st.Queues {
+			oldest := "-"
+			if q.Depth > 0 {
+				oldest = (time.Duration(q.OldestAgeS * float64(time.Second))).Round(time.Second).String()
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t\t\n", q.Subject, q.Depth, oldest)
+		}
 	}
 	return tw.Flush()
 }

@@ -364,5 +364,10 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{},
 		MinVersion: -1, MaxVersion: -1, AdmittedAt: now, FinishedAt: now}
 	c.d.Log.Warn("sample rejected with a fallback result", "traj_id", id.ID, "reason", reason)
-	return c.d.Pub.Publish(ctx, bus.SubjectResults, schema.MsgID(id.ID, 0, "rejected"), r)
+	if err := c.d.Pub.Publish(ctx, bus.SubjectResults, schema.MsgID(id.ID, 0, "rejected"), r); err != nil {
+		return err
+	}
+	// Never active, so handleResult does not count it.
+	c.observeResult(schema.ResultHead{Status: r.Status, Reason: r.Reason, MinVersion: -1})
+	return nil
 }

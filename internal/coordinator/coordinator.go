@@ -70,6 +70,8 @@ type Coordinator struct {
 	// finished counts trajectories whose result was seen, ever (Redis
 	// counters at start, then each result): the staleness bound needs it.
 	finished int64
+	m        *coordMetrics
+	util     []utilSample // slot utilisation, newest last (see sampleUtil)
 }
 
 type activeTraj struct {
@@ -136,6 +138,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 
 // Run consumes until ctx ends, then drains.
 func (c *Coordinator) Run(ctx context.Context) error {
+	defer c.registerMetrics().Close()
 	g, ctx := errgroup.WithContext(ctx)
 	common := c.d.Common
 	runner := func(name string, src jetstream.Consumer, slots int, h bus.Handler) *bus.Runner {
@@ -158,6 +161,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g.Go(func() error { return c.watchReports(ctx) })
 	g.Go(func() error { return c.serveControlNATS(ctx) })
 	g.Go(func() error { return every(ctx, c.cfg.AdaptInterval, c.adaptLimit) })
+	g.Go(func() error { return every(ctx, utilEvery, c.sampleUtil) })
 	g.Go(func() error {
 		return every(ctx, max(c.cfg.ReplicaTimeout/4, 100*time.Millisecond), func() { c.rebalance(ctx) })
 	})

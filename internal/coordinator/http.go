@@ -37,6 +37,16 @@ type Status struct {
 	StalenessRoom int `json:"staleness_room"`
 	// Control is the control state: paused or running, the weight version.
 	Control schema.Control `json:"control"`
+	// Queues is the backlog of each work subject.
+	Queues []QueueStatus `json:"queues"`
+}
+
+// QueueStatus is one work subject's backlog: messages not yet delivered or
+// not yet acknowledged, and the age of the oldest.
+type QueueStatus struct {
+	Subject    string  `json:"subject"`
+	Depth      int     `json:"depth"`
+	OldestAgeS float64 `json:"oldest_age_s"`
 }
 
 // ReplicaStatus is one replica's share of the active trajectories.
@@ -44,7 +54,10 @@ type ReplicaStatus struct {
 	Name   string `json:"name"`
 	Active int    `json:"active"`
 	Slots  int    `json:"slots"`
-	Live   bool   `json:"live"`
+	// Busy is the generations running, as the replica's gen-workers said
+	// in their last heartbeats.
+	Busy int  `json:"busy"`
+	Live bool `json:"live"`
 }
 
 // Status reports admission and per-replica load.
@@ -73,12 +86,13 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	for _, r := range c.cfg.Replicas {
 		live[r] = c.live(r, c.d.Now())
 	}
+	busy := c.busyLocked(c.d.Now())
 	c.mu.Unlock()
 	if !st.Snapshot.At.IsZero() {
 		st.SnapshotAgeS = c.d.Now().Sub(st.Snapshot.At).Seconds()
 	}
 	for _, r := range c.cfg.Replicas {
-		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: c.cfg.Slots, Live: live[r]})
+		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: c.cfg.Slots, Busy: busy[r], Live: live[r]})
 		delete(load, r)
 	}
 	// Replicas no longer configured that still hold trajectories.
@@ -88,15 +102,20 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	}
 	sort.Strings(rest)
 	for _, r := range rest {
-		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r]})
+		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Busy: busy[r]})
+	}
+	for _, q := range c.queues(ctx) {
+		st.Queues = append(st.Queues, QueueStatus{Subject: q.subject, Depth: q.depth, OldestAgeS: q.age.Seconds()})
 	}
 	return st, nil
 }
 
-// Handler serves /v1/status, the trainer API (POST /v1/pause, POST
-// /v1/resume, GET /v1/control), /healthz and /readyz.
+// Handler serves the status page at /, /v1/status, the trainer API (POST
+// /v1/pause, POST /v1/resume, GET /v1/control), /healthz, /readyz and
+// /metrics.
 func (c *Coordinator) Handler() http.Handler {
 	mux := service.HealthMux(c.d)
+	mux.HandleFunc("GET /{$}", c.servePage)
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := c.Status(r.Context())
 		if err != nil {

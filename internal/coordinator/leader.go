@@ -226,7 +226,7 @@ func isRefused(err error) bool {
 }
 
 // handler serves the leader's API while leading; a standby answers
-// /healthz, and 503 naming the leader to everything else.
+// /healthz and /metrics, and 503 naming the leader to everything else.
 func (e *Elected) handler() http.Handler {
 	health := service.HealthMux(e.d)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -234,7 +234,7 @@ func (e *Elected) handler() http.Handler {
 			t.h.ServeHTTP(w, r)
 			return
 		}
-		if r.URL.Path == "/healthz" {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" {
 			health.ServeHTTP(w, r)
 			return
 		}

@@ -27,6 +27,9 @@ func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
 	if err := c.groupResult(ctx, r); err != nil {
 		return err
 	}
+	if was {
+		c.observeResult(r)
+	}
 	c.mu.Lock()
 	if was {
 		c.finished++

@@ -60,6 +60,7 @@ type Worker struct {
 	boxes   map[string]sandbox.Sandbox // by trajectory id
 	evals   atomic.Int64
 	replays atomic.Int64 // sandboxes rebuilt by replaying commands
+	m       *envMetrics
 }
 
 // Replays is how many lost sandboxes this worker rebuilt by replaying their
@@ -85,7 +86,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agent: ac, board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
-		boxes:    map[string]sandbox.Sandbox{}}
+		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics()}
 	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	if w.own, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-"+cfg.ID, bus.SubjectEnv(cfg.ID)); err != nil {
 		return nil, err
@@ -99,6 +100,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 // Run pulls and runs env steps until ctx ends, then drains. Steps of
 // sandboxes it owns come before starting new ones.
 func (w *Worker) Run(ctx context.Context) error {
+	defer w.registerMetrics().Close()
 	c := w.d.Common
 	r := &bus.Runner{Name: "env-" + w.cfg.ID, Sources: []jetstream.Consumer{w.own, w.start}, Slots: w.cfg.Slots,
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("worker", w.cfg.ID),
@@ -183,6 +185,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return bus.Malformed(fmt.Errorf("env step: %w", err))
 	}
+	defer w.m.observe(step.Kind)()
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID),
 		attribute.Int64("seq", step.Seq), attribute.String("kind", string(step.Kind)))
 	var s flow.Step

@@ -156,6 +156,7 @@ type Worker struct {
 
 	hi, lo jetstream.Consumer
 	driver *flow.Driver
+	m      *genMetrics // registered by Run
 }
 
 // NewGenerator returns the client of the replica's inference server that
@@ -190,7 +191,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, d: d, gen: gen, tmpl: tmpl, tok: tmpl.Tokenizer(), agent: ac,
+	w := &Worker{cfg: cfg, d: d, gen: gen, m: newGenMetrics(cfg.Replica), tmpl: tmpl, tok: tmpl.Tokenizer(), agent: ac,
 		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
@@ -210,6 +211,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 
 // Run pulls and runs gen steps until ctx ends, then drains.
 func (w *Worker) Run(ctx context.Context) error {
+	defer w.registerMetrics().Close()
 	c := w.d.Common
 	r := &bus.Runner{Name: "gen-" + w.cfg.Replica, Sources: []jetstream.Consumer{w.hi, w.lo}, Slots: w.cfg.Slots,
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("replica", w.cfg.Replica),
@@ -392,8 +394,13 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 		if err := w.tracker.start(ctx, g); err != nil {
 			return c, err // shutting down while paused
 		}
+		started := time.Now()
+		if !g.queuedAt.IsZero() {
+			w.m.queueWait.Observe(max(w.d.Now().Sub(g.queuedAt), 0).Seconds())
+		}
 		var err error
 		res, err = w.gen.Generate(ctx, req)
+		w.m.step.Observe(time.Since(started).Seconds())
 		w.health.record(err)
 		if err == nil && res.Finish.Type == llm.FinishAbort && finishedAnyway(res.OutputIDs, w.tmpl.StopTokenIDs(), maxNew) {
 			// The abort raced with the end of the turn and lost: the output
@@ -413,8 +420,14 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 		case err != nil:
 			return c, bus.Fatal(fmt.Errorf("generate on %s: %w", w.cfg.Replica, err))
 		case res.Finish.Type == llm.FinishAbort && (g.preempted.Load() || g.paused.Load()):
+			cause := abortPause
+			if g.preempted.Load() {
+				cause = abortPreempt
+			}
+			w.m.aborts.WithLabelValues(cause).Inc()
 			return w.partial(t, c, g, res), nil
 		case res.Finish.Type == llm.FinishAbort:
+			w.m.aborts.WithLabelValues(abortServer).Inc()
 			w.tracker.wastedTokens.Add(int64(len(res.OutputIDs)))
 			return c, fmt.Errorf("generation aborted by the server: %s", res.Finish.Message)
 		}

@@ -121,6 +121,7 @@ func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generatio
 		return // resumed, or paused again, meanwhile
 	}
 	p.report(ctx, r)
+	p.w.m.pause.Observe(time.Since(start).Seconds())
 	p.w.d.Log.Info("paused", "epoch", c.Epoch, "mode", c.Mode, "generations", len(gens), "aborted", r.Aborted,
 		"abort_call_ms", aborted.Milliseconds(), "settled_ms", time.Since(start).Milliseconds())
 }

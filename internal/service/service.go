@@ -20,7 +20,10 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/actloop/actloop/internal/metrics"
 
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/store"
@@ -112,6 +115,8 @@ type Deps struct {
 	Common Common
 	Log    *slog.Logger
 	Now    func() time.Time
+	// Metrics is the service's Prometheus registry, served on /metrics.
+	Metrics *prometheus.Registry
 }
 
 // Connect connects to NATS and Redis, declares the streams, and returns the
@@ -155,8 +160,10 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 	if err := topo.EnsureKV(pctx, js); err != nil {
 		return nil, err
 	}
-	return &Deps{NC: nc, JS: js, Redis: rdb, Store: store.New(rdb, nil), Pub: bus.NewPublisher(js),
-		Topo: topo, Common: c, Log: log, Now: time.Now}, nil
+	d := &Deps{NC: nc, JS: js, Redis: rdb, Store: store.New(rdb, nil), Pub: bus.NewPublisher(js),
+		Topo: topo, Common: c, Log: log, Now: time.Now, Metrics: metrics.NewRegistry()}
+	metrics.CounterFunc(d.Metrics, "actloop_dlq_total", nil, func() float64 { return float64(d.Pub.DeadLettered()) })
+	return d, nil
 }
 
 // Close drains NATS, so the last acks and naks reach the server, and closes
@@ -254,10 +261,11 @@ func ServeListener(ctx context.Context, l net.Listener, h http.Handler, log *slo
 	return nil
 }
 
-// HealthMux returns a mux with /healthz (alive) and /readyz (dependencies
-// answer).
+// HealthMux returns a mux with /healthz (alive), /readyz (dependencies
+// answer) and /metrics (the service's Prometheus metrics).
 func HealthMux(d *Deps) *http.ServeMux {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler(d.Metrics))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,7 +17,8 @@ import (
 // Publisher publishes JSON messages to JetStream and waits for the stream's
 // acknowledgement.
 type Publisher struct {
-	js jetstream.JetStream
+	js           jetstream.JetStream
+	deadLettered atomic.Int64
 }
 
 // NewPublisher returns a Publisher over js.
@@ -58,8 +60,15 @@ func (p *Publisher) PublishRaw(ctx context.Context, subject, msgID string, data 
 func (p *Publisher) DeadLetter(ctx context.Context, consumer string, m jetstream.Msg, reason string) error {
 	e := schema.DLQEntry{V: schema.Version, Subject: m.Subject(), Consumer: consumer, Reason: reason,
 		Data: m.Data(), Headers: m.Headers(), At: time.Now().UTC()}
-	return p.Publish(ctx, SubjectDLQ, "", e)
+	if err := p.Publish(ctx, SubjectDLQ, "", e); err != nil {
+		return err
+	}
+	p.deadLettered.Add(1)
+	return nil
 }
+
+// DeadLettered counts the messages DeadLetter has published.
+func (p *Publisher) DeadLettered() int64 { return p.deadLettered.Load() }
 
 // HeaderCarrier adapts nats.Header to OpenTelemetry's TextMapCarrier without
 // canonicalising keys, so "traceparent" stays lower-case for non-Go readers.

@@ -1,0 +1,175 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/actloop/actloop/internal/metrics"
+	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// coordMetrics are the coordinator's counters and histograms; its gauges
+// are read at each scrape by the collector.
+type coordMetrics struct {
+	results   *prometheus.CounterVec
+	fallbacks *prometheus.CounterVec
+	duration  prometheus.Histogram
+	staleness prometheus.Histogram
+}
+
+// registerMetrics registers the coordinator's metrics for its run; the
+// returned Scope unregisters them when the run ends (a standby exports
+// none, and a new term registers them again).
+func (c *Coordinator) registerMetrics() *metrics.Scope {
+	reg := metrics.NewScope(c.d.Metrics)
+	c.m = &coordMetrics{
+		results:   metrics.CounterVec(reg, "actloop_results_total", nil, "status", schema.StatusCompleted, schema.StatusFallback),
+		fallbacks: metrics.CounterVec(reg, "actloop_fallbacks_total", nil, "reason", metrics.FallbackReasons...),
+		duration:  metrics.Histogram(reg, "actloop_trajectory_seconds", nil),
+		staleness: metrics.Histogram(reg, "actloop_staleness_versions", nil, 0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
+	}
+	metrics.CounterFunc(reg, "actloop_republished_total", nil, func() float64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return float64(c.republishedTotal)
+	})
+	reg.MustRegister(&collector{c: c})
+	return reg
+}
+
+// observeResult counts a result seen.
+func (c *Coordinator) observeResult(r schema.ResultHead) {
+	if c.m == nil {
+		return
+	}
+	c.m.results.WithLabelValues(r.Status).Inc()
+	if r.Status == schema.StatusFallback {
+		c.m.fallbacks.WithLabelValues(metrics.FallbackReason(r.Reason)).Inc()
+	}
+	if !r.AdmittedAt.IsZero() && r.FinishedAt.After(r.AdmittedAt) {
+		c.m.duration.Observe(r.FinishedAt.Sub(r.AdmittedAt).Seconds())
+	}
+	if r.Status == schema.StatusCompleted && r.MinVersion >= 0 {
+		if v := c.controlState().WeightVersion - int64(r.MinVersion); v >= 0 {
+			c.m.staleness.Observe(float64(v))
+		}
+	}
+}
+
+// collector reads the coordinator's state and the work queues at each
+// scrape, so the gauges are one consistent picture.
+type collector struct{ c *Coordinator }
+
+func desc(name string) *prometheus.Desc {
+	m := metrics.Names()[name]
+	return prometheus.NewDesc(name, m.Help, m.Labels, nil)
+}
+
+var (
+	descActive   = desc("actloop_trajectories_active")
+	descLimit    = desc("actloop_admission_limit")
+	descWaiting  = desc("actloop_samples_waiting")
+	descUp       = desc("actloop_replica_up")
+	descReplica  = desc("actloop_replica_trajectories")
+	descDepth    = desc("actloop_queue_depth")
+	descAge      = desc("actloop_queue_oldest_age_seconds")
+	descPaused   = desc("actloop_paused")
+	descVersion  = desc("actloop_weight_version")
+	descMoved    = desc("actloop_moved_total")
+	queueStreams = []string{bus.StreamSamples, bus.StreamGen, bus.StreamEnv}
+)
+
+// scrapeTimeout bounds the JetStream calls of one scrape.
+const scrapeTimeout = 5 * time.Second
+
+func (k *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descActive, descLimit, descWaiting, descUp, descReplica, descDepth, descAge,
+		descPaused, descVersion, descMoved} {
+		ch <- d
+	}
+}
+
+func (k *collector) Collect(ch chan<- prometheus.Metric) {
+	c := k.c
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(descActive, err)
+		return
+	}
+	gauge(descActive, float64(st.Active))
+	gauge(descLimit, float64(st.MaxActive))
+	gauge(descWaiting, float64(st.Queued))
+	for _, r := range st.Replicas {
+		gauge(descUp, metrics.Bool(r.Live), r.Name)
+		gauge(descReplica, float64(r.Active), r.Name)
+	}
+	gauge(descPaused, metrics.Bool(st.Control.Paused))
+	gauge(descVersion, float64(st.Control.WeightVersion))
+	ch <- prometheus.MustNewConstMetric(descMoved, prometheus.CounterValue, float64(st.Moved), "replica")
+	ch <- prometheus.MustNewConstMetric(descMoved, prometheus.CounterValue, float64(st.EnvMoved), "env_worker")
+	for _, q := range st.Queues {
+		gauge(descDepth, float64(q.Depth), q.Subject)
+		gauge(descAge, q.OldestAgeS, q.Subject)
+	}
+}
+
+type queue struct {
+	subject string
+	depth   int
+	age     time.Duration
+}
+
+// queues reads every work consumer's backlog: messages not yet delivered
+// and those delivered but not acknowledged, and the age of the oldest of
+// them (the first message after the consumer's ack floor). Consumers that
+// share a subject count once, with the larger backlog.
+func (c *Coordinator) queues(ctx context.Context) []queue {
+	var out []queue
+	at := map[string]int{} // subject -> index in out
+	for _, name := range queueStreams {
+		s, err := c.d.JS.Stream(ctx, name)
+		if err != nil {
+			c.d.Log.Debug("metrics: stream", "stream", name, "error", err)
+			continue
+		}
+		l := s.ListConsumers(ctx)
+		for info := range l.Info() {
+			subject := info.Config.FilterSubject
+			if subject == "" || (name == bus.StreamSamples && info.Name != "coordinator-samples") {
+				continue
+			}
+			q := queue{subject: subject, depth: int(info.NumPending) + info.NumAckPending}
+			if q.depth > 0 {
+				m, err := s.GetMsg(ctx, info.AckFloor.Stream+1, jetstream.WithGetMsgSubject(subject))
+				switch {
+				case err == nil:
+					q.age = max(c.d.Now().Sub(m.Time), 0)
+				case !errors.Is(err, jetstream.ErrMsgNotFound):
+					c.d.Log.Debug("metrics: oldest message", "subject", subject, "error", err)
+				}
+			}
+			if i, seen := at[subject]; seen {
+				if q.depth > out[i].depth {
+					out[i] = q
+				}
+				continue
+			}
+			at[subject] = len(out)
+			out = append(out, q)
+		}
+		if err := l.Err(); err != nil {
+			c.d.Log.Debug("metrics: consumers", "stream", name, "error", err)
+		}
+	}
+	return out
+}

@@ -1,0 +1,131 @@
+package coordinator
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Slot utilisation history: a sample every utilEvery, utilKeep of them.
+const (
+	utilEvery = 5 * time.Second
+	utilKeep  = 120 // 10 minutes
+)
+
+// utilSample is the share of each replica's generation slots busy at a
+// moment.
+type utilSample struct {
+	At   time.Time
+	Used map[string]float64 // replica -> busy / slots, 0..1
+}
+
+// busyLocked sums the running generations of each replica's gen-workers
+// heard from within ReplicaTimeout; callers hold c.mu.
+func (c *Coordinator) busyLocked(now time.Time) map[string]int {
+	busy := map[string]int{}
+	for _, h := range c.hearts {
+		if at, ok := c.beats[h.Replica][h.Worker]; ok && now.Sub(at) <= c.cfg.ReplicaTimeout {
+			busy[h.Replica] += h.Running
+		}
+	}
+	return busy
+}
+
+// sampleUtil records the slot utilisation of every configured replica.
+func (c *Coordinator) sampleUtil() {
+	now := c.d.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	busy := c.busyLocked(now)
+	s := utilSample{At: now, Used: map[string]float64{}}
+	for _, r := range c.cfg.Replicas {
+		if c.cfg.Slots > 0 {
+			s.Used[r] = min(float64(busy[r])/float64(c.cfg.Slots), 1)
+		}
+	}
+	c.util = append(c.util, s)
+	if len(c.util) > utilKeep {
+		c.util = append(c.util[:0], c.util[len(c.util)-utilKeep:]...)
+	}
+}
+
+//go:embed page.html
+var pageHTML string
+
+var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
+	"pct": func(a, b int) string {
+		if b == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f%%", 100*float64(a)/float64(b))
+	},
+	"secs": func(s float64) string { return (time.Duration(s * float64(time.Second))).Round(time.Second).String() },
+}).Parse(pageHTML))
+
+// chart is the slot-utilisation chart: one polyline per replica on a
+// width × height plot, newest at the right.
+type chart struct {
+	Width, Height int
+	Lines         []chartLine
+	Span          string // how much time the x axis covers
+}
+
+type chartLine struct {
+	Replica, Color, Points string
+	Last                   string // the newest value, as a percentage
+}
+
+var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
+
+func (c *Coordinator) chart() chart {
+	c.mu.Lock()
+	samples := append([]utilSample(nil), c.util...)
+	c.mu.Unlock()
+	ch := chart{Width: 720, Height: 200, Span: (utilEvery * utilKeep).String()}
+	replicas := append([]string(nil), c.cfg.Replicas...)
+	sort.Strings(replicas)
+	for i, r := range replicas {
+		var pts []string
+		last := ""
+		for j, s := range samples {
+			// Right-aligned: the newest sample at the right edge.
+			x := float64(ch.Width) * float64(utilKeep-len(samples)+j) / float64(utilKeep-1)
+			y := float64(ch.Height) * (1 - s.Used[r])
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+			last = fmt.Sprintf("%.0f%%", 100*s.Used[r])
+		}
+		ch.Lines = append(ch.Lines, chartLine{Replica: r, Color: palette[i%len(palette)], Points: strings.Join(pts, " "), Last: last})
+	}
+	return ch
+}
+
+// servePage serves the status page: the status, as `actloop status` shows
+// it, and the slot utilisation of the last minutes. It is one HTML page
+// with no scripts and no external assets, and reloads itself.
+func (c *Coordinator) servePage(w http.ResponseWriter, r *http.Request) {
+	st, err := c.Status(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	finished := make([]string, 0, len(st.Finished))
+	for k := range st.Finished {
+		finished = append(finished, k)
+	}
+	sort.Strings(finished)
+	var b bytes.Buffer
+	err = pageTmpl.Execute(&b, map[string]any{"S": st, "Chart": c.chart(), "FinishedKeys": finished,
+		"Now": c.d.Now().UTC().Format(time.RFC3339), "Refresh": int(utilEvery.Seconds())})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+	_, _ = w.Write(b.Bytes())
+}

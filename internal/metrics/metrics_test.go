@@ -1,0 +1,128 @@
+package metrics
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/model"
+)
+
+func TestCatalogue(t *testing.T) {
+	seen := map[string]bool{}
+	for _, m := range Catalogue {
+		if seen[m.Name] {
+			t.Errorf("%s twice", m.Name)
+		}
+		seen[m.Name] = true
+		if !model.IsValidLegacyMetricName(m.Name) || !strings.HasPrefix(m.Name, "actloop_") || m.Help == "" || len(m.Services) == 0 {
+			t.Errorf("%+v: want a valid actloop_ name, help and a service", m)
+		}
+		// Prometheus's naming conventions.
+		switch m.Type {
+		case "counter":
+			if !strings.HasSuffix(m.Name, "_total") {
+				t.Errorf("counter %s does not end in _total", m.Name)
+			}
+		case "histogram", "gauge":
+			if strings.HasSuffix(m.Name, "_total") {
+				t.Errorf("%s %s ends in _total", m.Type, m.Name)
+			}
+		default:
+			t.Errorf("%s: type %q", m.Name, m.Type)
+		}
+	}
+}
+
+// dashboardNames returns the actloop metric names the dashboard's queries
+// use, with histograms' _bucket, _sum and _count series read as the
+// histogram.
+func dashboardNames(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/grafana/actloop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	names := map[string]bool{}
+	name := regexp.MustCompile(`\bactloop_[a-z0-9_]+`)
+	cat := Names()
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if base, ok := strings.CutSuffix(n, suffix); ok && cat[base].Type == "histogram" {
+						n = base
+					}
+				}
+				names[n] = true
+			}
+		}
+	}
+	return names
+}
+
+// Every metric the dashboard queries is exported, and every exported one
+// is on the dashboard.
+func TestDashboardMatchesCatalogue(t *testing.T) {
+	used := dashboardNames(t)
+	cat := Names()
+	for n := range used {
+		if _, ok := cat[n]; !ok {
+			t.Errorf("the dashboard queries %s, which no service exports", n)
+		}
+	}
+	for n := range cat {
+		if !used[n] {
+			t.Errorf("%s is exported but not on the dashboard", n)
+		}
+	}
+}
+
+func TestScopeUnregisters(t *testing.T) {
+	reg := NewRegistry()
+	for range 2 { // a second term registers the same metrics again
+		s := NewScope(reg)
+		Histogram(s, "actloop_trajectory_seconds", nil)
+		GaugeFunc(s, "actloop_paused", nil, func() float64 { return 1 })
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !has(fams, "actloop_paused") {
+			t.Fatal("registered metric not gathered")
+		}
+		s.Close()
+		if fams, _ := reg.Gather(); has(fams, "actloop_paused") {
+			t.Fatal("metric still gathered after Close")
+		}
+	}
+}
+
+func has(fams []*dto.MetricFamily, name string) bool {
+	for _, f := range fams {
+		if f.GetName() == name {
+			return true
+		}
+	}
+	return false
+}
+
+var _ prometheus.Registerer = (*Scope)(nil)
