@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -56,6 +57,28 @@ func TestStepSpansJoinTheTrajectoryTrace(t *testing.T) {
 			if s.SpanContext().TraceID() != traj.SpanContext().TraceID() || s.Parent().SpanID() != traj.SpanContext().SpanID() {
 				t.Errorf("%s span (trace %s, parent %s) is not a child of the trajectory span (trace %s, id %s)", s.Name(),
 					s.SpanContext().TraceID(), s.Parent().SpanID(), traj.SpanContext().TraceID(), traj.SpanContext().SpanID())
+			}
+		}
+	}
+	// The step spans say what the step did.
+	attrs := func(s sdktrace.ReadOnlySpan) map[string]attribute.Value {
+		m := map[string]attribute.Value{}
+		for _, kv := range s.Attributes() {
+			m[string(kv.Key)] = kv.Value
+		}
+		return m
+	}
+	for _, s := range rec.Ended() {
+		a := attrs(s)
+		switch {
+		case s.Name() == "gen-r0":
+			if a["replica"].AsString() != "r0" || a["tokens_in"].AsInt64() <= 0 || a["tokens_out"].AsInt64() <= 0 ||
+				a["weight_version"].Type() != attribute.INT64 || a["preempted"].Type() != attribute.BOOL || a["queue_wait_ms"].Type() != attribute.INT64 {
+				t.Errorf("gen span attributes %v", a)
+			}
+		case s.Name() == "env-env-0" && a["kind"].AsString() == "exec":
+			if a["exit_code"].Type() != attribute.INT64 || a["exec_ms"].Type() != attribute.INT64 {
+				t.Errorf("exec span attributes %v", a)
 			}
 		}
 	}

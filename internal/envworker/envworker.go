@@ -39,6 +39,7 @@ import (
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/store"
+	"github.com/actloop/actloop/pkg/telemetry"
 	"github.com/actloop/actloop/pkg/testlog"
 	"github.com/actloop/actloop/pkg/tokenize"
 )
@@ -188,6 +189,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	defer w.m.observe(step.Kind)()
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID),
 		attribute.Int64("seq", step.Seq), attribute.String("kind", string(step.Kind)))
+	telemetry.AddLogAttrs(ctx, "traj_id", step.TrajID, "seq", step.Seq, "kind", string(step.Kind))
 	var s flow.Step
 	switch step.Kind {
 	case schema.EnvClose:
@@ -275,7 +277,10 @@ func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commi
 	if err != nil {
 		return store.Commit{}, err
 	}
+	started := time.Now()
 	res, err := sb.Exec(ctx, t.Action, t.Sample.Env.StepTimeout())
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("exec_ms", time.Since(started).Milliseconds()),
+		attribute.Int("exit_code", res.ReturnCode), attribute.Bool("timed_out", res.TimedOut), attribute.Bool("truncated", res.Truncated))
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
 			return store.Commit{}, bus.Fatal(fmt.Errorf("sandbox lost: %w", err))
@@ -393,10 +398,13 @@ func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string)
 		return evaluation{note: "eval sandbox: " + err.Error(), tests: missingTests(env.Tests)}, nil
 	}
 	defer func() { _ = sb.Close(context.WithoutCancel(ctx)) }()
+	started := time.Now()
 	res, err := sb.Exec(ctx, env.Eval, env.EvalTimeout())
 	if err != nil {
 		return evaluation{}, fmt.Errorf("eval: %w", err)
 	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("eval_ms", time.Since(started).Milliseconds()),
+		attribute.Int("eval_exit_code", res.ReturnCode))
 	if env.Tests != nil {
 		// A timed-out eval's partial output still says which tests ran.
 		ev := evaluation{}

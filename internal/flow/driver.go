@@ -70,7 +70,7 @@ func (d *Driver) Do(ctx context.Context, id string, seq int64, s Step) error {
 func (d *Driver) do(ctx context.Context, id string, seq int64, s Step) error {
 	t, err := d.Store.Load(ctx, id, s.Parts)
 	if errors.Is(err, store.ErrNotFound) {
-		d.Log.Warn("step for unknown trajectory dropped", "traj_id", id, "seq", seq)
+		d.Log.WarnContext(ctx, "step for unknown trajectory dropped", "traj_id", id, "seq", seq)
 		return nil
 	}
 	if err != nil {

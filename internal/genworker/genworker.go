@@ -37,6 +37,7 @@ import (
 	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/actloop/actloop/pkg/store"
+	"github.com/actloop/actloop/pkg/telemetry"
 	"github.com/actloop/actloop/pkg/tokenize"
 )
 
@@ -195,7 +196,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
 		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
-	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
+	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log.With("replica", cfg.Replica)}
 	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
 	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
 		interval: min(max(cfg.StealAfter/4, 50*time.Millisecond), time.Second)}
@@ -247,6 +248,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		return bus.Malformed(fmt.Errorf("gen step: %w", err))
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
+	telemetry.AddLogAttrs(ctx, "traj_id", step.TrajID, "seq", step.Seq)
 	low := strings.HasSuffix(m.Subject(), "."+priority.ClassLow)
 	g := newGeneration()
 	if meta, err := m.Metadata(); err == nil {
@@ -396,11 +398,20 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 		}
 		started := time.Now()
 		if !g.queuedAt.IsZero() {
-			w.m.queueWait.Observe(max(w.d.Now().Sub(g.queuedAt), 0).Seconds())
+			w.m.queueWait.Observe(max(started.Sub(g.queuedAt), 0).Seconds())
 		}
 		var err error
 		res, err = w.gen.Generate(ctx, req)
 		w.m.step.Observe(time.Since(started).Seconds())
+		span := trace.SpanFromContext(ctx)
+		span.SetAttributes(attribute.String("replica", w.cfg.Replica), attribute.String("rid", rid),
+			attribute.Int("tokens_in", len(req.InputIDs)), attribute.Int("tokens_out", len(res.OutputIDs)),
+			attribute.Int64("generate_ms", time.Since(started).Milliseconds()), attribute.Int64("weight_version", g.version),
+			attribute.Bool("preempted", g.preempted.Load()), attribute.Bool("paused", g.paused.Load()),
+			attribute.String("finish", res.Finish.Type.String()))
+		if !g.queuedAt.IsZero() {
+			span.SetAttributes(attribute.Int64("queue_wait_ms", started.Sub(g.queuedAt).Milliseconds()))
+		}
 		w.health.record(err)
 		if err == nil && res.Finish.Type == llm.FinishAbort && finishedAnyway(res.OutputIDs, w.tmpl.StopTokenIDs(), maxNew) {
 			// The abort raced with the end of the turn and lost: the output
@@ -531,7 +542,7 @@ func (w *Worker) restart(t *store.Trajectory, c store.Commit) store.Commit {
 	c.Set[store.FieldStatus] = string(store.StatusStarting)
 	c.Set[store.FieldRestarts] = strconv.Itoa(t.Restarts + 1)
 	w.restarts.Add(1)
-	w.d.Log.Info("stale trajectory starts again", "traj_id", t.ID, "restarts", t.Restarts+1)
+	w.d.Log.Info("stale trajectory starts again", "traj_id", t.ID, "seq", t.Seq, "replica", w.cfg.Replica, "restarts", t.Restarts+1)
 	return c
 }
 

@@ -75,19 +75,24 @@ func (s *stealer) consumer(ctx context.Context, replica string) (jetstream.Consu
 }
 
 // queueWait is how long the oldest step not yet delivered from c has
-// waited (0 when none waits). Steps handed back for redelivery are not
-// seen, so it can only understate.
+// waited (0 when none waits). With none undelivered it is the age of the
+// oldest unacknowledged one: a step handed back for redelivery (a stolen
+// step that failed, say) waits there too, and a fetch then takes only such
+// a step, never one another worker holds.
 func (s *stealer) queueWait(ctx context.Context, c jetstream.Consumer, replica string, now time.Time) time.Duration {
 	info, err := c.Info(ctx)
-	if err != nil || info.NumPending == 0 {
+	if err != nil || info.NumPending+uint64(info.NumAckPending) == 0 {
 		return 0
+	}
+	from := info.Delivered.Stream + 1
+	if info.NumPending == 0 {
+		from = info.AckFloor.Stream + 1
 	}
 	stream, err := s.js.Stream(ctx, bus.StreamGen)
 	if err != nil {
 		return 0
 	}
-	m, err := stream.GetMsg(ctx, info.Delivered.Stream+1,
-		jetstream.WithGetMsgSubject(bus.SubjectGen(replica, priority.ClassLow)))
+	m, err := stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(bus.SubjectGen(replica, priority.ClassLow)))
 	if err != nil {
 		return 0 // none (ErrMsgNotFound) or unknown: nothing to steal
 	}

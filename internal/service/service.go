@@ -98,10 +98,11 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// NewLogger returns a JSON logger at level.
+// NewLogger returns a JSON logger at level; records logged with a context
+// carry its trace and the trajectory it is about (telemetry.LogHandler).
 func NewLogger(w io.Writer, level string) *slog.Logger {
 	l, _ := parseLevel(level)
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(telemetry.LogHandler{Handler: slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})})
 }
 
 // Deps are the connections a service runs on.

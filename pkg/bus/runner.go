@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/actloop/actloop/pkg/telemetry"
 )
 
 // Handler handles one message. Its error decides the ack (see Runner).
@@ -468,6 +470,7 @@ func (r *Runner) handle(ctx, hctx context.Context, m jetstream.Msg) {
 	pctx, span := tracer().Start(pctx, r.Name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("messaging.destination.name", m.Subject())))
 	defer span.End()
+	pctx = telemetry.WithLogAttrs(pctx) // the handler names the trajectory
 
 	stopBeat := r.heartbeat(pctx, m)
 	err := r.safeHandle(pctx, m)
@@ -482,14 +485,14 @@ func (r *Runner) handle(ctx, hctx context.Context, m jetstream.Msg) {
 	switch {
 	case err == nil:
 		if aerr := m.Ack(); aerr != nil {
-			log.Warn("ack failed", "error", aerr)
+			log.WarnContext(pctx, "ack failed", "error", aerr)
 		}
 		return
 	case IsMalformed(err):
 		span.SetStatus(codes.Error, err.Error())
-		log.Warn("dead-lettering malformed message", "error", err)
+		log.WarnContext(pctx, "dead-lettering malformed message", "error", err)
 		if derr := r.Publisher.DeadLetter(hctx, r.Name, m, err.Error()); derr != nil {
-			log.Error("dead-letter failed; will retry", "error", derr)
+			log.ErrorContext(pctx, "dead-letter failed; will retry", "error", derr)
 			_ = m.NakWithDelay(time.Second)
 			return
 		}
@@ -503,10 +506,10 @@ func (r *Runner) handle(ctx, hctx context.Context, m jetstream.Msg) {
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
 	if IsFatal(err) || (r.MaxDeliver > 0 && delivered >= uint64(r.MaxDeliver)) {
-		log.Error("giving up on message", "error", err)
+		log.ErrorContext(pctx, "giving up on message", "error", err)
 		if r.GiveUp != nil {
 			if gerr := r.GiveUp(hctx, m, err); gerr != nil {
-				log.Error("give-up report failed; will retry", "error", gerr)
+				log.ErrorContext(pctx, "give-up report failed; will retry", "error", gerr)
 				_ = m.NakWithDelay(backoff(delivered))
 				return
 			}
@@ -515,7 +518,7 @@ func (r *Runner) handle(ctx, hctx context.Context, m jetstream.Msg) {
 		return
 	}
 	delay := backoff(delivered)
-	log.Warn("step failed; will retry", "error", err, "retry_in", delay)
+	log.WarnContext(pctx, "step failed; will retry", "error", err, "retry_in", delay)
 	_ = m.NakWithDelay(delay)
 }
 

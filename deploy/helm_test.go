@@ -1,0 +1,1303 @@
+package deploy
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"sigs.k8s.io/yaml"
+
+	"github.com/actloop/actloop/internal/services"
+)
+
+const (
+	chartDir  = "helm/actloop"
+	release   = "rl"
+	namespace = "actloop"
+	// kubeVersion is the cluster version the chart is rendered for.
+	kubeVersion = "v1.33.0"
+)
+
+// decoder decodes the typed kinds the chart may render, strictly: an
+// unknown or duplicated field is an error.
+var decoder = func() runtime.Decoder {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, autoscalingv2.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	return serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer()
+}()
+
+// keda is the only kind decoded as unstructured.
+const (
+	kedaAPIVersion = "keda.sh/v1alpha1"
+	kedaKind       = "ScaledObject"
+)
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func capabilities(t *testing.T) *chartutil.Capabilities {
+	t.Helper()
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = *kv
+	return caps
+}
+
+// render renders the chart with vals over its defaults, as `helm template
+// --namespace actloop rl` with --strict (a reference to a missing value is
+// an error). It returns the rendered files and the coalesced values.
+func render(t *testing.T, vals map[string]any) (map[string]string, chartutil.Values, error) {
+	t.Helper()
+	ch := loadChart(t)
+	opts := chartutil.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}
+	top, err := chartutil.ToRenderValues(ch, vals, opts, capabilities(t))
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := engine.Engine{Strict: true}.Render(ch, top)
+	if err != nil {
+		return nil, nil, err
+	}
+	values, err := top.Table("Values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, values, nil
+}
+
+// valueFiles are the cases: the defaults and each ci/*.yaml.
+func valueFiles(t *testing.T) map[string]map[string]any {
+	t.Helper()
+	cases := map[string]map[string]any{"default": {}}
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 4 {
+		t.Fatalf("%s/ci: %d values files, want at least 4", chartDir, len(files))
+	}
+	for _, f := range files {
+		vals, err := chartutil.ReadValuesFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases[filepath.Base(f)] = vals.AsMap()
+	}
+	return cases
+}
+
+// manifests is a rendered release, decoded.
+type manifests struct {
+	deployments  []*appsv1.Deployment
+	statefulSets []*appsv1.StatefulSet
+	services     []*corev1.Service
+	secrets      []*corev1.Secret
+	configMaps   []*corev1.ConfigMap
+	pdbs         []*policyv1.PodDisruptionBudget
+	hpas         []*autoscalingv2.HorizontalPodAutoscaler
+	scaled       []*unstructured.Unstructured
+	names        map[string]bool // kind/name
+}
+
+var docSep = regexp.MustCompile(`(?m)^---\s*$`)
+
+// decode splits every rendered file into documents and decodes each
+// strictly into its typed object.
+func decode(t *testing.T, files map[string]string) *manifests {
+	t.Helper()
+	m := &manifests{names: map[string]bool{}}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue // NOTES.txt
+		}
+		for i, doc := range docSep.Split(files[name], -1) {
+			if isBlank(doc) {
+				continue
+			}
+			at := fmt.Sprintf("%s#%d", name, i)
+			var head struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Metadata   struct {
+					Name      string `json:"name"`
+					Namespace string `json:"namespace"`
+				} `json:"metadata"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+				t.Fatalf("%s: %v\n%s", at, err, doc)
+			}
+			key := head.Kind + "/" + head.Metadata.Name
+			if m.names[key] {
+				t.Errorf("%s: %s rendered twice", at, key)
+			}
+			m.names[key] = true
+			if head.Metadata.Namespace != namespace {
+				t.Errorf("%s: %s: namespace %q, want %q", at, key, head.Metadata.Namespace, namespace)
+			}
+			if head.APIVersion == kedaAPIVersion {
+				if head.Kind != kedaKind {
+					t.Fatalf("%s: %s %s: want only %s from %s", at, head.APIVersion, head.Kind, kedaKind, kedaAPIVersion)
+				}
+				js, err := yaml.YAMLToJSON([]byte(doc))
+				if err != nil {
+					t.Fatalf("%s: %v", at, err)
+				}
+				u := &unstructured.Unstructured{}
+				if err := u.UnmarshalJSON(js); err != nil {
+					t.Fatalf("%s: %v", at, err)
+				}
+				m.scaled = append(m.scaled, u)
+				continue
+			}
+			obj, gvk, err := decoder.Decode([]byte(doc), nil, nil)
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", at, err, doc)
+			}
+			switch o := obj.(type) {
+			case *appsv1.Deployment:
+				m.deployments = append(m.deployments, o)
+			case *appsv1.StatefulSet:
+				m.statefulSets = append(m.statefulSets, o)
+			case *corev1.Service:
+				m.services = append(m.services, o)
+			case *corev1.Secret:
+				m.secrets = append(m.secrets, o)
+			case *corev1.ConfigMap:
+				m.configMaps = append(m.configMaps, o)
+			case *corev1.ServiceAccount:
+			case *policyv1.PodDisruptionBudget:
+				m.pdbs = append(m.pdbs, o)
+			case *autoscalingv2.HorizontalPodAutoscaler:
+				m.hpas = append(m.hpas, o)
+			default:
+				t.Fatalf("%s: unexpected kind %v", at, gvk)
+			}
+		}
+	}
+	return m
+}
+
+func isBlank(doc string) bool {
+	for line := range strings.SplitSeq(doc, "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+const componentLabel = "app.kubernetes.io/component"
+
+// reporter is where the checks report: the test, or a recorder that
+// shows a check catches what it should.
+type reporter interface {
+	Helper()
+	Errorf(format string, args ...any)
+	TempDir() string
+	Setenv(key, value string)
+}
+
+func (m *manifests) deployment(t reporter, name string) *appsv1.Deployment {
+	t.Helper()
+	for _, d := range m.deployments {
+		if d.Name == name {
+			return d
+		}
+	}
+	t.Errorf("no Deployment %s", name)
+	return nil
+}
+
+func (m *manifests) statefulSet(name string) *appsv1.StatefulSet {
+	for _, s := range m.statefulSets {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+func (m *manifests) secret(name string) *corev1.Secret {
+	for _, s := range m.secrets {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+func (m *manifests) configMap(name string) *corev1.ConfigMap {
+	for _, c := range m.configMaps {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (m *manifests) service(name string) *corev1.Service {
+	for _, s := range m.services {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// byComponent returns the Deployments whose pods carry component.
+func (m *manifests) byComponent(component string) []*appsv1.Deployment {
+	var out []*appsv1.Deployment
+	for _, d := range m.deployments {
+		if d.Spec.Template.Labels[componentLabel] == component {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// container returns the container named name.
+func container(t reporter, spec *corev1.PodSpec, name string) *corev1.Container {
+	t.Helper()
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
+		}
+	}
+	t.Errorf("no container %s", name)
+	return nil
+}
+
+func envVar(c *corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
+// envValue is a plain variable's value ("" when unset or not plain).
+func envValue(c *corev1.Container, name string) string {
+	if e := envVar(c, name); e != nil {
+		return e.Value
+	}
+	return ""
+}
+
+// value reads a dotted path of the coalesced values.
+func value(t reporter, vals chartutil.Values, path string) any {
+	t.Helper()
+	v, err := vals.PathValue(path)
+	if err != nil {
+		t.Errorf("values: %s: %v", path, err)
+		return nil
+	}
+	return v
+}
+
+func intValue(t reporter, vals chartutil.Values, path string) int {
+	t.Helper()
+	switch v := value(t, vals, path).(type) {
+	case float64:
+		return int(v)
+	case int:
+		return v
+	case int64:
+		return int(v)
+	default:
+		t.Errorf("values: %s: %v is not a number", path, v)
+		return 0
+	}
+}
+
+func boolValue(t reporter, vals chartutil.Values, path string) bool {
+	t.Helper()
+	b, ok := value(t, vals, path).(bool)
+	if !ok {
+		t.Errorf("values: %s: not a bool", path)
+	}
+	return b
+}
+
+func stringValue(t reporter, vals chartutil.Values, path string) string {
+	t.Helper()
+	s, _ := value(t, vals, path).(string)
+	return s
+}
+
+// group is a gen-worker group as the values give it, defaults applied.
+type group struct {
+	name, replica, url, api string
+	slots, replicas         int
+}
+
+func groups(t reporter, vals chartutil.Values) []group {
+	t.Helper()
+	list, ok := value(t, vals, "genWorker.groups").([]any)
+	if !ok {
+		t.Errorf("values: genWorker.groups: not a list")
+		return nil
+	}
+	var out []group
+	for _, e := range list {
+		g := e.(map[string]any)
+		str := func(k, def string) string {
+			if s, ok := g[k].(string); ok && s != "" {
+				return s
+			}
+			return def
+		}
+		num := func(k string, def int) int {
+			if f, ok := g[k].(float64); ok {
+				return int(f)
+			}
+			return def
+		}
+		name := str("name", "")
+		out = append(out, group{name: name, replica: str("replica", name), url: str("url", ""),
+			api: str("api", stringValue(t, vals, "genWorker.api")), slots: num("slots", intValue(t, vals, "genWorker.slots")),
+			replicas: num("replicas", intValue(t, vals, "genWorker.replicas"))})
+	}
+	return out
+}
+
+// The chart renders for its defaults and every ci/*.yaml, and what it
+// renders holds together.
+func TestChartRenders(t *testing.T) {
+	for name, vals := range valueFiles(t) {
+		t.Run(name, func(t *testing.T) {
+			files, values, err := render(t, vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, _, err := render(t, vals)
+			if err != nil || !reflect.DeepEqual(files, again) {
+				t.Fatalf("a second rendering differs (err %v)", err)
+			}
+			if notes := files["actloop/templates/NOTES.txt"]; !strings.Contains(notes, "ACTLOOP_REPLICAS") {
+				t.Errorf("NOTES.txt: %q", notes)
+			}
+			checkAll(t, decode(t, files), values)
+		})
+	}
+}
+
+// checkAll runs every check of a rendered release.
+func checkAll(t reporter, m *manifests, values chartutil.Values) {
+	t.Helper()
+	checkServices(t, m, values)
+	checkGenWorkerGroups(t, m, values)
+	checkEnvWorker(t, m, values)
+	checkDisruptionBudgets(t, m)
+	checkSecrets(t, m, values)
+	checkNATS(t, m, values)
+	checkRedis(t, m, values)
+	checkAllContainers(t, m)
+}
+
+// recorder keeps what the checks report instead of failing the test.
+type recorder struct {
+	*testing.T
+	errs []string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// The checks catch each kind of mistake (applied to a good rendering, or
+// made through the values), naming it.
+func TestChecksCatch(t *testing.T) {
+	const (
+		coord = release + "-actloop-coordinator"
+		gen   = release + "-actloop-gen-worker-r0"
+		env   = release + "-actloop-env-worker"
+		pred  = release + "-actloop-predictor-gw"
+	)
+	first := func(m *manifests, name string) *corev1.Container {
+		for _, d := range m.deployments {
+			if d.Name == name {
+				return &d.Spec.Template.Spec.Containers[0]
+			}
+		}
+		panic("no Deployment " + name)
+	}
+	podSpec := func(m *manifests, name string) *corev1.PodSpec {
+		for _, d := range m.deployments {
+			if d.Name == name {
+				return &d.Spec.Template.Spec
+			}
+		}
+		panic("no Deployment " + name)
+	}
+	setEnv := func(c *corev1.Container, e corev1.EnvVar) {
+		for i := range c.Env {
+			if c.Env[i].Name == e.Name {
+				c.Env[i] = e
+				return
+			}
+		}
+		c.Env = append(c.Env, e)
+	}
+	tests := []struct {
+		name    string
+		vals    map[string]any
+		mutate  func(m *manifests)
+		wantErr string
+	}{
+		{name: "another service's variable", mutate: func(m *manifests) {
+			setEnv(first(m, coord), corev1.EnvVar{Name: "ACTLOOP_LLM_URL", Value: "http://x:1"})
+		}, wantErr: "ACTLOOP_LLM_URL is not a setting coordinator reads"},
+		{name: "another service's variable in extraEnv", vals: map[string]any{"coordinator": map[string]any{
+			"extraEnv": []any{map[string]any{"name": "ACTLOOP_ENV_SLOTS", "value": "4"}},
+		}}, wantErr: "ACTLOOP_ENV_SLOTS is not a setting coordinator reads"},
+		{name: "a setting set twice", vals: map[string]any{"genWorker": map[string]any{
+			"extraEnv": []any{map[string]any{"name": "ACTLOOP_SLOTS", "value": "4"}},
+		}}, wantErr: "ACTLOOP_SLOTS set twice"},
+		{name: "readiness on /healthz", mutate: func(m *manifests) {
+			first(m, gen).ReadinessProbe.HTTPGet.Path = "/healthz"
+		}, wantErr: "readiness probe"},
+		{name: "no liveness probe", mutate: func(m *manifests) {
+			first(m, pred).LivenessProbe = nil
+		}, wantErr: "liveness probe"},
+		{name: "no memory request", mutate: func(m *manifests) {
+			delete(first(m, pred).Resources.Requests, corev1.ResourceMemory)
+		}, wantErr: "no memory request"},
+		{name: "address off the probed port", mutate: func(m *manifests) {
+			setEnv(first(m, env), corev1.EnvVar{Name: "ACTLOOP_ENV_WORKER_ADDR", Value: ":9999"})
+		}, wantErr: "ACTLOOP_ENV_WORKER_ADDR"},
+		{name: "a group without its Deployment", mutate: func(m *manifests) {
+			m.deployments = slices.DeleteFunc(m.deployments, func(d *appsv1.Deployment) bool { return d.Name == gen })
+		}, wantErr: "0 gen-worker Deployments for 1 groups"},
+		{name: "a replica the coordinator does not know", mutate: func(m *manifests) {
+			setEnv(first(m, coord), corev1.EnvVar{Name: "ACTLOOP_REPLICAS", Value: "r0,r9"})
+		}, wantErr: "ACTLOOP_REPLICAS"},
+		{name: "no budget", mutate: func(m *manifests) {
+			m.pdbs = slices.DeleteFunc(m.pdbs, func(p *policyv1.PodDisruptionBudget) bool { return p.Name == env })
+		}, wantErr: "Deployment " + env + ": 0 PodDisruptionBudgets"},
+		{name: "one stream replica on the cluster", mutate: func(m *manifests) {
+			setEnv(first(m, pred), corev1.EnvVar{Name: "ACTLOOP_STREAM_REPLICAS", Value: "1"})
+		}, wantErr: "ACTLOOP_STREAM_REPLICAS"},
+		{name: "one NATS server", mutate: func(m *manifests) {
+			one := int32(1)
+			m.statefulSet(release + "-actloop-nats").Spec.Replicas = &one
+		}, wantErr: "nats: replicas"},
+		{name: "no fsync interval", mutate: func(m *manifests) {
+			cm := m.configMap(release + "-actloop-nats")
+			cm.Data["nats.conf"] = strings.Replace(cm.Data["nats.conf"], "sync_interval: 1s", "", 1)
+		}, wantErr: "sync_interval"},
+		{name: "one id for every env-worker", mutate: func(m *manifests) {
+			setEnv(first(m, env), corev1.EnvVar{Name: "ACTLOOP_ENV_WORKER_ID", Value: "env-worker-0"})
+		}, wantErr: "ACTLOOP_ENV_WORKER_ID: want the pod's name"},
+		{name: "the Redis URL in plain text", mutate: func(m *manifests) {
+			setEnv(first(m, coord), corev1.EnvVar{Name: "ACTLOOP_REDIS_URL", Value: "redis://:pw@redis:6379/0"})
+		}, wantErr: "ACTLOOP_REDIS_URL: want it from a Secret"},
+		{name: "a Secret nobody renders", mutate: func(m *manifests) {
+			setEnv(first(m, gen), corev1.EnvVar{Name: "ACTLOOP_NATS_URL", ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "other"}, Key: "url"}}})
+		}, wantErr: "neither renders nor is given"},
+		{name: "too little time to drain", mutate: func(m *manifests) {
+			g := int64(30)
+			podSpec(m, env).TerminationGracePeriodSeconds = &g
+		}, wantErr: "terminationGracePeriodSeconds"},
+		{name: "root", mutate: func(m *manifests) {
+			no := false
+			podSpec(m, env).SecurityContext.RunAsNonRoot = &no
+		}, wantErr: "runAsNonRoot"},
+		{name: "a writable root", mutate: func(m *manifests) {
+			no := false
+			first(m, coord).SecurityContext.ReadOnlyRootFilesystem = &no
+		}, wantErr: "read-only root"},
+		{name: "sandboxes on the root", mutate: func(m *manifests) {
+			c := first(m, env)
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.Name == "sandboxes" })
+		}, wantErr: "ACTLOOP_SANDBOX_ROOT"},
+		{name: "the wrong image", mutate: func(m *manifests) {
+			first(m, env).Image = "actloop:0.1.0"
+		}, wantErr: "image"},
+		{name: "an agent configuration not mounted", vals: map[string]any{"agentConfig": "agent: {}\n"}, mutate: func(m *manifests) {
+			c := first(m, gen)
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.Name == "agent-config" })
+		}, wantErr: "ACTLOOP_AGENT_CONFIG"},
+	}
+	// The good rendering passes.
+	files, values, err := render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{T: t}
+	checkAll(r, decode(t, files), values)
+	if len(r.errs) != 0 {
+		t.Fatalf("the good rendering: %q", r.errs)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files, values, err := render(t, tt.vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := decode(t, files)
+			if tt.mutate != nil {
+				tt.mutate(m)
+			}
+			r := &recorder{T: t}
+			checkAll(r, m, values)
+			if !slices.ContainsFunc(r.errs, func(e string) bool { return strings.Contains(e, tt.wantErr) }) {
+				t.Fatalf("got %q, want an error containing %q", r.errs, tt.wantErr)
+			}
+		})
+	}
+}
+
+// The ci files between them cover what they are meant to.
+func TestValueFilesCover(t *testing.T) {
+	seen := map[string]bool{}
+	for _, vals := range valueFiles(t) {
+		_, v, err := render(t, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen["bundled nats"] = seen["bundled nats"] || boolValue(t, v, "nats.bundled") && boolValue(t, v, "nats.auth.enabled")
+		seen["bundled redis"] = seen["bundled redis"] || boolValue(t, v, "redis.bundled") && boolValue(t, v, "redis.auth.enabled")
+		seen["external secrets"] = seen["external secrets"] || !boolValue(t, v, "nats.bundled") &&
+			stringValue(t, v, "nats.existingSecret.name") != "" && stringValue(t, v, "redis.existingSecret.name") != ""
+		seen["keda"] = seen["keda"] || boolValue(t, v, "envWorker.keda.enabled")
+		gs := groups(t, v)
+		seen["two openai groups"] = seen["two openai groups"] ||
+			len(gs) >= 2 && !slices.ContainsFunc(gs, func(g group) bool { return g.api != "openai" })
+	}
+	for _, want := range []string{"bundled nats", "bundled redis", "external secrets", "keda", "two openai groups"} {
+		if !seen[want] {
+			t.Errorf("no values file covers %s", want)
+		}
+	}
+}
+
+// actloopServices maps each actloop component to the image target it runs.
+var actloopServices = map[string]string{
+	"coordinator":  "image",
+	"gen-worker":   "image",
+	"env-worker":   "envWorker.image",
+	"predictor-gw": "image",
+}
+
+// addrSetting is the variable of each service's HTTP address.
+var addrSetting = map[string]string{
+	"coordinator":  "ACTLOOP_COORDINATOR_ADDR",
+	"gen-worker":   "ACTLOOP_GEN_WORKER_ADDR",
+	"env-worker":   "ACTLOOP_ENV_WORKER_ADDR",
+	"predictor-gw": "ACTLOOP_PREDICTOR_ADDR",
+}
+
+// podIDSetting is the variable that must be unique per pod, if any.
+var podIDSetting = map[string]string{
+	"coordinator": "ACTLOOP_COORDINATOR_ID",
+	"gen-worker":  "ACTLOOP_WORKER_ID",
+	"env-worker":  "ACTLOOP_ENV_WORKER_ID",
+}
+
+// checkServices checks every actloop Deployment against the service it
+// runs: its command, image, the settings it reads, its address and probes,
+// its drain time, its security context.
+func checkServices(t reporter, m *manifests, vals chartutil.Values) {
+	t.Helper()
+	if len(services.Names) != len(actloopServices) {
+		t.Errorf("services %v; the test knows %v", services.Names, slices.Sorted(maps.Keys(actloopServices)))
+		return
+	}
+	for _, d := range m.deployments {
+		svc := d.Spec.Template.Labels[componentLabel]
+		at := "Deployment " + d.Name
+		if _, ok := actloopServices[svc]; !ok {
+			t.Errorf("%s: component %q is not an actloop service %v", at, svc, services.Names)
+			continue
+		}
+		if sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("%s: selector %v does not match its pods' labels (%v)", at, d.Spec.Selector, err)
+		}
+		spec := &d.Spec.Template.Spec
+		if len(spec.Containers) != 1 {
+			t.Errorf("%s: %d containers, want 1", at, len(spec.Containers))
+		}
+		c := container(t, spec, svc)
+		if c == nil {
+			continue
+		}
+		if !slices.Equal(c.Args, []string{"serve", svc}) {
+			t.Errorf("%s: args %q, want serve %s", at, c.Args, svc)
+		}
+		img := actloopServices[svc]
+		repo, tag := stringValue(t, vals, img+".repository"), stringValue(t, vals, img+".tag")
+		if tag == "" {
+			tag = d.Labels["app.kubernetes.io/version"] // the chart's appVersion
+		}
+		if c.Image != repo+":"+tag {
+			t.Errorf("%s: image %q, want %s:%s", at, c.Image, repo, tag)
+		}
+
+		// Only settings the service reads, each once.
+		reads := services.Settings(svc)
+		seen := map[string]bool{}
+		for _, e := range c.Env {
+			if seen[e.Name] {
+				t.Errorf("%s: %s set twice", at, e.Name)
+			}
+			seen[e.Name] = true
+			if strings.HasPrefix(e.Name, "ACTLOOP_") && !slices.Contains(reads, e.Name) {
+				t.Errorf("%s: %s is not a setting %s reads", at, e.Name, svc)
+			}
+		}
+		for _, k := range []string{"ACTLOOP_NATS_URL", "ACTLOOP_REDIS_URL"} {
+			if e := envVar(c, k); e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				t.Errorf("%s: %s: want it from a Secret (secretKeyRef)", at, k)
+			}
+		}
+		if id := podIDSetting[svc]; id != "" {
+			if e := envVar(c, id); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+				t.Errorf("%s: %s: want the pod's name (fieldRef metadata.name)", at, id)
+			}
+		}
+
+		// Served where the probes ask.
+		addr := envValue(c, addrSetting[svc])
+		var port int32
+		for _, p := range c.Ports {
+			if p.Name == "http" {
+				port = p.ContainerPort
+			}
+		}
+		if port == 0 || addr != fmt.Sprintf(":%d", port) {
+			t.Errorf("%s: %s %q, container port http %d: want the same", at, addrSetting[svc], addr, port)
+		}
+		probe := func(name string, p *corev1.Probe, path string) {
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "http" {
+				t.Errorf("%s: %s probe %+v: want GET %s on port http", at, name, p, path)
+			}
+		}
+		probe("liveness", c.LivenessProbe, "/healthz")
+		probe("readiness", c.ReadinessProbe, "/readyz")
+		if c.StartupProbe != nil {
+			probe("startup", c.StartupProbe, "/healthz")
+		}
+
+		// Long enough to drain.
+		timeout, err := time.ParseDuration(envValue(c, "ACTLOOP_SHUTDOWN_TIMEOUT"))
+		if err != nil || timeout <= 0 {
+			t.Errorf("%s: ACTLOOP_SHUTDOWN_TIMEOUT %q: %v", at, envValue(c, "ACTLOOP_SHUTDOWN_TIMEOUT"), err)
+		}
+		// After the steps: flushing NATS (5s), draining it (up to 10s) and
+		// the HTTP server (5s).
+		margin := time.Duration(intValue(t, vals, "terminationGraceMarginSeconds")) * time.Second
+		if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second != timeout+margin || margin < 20*time.Second {
+			t.Errorf("%s: terminationGracePeriodSeconds %v, want ACTLOOP_SHUTDOWN_TIMEOUT (%v) + the margin (%v, at least 20s)", at, g, timeout, margin)
+		}
+
+		// The agent configuration, where the workers are told it is.
+		if path := envValue(c, "ACTLOOP_AGENT_CONFIG"); path != "" {
+			checkMountedFile(t, m, at, spec, c, path)
+		}
+
+		// Non-root, as the image's user.
+		wantUID := int64(65532)
+		if svc == "env-worker" {
+			wantUID = 10001
+		}
+		psc := spec.SecurityContext
+		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != wantUID {
+			t.Errorf("%s: pod securityContext %+v: want runAsNonRoot, runAsUser %d", at, psc, wantUID)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: container securityContext %+v: want no privilege escalation, a read-only root", at, sc)
+		}
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			t.Errorf("%s: the pods need no API token", at)
+		}
+	}
+	for svc := range actloopServices {
+		if len(m.byComponent(svc)) == 0 {
+			t.Errorf("no Deployment runs %s", svc)
+		}
+	}
+
+	// The coordinator: several, each with its own id; a Service.
+	coord := m.deployment(t, release+"-actloop-coordinator")
+	if coord == nil {
+		return
+	}
+	if want := int32(intValue(t, vals, "coordinator.replicas")); coord.Spec.Replicas == nil || *coord.Spec.Replicas != want {
+		t.Errorf("coordinator: replicas %v, want %d", coord.Spec.Replicas, want)
+	}
+	for _, name := range []string{release + "-actloop-coordinator", release + "-actloop-predictor-gw"} {
+		s := m.service(name)
+		d := m.deployment(t, name)
+		if d == nil {
+			continue
+		}
+		if s == nil {
+			t.Errorf("no Service %s", name)
+			continue
+		}
+		if !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("Service %s: selector %v does not select its Deployment's pods", name, s.Spec.Selector)
+		}
+		if len(s.Spec.Ports) != 1 || s.Spec.Ports[0].TargetPort.String() != "http" {
+			t.Errorf("Service %s: ports %+v: want the container's http port", name, s.Spec.Ports)
+		}
+	}
+}
+
+// checkMountedFile: path is a key of a rendered ConfigMap mounted at its
+// directory.
+func checkMountedFile(t reporter, m *manifests, at string, spec *corev1.PodSpec, c *corev1.Container, path string) {
+	t.Helper()
+	dir, file := filepath.Split(path)
+	for _, vm := range c.VolumeMounts {
+		if filepath.Clean(vm.MountPath) != filepath.Clean(dir) {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == vm.Name && v.ConfigMap != nil {
+				if cm := m.configMap(v.ConfigMap.Name); cm != nil && cm.Data[file] != "" {
+					return
+				}
+			}
+		}
+	}
+	t.Errorf("%s: ACTLOOP_AGENT_CONFIG %s: no key of a rendered ConfigMap mounted there", at, path)
+}
+
+// checkGenWorkerGroups: one Deployment per group, with its replica, server
+// and API; the coordinator's ACTLOOP_REPLICAS lists exactly the groups'
+// replicas.
+func checkGenWorkerGroups(t reporter, m *manifests, vals chartutil.Values) {
+	t.Helper()
+	gs := groups(t, vals)
+	deps := m.byComponent("gen-worker")
+	if len(deps) != len(gs) {
+		t.Errorf("%d gen-worker Deployments for %d groups", len(deps), len(gs))
+	}
+	var replicas []string
+	for _, g := range gs {
+		replicas = append(replicas, g.replica)
+		d := m.deployment(t, release+"-actloop-gen-worker-"+g.name)
+		if d == nil {
+			continue
+		}
+		c := container(t, &d.Spec.Template.Spec, "gen-worker")
+		if c == nil {
+			continue
+		}
+		for k, want := range map[string]string{
+			"ACTLOOP_REPLICA": g.replica, "ACTLOOP_LLM_URL": g.url, "ACTLOOP_LLM_API": g.api,
+			"ACTLOOP_SLOTS": fmt.Sprint(g.slots),
+		} {
+			if got := envValue(c, k); got != want {
+				t.Errorf("gen-worker %s: %s %q, want %q", g.name, k, got, want)
+			}
+		}
+		if d.Spec.Replicas == nil || int(*d.Spec.Replicas) != g.replicas {
+			t.Errorf("gen-worker %s: replicas %v, want %d", g.name, d.Spec.Replicas, g.replicas)
+		}
+		if d.Spec.Template.Labels["actloop/group"] != g.name {
+			t.Errorf("gen-worker %s: pods labelled group %q", g.name, d.Spec.Template.Labels["actloop/group"])
+		}
+	}
+	d := m.deployment(t, release+"-actloop-coordinator")
+	if d == nil {
+		return
+	}
+	coord := container(t, &d.Spec.Template.Spec, "coordinator")
+	if coord == nil {
+		return
+	}
+	if got := strings.Split(envValue(coord, "ACTLOOP_REPLICAS"), ","); !slices.Equal(got, replicas) {
+		t.Errorf("coordinator: ACTLOOP_REPLICAS %q, want %q (the groups' replicas)", got, replicas)
+	}
+}
+
+// checkEnvWorker: its image target, a writable sandbox root, and scaling
+// by a CPU HorizontalPodAutoscaler or a KEDA ScaledObject on the
+// env-start consumer's lag.
+func checkEnvWorker(t reporter, m *manifests, vals chartutil.Values) {
+	t.Helper()
+	name := release + "-actloop-env-worker"
+	d := m.deployment(t, name)
+	if d == nil {
+		return
+	}
+	spec := &d.Spec.Template.Spec
+	c := container(t, spec, "env-worker")
+	if c == nil {
+		return
+	}
+	root := envValue(c, "ACTLOOP_SANDBOX_ROOT")
+	var vol string
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath == root && !vm.ReadOnly {
+			vol = vm.Name
+		}
+	}
+	if root == "" || !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol && v.EmptyDir != nil }) {
+		t.Errorf("env-worker: ACTLOOP_SANDBOX_ROOT %q: want a writable emptyDir mounted there", root)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == "/tmp" }) {
+		t.Errorf("env-worker: no writable /tmp under a read-only root")
+	}
+
+	keda, hpa := boolValue(t, vals, "envWorker.keda.enabled"), boolValue(t, vals, "envWorker.autoscaling.enabled")
+	if (keda || hpa) != (d.Spec.Replicas == nil) {
+		t.Errorf("env-worker: replicas %v with autoscaling %v, keda %v: want them set only when nothing scales it", d.Spec.Replicas, hpa, keda)
+	}
+	switch {
+	case keda:
+		if len(m.hpas) != 0 {
+			t.Errorf("env-worker: an HPA next to KEDA's own")
+		}
+		if len(m.scaled) != 1 {
+			t.Errorf("env-worker: %d ScaledObjects, want 1", len(m.scaled))
+			return
+		}
+		so := m.scaled[0]
+		if so.GetAPIVersion() != kedaAPIVersion || so.GetKind() != kedaKind {
+			t.Errorf("ScaledObject: %s %s", so.GetAPIVersion(), so.GetKind())
+		}
+		if target, _, _ := unstructured.NestedString(so.Object, "spec", "scaleTargetRef", "name"); target != name {
+			t.Errorf("ScaledObject: scaleTargetRef %q, want %s", target, name)
+		}
+		triggers, _, _ := unstructured.NestedSlice(so.Object, "spec", "triggers")
+		found := false
+		for _, tr := range triggers {
+			tr := tr.(map[string]any)
+			if tr["type"] != "nats-jetstream" {
+				continue
+			}
+			found = true
+			md, _ := tr["metadata"].(map[string]any)
+			for k, want := range map[string]string{"stream": "ACTLOOP_ENV", "consumer": "env-start", "account": "$G"} {
+				if md[k] != want {
+					t.Errorf("ScaledObject: trigger %s %v, want %q", k, md[k], want)
+				}
+			}
+			for _, k := range []string{"natsServerMonitoringEndpoint", "lagThreshold"} {
+				if s, ok := md[k].(string); !ok || s == "" {
+					t.Errorf("ScaledObject: trigger %s %v: want a string", k, md[k])
+				}
+			}
+		}
+		if !found {
+			t.Errorf("ScaledObject: no nats-jetstream trigger")
+		}
+	case hpa:
+		if len(m.scaled) != 0 || len(m.hpas) != 1 {
+			t.Errorf("env-worker: %d HPAs, %d ScaledObjects; want one HPA", len(m.hpas), len(m.scaled))
+			return
+		}
+		h := m.hpas[0]
+		if h.Spec.ScaleTargetRef.Kind != "Deployment" || h.Spec.ScaleTargetRef.Name != name {
+			t.Errorf("HPA: target %+v, want Deployment %s", h.Spec.ScaleTargetRef, name)
+		}
+		if len(h.Spec.Metrics) != 1 || h.Spec.Metrics[0].Resource == nil || h.Spec.Metrics[0].Resource.Name != corev1.ResourceCPU {
+			t.Errorf("HPA: metrics %+v, want CPU", h.Spec.Metrics)
+		}
+	default:
+		if len(m.hpas)+len(m.scaled) != 0 {
+			t.Errorf("env-worker: autoscaled while autoscaling is off")
+		}
+	}
+}
+
+// checkDisruptionBudgets: every Deployment and the NATS StatefulSet has a
+// PodDisruptionBudget selecting its pods, and no budget selects pods of two.
+func checkDisruptionBudgets(t reporter, m *manifests) {
+	t.Helper()
+	type workload struct {
+		name string
+		pods map[string]string
+	}
+	var ws []workload
+	for _, d := range m.deployments {
+		ws = append(ws, workload{"Deployment " + d.Name, d.Spec.Template.Labels})
+	}
+	for _, s := range m.statefulSets {
+		if s.Spec.Template.Labels[componentLabel] == "nats" {
+			ws = append(ws, workload{"StatefulSet " + s.Name, s.Spec.Template.Labels})
+		}
+	}
+	for _, w := range ws {
+		n := 0
+		for _, p := range m.pdbs {
+			sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+			if err != nil {
+				t.Errorf("PDB %s: %v", p.Name, err)
+				continue
+			}
+			if sel.Matches(labels.Set(w.pods)) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s: %d PodDisruptionBudgets select its pods, want 1", w.name, n)
+		}
+	}
+	for _, p := range m.pdbs {
+		if (p.Spec.MinAvailable == nil) == (p.Spec.MaxUnavailable == nil) {
+			t.Errorf("PDB %s: want one of minAvailable, maxUnavailable", p.Name)
+		}
+	}
+}
+
+// checkSecrets: each secretKeyRef names the chart's Secret and a key it
+// has, or the existing Secret the values name.
+func checkSecrets(t reporter, m *manifests, vals chartutil.Values) {
+	t.Helper()
+	own := release + "-actloop"
+	allowed := map[string]bool{own: true}
+	for _, k := range []string{"nats", "redis"} {
+		if s := stringValue(t, vals, k+".existingSecret.name"); s != "" {
+			allowed[s] = true
+		}
+	}
+	check := func(at string, c corev1.Container) {
+		for _, e := range c.Env {
+			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				continue
+			}
+			ref := e.ValueFrom.SecretKeyRef
+			if !allowed[ref.Name] {
+				t.Errorf("%s: %s from Secret %s, which the chart neither renders nor is given", at, e.Name, ref.Name)
+				continue
+			}
+			if s := m.secret(ref.Name); s != nil {
+				if _, ok := s.StringData[ref.Key]; !ok {
+					t.Errorf("%s: %s from %s key %s: no such key", at, e.Name, ref.Name, ref.Key)
+				}
+			} else if ref.Name == own {
+				t.Errorf("%s: %s from Secret %s, not rendered", at, e.Name, own)
+			}
+		}
+	}
+	for _, d := range m.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			check("Deployment "+d.Name, c)
+		}
+	}
+	for _, s := range m.statefulSets {
+		for _, c := range s.Spec.Template.Spec.Containers {
+			check("StatefulSet "+s.Name, c)
+		}
+	}
+	bothExisting := stringValue(t, vals, "nats.existingSecret.name") != "" && stringValue(t, vals, "redis.existingSecret.name") != ""
+	if bothExisting != (m.secret(own) == nil) {
+		t.Errorf("Secret %s rendered: %v; want it only without existing Secrets for both", own, m.secret(own) != nil)
+	}
+	if s := m.secret(own); s != nil {
+		if u, ok := s.StringData["nats-url"]; ok && !strings.HasPrefix(u, "nats://") {
+			t.Errorf("Secret: nats-url %q", u)
+		}
+		if u, ok := s.StringData["redis-url"]; ok && !strings.HasPrefix(u, "redis://") {
+			t.Errorf("Secret: redis-url %q", u)
+		}
+	}
+}
+
+// checkNATS: bundled, a JetStream cluster of 3 servers whose configuration
+// nats-server accepts, routes to each of them, the fsync interval of the
+// values, and 3 stream replicas on every service.
+func checkNATS(t reporter, m *manifests, vals chartutil.Values) {
+	t.Helper()
+	name := release + "-actloop-nats"
+	sts := m.statefulSet(name)
+	wantStream := "1"
+	if !boolValue(t, vals, "nats.bundled") {
+		if sts != nil {
+			t.Errorf("an external NATS, and a bundled one")
+		}
+		if n := intValue(t, vals, "nats.streamReplicas"); n != 0 {
+			wantStream = fmt.Sprint(n)
+		}
+	} else {
+		wantStream = "3"
+		if sts == nil {
+			t.Errorf("no StatefulSet %s", name)
+			return
+		}
+		if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
+			t.Errorf("nats: replicas %v, want 3", sts.Spec.Replicas)
+		}
+		headless := m.service(name + "-headless")
+		if headless == nil || headless.Spec.ClusterIP != corev1.ClusterIPNone || !headless.Spec.PublishNotReadyAddresses || sts.Spec.ServiceName != headless.Name {
+			t.Errorf("nats: want a headless Service (publishing not-ready addresses) as the StatefulSet's serviceName")
+		}
+		if m.service(name) == nil {
+			t.Errorf("nats: no client Service %s", name)
+		}
+		if c := container(t, &sts.Spec.Template.Spec, "nats"); c != nil {
+			checkNATSContainer(t, c, sts)
+		}
+		cm := m.configMap(name)
+		if cm == nil {
+			t.Errorf("no ConfigMap %s", name)
+			return
+		}
+		checkNATSConf(t, cm.Data["nats.conf"], vals)
+	}
+	for _, d := range m.deployments {
+		c := &d.Spec.Template.Spec.Containers[0]
+		if got := envValue(c, "ACTLOOP_STREAM_REPLICAS"); got != wantStream {
+			t.Errorf("Deployment %s: ACTLOOP_STREAM_REPLICAS %q, want %s", d.Name, got, wantStream)
+		}
+	}
+}
+
+// checkNATSContainer: the image, and the file store on the claim.
+func checkNATSContainer(t reporter, c *corev1.Container, sts *appsv1.StatefulSet) {
+	t.Helper()
+	if c.Image != "nats:2.15-alpine" {
+		t.Errorf("nats: image %q", c.Image)
+	}
+	if len(sts.Spec.VolumeClaimTemplates) != 1 {
+		t.Errorf("nats: %d volumeClaimTemplates, want 1 (the file store)", len(sts.Spec.VolumeClaimTemplates))
+		return
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
+		return vm.Name == sts.Spec.VolumeClaimTemplates[0].Name && vm.MountPath == "/data"
+	}) {
+		t.Errorf("nats: the claim is not mounted at /data")
+	}
+}
+
+// checkNATSConf parses conf as nats-server does, in pod 1's environment.
+func checkNATSConf(t reporter, conf string, vals chartutil.Values) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "nats.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Errorf("%v", err)
+		return
+	}
+	t.Setenv("POD_NAME", release+"-actloop-nats-1")
+	t.Setenv("NATS_PASSWORD", "from-the-secret")
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Errorf("nats.conf: %v\n%s", err, conf)
+		return
+	}
+	if opts.ServerName != release+"-actloop-nats-1" {
+		t.Errorf("nats.conf: server_name %q, want the pod's name", opts.ServerName)
+	}
+	if !opts.JetStream || opts.StoreDir != "/data" {
+		t.Errorf("nats.conf: JetStream %v in %q, want on in /data", opts.JetStream, opts.StoreDir)
+	}
+	if si := stringValue(t, vals, "nats.syncInterval"); si == "always" {
+		if !opts.SyncAlways {
+			t.Errorf("nats.conf: sync_interval not always")
+		}
+	} else if want, _ := time.ParseDuration(si); opts.SyncAlways || opts.SyncInterval != want {
+		t.Errorf("nats.conf: sync_interval %v, want %v", opts.SyncInterval, want)
+	}
+	var routes []string
+	for _, u := range opts.Routes {
+		routes = append(routes, u.Host)
+	}
+	var want []string
+	for i := range 3 {
+		want = append(want, fmt.Sprintf("%s-actloop-nats-%d.%s-actloop-nats-headless.%s.svc.cluster.local:6222", release, i, release, namespace))
+	}
+	if !slices.Equal(routes, want) || opts.Cluster.Port != 6222 || opts.Cluster.Name == "" {
+		t.Errorf("nats.conf: cluster %q port %d routes %q, want routes %q", opts.Cluster.Name, opts.Cluster.Port, routes, want)
+	}
+	if boolValue(t, vals, "nats.auth.enabled") && opts.Password != "from-the-secret" {
+		t.Errorf("nats.conf: password %q, want $NATS_PASSWORD", opts.Password)
+	}
+	if opts.HTTPPort != 8222 {
+		t.Errorf("nats.conf: http_port %d, want 8222 (probes, KEDA)", opts.HTTPPort)
+	}
+}
+
+// checkRedis: bundled, one server with the append-only file fsynced as the
+// values say, on a claim.
+func checkRedis(t reporter, m *manifests, vals chartutil.Values) {
+	t.Helper()
+	sts := m.statefulSet(release + "-actloop-redis")
+	if !boolValue(t, vals, "redis.bundled") {
+		if sts != nil {
+			t.Errorf("an external Redis, and a bundled one")
+		}
+		return
+	}
+	if sts == nil {
+		t.Errorf("no Redis StatefulSet")
+		return
+	}
+	c := container(t, &sts.Spec.Template.Spec, "redis")
+	args := strings.Join(c.Args, " ")
+	if !strings.Contains(args, "--appendonly yes") || !strings.Contains(args, "--appendfsync "+stringValue(t, vals, "redis.appendfsync")) {
+		t.Errorf("redis: args %q: want AOF fsynced %s", args, stringValue(t, vals, "redis.appendfsync"))
+	}
+	if auth := boolValue(t, vals, "redis.auth.enabled"); auth != strings.Contains(args, "--requirepass $(REDIS_PASSWORD)") {
+		t.Errorf("redis: args %q with auth %v", args, auth)
+	}
+	if len(sts.Spec.VolumeClaimTemplates) != 1 {
+		t.Errorf("redis: no claim for its data")
+	}
+}
+
+// checkAllContainers: every container of every workload requests CPU and
+// memory and has liveness and readiness probes; every pod runs as non-root.
+func checkAllContainers(t reporter, m *manifests) {
+	t.Helper()
+	type pod struct {
+		at   string
+		spec *corev1.PodSpec
+	}
+	var pods []pod
+	for _, d := range m.deployments {
+		pods = append(pods, pod{"Deployment " + d.Name, &d.Spec.Template.Spec})
+	}
+	for _, s := range m.statefulSets {
+		pods = append(pods, pod{"StatefulSet " + s.Name, &s.Spec.Template.Spec})
+	}
+	for _, p := range pods {
+		if sc := p.spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+			t.Errorf("%s: want runAsNonRoot", p.at)
+		}
+		for _, c := range append(slices.Clone(p.spec.InitContainers), p.spec.Containers...) {
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				q, ok := c.Resources.Requests[r]
+				if !ok || q.Cmp(resource.Quantity{}) <= 0 {
+					t.Errorf("%s: container %s: no %s request", p.at, c.Name, r)
+				}
+			}
+			if c.LivenessProbe == nil || c.ReadinessProbe == nil {
+				t.Errorf("%s: container %s: want liveness and readiness probes", p.at, c.Name)
+			}
+		}
+	}
+}
+
+// Values that cannot work fail rendering with a message naming the value.
+func TestChartRejects(t *testing.T) {
+	group := func(kv ...any) map[string]any {
+		g := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			g[kv[i].(string)] = kv[i+1]
+		}
+		return g
+	}
+	groups := func(gs ...map[string]any) map[string]any {
+		list := make([]any, len(gs))
+		for i, g := range gs {
+			list[i] = g
+		}
+		return map[string]any{"genWorker": map[string]any{"groups": list}}
+	}
+	tests := []struct {
+		name    string
+		vals    map[string]any
+		wantErr string
+	}{
+		{"group without url", groups(group("name", "r0")), "genWorker.groups[0] (r0): url is required"},
+		{"group without name", groups(group("url", "http://a:1")), "genWorker.groups[0]: name is required"},
+		{"duplicate replica", groups(group("name", "a", "replica", "r0", "url", "http://a:1"), group("name", "b", "replica", "r0", "url", "http://b:1")),
+			`genWorker.groups[1] (b): replica name "r0" is used by two groups`},
+		{"duplicate replica by default", groups(group("name", "r0", "url", "http://a:1"), group("name", "b", "replica", "r0", "url", "http://b:1")),
+			`replica name "r0" is used by two groups`},
+		{"duplicate group", groups(group("name", "a", "url", "http://a:1"), group("name", "a", "replica", "r1", "url", "http://b:1")),
+			`genWorker.groups[1] (a): group name "a" is used by two groups`},
+		{"bad replica", groups(group("name", "a", "replica", "r.0", "url", "http://a:1")), `replica "r.0" is not a valid replica name`},
+		{"reserved replica", groups(group("name", "start", "url", "http://a:1")), `replica "start" is not a valid replica name`},
+		{"bad group name", groups(group("name", "R0", "url", "http://a:1")), `name "R0" is not a DNS label`},
+		{"bad api", groups(group("name", "a", "url", "http://a:1", "api", "tgi")), `genWorker.groups[0] (a): api "tgi": want sglang or openai`},
+		{"bad url", groups(group("name", "a", "url", "a:1")), `url "a:1": want http(s)://host[:port]`},
+		{"no slots", groups(group("name", "a", "url", "http://a:1", "slots", -1)), "slots must be >= 1"},
+		{"no groups", map[string]any{"genWorker": map[string]any{"groups": []any{}}}, "genWorker.groups: at least one gen-worker group"},
+		{"external nats without url", map[string]any{"nats": map[string]any{"bundled": false}}, "nats.url is required when nats.bundled is false"},
+		{"external redis without url", map[string]any{"redis": map[string]any{"bundled": false}}, "redis.url is required when redis.bundled is false"},
+		{"two nats servers", map[string]any{"nats": map[string]any{"replicas": 2}}, "nats.replicas: 2"},
+		{"too many stream replicas", map[string]any{"nats": map[string]any{"streamReplicas": 5}}, "nats.streamReplicas: 5 is more than the 3 bundled servers"},
+		{"nats auth without password", map[string]any{"nats": map[string]any{"auth": map[string]any{"enabled": true}}}, "nats.auth.password is required"},
+		{"redis auth without password", map[string]any{"redis": map[string]any{"auth": map[string]any{"enabled": true}}}, "redis.auth.password is required"},
+		{"bad sync interval", map[string]any{"nats": map[string]any{"syncInterval": "often"}}, `nats.syncInterval: "often"`},
+		{"bad appendfsync", map[string]any{"redis": map[string]any{"appendfsync": "sometimes"}}, `redis.appendfsync: "sometimes"`},
+		{"bad policy", map[string]any{"coordinator": map[string]any{"policy": "random"}}, `coordinator.policy: "random"`},
+		{"keda on external nats without endpoint", map[string]any{
+			"nats":      map[string]any{"bundled": false, "url": "nats://n:4222"},
+			"envWorker": map[string]any{"keda": map[string]any{"enabled": true}},
+		}, "envWorker.keda.monitoringEndpoint"},
+		{"http predictor without url", map[string]any{"predictorGw": map[string]any{"backend": "http"}}, "predictorGw.url is required"},
+		{"extraEnv without name", map[string]any{"coordinator": map[string]any{"extraEnv": []any{map[string]any{"value": "x"}}}}, "coordinator.extraEnv"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := render(t, tt.vals)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
+			}
+			if !strings.Contains(err.Error(), "actloop: ") {
+				t.Errorf("%v: want the chart's own message", err)
+			}
+		})
+	}
+}
+
+// helm lint passes for every values file.
+func TestChartLint(t *testing.T) {
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, vals := range valueFiles(t) {
+		t.Run(name, func(t *testing.T) {
+			l := lint.AllWithKubeVersion(chartDir, vals, namespace, kv)
+			for _, msg := range l.Messages {
+				if msg.Severity >= support.WarningSev {
+					t.Errorf("lint: %s", msg)
+				} else {
+					t.Logf("lint: %s", msg)
+				}
+			}
+		})
+	}
+}
