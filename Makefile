@@ -1,7 +1,7 @@
 # The two front-door commands: `make run` and `make test`.
 GO ?= go
 
-.PHONY: run test build fuzz bench vet
+.PHONY: run test build fuzz bench vet chaos
 
 run:
 	$(GO) run ./cmd/actloop dev
@@ -33,6 +33,16 @@ bench:
 	for n in 1 2 4; do bench/actloop bench-pipeline --gen-workers $$n --env-workers $$n --json || exit 1; done > bench/pipeline.json
 	@rm -f bench/actloop
 	@cat bench/results.json bench/sync.json bench/pipeline.json
+
+# The long chaos run (test/chaos): 500 trajectories under 60 faults; the
+# report lands in test-artifacts/ and on the terminal. CHAOS_SEED picks the
+# schedule, CHAOS_APPENDFSYNC Redis's fsync policy (everysec or always).
+CHAOS_SEED ?= 1
+CHAOS_APPENDFSYNC ?= everysec
+chaos:
+	@mkdir -p test-artifacts
+	ACTLOOP_CHAOS=full ACTLOOP_CHAOS_SEED=$(CHAOS_SEED) ACTLOOP_CHAOS_APPENDFSYNC=$(CHAOS_APPENDFSYNC) \
+	  $(GO) test -count=1 -timeout 60m -v -run '^TestChaos$$' -artifacts -outputdir $(CURDIR)/test-artifacts ./test/chaos/
 
 # Run each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s

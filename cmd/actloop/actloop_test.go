@@ -237,7 +237,8 @@ func TestReadmeListsEverySetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := map[string]bool{"ACTLOOP_TEST_REDIS": true}
+	read := map[string]bool{"ACTLOOP_TEST_REDIS": true, // read by the tests
+		"ACTLOOP_CHAOS": true, "ACTLOOP_CHAOS_SEED": true, "ACTLOOP_CHAOS_APPENDFSYNC": true, "ACTLOOP_CHAOS_TRAJECTORIES": true}
 	names := service.Settings(trainerConfig{})
 	for _, name := range services.Names {
 		names = append(names, services.Settings(name)...)

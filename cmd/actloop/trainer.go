@@ -21,9 +21,10 @@ import (
 	"github.com/actloop/actloop/pkg/swebench"
 )
 
-// trainerConfig is what the trainer-side commands read from the environment.
+// trainerConfig is what the trainer-side commands read from the environment
+// besides the NATS connection settings (service.Common: ACTLOOP_NATS_URL,
+// the credentials and TLS), which connect reads.
 type trainerConfig struct {
-	NATSURL        string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
 	CoordinatorURL string `envconfig:"COORDINATOR_URL" default:"http://127.0.0.1:8080"`
 }
 
@@ -35,24 +36,22 @@ func loadTrainerConfig() (trainerConfig, error) {
 	return c, nil
 }
 
+// connect connects to NATS as the services do: ACTLOOP_NATS_URL with the
+// ACTLOOP_NATS_ credentials and TLS settings (service.Common), and declares
+// the streams.
 func connect(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
-	c, err := loadTrainerConfig()
-	if err != nil {
-		return nil, nil, err
+	common := service.CommonDefaults()
+	if err := envconfig.Process("ACTLOOP", &common); err != nil {
+		return nil, nil, fmt.Errorf("settings: %w", err)
 	}
-	nc, err := nats.Connect(c.NATSURL, nats.Name("actloop-cli"))
+	nc, err := common.ConnectNATS("cli")
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect nats %s (ACTLOOP_NATS_URL): %w", c.NATSURL, err)
+		return nil, nil, err // names the setting at fault, or the URL without its user info
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
-	}
-	common := service.CommonDefaults()
-	if err := envconfig.Process("ACTLOOP", &common); err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("settings: %w", err)
 	}
 	if err := common.Topology().EnsureStreams(ctx, js); err != nil {
 		nc.Close()

@@ -58,6 +58,12 @@ type Config struct {
 	// to be seen before the coordinator publishes the result again.
 	ResultGrace time.Duration `envconfig:"RESULT_GRACE" default:"30s"`
 	Addr        string        `envconfig:"COORDINATOR_ADDR" default:":8080"`
+	// APIToken, when set, is the bearer token the HTTP API's mutating calls
+	// (POST /v1/pause, /v1/resume) need; with StatusOpen false the
+	// read-only ones (/, /v1/status, /v1/control) need it too. /healthz,
+	// /readyz and /metrics stay open.
+	APIToken   string `envconfig:"API_TOKEN"`
+	StatusOpen bool   `envconfig:"STATUS_OPEN" default:"true"`
 	// LeaderLease is the coordinator leader lease (`actloop serve
 	// coordinator` runs under it, so several may run): the leader renews
 	// it every third of the lease, and a standby takes over at most about a
@@ -84,6 +90,9 @@ type Config struct {
 // Validate joins every problem with c.
 func (c *Config) Validate() error {
 	errs := []error{c.Common.Validate()}
+	if !c.StatusOpen && c.APIToken == "" {
+		errs = append(errs, errors.New("ACTLOOP_STATUS_OPEN: false needs ACTLOOP_API_TOKEN (the token the status then asks for)"))
+	}
 	if len(c.Replicas) == 0 {
 		errs = append(errs, errors.New("ACTLOOP_REPLICAS: at least one replica"))
 	}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"github.com/actloop/actloop/pkg/schema"
 	"net/http"
@@ -115,8 +116,14 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 // /metrics.
 func (c *Coordinator) Handler() http.Handler {
 	mux := service.HealthMux(c.d)
-	mux.HandleFunc("GET /{$}", c.servePage)
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+	read := func(h http.HandlerFunc) http.Handler {
+		if c.cfg.StatusOpen {
+			return h
+		}
+		return bearer(c.cfg.APIToken, h)
+	}
+	mux.Handle("GET /{$}", read(c.servePage))
+	mux.Handle("GET /v1/status", read(func(w http.ResponseWriter, r *http.Request) {
 		st, err := c.Status(r.Context())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -124,9 +131,26 @@ func (c *Coordinator) Handler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(st)
-	})
-	mux.HandleFunc("POST /v1/pause", c.handleControl("pause"))
-	mux.HandleFunc("POST /v1/resume", c.handleControl("resume"))
-	mux.HandleFunc("GET /v1/control", c.handleControl("get"))
+	}))
+	mux.Handle("POST /v1/pause", bearer(c.cfg.APIToken, c.handleControl("pause")))
+	mux.Handle("POST /v1/resume", bearer(c.cfg.APIToken, c.handleControl("resume")))
+	mux.Handle("GET /v1/control", read(c.handleControl("get")))
 	return mux
+}
+
+// bearer lets through requests with "Authorization: Bearer <token>", all
+// of them when token is empty; others get 401.
+func bearer(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="actloop"`)
+			writeJSON(w, http.StatusUnauthorized, schema.APIError{Error: "unauthorized: this call needs Authorization: Bearer <ACTLOOP_API_TOKEN>"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

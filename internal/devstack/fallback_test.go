@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -125,4 +126,54 @@ func TestLostWorkMessageIsPublishedAgain(t *testing.T) {
 	if err != nil || st.Republished < 1 {
 		t.Fatalf("status %+v %v: want the start published again", st, err)
 	}
+}
+
+// Sandbox creation that fails the way it does in clusters is tried again
+// with a back-off; a trajectory whose sandbox cannot be created within the
+// attempts ends with a fallback naming the error. Both are counted.
+func TestSandboxCreationRetries(t *testing.T) {
+	e := newEnv(t, 1)
+	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.stack.EnvWorkerConfig("env-0")
+	cfg.SimStartFailures, cfg.SandboxStartAttempts, cfg.SandboxStartBackoff = 0.5, 3, 10*time.Millisecond
+	ed, err := e.stack.StartEnvWorker(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	for i := range n {
+		e.submit(simSample(fmt.Sprintf("flaky-%02d", i), "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"))
+	}
+	got := e.results(n)
+	failed := 0
+	for id, r := range got {
+		switch {
+		case r.Solved():
+		case r.Status == schema.StatusFallback && strings.Contains(r.Reason, "sandbox creation failed 3 times") &&
+			strings.Contains(r.Reason, "simulated creation failure"):
+			failed++
+		default:
+			t.Errorf("%s: %s %q, want solved or a fallback naming the creation failure", id, r.Status, r.Reason)
+		}
+	}
+	fams, err := ed.Metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			count[f.GetName()] += m.GetCounter().GetValue()
+		}
+	}
+	if count["actloop_sandbox_start_retries_total"] < 1 || count["actloop_sandbox_start_failures_total"] != float64(failed) || failed == n {
+		t.Errorf("retries %v, failures %v, fallbacks %d of %d", count["actloop_sandbox_start_retries_total"],
+			count["actloop_sandbox_start_failures_total"], failed, n)
+	}
+	t.Logf("%d of %d trajectories could not get a sandbox; %v retries", failed, n, count["actloop_sandbox_start_retries_total"])
 }

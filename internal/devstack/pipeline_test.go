@@ -3,10 +3,8 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,74 +130,11 @@ func testTemplate(t testing.TB) tokenize.ChatTemplate {
 	return tmpl
 }
 
-// checkConsistent asserts a completed result's tokens are exactly its
-// messages rendered turn by turn, with each assistant turn's generated ids
-// as the server returned them and the loss mask 1 exactly on those; and
-// that they are the ids of rendering and tokenizing the whole conversation
-// at once (the simulator's replies are the tokenizer's own encoding).
+// checkConsistent asserts testkit.Consistent of a completed result.
 func checkConsistent(t *testing.T, r schema.Result) {
 	t.Helper()
-	tmpl := testTemplate(t)
-	tok := tmpl.Tokenizer()
-	if len(r.LossMask) != len(r.Tokens) || len(r.Logprobs) != len(r.Tokens) || len(r.Versions) != len(r.Tokens) {
-		t.Fatalf("%s: %d tokens, %d mask, %d logprobs, %d versions", r.TrajID, len(r.Tokens), len(r.LossMask),
-			len(r.Logprobs), len(r.Versions))
-	}
-	pos := 0
-	expect := func(ids []int32, what string) {
-		t.Helper()
-		if pos+len(ids) > len(r.Tokens) || !slices.Equal(r.Tokens[pos:pos+len(ids)], ids) {
-			t.Fatalf("%s: %s at token %d: got %q, want %q", r.TrajID, what, pos,
-				tok.Decode(r.Tokens[pos:min(pos+len(ids)+8, len(r.Tokens))]), tok.Decode(ids))
-		}
-		for i := range ids {
-			if r.LossMask[pos+i] != 0 {
-				t.Fatalf("%s: token %d (%s) is not generated but has mask 1", r.TrajID, pos+i, what)
-			}
-		}
-		pos += len(ids)
-	}
-	expect(tmpl.Begin(), "begin")
-	turns := 0
-	var msgs []tokenize.Msg
-	for k, m := range r.Messages {
-		msgs = append(msgs, tokenize.Msg{Role: m.Role, Content: m.Content})
-		if m.Role != schema.RoleAssistant {
-			expect(tmpl.Message(m.Role, m.Content), fmt.Sprintf("message %d (%s)", k, m.Role))
-			if m.Role == schema.RoleUser {
-				expect(tmpl.GenerationPrompt(), "generation prompt")
-			}
-			continue
-		}
-		turns++
-		start := pos
-		for pos < len(r.Tokens) && r.LossMask[pos] == 1 {
-			pos++
-		}
-		gen := r.Tokens[start:pos]
-		if len(gen) == 0 {
-			t.Fatalf("%s: assistant message %d has no generated tokens", r.TrajID, k)
-		}
-		if text := tok.Decode(tokenize.TrimStop(gen, tmpl.StopTokenIDs())); text != m.Content {
-			t.Fatalf("%s: message %d is %q, its generated tokens say %q", r.TrajID, k, m.Content, text)
-		}
-		expect(tmpl.CloseTurn(gen), "end of turn")
-	}
-	if pos != len(r.Tokens) {
-		t.Fatalf("%s: %d tokens past the messages: %q", r.TrajID, len(r.Tokens)-pos, tok.Decode(r.Tokens[pos:]))
-	}
-	last := len(r.Messages) > 0 && r.Messages[len(r.Messages)-1].Role == schema.RoleUser
-	if whole := tok.Encode(tmpl.Render(msgs, last)); !slices.Equal(whole, r.Tokens) {
-		t.Fatalf("%s: tokens differ from the whole conversation tokenized at once:\n got %q\nwant %q", r.TrajID,
-			tok.Decode(r.Tokens), tok.Decode(whole))
-	}
-	if turns != r.Turns {
-		t.Fatalf("%s: %d assistant messages, %d turns", r.TrajID, turns, r.Turns)
-	}
-	for i, m := range r.LossMask {
-		if (m == 1) != (r.Logprobs[i] != 0 || r.Versions[i] >= 0) {
-			t.Fatalf("%s: token %d: mask %d with logprob %g version %d", r.TrajID, i, m, r.Logprobs[i], r.Versions[i])
-		}
+	if err := testkit.Consistent(testTemplate(t), r); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -219,10 +219,16 @@ func TestPauseWithADeadWorker(t *testing.T) {
 		}
 		return false
 	})
-	again, err := coord.Pause(e.ctx, schema.PauseRequest{TimeoutMS: int64(wait / time.Millisecond)})
-	if err != nil || again.Epoch != reply.Epoch || again.Workers != 2 {
-		t.Fatalf("pause with a worker started during it: %+v %v", again, err)
-	}
+	// Its pause report and its heartbeat are read by different watches:
+	// ask until the coordinator has seen both.
+	var again schema.PauseReply
+	testkit.Eventually(t, wait, "the same pause to count the new worker", func() bool {
+		again, err = coord.Pause(e.ctx, schema.PauseRequest{TimeoutMS: int64(wait / time.Millisecond)})
+		if err != nil || again.Epoch != reply.Epoch {
+			t.Fatalf("pause with a worker started during it: %+v %v", again, err)
+		}
+		return again.Workers == 2
+	})
 	if !e.stack.GenWorker("r1").Paused() {
 		t.Fatal("the worker started during a pause is not paused")
 	}

@@ -44,14 +44,22 @@ type Config struct {
 	ReadOnlyBinds   []string      `envconfig:"SANDBOX_RO_BINDS"`
 	// SandboxBackend runs samples with env.backend "local": BackendLocal
 	// (bash on this host) or BackendDocker (a container per trajectory).
-	SandboxBackend  string        `envconfig:"SANDBOX_BACKEND" default:"local"`
-	DockerHost      string        `envconfig:"DOCKER_HOST"`
-	DockerImage     string        `envconfig:"DOCKER_IMAGE"`
-	CPUs            float64       `envconfig:"SANDBOX_CPUS" default:"2"`
-	SimStartLatency time.Duration `envconfig:"SIM_ENV_START_LATENCY" default:"2s"`
-	SimExecLatency  time.Duration `envconfig:"SIM_ENV_EXEC_LATENCY" default:"500ms"`
-	SimEnvTimeScale float64       `envconfig:"SIM_ENV_TIME_SCALE" default:"1"`
-	Addr            string        `envconfig:"ENV_WORKER_ADDR" default:":8082"`
+	SandboxBackend   string        `envconfig:"SANDBOX_BACKEND" default:"local"`
+	DockerHost       string        `envconfig:"DOCKER_HOST"`
+	DockerImage      string        `envconfig:"DOCKER_IMAGE"`
+	CPUs             float64       `envconfig:"SANDBOX_CPUS" default:"2"`
+	SimStartLatency  time.Duration `envconfig:"SIM_ENV_START_LATENCY" default:"2s"`
+	SimExecLatency   time.Duration `envconfig:"SIM_ENV_EXEC_LATENCY" default:"500ms"`
+	SimEnvTimeScale  float64       `envconfig:"SIM_ENV_TIME_SCALE" default:"1"`
+	SimStartFailures float64       `envconfig:"SIM_ENV_START_FAILURES" default:"0"`
+	// SandboxStartAttempts bounds the tries to create a sandbox whose
+	// creation fails for a reason a retry may fix (quota, image pull, the
+	// container API); SandboxStartBackoff is the wait before the second,
+	// doubled before each next (with jitter). Then the trajectory ends with
+	// a fallback naming the error.
+	SandboxStartAttempts int           `envconfig:"SANDBOX_START_ATTEMPTS" default:"3"`
+	SandboxStartBackoff  time.Duration `envconfig:"SANDBOX_START_BACKOFF" default:"1s"`
+	Addr                 string        `envconfig:"ENV_WORKER_ADDR" default:":8082"`
 	// AgentConfig: the mini-swe-agent YAML configuration, as for the gen-worker.
 	AgentConfig string `envconfig:"AGENT_CONFIG"`
 	// Tokenizer and ChatTemplate render the observations; the same settings
@@ -107,6 +115,15 @@ func (c *Config) Validate() error {
 	if c.SimEnvTimeScale < 0 {
 		errs = append(errs, errors.New("ACTLOOP_SIM_ENV_TIME_SCALE: must be >= 0"))
 	}
+	if !(c.SimStartFailures >= 0 && c.SimStartFailures <= 1) {
+		errs = append(errs, fmt.Errorf("ACTLOOP_SIM_ENV_START_FAILURES: must be in [0, 1], got %v", c.SimStartFailures))
+	}
+	if c.SandboxStartAttempts < 1 {
+		errs = append(errs, errors.New("ACTLOOP_SANDBOX_START_ATTEMPTS: must be >= 1"))
+	}
+	if c.SandboxStartBackoff < 0 {
+		errs = append(errs, errors.New("ACTLOOP_SANDBOX_START_BACKOFF: must be >= 0"))
+	}
 	errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
 	return errors.Join(errs...)
 }
@@ -130,5 +147,5 @@ func (c *Config) docker() sandbox.DockerConfig {
 
 func (c *Config) sim() sandbox.SimConfig {
 	return sandbox.SimConfig{StartLatency: c.SimStartLatency, ExecLatency: c.SimExecLatency, Jitter: 0.5,
-		TimeScale: c.SimEnvTimeScale}
+		TimeScale: c.SimEnvTimeScale, StartFailures: c.SimStartFailures}
 }

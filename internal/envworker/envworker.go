@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -388,14 +389,19 @@ func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string)
 	if err != nil {
 		return evaluation{}, err
 	}
-	// A fresh name per attempt: two deliveries of one finish may overlap.
-	sb, err := b.Start(ctx, fmt.Sprintf("%s-eval-%d", t.ID, w.evals.Add(1)), sandbox.Spec{Workspace: env.Workspace, Patch: diff,
-		Setup: env.Setup, SetupTimeout: env.SetupTimeout(), Image: env.Image})
-	if err != nil {
-		if ctx.Err() != nil {
-			return evaluation{}, err
-		}
+	// A fresh name per delivery: two deliveries of one finish may overlap.
+	sb, err := w.startSandbox(ctx, b, fmt.Sprintf("%s-eval-%d", t.ID, w.evals.Add(1)), sandbox.Spec{Workspace: env.Workspace,
+		Patch: diff, Setup: env.Setup, SetupTimeout: env.SetupTimeout(), Image: env.Image}, func() {})
+	switch {
+	case err == nil:
+	case ctx.Err() != nil || !bus.IsFatal(err):
+		return evaluation{}, err
+	case permanentStartError(err):
+		// The agent's diff does not apply, or setup fails with it: scored 0.
 		return evaluation{note: "eval sandbox: " + err.Error(), tests: missingTests(env.Tests)}, nil
+	default:
+		// No verdict: a fallback, not a reward of 0 for the agent.
+		return evaluation{}, fmt.Errorf("eval: %w", err)
 	}
 	defer func() { _ = sb.Close(context.WithoutCancel(ctx)) }()
 	started := time.Now()
@@ -460,20 +466,55 @@ func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sand
 // newSandbox starts a fresh sandbox for t from its sample's spec, after
 // closing any that this process or t.Handle still holds (a leftover of an
 // earlier attempt, or one rebuilt before whose commit did not land). A
-// failure no retry can fix is Fatal.
+// creation that fails for a reason a retry may fix (quota, image pull, the
+// container API) is tried again after a back-off, up to
+// SandboxStartAttempts times in all; then, or at once for a failure no
+// retry can fix (a setup command that fails, a bad spec), the error is
+// Fatal: the trajectory ends with a fallback naming it.
 func (w *Worker) newSandbox(ctx context.Context, b sandbox.Backend, t *store.Trajectory) (sandbox.Sandbox, error) {
-	w.closeSandbox(ctx, t.ID, t.Handle)
 	env := t.Sample.Env
-	sb, err := b.Start(ctx, t.ID, sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(),
-		Image: env.Image})
-	switch {
-	case err == nil:
-		return sb, nil
-	case ctx.Err() != nil, errors.Is(err, sandbox.ErrExists):
-		return nil, err // transient: try again
-	default:
-		return nil, bus.Fatal(err)
+	spec := sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(), Image: env.Image}
+	return w.startSandbox(ctx, b, t.ID, spec, func() { w.closeSandbox(ctx, t.ID, t.Handle) })
+}
+
+// startSandbox starts sandbox id, trying again as newSandbox says; before
+// runs before each attempt.
+func (w *Worker) startSandbox(ctx context.Context, b sandbox.Backend, id string, spec sandbox.Spec, before func()) (sandbox.Sandbox, error) {
+	delay := w.cfg.SandboxStartBackoff
+	for attempt := 1; ; attempt++ {
+		before()
+		sb, err := b.Start(ctx, id, spec)
+		switch {
+		case err == nil:
+			return sb, nil
+		case ctx.Err() != nil, errors.Is(err, sandbox.ErrExists):
+			return nil, err // the step is handed back and tried again
+		case permanentStartError(err):
+			w.m.startFailures.Inc()
+			return nil, bus.Fatal(err)
+		case attempt >= w.cfg.SandboxStartAttempts:
+			w.m.startFailures.Inc()
+			return nil, bus.Fatal(fmt.Errorf("sandbox creation failed %d times: %w", attempt, err))
+		}
+		w.m.startRetries.Inc()
+		wait := time.Duration(float64(delay) * (0.8 + 0.4*rand.Float64()))
+		w.d.Log.WarnContext(ctx, "sandbox creation failed; will try again", "sandbox", id, "attempt", attempt,
+			"retry_in", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		delay *= 2
 	}
+}
+
+// permanentStartError reports a sandbox creation failure that no retry can
+// fix: a setup command that failed, a bad id or patch, isolation refused.
+func permanentStartError(err error) bool {
+	var se *sandbox.SetupError
+	return errors.As(err, &se) || errors.Is(err, sandbox.ErrInvalidID) || errors.Is(err, sandbox.ErrPatch) ||
+		errors.Is(err, sandbox.ErrUnisolated)
 }
 
 // owns returns flow.ErrSkip for a step of a trajectory that another

@@ -78,8 +78,10 @@ func (d *Driver) do(ctx context.Context, id string, seq int64, s Step) error {
 	}
 	switch PosOf(t, seq) {
 	case PosJustDone:
+		d.Log.InfoContext(ctx, dupMsg, "traj_id", id, "seq", seq)
 		return d.PublishNext(ctx, t)
 	case PosOld:
+		d.Log.InfoContext(ctx, dupMsg, "traj_id", id, "seq", seq)
 		return nil
 	case PosAhead:
 		return fmt.Errorf("trajectory %s at seq %d is behind step %d", t.ID, t.Seq, seq)
@@ -103,6 +105,7 @@ func (d *Driver) do(ctx context.Context, id string, seq int64, s Step) error {
 			s.Discard(ctx, c)
 		}
 		if errors.Is(err, store.ErrStale) {
+			d.Log.InfoContext(ctx, dupMsg, "traj_id", id, "seq", seq, "lost_race", true)
 			return d.afterStale(ctx, id, seq)
 		}
 		return err
@@ -111,6 +114,10 @@ func (d *Driver) do(ctx context.Context, id string, seq int64, s Step) error {
 	t.Replica = replica // the coordinator may have moved it meanwhile
 	return d.PublishNext(ctx, t)
 }
+
+// dupMsg is logged for a delivery of a step already applied: the seq check
+// swallowed it.
+const dupMsg = "duplicate delivery swallowed: step already applied"
 
 // afterStale handles a commit that lost to another delivery of the same
 // step: that delivery may have died before publishing the follow-up, so

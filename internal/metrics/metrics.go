@@ -69,6 +69,8 @@ var Catalogue = []Metric{
 	{"actloop_env_slots_busy", "Environment steps running now.", "gauge", []string{EnvWorker}, nil},
 	{"actloop_env_step_seconds", "Time of one environment step, by kind (start, exec, finish, close).", "histogram", []string{EnvWorker}, []string{"kind"}},
 	{"actloop_sandbox_replays_total", "Lost sandboxes rebuilt by replaying their commands.", "counter", []string{EnvWorker}, nil},
+	{"actloop_sandbox_start_retries_total", "Sandbox creations tried again after a failure a retry may fix.", "counter", []string{EnvWorker}, nil},
+	{"actloop_sandbox_start_failures_total", "Sandbox creations given up on (the trajectory ends with a fallback).", "counter", []string{EnvWorker}, nil},
 }
 
 // FallbackReasons are the reason label values of actloop_fallbacks_total.
@@ -122,6 +124,11 @@ func lookup(name string) Metric {
 		}
 	}
 	panic("metrics: " + name + " is not in the catalogue")
+}
+
+// NewCounter makes the catalogue's counter name.
+func NewCounter(name string, constLabels prometheus.Labels) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: lookup(name).Help, ConstLabels: constLabels})
 }
 
 // NewCounterVec makes the catalogue's counter vector name, with a series

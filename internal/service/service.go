@@ -44,6 +44,7 @@ type Common struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
 	telemetry.Config
+	Security
 }
 
 // CommonDefaults returns Common with every default applied, for code that
@@ -75,9 +76,7 @@ func (c *Common) Validate() error {
 	if c.NATSURL == "" {
 		errs = append(errs, errors.New("ACTLOOP_NATS_URL: missing"))
 	}
-	if _, err := redis.ParseURL(c.RedisURL); err != nil {
-		errs = append(errs, fmt.Errorf("ACTLOOP_REDIS_URL: %w", err))
-	}
+	errs = append(errs, c.validateSecurity()) // the Redis URL too
 	if c.ResultTTL <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_RESULT_TTL: must be > 0"))
 	}
@@ -120,12 +119,12 @@ type Deps struct {
 	Metrics *prometheus.Registry
 }
 
-// Connect connects to NATS and Redis, declares the streams, and returns the
-// service's dependencies.
+// Connect connects to NATS and Redis with c's credentials and TLS settings,
+// declares the streams, and returns the service's dependencies.
 func Connect(ctx context.Context, c Common, name string, log *slog.Logger) (*Deps, error) {
-	nc, err := nats.Connect(c.NATSURL, nats.Name("actloop-"+name), nats.MaxReconnects(-1))
+	nc, err := c.ConnectNATS(name, nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("connect nats %s: %w", c.NATSURL, err)
+		return nil, err
 	}
 	d, err := NewDeps(ctx, c, nc, nil, log)
 	if err != nil {
@@ -136,29 +135,37 @@ func Connect(ctx context.Context, c Common, name string, log *slog.Logger) (*Dep
 }
 
 // NewDeps builds Deps over an existing NATS connection and, when rdb is nil,
-// a new Redis client from c.RedisURL.
-func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalClient, log *slog.Logger) (*Deps, error) {
+// a new Redis client from c.RedisURL and c's Redis credentials and TLS
+// settings (RedisOptions).
+func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalClient, log *slog.Logger) (_ *Deps, err error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
+	where := ""
 	if rdb == nil {
-		opts, err := redis.ParseURL(c.RedisURL)
+		opts, err := c.RedisOptions()
 		if err != nil {
-			return nil, fmt.Errorf("ACTLOOP_REDIS_URL: %w", err)
+			return nil, err
 		}
-		rdb = redis.NewClient(opts)
+		client := redis.NewClient(opts)
+		defer func() {
+			if err != nil {
+				_ = client.Close()
+			}
+		}()
+		rdb, where = client, " "+RedactURL(c.RedisURL)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("connect redis: %w", err)
+	if err = rdb.Ping(pctx).Err(); err != nil {
+		return nil, fmt.Errorf("connect redis%s: %w", where, err)
 	}
 	topo := c.Topology()
-	if err := topo.EnsureStreams(pctx, js); err != nil {
+	if err = topo.EnsureStreams(pctx, js); err != nil {
 		return nil, err
 	}
-	if err := topo.EnsureKV(pctx, js); err != nil {
+	if err = topo.EnsureKV(pctx, js); err != nil {
 		return nil, err
 	}
 	d := &Deps{NC: nc, JS: js, Redis: rdb, Store: store.New(rdb, nil), Pub: bus.NewPublisher(js),

@@ -379,3 +379,23 @@ func FuzzRender(f *testing.F) {
 		_, _ = render("t", text, vars)
 	})
 }
+
+// What a command prints is data, never template: Jinja in the output reaches
+// the model as the text it is, under the default and mini-swe-agent's
+// SWE-bench configuration alike.
+func TestOutputCannotInjectIntoTemplates(t *testing.T) {
+	out := "{{ 7*7 }} {% for i in range(3) %}x{% endfor %} {{ config }} {# c #}"
+	c := DefaultConfig()
+	for name, render := range map[string]func() (string, error){
+		"observation": func() (string, error) { return c.Observation("cat f", out, 0) },
+		"timeout":     func() (string, error) { return c.Timeout("cat f", out) },
+	} {
+		got, err := render()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !strings.Contains(got, out) || strings.Contains(got, "49") || strings.Contains(got, "xxx") {
+			t.Errorf("%s = %q, want the output verbatim", name, got)
+		}
+	}
+}

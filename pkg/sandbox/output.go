@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -52,8 +53,14 @@ func (b *headTail) truncated() bool { return b.total > int64(b.limit) }
 
 // String returns everything written, or, when more than the limit was
 // written, the head and the tail joined by a marker line saying how many
-// bytes were elided. Cuts fall on UTF-8 boundaries where the text is UTF-8.
+// bytes were elided. Cuts fall on UTF-8 boundaries where the text is UTF-8;
+// invalid UTF-8 (a command's output is untrusted bytes) becomes U+FFFD, so
+// the observation's tokens and its stored text agree.
 func (b *headTail) String() string {
+	return strings.ToValidUTF8(b.string(), "\uFFFD")
+}
+
+func (b *headTail) string() string {
 	if !b.truncated() {
 		return string(b.head) + string(b.tail)
 	}

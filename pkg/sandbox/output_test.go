@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestHeadTail(t *testing.T) {
@@ -58,7 +59,10 @@ func FuzzHeadTail(f *testing.F) {
 			_, _ = b.Write(p[:k])
 			p = p[k:]
 		}
-		out := b.String()
+		if s := b.String(); !utf8.ValidString(s) || s != strings.ToValidUTF8(b.string(), "\uFFFD") {
+			t.Fatalf("String() = %q: not the raw output made valid UTF-8", s)
+		}
+		out := b.string() // the raw bytes kept, for the checks below
 		if len(data) <= limit {
 			if out != string(data) || b.truncated() {
 				t.Fatalf("within the limit: got %q, want %q", out, data)
@@ -90,4 +94,13 @@ func FuzzHeadTail(f *testing.F) {
 		}
 		t.Fatalf("no marker accounts for %d bytes in %q", len(data), out)
 	})
+}
+
+// A command's output is untrusted bytes: what is kept is valid UTF-8.
+func TestHeadTailReplacesInvalidUTF8(t *testing.T) {
+	b := newHeadTail(100)
+	_, _ = b.Write([]byte("ok \xff\xfe done"))
+	if got, want := b.String(), "ok \uFFFD done"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -29,7 +30,14 @@ type SimConfig struct {
 	// OutputLimit is how many bytes of a command's output are kept (head
 	// and tail, as Local does); 0 means DefaultOutputLimit.
 	OutputLimit int
+	// StartFailures is the share of Start calls that fail the way sandbox
+	// creation fails in clusters (quota, image pull, API errors): with
+	// ErrStartFailed, deterministically from Seed, the id and the attempt.
+	StartFailures float64
 }
+
+// ErrStartFailed is Sim's simulated failure to create a sandbox.
+var ErrStartFailed = errors.New("sandbox: simulated creation failure (quota, image pull or API error)")
 
 // Sim is a Backend that runs no processes. Its sandboxes live in memory and
 // understand three commands:
@@ -45,8 +53,9 @@ type SimConfig struct {
 type Sim struct {
 	cfg SimConfig
 
-	mu   sync.Mutex
-	live map[string]*simSandbox
+	mu       sync.Mutex
+	live     map[string]*simSandbox
+	attempts map[string]int // Start calls per id, for StartFailures
 }
 
 var _ Backend = (*Sim)(nil)
@@ -64,7 +73,8 @@ func NewSim(cfg SimConfig) *Sim {
 	if cfg.TimeScale < 0 || math.IsNaN(cfg.TimeScale) {
 		cfg.TimeScale = 0
 	}
-	return &Sim{cfg: cfg, live: make(map[string]*simSandbox)}
+	cfg.StartFailures = min(max(cfg.StartFailures, 0), 1)
+	return &Sim{cfg: cfg, live: make(map[string]*simSandbox), attempts: map[string]int{}}
 }
 
 // Start simulates starting a sandbox, including its setup commands.
@@ -80,6 +90,11 @@ func (m *Sim) Start(ctx context.Context, id string, spec Spec) (Sandbox, error) 
 	if m.live[id] != nil {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("start sandbox %s: %w", id, ErrExists)
+	}
+	m.attempts[id]++
+	if m.cfg.StartFailures > 0 && mix(m.unit(id, fmt.Sprint("start ", m.attempts[id]))) < m.cfg.StartFailures {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("start sandbox %s: %w", id, ErrStartFailed)
 	}
 	m.live[id] = sb
 	m.mu.Unlock()
@@ -134,13 +149,30 @@ func (m *Sim) latency(mean time.Duration, id, cmd string) time.Duration {
 	if mean <= 0 || m.cfg.Jitter == 0 {
 		return mean
 	}
+	return time.Duration(float64(mean) * (1 + m.cfg.Jitter*(2*m.unit(id, cmd)-1)))
+}
+
+// mix scrambles u (from unit) so that draws whose inputs differ only in
+// their last bytes are independent: FNV-1a barely moves its top bits then.
+// (Latencies keep unit's plain value, so simulated timings stay as they were.)
+func mix(u float64) float64 {
+	x := uint64(u * (1 << 53))
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(x>>11) / (1 << 53)
+}
+
+// unit is uniform in [0, 1), from a hash of the seed, id and what.
+func (m *Sim) unit(id, what string) float64 {
 	h := fnv.New64a()
 	_ = binary.Write(h, binary.LittleEndian, m.cfg.Seed)
 	_, _ = h.Write([]byte(id))
 	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(cmd))
-	u := float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
-	return time.Duration(float64(mean) * (1 + m.cfg.Jitter*(2*u-1)))
+	_, _ = h.Write([]byte(what))
+	return float64(h.Sum64()>>11) / (1 << 53)
 }
 
 // wait blocks for a simulated duration scaled to wall time, or until ctx

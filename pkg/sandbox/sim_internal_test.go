@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -21,4 +24,34 @@ func FuzzSimulate(f *testing.F) {
 			t.Fatalf("simulate(%q): output %q lacks a newline", cmd, res.Output)
 		}
 	})
+}
+
+// Start failures are independent draws per attempt: with a share of 0.5,
+// about a quarter of ids fail twice in a row, not half.
+func TestSimStartFailuresAreIndependent(t *testing.T) {
+	m := NewSim(SimConfig{StartFailures: 0.5})
+	ctx := context.Background()
+	const n = 2000
+	twice := 0
+	for i := range n {
+		id := fmt.Sprintf("t-%d", i)
+		failed := 0
+		for range 2 {
+			sb, err := m.Start(ctx, id, Spec{})
+			switch {
+			case err == nil:
+				_ = sb.Close(ctx)
+			case errors.Is(err, ErrStartFailed):
+				failed++
+			default:
+				t.Fatalf("start: %v", err)
+			}
+		}
+		if failed == 2 {
+			twice++
+		}
+	}
+	if twice < n/4-150 || twice > n/4+150 {
+		t.Errorf("%d of %d ids failed twice in a row, want about %d", twice, n, n/4)
+	}
 }

@@ -315,3 +315,47 @@ func TestResultHeadMatchesResult(t *testing.T) {
 		t.Fatalf("a result decoded as a head: %+v %v, want %+v", decoded, err, h)
 	}
 }
+
+// FuzzDecodeWorkMessages covers the data plane's other decoders: gen steps,
+// events, results (whole and head), predictions, heartbeats and dead
+// letters. Errors wrap ErrInvalid, and what decodes validates.
+func FuzzDecodeWorkMessages(f *testing.F) {
+	f.Add([]byte(`{"v":1,"traj_id":"t1","seq":3,"replica":"r0"}`))
+	f.Add([]byte(`{"v":1,"type":"failed","traj_id":"t1","seq":3,"worker":"w","reason":"x"}`))
+	f.Add([]byte(`{"v":1,"traj_id":"t1","sample_id":"t1","status":"completed","reason":"submitted","tokens":[1,2],` +
+		`"logprobs":[0,-0.5],"loss_mask":[0,1],"versions":[-1,0],"min_version":0,"max_version":0,"messages":[]}`))
+	f.Add([]byte(`{"v":1,"traj_id":"t1","turn_seq":2,"remaining_tokens":300,"source":"history"}`))
+	f.Add([]byte(`{"v":1,"worker":"w","replica":"r0","slots":4,"running":2}`))
+	f.Add([]byte(`{"v":1,"subject":"actloop.samples","consumer":"c","reason":"bad","data":"e30="}`))
+	check := func(t *testing.T, err error, v interface{ Validate() error }) {
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			return
+		}
+		if err := v.Validate(); err != nil {
+			t.Fatalf("decoded value does not validate: %v", err)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		g, err := Decode[GenStep](b)
+		check(t, err, &g)
+		e, err := Decode[Event](b)
+		check(t, err, &e)
+		r, err := Decode[Result](b)
+		check(t, err, &r)
+		rh, err := Decode[ResultHead](b)
+		check(t, err, &rh)
+		pq, err := Decode[PredictRequest](b)
+		check(t, err, &pq)
+		pr, err := Decode[PredictReply](b)
+		check(t, err, &pr)
+		p, err := Decode[Prediction](b)
+		check(t, err, &p)
+		h, err := Decode[Heartbeat](b)
+		check(t, err, &h)
+		d, err := Decode[DLQEntry](b)
+		check(t, err, &d)
+	})
+}

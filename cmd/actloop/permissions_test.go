@@ -1,0 +1,341 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/actloop/actloop/internal/coordinator"
+	"github.com/actloop/actloop/internal/demo"
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/envworker"
+	"github.com/actloop/actloop/internal/genworker"
+	"github.com/actloop/actloop/internal/predictor"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/service/servicetest"
+	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// clientPerms is one row of the README's NATS permissions table.
+type clientPerms struct {
+	pub, sub  []string
+	responses bool // allow_responses
+}
+
+// readmePermissions reads the NATS permissions table of the README's
+// Security section, by client.
+func readmePermissions(t *testing.T) map[string]clientPerms {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Security\n")
+	if !ok {
+		t.Fatal("README: no Security section")
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	_, table, ok := strings.Cut(sec, "| client | publish | subscribe |\n|---|---|---|\n")
+	if !ok {
+		t.Fatal("README: no NATS permissions table in the Security section")
+	}
+	code := regexp.MustCompile("`([^`]+)`")
+	out := map[string]clientPerms{}
+	for _, line := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 3 {
+			t.Fatalf("README permissions row %q: want 3 cells", line)
+		}
+		var p clientPerms
+		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
+			if m[1] == "allow_responses" {
+				p.responses = true
+				continue
+			}
+			p.pub = append(p.pub, m[1])
+		}
+		for _, m := range code.FindAllStringSubmatch(cells[2], -1) {
+			p.sub = append(p.sub, m[1])
+		}
+		out[cells[0]] = p
+	}
+	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)"} {
+		if _, ok := out[c]; !ok {
+			t.Fatalf("README permissions table: no row %q (rows %v)", c, out)
+		}
+	}
+	return out
+}
+
+// natsUser is a server user with the permissions of rows, placeholders
+// replaced.
+func natsUser(name, password string, subst map[string]string, rows ...clientPerms) *server.User {
+	p := &server.Permissions{Publish: &server.SubjectPermission{}, Subscribe: &server.SubjectPermission{}}
+	fill := func(s string) string {
+		for k, v := range subst {
+			s = strings.ReplaceAll(s, k, v)
+		}
+		return s
+	}
+	for _, r := range rows {
+		for _, s := range r.pub {
+			p.Publish.Allow = append(p.Publish.Allow, fill(s))
+		}
+		for _, s := range r.sub {
+			p.Subscribe.Allow = append(p.Subscribe.Allow, fill(s))
+		}
+		if r.responses {
+			p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+		}
+	}
+	return &server.User{Username: name, Password: password, Permissions: p}
+}
+
+// violations collects the server's permission violations; first is
+// closed at the first.
+type violations struct {
+	mu    sync.Mutex
+	lines []string
+	first chan struct{}
+}
+
+func (v *violations) add(format string, a []any) {
+	if msg := fmt.Sprintf(format, a...); strings.Contains(msg, "Violation") {
+		v.mu.Lock()
+		if len(v.lines) == 0 {
+			close(v.first)
+		}
+		v.lines = append(v.lines, msg)
+		v.mu.Unlock()
+	}
+}
+
+func (v *violations) Noticef(string, ...any)         {}
+func (v *violations) Debugf(string, ...any)          {}
+func (v *violations) Tracef(string, ...any)          {}
+func (v *violations) Warnf(format string, a ...any)  { v.add(format, a) }
+func (v *violations) Errorf(format string, a ...any) { v.add(format, a) }
+func (v *violations) Fatalf(format string, a ...any) { v.add(format, a) }
+func (v *violations) get() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]string(nil), v.lines...)
+}
+
+// The services and the CLI run a batch end to end on a NATS server that
+// wants TLS and a password and grants each client only the README's
+// permissions: every service connects with the ACTLOOP_NATS_ settings
+// (service.Connect), the CLI with the same variables from its environment,
+// and the server reports no permission violation.
+func TestLeastPrivilegeNATSPermissions(t *testing.T) {
+	perms := readmePermissions(t)
+	base := perms["every service"]
+	pki := servicetest.NewPKI(t, "nats")
+	const password = "perm-test-pass"
+	users := []*server.User{
+		natsUser("coordinator", password, nil, base, perms["coordinator"]),
+		natsUser("predictor-gw", password, nil, base, perms["predictor-gw"]),
+		natsUser("env-0", password, map[string]string{"<id>": "env-0"}, base, perms["env-worker"]),
+		natsUser("trainer", password, nil, perms["CLI (trainer)"]),
+	}
+	replicas := []string{"r0", "r1"}
+	for _, r := range replicas {
+		users = append(users, natsUser("gen-"+r, password, map[string]string{"<replica>": r}, base, perms["gen-worker"]))
+	}
+	srv := servicetest.StartNATS(t, server.Options{TLSConfig: pki.ServerTLS(false), Users: users})
+	viol := &violations{first: make(chan struct{})}
+	srv.SetLogger(viol, false, false)
+	url := "tls://" + servicetest.Addr(srv)
+
+	// A violation ends the run at once: what it stops would only time out.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	go func() {
+		select {
+		case <-viol.first:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	fatalf := func(format string, a ...any) {
+		t.Helper()
+		if v := viol.get(); len(v) > 0 {
+			t.Errorf("permission violations with the README's permissions:\n%s", strings.Join(v, "\n"))
+		}
+		t.Fatalf(format, a...)
+	}
+	dir := testkit.SearchableTempDir(t)
+	common := service.CommonDefaults()
+	common.PullWait = 100 * time.Millisecond
+	// The stack's own NATS server goes unused: only its Redis and
+	// simulators serve.
+	st, err := devstack.StartInfra(ctx, devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t),
+		Replicas: len(replicas), Slots: 2, EnvSlots: 2, Common: common})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	as := func(c service.Common, user string) service.Common {
+		c.NATSURL, c.NATSUser, c.NATSPassword, c.NATSTLSCA = url, user, password, pki.CA
+		return c
+	}
+
+	svcCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	start := func(name string, c service.Common, build func(d *service.Deps) (func(context.Context) error, error)) {
+		t.Helper()
+		if err := c.Validate(); err != nil {
+			fatalf("%s: %v", name, err)
+		}
+		d, err := service.Connect(ctx, c, name, st.Opts.Log)
+		if err != nil {
+			fatalf("%s: %v", name, err)
+		}
+		run, err := build(d)
+		if err != nil {
+			d.Close()
+			fatalf("%s: %v", name, err)
+		}
+		wg.Go(func() {
+			defer d.Close()
+			if err := run(svcCtx); err != nil && svcCtx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	stopped := false
+	shutdown := func() {
+		if !stopped {
+			stopped = true
+			stop()
+			wg.Wait()
+		}
+	}
+	defer shutdown()
+
+	cc := st.CoordinatorConfig()
+	cc.Common, cc.CoordinatorID, cc.Addr = as(cc.Common, "coordinator"), "c1", ""
+	start("coordinator", cc.Common, func(d *service.Deps) (func(context.Context) error, error) {
+		return coordinator.NewElected(cc, d).Run, nil // with the leader lease, as deployed
+	})
+	for _, r := range replicas {
+		gc := st.GenWorkerConfig(r)
+		gc.Common = as(gc.Common, "gen-"+r)
+		start("gen-worker-"+r, gc.Common, func(d *service.Deps) (func(context.Context) error, error) {
+			w, err := genworker.New(svcCtx, gc, d, nil)
+			if err != nil {
+				return nil, err
+			}
+			return w.Run, nil
+		})
+	}
+	ec := st.EnvWorkerConfig("env-0")
+	ec.Common = as(ec.Common, "env-0")
+	start("env-worker", ec.Common, func(d *service.Deps) (func(context.Context) error, error) {
+		w, err := envworker.New(svcCtx, ec, d)
+		if err != nil {
+			return nil, err
+		}
+		return w.Run, nil
+	})
+	pc := st.PredictorConfig()
+	pc.Common = as(pc.Common, "predictor-gw")
+	start("predictor-gw", pc.Common, func(d *service.Deps) (func(context.Context) error, error) {
+		return predictor.New(pc, d).Run, nil
+	})
+
+	// The trainer: the CLI with the same variables.
+	t.Setenv("ACTLOOP_NATS_URL", url)
+	t.Setenv("ACTLOOP_NATS_USER", "trainer")
+	t.Setenv("ACTLOOP_NATS_PASSWORD", password)
+	t.Setenv("ACTLOOP_NATS_TLS_CA", pki.CA)
+	ws, err := demo.Workspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	var lines []string
+	for _, s := range demo.Samples(n, ws, "perm") {
+		b, _ := json.Marshal(s)
+		lines = append(lines, string(b))
+	}
+	file := filepath.Join(dir, "samples.jsonl")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if err := run(ctx, []string{"submit", file}, &out, &errOut); err != nil {
+		fatalf("submit: %v", err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"results", "-n", fmt.Sprint(n)}, &out, &errOut); err != nil {
+		fatalf("results: %v", err)
+	}
+	got := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(got) != n {
+		fatalf("%d results, want %d: %s", len(got), n, out.String())
+	}
+	for _, l := range got {
+		if r, err := schema.Decode[schema.Result]([]byte(l)); err != nil || r.Status != schema.StatusCompleted {
+			fatalf("result %v: %s", err, l)
+		}
+	}
+	// Weight sync over NATS: every gen-worker reports its pause in KV.
+	testkit.Eventually(t, time.Minute, "both gen-workers to report running", func() bool {
+		out.Reset()
+		var c schema.ControlStatus
+		return run(ctx, []string{"control"}, &out, &errOut) == nil && json.Unmarshal(out.Bytes(), &c) == nil &&
+			len(c.Workers) == len(replicas)
+	})
+	for _, args := range [][]string{{"pause", "--mode", "abort", "--timeout", "1m"}, {"resume", "--weight-version", "1"}} {
+		out.Reset()
+		if err := run(ctx, args, &out, &errOut); err != nil {
+			fatalf("%v: %v", args, err)
+		}
+	}
+
+	// Stopped cleanly: heartbeats and the lease are removed, too.
+	shutdown()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if v := viol.get(); len(v) > 0 {
+		t.Fatalf("permission violations with the README's permissions:\n%s", strings.Join(v, "\n"))
+	}
+
+	// A wrong password is refused, and the error does not show it.
+	nctx, ncancel := context.WithTimeout(context.Background(), time.Minute)
+	defer ncancel()
+	t.Setenv("ACTLOOP_NATS_PASSWORD", "not-"+password)
+	err = run(nctx, []string{"submit", file}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "Authorization Violation") || strings.Contains(err.Error(), password) {
+		t.Fatalf("submit with a wrong password: %v", err)
+	}
+	// Without the CA the server's certificate is not trusted.
+	t.Setenv("ACTLOOP_NATS_PASSWORD", password)
+	t.Setenv("ACTLOOP_NATS_TLS_CA", "")
+	if err := run(nctx, []string{"submit", file}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("submit without the CA: %v", err)
+	}
+	// A bad setting is named before anything connects.
+	t.Setenv("ACTLOOP_NATS_TLS_CA", filepath.Join(dir, "missing.pem"))
+	if err := run(nctx, []string{"control"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "ACTLOOP_NATS_TLS_CA") {
+		t.Fatalf("control with a missing CA file: %v", err)
+	}
+}
