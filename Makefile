@@ -44,11 +44,21 @@ chaos:
 	ACTLOOP_CHAOS=full ACTLOOP_CHAOS_SEED=$(CHAOS_SEED) ACTLOOP_CHAOS_APPENDFSYNC=$(CHAOS_APPENDFSYNC) \
 	  $(GO) test -count=1 -timeout 60m -v -run '^TestChaos$$' -artifacts -outputdir $(CURDIR)/test-artifacts ./test/chaos/
 
-# Run each fuzz target for FUZZTIME (default 30s).
+# Run each fuzz target for FUZZTIME (default 30s), then keep what it found
+# interesting as seed corpus under the package's testdata/fuzz/ (the
+# FUZZKEEP smallest inputs of each target), which `make test` runs every
+# time.
 FUZZTIME ?= 30s
+FUZZKEEP ?= 32
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
+	@cache=$$($(GO) env GOCACHE)/fuzz; \
+	for pkg in $$($(GO) list ./...); do \
+	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    if [ -d "$$cache/$$pkg/$$f" ]; then \
+	      mkdir -p "$$dir/testdata/fuzz/$$f" && cp -n "$$cache/$$pkg/$$f"/* "$$dir/testdata/fuzz/$$f/" && \
+	      (cd "$$dir/testdata/fuzz/$$f" && ls -S | head -n -$(FUZZKEEP) | xargs -r rm --); \
+	    fi; \
 	  done; \
 	done

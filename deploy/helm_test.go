@@ -429,6 +429,7 @@ func checkAll(t reporter, m *manifests, values chartutil.Values) {
 	checkEnvWorker(t, m, values)
 	checkDisruptionBudgets(t, m)
 	checkSecrets(t, m, values)
+	checkCredentials(t, m, values)
 	checkNATS(t, m, values)
 	checkRedis(t, m, values)
 	checkAllContainers(t, m)
@@ -479,6 +480,23 @@ func TestChecksCatch(t *testing.T) {
 			}
 		}
 		c.Env = append(c.Env, e)
+	}
+	mount := func(c *corev1.Container, name string) *corev1.VolumeMount {
+		for i := range c.VolumeMounts {
+			if c.VolumeMounts[i].Name == name {
+				return &c.VolumeMounts[i]
+			}
+		}
+		panic("no mount " + name)
+	}
+	// A user per service on the bundled NATS; credentials and TLS files
+	// for external servers.
+	perService := map[string]any{"nats": map[string]any{"auth": map[string]any{
+		"enabled": true, "password": "cli-password", "servicePasswordSeed": "seed"}}}
+	fileVals := map[string]any{
+		"nats": map[string]any{"bundled": false, "url": "tls://nats:4222", "credsSecret": "creds",
+			"tls": map[string]any{"secret": "nats-tls", "clientCert": "tls.crt", "clientKey": "tls.key"}},
+		"redis": map[string]any{"bundled": false, "url": "rediss://redis:6379/0", "tls": map[string]any{"secret": "redis-tls"}},
 	}
 	tests := []struct {
 		name    string
@@ -556,6 +574,48 @@ func TestChecksCatch(t *testing.T) {
 		{name: "the wrong image", mutate: func(m *manifests) {
 			first(m, env).Image = "actloop:0.1.0"
 		}, wantErr: "image"},
+		{name: "a service logs in as another's user", vals: perService, mutate: func(m *manifests) {
+			setEnv(first(m, coord), corev1.EnvVar{Name: "ACTLOOP_NATS_USER", Value: "predictor-gw"})
+		}, wantErr: "Deployment " + coord + ": logs in as predictor-gw with Secret key nats-password-coordinator, not the password"},
+		{name: "a user allowed more than the README's table", vals: perService, mutate: func(m *manifests) {
+			cm := m.configMap(release + "-actloop-nats")
+			cm.Data["nats.conf"] = strings.Replace(cm.Data["nats.conf"], `"actloop.predict"]}`, `"actloop.predict", "actloop.>"]}`, 1)
+		}, wantErr: "logs in as predictor-gw: publish"},
+		{name: "a user nobody logs in as", vals: perService, mutate: func(m *manifests) {
+			m.deployments = slices.DeleteFunc(m.deployments, func(d *appsv1.Deployment) bool { return d.Name == pred })
+		}, wantErr: "nats.conf: user predictor-gw: no service logs in as it"},
+		{name: "two services with one password", vals: perService, mutate: func(m *manifests) {
+			s := m.secret(release + "-actloop")
+			s.StringData["nats-password-predictor-gw"] = s.StringData["nats-password-coordinator"]
+		}, wantErr: "hold the same password"},
+		{name: "a credentials file not mounted", vals: fileVals, mutate: func(m *manifests) {
+			c := first(m, gen)
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.Name == "nats-secrets" })
+		}, wantErr: "Deployment " + gen + ": ACTLOOP_NATS_CREDS: /var/run/secrets/actloop/nats/user.creds: no volume mounted there"},
+		{name: "a credentials file from another Secret", vals: fileVals, mutate: func(m *manifests) {
+			for _, v := range podSpec(m, coord).Volumes {
+				if v.Projected != nil {
+					v.Projected.Sources[0].Secret.Name = "other"
+				}
+			}
+		}, wantErr: "ACTLOOP_NATS_CREDS: /var/run/secrets/actloop/nats/user.creds is Secret other key nats.creds, want creds key nats.creds"},
+		{name: "a writable Secret mount", vals: fileVals, mutate: func(m *manifests) {
+			mount(first(m, pred), "redis-secrets").ReadOnly = false
+		}, wantErr: "volume redis-secrets is mounted writable"},
+		{name: "a client certificate without its key", vals: fileVals, mutate: func(m *manifests) {
+			c := first(m, pred)
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "ACTLOOP_NATS_TLS_KEY" })
+		}, wantErr: "ACTLOOP_NATS_TLS_CERT and ACTLOOP_NATS_TLS_KEY: a client certificate needs its key"},
+		{name: "two NATS authentications", vals: fileVals, mutate: func(m *manifests) {
+			setEnv(first(m, coord), corev1.EnvVar{Name: "ACTLOOP_NATS_NKEY", Value: "/var/run/secrets/actloop/nats/user.creds"})
+		}, wantErr: "[ACTLOOP_NATS_CREDS ACTLOOP_NATS_NKEY]: one NATS authentication at most"},
+		{name: "the env-worker's credentials where its sandboxes see them", vals: fileVals, mutate: func(m *manifests) {
+			c := first(m, env)
+			mount(c, "nats-secrets").MountPath = "/etc/actloop/nats"
+			for i := range c.Env {
+				c.Env[i].Value = strings.Replace(c.Env[i].Value, "/var/run/secrets/actloop/nats/", "/etc/actloop/nats/", 1)
+			}
+		}, wantErr: "Secret volume nats-secrets at /etc/actloop/nats: the bwrap sandboxes mount /etc"},
 		{name: "an agent configuration not mounted", vals: map[string]any{"agentConfig": "agent: {}\n"}, mutate: func(m *manifests) {
 			c := first(m, gen)
 			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.Name == "agent-config" })
@@ -590,6 +650,27 @@ func TestChecksCatch(t *testing.T) {
 	}
 }
 
+// Credential settings no ci file holds render and pass the checks too.
+func TestChartSecurityVariants(t *testing.T) {
+	tests := map[string]map[string]any{
+		"one NATS user for everything": {"nats": map[string]any{"auth": map[string]any{
+			"enabled": true, "password": "pw", "perService": false}}},
+		"a user per service, passwords from an existing Secret": {"nats": map[string]any{
+			"auth": map[string]any{"enabled": true}, "existingSecret": map[string]any{"name": "my-nats", "passwordKey": "pw"}}},
+		"one nkey, TLS with the system's authorities": {"nats": map[string]any{"bundled": false, "url": "nats://n:4222",
+			"nkeySecret": "nkey", "tls": map[string]any{"secret": "tls", "ca": "", "clientCert": "tls.crt", "clientKey": "tls.key"}}},
+	}
+	for name, vals := range tests {
+		t.Run(name, func(t *testing.T) {
+			files, values, err := render(t, vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkAll(t, decode(t, files), values)
+		})
+	}
+}
+
 // The ci files between them cover what they are meant to.
 func TestValueFilesCover(t *testing.T) {
 	seen := map[string]bool{}
@@ -603,11 +684,26 @@ func TestValueFilesCover(t *testing.T) {
 		seen["external secrets"] = seen["external secrets"] || !boolValue(t, v, "nats.bundled") &&
 			stringValue(t, v, "nats.existingSecret.name") != "" && stringValue(t, v, "redis.existingSecret.name") != ""
 		seen["keda"] = seen["keda"] || boolValue(t, v, "envWorker.keda.enabled")
+		seen["a nats user per service"] = seen["a nats user per service"] ||
+			boolValue(t, v, "nats.bundled") && boolValue(t, v, "nats.auth.enabled") && boolValue(t, v, "nats.auth.perService")
+		for _, k := range []string{"coordinator", "genWorker", "envWorker", "predictorGw"} {
+			seen["nats creds per component"] = seen["nats creds per component"] || stringValue(t, v, k+".natsCredsSecret") != ""
+			seen["nats nkey"] = seen["nats nkey"] || stringValue(t, v, k+".natsNkeySecret") != ""
+		}
+		for _, g := range value(t, v, "genWorker.groups").([]any) {
+			seen["nats creds per group"] = seen["nats creds per group"] || g.(map[string]any)["natsCredsSecret"] != nil
+		}
+		seen["nats creds"] = seen["nats creds"] || stringValue(t, v, "nats.credsSecret") != ""
+		seen["nats client certificate"] = seen["nats client certificate"] ||
+			stringValue(t, v, "nats.tls.secret") != "" && stringValue(t, v, "nats.tls.clientCert") != ""
+		seen["redis tls"] = seen["redis tls"] || stringValue(t, v, "redis.tls.secret") != ""
 		gs := groups(t, v)
 		seen["two openai groups"] = seen["two openai groups"] ||
 			len(gs) >= 2 && !slices.ContainsFunc(gs, func(g group) bool { return g.api != "openai" })
 	}
-	for _, want := range []string{"bundled nats", "bundled redis", "external secrets", "keda", "two openai groups"} {
+	for _, want := range []string{"bundled nats", "bundled redis", "external secrets", "keda", "two openai groups",
+		"a nats user per service", "nats creds", "nats creds per component", "nats creds per group", "nats nkey",
+		"nats client certificate", "redis tls"} {
 		if !seen[want] {
 			t.Errorf("no values file covers %s", want)
 		}
@@ -1034,10 +1130,10 @@ func checkSecrets(t reporter, m *manifests, vals chartutil.Values) {
 		t.Errorf("Secret %s rendered: %v; want it only without existing Secrets for both", own, m.secret(own) != nil)
 	}
 	if s := m.secret(own); s != nil {
-		if u, ok := s.StringData["nats-url"]; ok && !strings.HasPrefix(u, "nats://") {
+		if u, ok := s.StringData["nats-url"]; ok && !strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://") {
 			t.Errorf("Secret: nats-url %q", u)
 		}
-		if u, ok := s.StringData["redis-url"]; ok && !strings.HasPrefix(u, "redis://") {
+		if u, ok := s.StringData["redis-url"]; ok && !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") {
 			t.Errorf("Secret: redis-url %q", u)
 		}
 	}
@@ -1074,15 +1170,17 @@ func checkNATS(t reporter, m *manifests, vals chartutil.Values) {
 		if m.service(name) == nil {
 			t.Errorf("nats: no client Service %s", name)
 		}
-		if c := container(t, &sts.Spec.Template.Spec, "nats"); c != nil {
-			checkNATSContainer(t, c, sts)
+		c := container(t, &sts.Spec.Template.Spec, "nats")
+		if c == nil {
+			return
 		}
+		checkNATSContainer(t, c, sts)
 		cm := m.configMap(name)
 		if cm == nil {
 			t.Errorf("no ConfigMap %s", name)
 			return
 		}
-		checkNATSConf(t, cm.Data["nats.conf"], vals)
+		checkNATSConf(t, m, c, cm.Data["nats.conf"], vals)
 	}
 	for _, d := range m.deployments {
 		c := &d.Spec.Template.Spec.Containers[0]
@@ -1109,8 +1207,31 @@ func checkNATSContainer(t reporter, c *corev1.Container, sts *appsv1.StatefulSet
 	}
 }
 
-// checkNATSConf parses conf as nats-server does, in pod 1's environment.
-func checkNATSConf(t reporter, conf string, vals chartutil.Values) {
+// secretValue is what the Secret key holds: the chart's Secret's value, or
+// "from-<key>" for a Secret of the user's.
+func secretValue(m *manifests, ref *corev1.SecretKeySelector) string {
+	if s := m.secret(ref.Name); s != nil {
+		if v, ok := s.StringData[ref.Key]; ok {
+			return v
+		}
+	}
+	return "from-" + ref.Key
+}
+
+// natsPasswordRef is where the bundled NATS password is (the CLI's user's
+// with a user per service).
+func natsPasswordRef(t reporter, vals chartutil.Values) *corev1.SecretKeySelector {
+	t.Helper()
+	name := stringValue(t, vals, "nats.existingSecret.name")
+	if name == "" {
+		name = release + "-actloop"
+	}
+	return &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: passwordKey(t, vals)}
+}
+
+// checkNATSConf parses conf as nats-server does, in pod 1's environment
+// (each variable the container c takes from a Secret as secretValue).
+func checkNATSConf(t reporter, m *manifests, c *corev1.Container, conf string, vals chartutil.Values) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "nats.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
@@ -1118,7 +1239,11 @@ func checkNATSConf(t reporter, conf string, vals chartutil.Values) {
 		return
 	}
 	t.Setenv("POD_NAME", release+"-actloop-nats-1")
-	t.Setenv("NATS_PASSWORD", "from-the-secret")
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			t.Setenv(e.Name, secretValue(m, e.ValueFrom.SecretKeyRef))
+		}
+	}
 	opts, err := server.ProcessConfigFile(path)
 	if err != nil {
 		t.Errorf("nats.conf: %v\n%s", err, conf)
@@ -1148,11 +1273,404 @@ func checkNATSConf(t reporter, conf string, vals chartutil.Values) {
 	if !slices.Equal(routes, want) || opts.Cluster.Port != 6222 || opts.Cluster.Name == "" {
 		t.Errorf("nats.conf: cluster %q port %d routes %q, want routes %q", opts.Cluster.Name, opts.Cluster.Port, routes, want)
 	}
-	if boolValue(t, vals, "nats.auth.enabled") && opts.Password != "from-the-secret" {
-		t.Errorf("nats.conf: password %q, want $NATS_PASSWORD", opts.Password)
+	switch auth, perService := boolValue(t, vals, "nats.auth.enabled"), boolValue(t, vals, "nats.auth.perService"); {
+	case auth && perService:
+		checkNATSUsers(t, m, opts, vals)
+	case auth:
+		if want := secretValue(m, natsPasswordRef(t, vals)); opts.Password != want || opts.Username != stringValue(t, vals, "nats.auth.user") {
+			t.Errorf("nats.conf: user %q password %q, want nats.auth.user and %q (the Secret's)", opts.Username, opts.Password, want)
+		}
+	default:
+		if opts.Username != "" || len(opts.Users) != 0 || len(opts.Nkeys) != 0 {
+			t.Errorf("nats.conf: users without nats.auth")
+		}
 	}
 	if opts.HTTPPort != 8222 {
 		t.Errorf("nats.conf: http_port %d, want 8222 (probes, KEDA)", opts.HTTPPort)
+	}
+}
+
+// passwordKey is the key of the bundled NATS password in its Secret.
+func passwordKey(t reporter, vals chartutil.Values) string {
+	t.Helper()
+	if stringValue(t, vals, "nats.existingSecret.name") != "" {
+		return stringValue(t, vals, "nats.existingSecret.passwordKey")
+	}
+	return "nats-password"
+}
+
+// natsPerms is one client's row of the README's NATS permissions table.
+type natsPerms struct {
+	pub, sub  []string
+	responses bool // allow_responses
+}
+
+// add is p with q's subjects added, placeholders replaced.
+func (p natsPerms) add(q natsPerms, subst map[string]string) natsPerms {
+	fill := func(s string) string {
+		for k, v := range subst {
+			s = strings.ReplaceAll(s, k, v)
+		}
+		return s
+	}
+	out := natsPerms{pub: slices.Clone(p.pub), sub: slices.Clone(p.sub), responses: p.responses || q.responses}
+	for _, s := range q.pub {
+		out.pub = append(out.pub, fill(s))
+	}
+	for _, s := range q.sub {
+		out.sub = append(out.sub, fill(s))
+	}
+	return out
+}
+
+// equal compares the allow lists as sets.
+func (p natsPerms) equal(q natsPerms) bool {
+	set := func(l []string) []string { return slices.Compact(slices.Sorted(slices.Values(l))) }
+	return slices.Equal(set(p.pub), set(q.pub)) && slices.Equal(set(p.sub), set(q.sub)) && p.responses == q.responses
+}
+
+func (p natsPerms) String() string {
+	return fmt.Sprintf("publish %q, subscribe %q, allow_responses %v", p.pub, p.sub, p.responses)
+}
+
+// readmePermissions reads the NATS permissions table of the repository
+// README's Security section, by client ("every service", "coordinator",
+// ..., "CLI (trainer)").
+func readmePermissions(t reporter) map[string]natsPerms {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Errorf("%v", err)
+		return nil
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Security\n")
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	_, table, ok2 := strings.Cut(sec, "| client | publish | subscribe |\n|---|---|---|\n")
+	if !ok || !ok2 {
+		t.Errorf("README: no NATS permissions table in the Security section")
+		return nil
+	}
+	code := regexp.MustCompile("`([^`]+)`")
+	out := map[string]natsPerms{}
+	for line := range strings.SplitSeq(table, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 3 {
+			t.Errorf("README permissions row %q: want 3 cells", line)
+			return nil
+		}
+		var p natsPerms
+		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
+			if m[1] == "allow_responses" {
+				p.responses = true
+			} else {
+				p.pub = append(p.pub, m[1])
+			}
+		}
+		for _, m := range code.FindAllStringSubmatch(cells[2], -1) {
+			p.sub = append(p.sub, m[1])
+		}
+		out[cells[0]] = p
+	}
+	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)"} {
+		if _, ok := out[c]; !ok {
+			t.Errorf("README permissions table: no row %q", c)
+			return nil
+		}
+	}
+	return out
+}
+
+// serverPerms are a configured user's permissions.
+func serverPerms(u *server.User) natsPerms {
+	var p natsPerms
+	if u.Permissions == nil {
+		return p
+	}
+	if u.Permissions.Publish != nil {
+		p.pub = u.Permissions.Publish.Allow
+		if len(u.Permissions.Publish.Deny) > 0 {
+			p.pub = append(slices.Clone(p.pub), "deny:"+strings.Join(u.Permissions.Publish.Deny, ","))
+		}
+	}
+	if u.Permissions.Subscribe != nil {
+		p.sub = u.Permissions.Subscribe.Allow
+		if len(u.Permissions.Subscribe.Deny) > 0 {
+			p.sub = append(slices.Clone(p.sub), "deny:"+strings.Join(u.Permissions.Subscribe.Deny, ","))
+		}
+	}
+	p.responses = u.Permissions.Response != nil
+	return p
+}
+
+// checkNATSUsers: with a user per service, the bundled servers have one
+// user per service and the CLI's, each with exactly its row (and every
+// service's) of the README's permissions table; each Deployment logs in as
+// the user of its service (its replica's, for a gen-worker) with the
+// password the servers expect (the same Secret key); the chart's own
+// passwords differ from each other.
+func checkNATSUsers(t reporter, m *manifests, opts *server.Options, vals chartutil.Values) {
+	t.Helper()
+	table := readmePermissions(t)
+	if table == nil {
+		return
+	}
+	users := map[string]*server.User{}
+	for _, u := range opts.Users {
+		if users[u.Username] != nil {
+			t.Errorf("nats.conf: user %s twice", u.Username)
+		}
+		users[u.Username] = u
+	}
+	if opts.Username != "" || len(opts.Nkeys) != 0 {
+		t.Errorf("nats.conf: a single user or nkeys next to the users")
+	}
+	used := map[string]bool{}
+	cli := stringValue(t, vals, "nats.auth.user")
+	if u := users[cli]; u == nil {
+		t.Errorf("nats.conf: no user %s (nats.auth.user, the CLI's)", cli)
+	} else {
+		used[cli] = true
+		if got, want := serverPerms(u), table["CLI (trainer)"]; !got.equal(want) {
+			t.Errorf("nats.conf: user %s: %v, want the README's CLI (trainer) row: %v", cli, got, want)
+		}
+		if want := secretValue(m, natsPasswordRef(t, vals)); u.Password != want {
+			t.Errorf("nats.conf: user %s: password %q, want %q (the Secret's)", cli, u.Password, want)
+		}
+	}
+	for _, d := range m.deployments {
+		svc := d.Spec.Template.Labels[componentLabel]
+		c := &d.Spec.Template.Spec.Containers[0]
+		at := "Deployment " + d.Name
+		name := envValue(c, "ACTLOOP_NATS_USER")
+		pw := envVar(c, "ACTLOOP_NATS_PASSWORD")
+		if pw == nil || pw.ValueFrom == nil || pw.ValueFrom.SecretKeyRef == nil {
+			t.Errorf("%s: ACTLOOP_NATS_PASSWORD: want it from a Secret", at)
+			continue
+		}
+		u := users[name]
+		if u == nil {
+			t.Errorf("%s: ACTLOOP_NATS_USER %q: no such user in nats.conf", at, name)
+			continue
+		}
+		used[name] = true
+		if secretValue(m, pw.ValueFrom.SecretKeyRef) != u.Password {
+			t.Errorf("%s: logs in as %s with Secret key %s, not the password the servers have for it", at, name, pw.ValueFrom.SecretKeyRef.Key)
+		}
+		subst := map[string]string{"<replica>": envValue(c, "ACTLOOP_REPLICA"), "<id>": "*"}
+		want := table["every service"].add(table[svc], subst)
+		if got := serverPerms(u); !got.equal(want) {
+			t.Errorf("%s: logs in as %s: %v; want the README's rows for every service and %s: %v", at, name, got, svc, want)
+		}
+		if name == cli {
+			t.Errorf("%s: logs in as the CLI's user %s", at, name)
+		}
+	}
+	for name := range users {
+		if !used[name] {
+			t.Errorf("nats.conf: user %s: no service logs in as it", name)
+		}
+	}
+	if s := m.secret(release + "-actloop"); s != nil && stringValue(t, vals, "nats.existingSecret.name") == "" {
+		seen := map[string]string{}
+		for k, v := range s.StringData {
+			if !strings.HasPrefix(k, "nats-password") {
+				continue
+			}
+			if other, ok := seen[v]; ok {
+				t.Errorf("Secret: %s and %s hold the same password", k, other)
+			}
+			seen[v] = k
+		}
+		if s.StringData["nats-url"] == "" || strings.Contains(s.StringData["nats-url"], "@") {
+			t.Errorf("Secret: nats-url %q: want it without credentials (each service has its own)", s.StringData["nats-url"])
+		}
+	}
+}
+
+// fileSettings are the settings naming files of credentials and TLS.
+var fileSettings = []string{
+	"ACTLOOP_NATS_CREDS", "ACTLOOP_NATS_NKEY", "ACTLOOP_NATS_TLS_CA", "ACTLOOP_NATS_TLS_CERT", "ACTLOOP_NATS_TLS_KEY",
+	"ACTLOOP_REDIS_TLS_CA", "ACTLOOP_REDIS_TLS_CERT", "ACTLOOP_REDIS_TLS_KEY",
+}
+
+// secretFile is a key of a Secret.
+type secretFile struct{ secret, key string }
+
+// sandboxVisible are the directories the env-worker's bwrap sandboxes
+// mount read-only (pkg/sandbox, bwrapSystemArgs): nothing secret there.
+var sandboxVisible = []string{"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// mountedSecretFile finds the Secret key the file path of container c is:
+// a read-only mount of a Secret volume, or of a projected volume of
+// Secrets, whose item (or key) is that file.
+func mountedSecretFile(spec *corev1.PodSpec, c *corev1.Container, path string) (secretFile, error) {
+	for _, vm := range c.VolumeMounts {
+		rel, err := filepath.Rel(vm.MountPath, path)
+		if err != nil || rel == "." || strings.HasPrefix(rel, "..") || vm.SubPath != "" {
+			continue
+		}
+		if !vm.ReadOnly {
+			return secretFile{}, fmt.Errorf("%s: volume %s is mounted writable", path, vm.Name)
+		}
+		for _, v := range spec.Volumes {
+			if v.Name != vm.Name {
+				continue
+			}
+			switch {
+			case v.Secret != nil:
+				if len(v.Secret.Items) == 0 {
+					return secretFile{v.Secret.SecretName, rel}, nil
+				}
+				for _, it := range v.Secret.Items {
+					if it.Path == rel {
+						return secretFile{v.Secret.SecretName, it.Key}, nil
+					}
+				}
+			case v.Projected != nil:
+				for _, src := range v.Projected.Sources {
+					if src.Secret == nil {
+						continue
+					}
+					for _, it := range src.Secret.Items {
+						if it.Path == rel {
+							return secretFile{src.Secret.Name, it.Key}, nil
+						}
+					}
+				}
+			}
+			return secretFile{}, fmt.Errorf("%s: not a file of a Secret in volume %s", path, vm.Name)
+		}
+		return secretFile{}, fmt.Errorf("%s: volume %s is not in the pod", path, vm.Name)
+	}
+	return secretFile{}, fmt.Errorf("%s: no volume mounted there", path)
+}
+
+// valuesKey maps each actloop component to its values.
+var valuesKey = map[string]string{
+	"coordinator":  "coordinator",
+	"gen-worker":   "genWorker",
+	"env-worker":   "envWorker",
+	"predictor-gw": "predictorGw",
+}
+
+// wantFiles are the credential and TLS files the values give a
+// Deployment of component svc (group: its gen-worker group's name).
+func wantFiles(t reporter, vals chartutil.Values, svc, group string) map[string]secretFile {
+	t.Helper()
+	want := map[string]secretFile{}
+	var g map[string]any
+	if group != "" {
+		list, _ := value(t, vals, "genWorker.groups").([]any)
+		for _, e := range list {
+			if e, ok := e.(map[string]any); ok && e["name"] == group {
+				g = e
+			}
+		}
+	}
+	str := func(m map[string]any, k string) string { s, _ := m[k].(string); return s }
+	comp := valuesKey[svc]
+	creds, nkey := str(g, "natsCredsSecret"), str(g, "natsNkeySecret")
+	if creds == "" && nkey == "" {
+		creds, nkey = stringValue(t, vals, comp+".natsCredsSecret"), stringValue(t, vals, comp+".natsNkeySecret")
+	}
+	if creds == "" && nkey == "" {
+		creds, nkey = stringValue(t, vals, "nats.credsSecret"), stringValue(t, vals, "nats.nkeySecret")
+	}
+	switch {
+	case creds != "":
+		want["ACTLOOP_NATS_CREDS"] = secretFile{creds, stringValue(t, vals, "nats.credsKey")}
+	case nkey != "":
+		want["ACTLOOP_NATS_NKEY"] = secretFile{nkey, stringValue(t, vals, "nats.nkeyKey")}
+	}
+	for _, s := range []string{"nats", "redis"} {
+		secret := stringValue(t, vals, s+".tls.secret")
+		if secret == "" {
+			continue
+		}
+		prefix := "ACTLOOP_" + strings.ToUpper(s) + "_TLS_"
+		for setting, key := range map[string]string{"CA": "ca", "CERT": "clientCert", "KEY": "clientKey"} {
+			if k := stringValue(t, vals, s+".tls."+key); k != "" {
+				want[prefix+setting] = secretFile{secret, k}
+			}
+		}
+	}
+	return want
+}
+
+// checkCredentials: every credential or TLS file a service is told of is a
+// key of the Secret the values name for it, mounted read-only (the
+// env-worker's outside what its sandboxes see), and it is told of each
+// such file; at most one NATS authentication; client certificates with
+// their keys; a password with its user.
+func checkCredentials(t reporter, m *manifests, vals chartutil.Values) {
+	t.Helper()
+	natsURL := ""
+	if s := m.secret(release + "-actloop"); s != nil {
+		natsURL = s.StringData["nats-url"]
+	}
+	for _, d := range m.deployments {
+		svc := d.Spec.Template.Labels[componentLabel]
+		at := "Deployment " + d.Name
+		spec := &d.Spec.Template.Spec
+		c := &spec.Containers[0]
+		want := wantFiles(t, vals, svc, d.Spec.Template.Labels["actloop/group"])
+		for _, k := range fileSettings {
+			path := envValue(c, k)
+			w, wanted := want[k]
+			switch {
+			case path == "" && wanted:
+				t.Errorf("%s: %s not set; the values give it %s key %s", at, k, w.secret, w.key)
+			case path == "":
+			case !wanted:
+				t.Errorf("%s: %s %s: the values give it no such file", at, k, path)
+			default:
+				got, err := mountedSecretFile(spec, c, path)
+				if err != nil {
+					t.Errorf("%s: %s: %v", at, k, err)
+				} else if got != w {
+					t.Errorf("%s: %s: %s is Secret %s key %s, want %s key %s", at, k, path, got.secret, got.key, w.secret, w.key)
+				}
+			}
+		}
+		var methods []string
+		for _, k := range []string{"ACTLOOP_NATS_USER", "ACTLOOP_NATS_TOKEN", "ACTLOOP_NATS_CREDS", "ACTLOOP_NATS_NKEY"} {
+			if envVar(c, k) != nil {
+				methods = append(methods, k)
+			}
+		}
+		if strings.Contains(natsURL, "@") && envVar(c, "ACTLOOP_NATS_URL") != nil {
+			methods = append(methods, "ACTLOOP_NATS_URL (user info)")
+		}
+		if len(methods) > 1 {
+			t.Errorf("%s: %v: one NATS authentication at most", at, methods)
+		}
+		if (envVar(c, "ACTLOOP_NATS_USER") == nil) != (envVar(c, "ACTLOOP_NATS_PASSWORD") == nil) {
+			t.Errorf("%s: ACTLOOP_NATS_USER and ACTLOOP_NATS_PASSWORD: both or neither", at)
+		}
+		for _, s := range []string{"NATS", "REDIS"} {
+			cert, key := "ACTLOOP_"+s+"_TLS_CERT", "ACTLOOP_"+s+"_TLS_KEY"
+			if (envVar(c, cert) == nil) != (envVar(c, key) == nil) {
+				t.Errorf("%s: %s and %s: a client certificate needs its key (both or neither)", at, cert, key)
+			}
+		}
+		if svc != "env-worker" {
+			continue
+		}
+		for _, vm := range c.VolumeMounts {
+			for _, v := range spec.Volumes {
+				if v.Name != vm.Name || v.Secret == nil && v.Projected == nil {
+					continue
+				}
+				for _, dir := range sandboxVisible {
+					if vm.MountPath == dir || strings.HasPrefix(vm.MountPath, dir+"/") {
+						t.Errorf("%s: Secret volume %s at %s: the bwrap sandboxes mount %s, so the model's commands could read it", at, v.Name, vm.MountPath, dir)
+					}
+				}
+			}
+		}
 	}
 }
 
@@ -1233,6 +1751,16 @@ func TestChartRejects(t *testing.T) {
 		}
 		return map[string]any{"genWorker": map[string]any{"groups": list}}
 	}
+	// external is an external NATS with the extra nats values kv.
+	external := func(kv map[string]any) map[string]any {
+		n := map[string]any{"bundled": false, "url": "nats://n:4222"}
+		maps.Copy(n, kv)
+		return map[string]any{"nats": n}
+	}
+	with := func(vals map[string]any, k string, v any) map[string]any {
+		vals[k] = v
+		return vals
+	}
 	tests := []struct {
 		name    string
 		vals    map[string]any
@@ -1268,6 +1796,35 @@ func TestChartRejects(t *testing.T) {
 		}, "envWorker.keda.monitoringEndpoint"},
 		{"http predictor without url", map[string]any{"predictorGw": map[string]any{"backend": "http"}}, "predictorGw.url is required"},
 		{"extraEnv without name", map[string]any{"coordinator": map[string]any{"extraEnv": []any{map[string]any{"value": "x"}}}}, "coordinator.extraEnv"},
+		{"creds and nkey", external(map[string]any{"credsSecret": "a", "nkeySecret": "b"}),
+			"nats.credsSecret and nats.nkeySecret: set at most one NATS authentication"},
+		{"a component's creds and nkey", with(external(nil), "coordinator", map[string]any{"natsCredsSecret": "a", "natsNkeySecret": "b"}),
+			"coordinator.natsCredsSecret and coordinator.natsNkeySecret: set at most one"},
+		{"a group's creds and nkey", with(external(nil), "genWorker", groups(group("name", "r0", "url", "http://a:1", "natsCredsSecret", "a", "natsNkeySecret", "b"))["genWorker"]),
+			"genWorker.groups[0].natsCredsSecret and genWorker.groups[0].natsNkeySecret: set at most one"},
+		{"creds on the bundled NATS", map[string]any{"nats": map[string]any{"credsSecret": "a"}},
+			"nats.credsSecret: a .creds or nkey file is for an external NATS"},
+		{"an nkey and credentials in the URL", with(map[string]any{"nats": map[string]any{"bundled": false, "url": "nats://u:p@n:4222"}},
+			"predictorGw", map[string]any{"natsNkeySecret": "a"}), "predictorGw.natsNkeySecret: nats.url carries credentials too"},
+		{"a client certificate without its key", external(map[string]any{"tls": map[string]any{"secret": "s", "clientCert": "tls.crt"}}),
+			"nats.tls.clientCert is set without nats.tls.clientKey"},
+		{"a Redis client key without its certificate", map[string]any{"redis": map[string]any{"bundled": false, "url": "rediss://r:6379/0",
+			"tls": map[string]any{"secret": "s", "clientKey": "tls.key"}}}, "redis.tls.clientKey is set without redis.tls.clientCert"},
+		{"a client certificate from no Secret", external(map[string]any{"tls": map[string]any{"clientCert": "tls.crt", "clientKey": "tls.key"}}),
+			"nats.tls.clientCert: name the Secret"},
+		{"TLS to the bundled NATS", map[string]any{"nats": map[string]any{"tls": map[string]any{"secret": "s"}}},
+			"nats.tls.secret: TLS is for an external server"},
+		{"TLS to the bundled Redis", map[string]any{"redis": map[string]any{"tls": map[string]any{"secret": "s"}}},
+			"redis.tls.secret: TLS is for an external server"},
+		{"a TLS Secret with nothing to mount", external(map[string]any{"tls": map[string]any{"secret": "s", "ca": ""}}),
+			"nats.tls.secret: set nats.tls.ca"},
+		{"Redis TLS over a socket", map[string]any{"redis": map[string]any{"bundled": false, "url": "unix:///run/redis.sock",
+			"tls": map[string]any{"secret": "s"}}}, "redis.tls.secret: TLS needs a redis:// or rediss:// URL"},
+		{"users per service without a seed", map[string]any{"nats": map[string]any{"auth": map[string]any{"enabled": true, "password": "p"}}},
+			"nats.auth.servicePasswordSeed is required"},
+		{"the CLI as a service's user", map[string]any{"nats": map[string]any{"auth": map[string]any{
+			"enabled": true, "password": "p", "servicePasswordSeed": "s", "user": "gen-worker-r0"}}},
+			`nats.auth.user: "gen-worker-r0" is the user of a service`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -233,6 +233,10 @@ func TestComposeFile(t *testing.T) {
 		!slices.Contains(nats.Command, "/etc/nats/actloop.conf") {
 		t.Errorf("nats: deploy/nats.conf is not its configuration: %q %q", nats.Command, nats.Volumes)
 	}
+	// nats.conf reads the passwords from the nats service's environment.
+	for k, v := range nats.Environment {
+		t.Setenv(k, interpolate(v))
+	}
 	opts, err := server.ProcessConfigFile("../../deploy/nats.conf")
 	if err != nil {
 		t.Fatal(err)
@@ -243,6 +247,88 @@ func TestComposeFile(t *testing.T) {
 	redis := strings.Join(doc.Services["redis"].Command, " ")
 	if !strings.Contains(redis, "--appendonly yes") || !strings.Contains(redis, "--appendfsync everysec") {
 		t.Errorf("redis: command %q: want AOF fsynced every second", redis)
+	}
+	checkComposeCredentials(t, doc, opts)
+}
+
+// sameSubjects compares allow lists as sets.
+func sameSubjects(a, b []string) bool {
+	return slices.Equal(slices.Compact(slices.Sorted(slices.Values(a))), slices.Compact(slices.Sorted(slices.Values(b))))
+}
+
+// checkComposeCredentials: NATS and Redis want passwords; every actloop
+// service logs in to NATS as a user of deploy/nats.conf with the password
+// the server has for it, and that user has exactly the README's
+// permissions for the service (its replica's or id's); the CLI's user
+// (trainer) has the CLI's; no other user. Every actloop service gives
+// Redis its requirepass password, and so does the health check's
+// redis-cli.
+func checkComposeCredentials(t *testing.T, doc composeDoc, opts *server.Options) {
+	t.Helper()
+	perms := readmePermissions(t)
+	users := map[string]*server.User{}
+	for _, u := range opts.Users {
+		users[u.Username] = u
+	}
+	if len(users) == 0 || opts.Username != "" || opts.Authorization != "" {
+		t.Fatalf("deploy/nats.conf: want users (authorization { users = [...] }), got %d users", len(users))
+	}
+	usedBy := map[string]string{}
+	check := func(at, name, password string, want clientPerms) {
+		t.Helper()
+		u := users[name]
+		if other, ok := usedBy[name]; ok {
+			t.Errorf("%s: NATS user %q: %s's too; each service its own", at, name, other)
+			return
+		}
+		if u == nil {
+			t.Errorf("%s: NATS user %q: not in deploy/nats.conf", at, name)
+			return
+		}
+		usedBy[name] = at
+		if u.Password != password || password == "" {
+			t.Errorf("%s: NATS user %s: the password given differs from the server's", at, name)
+		}
+		var pub, sub []string
+		if p := u.Permissions; p != nil && p.Publish != nil && p.Subscribe != nil && len(p.Publish.Deny)+len(p.Subscribe.Deny) == 0 {
+			pub, sub = p.Publish.Allow, p.Subscribe.Allow
+		}
+		responses := u.Permissions != nil && u.Permissions.Response != nil
+		if !sameSubjects(pub, want.pub) || !sameSubjects(sub, want.sub) || responses != want.responses {
+			t.Errorf("%s: NATS user %s: publish %q subscribe %q allow_responses %v; want the README's: publish %q subscribe %q allow_responses %v",
+				at, name, pub, sub, responses, want.pub, want.sub, want.responses)
+		}
+	}
+	redisCmd := doc.Services["redis"].Command
+	i := slices.Index(redisCmd, "--requirepass")
+	if i < 0 || i+1 == len(redisCmd) || interpolate(redisCmd[i+1]) == "" {
+		t.Fatalf("redis: command %q: want --requirepass", redisCmd)
+	}
+	redisPassword := interpolate(redisCmd[i+1])
+	if got := interpolate(doc.Services["redis"].Environment["REDISCLI_AUTH"]); got != redisPassword {
+		t.Errorf("redis: REDISCLI_AUTH is not the requirepass password: its health check's redis-cli would be refused")
+	}
+	for _, name := range slices.Sorted(maps.Keys(doc.Services)) {
+		svc := doc.Services[name]
+		if !svc.runsActloop() || len(svc.Command) != 2 || svc.Command[0] != "serve" {
+			continue
+		}
+		at := "services." + name
+		env := func(k string) string { return interpolate(svc.Environment[k]) }
+		if env("ACTLOOP_REDIS_PASSWORD") != redisPassword {
+			t.Errorf("%s: ACTLOOP_REDIS_PASSWORD is not the requirepass password", at)
+		}
+		row := perms[svc.Command[1]]
+		want := natsUser("", "", map[string]string{"<replica>": env("ACTLOOP_REPLICA"), "<id>": env("ACTLOOP_ENV_WORKER_ID")},
+			perms["every service"], row)
+		check(at, env("ACTLOOP_NATS_USER"), env("ACTLOOP_NATS_PASSWORD"),
+			clientPerms{pub: want.Permissions.Publish.Allow, sub: want.Permissions.Subscribe.Allow, responses: row.responses})
+	}
+	check("the CLI", "trainer", interpolate(doc.Services["nats"].Environment["NATS_PASSWORD"]), perms["CLI (trainer)"])
+	for _, name := range slices.Sorted(maps.Keys(users)) {
+		if _, ok := usedBy[name]; !ok {
+			t.Errorf("deploy/nats.conf: user %s: no service logs in as it", name)
+		}
 	}
 }
 

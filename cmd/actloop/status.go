@@ -29,7 +29,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	body, st, err := fetchStatus(ctx, c.CoordinatorURL)
+	body, st, err := fetchStatus(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		var frame strings.Builder
 		frame.WriteString("\x1b[H\x1b[2J") // home, clear
 		fmt.Fprintf(&frame, "%s  (every %v; Ctrl-C quits)\n", time.Now().Format("15:04:05"), *interval)
-		if _, st, err := fetchStatus(ctx, c.CoordinatorURL); err != nil {
+		if _, st, err := fetchStatus(ctx, c); err != nil {
 			fmt.Fprintf(&frame, "%v\n", err)
 		} else if err := writeStatus(&frame, st); err != nil {
 			return err
@@ -77,13 +77,17 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 }
 
-func fetchStatus(ctx context.Context, base string) ([]byte, coordinator.Status, error) {
+func fetchStatus(ctx context.Context, c trainerConfig) ([]byte, coordinator.Status, error) {
 	var st coordinator.Status
+	base := c.CoordinatorURL
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/status", nil)
 	if err != nil {
 		return nil, st, fmt.Errorf("ACTLOOP_COORDINATOR_URL: %w", err)
+	}
+	if c.APIToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIToken)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -26,6 +26,9 @@ import (
 // the credentials and TLS), which connect reads.
 type trainerConfig struct {
 	CoordinatorURL string `envconfig:"COORDINATOR_URL" default:"http://127.0.0.1:8080"`
+	// APIToken is sent as the bearer token to the coordinator's HTTP API
+	// (its ACTLOOP_API_TOKEN with ACTLOOP_STATUS_OPEN=false).
+	APIToken string `envconfig:"API_TOKEN"`
 }
 
 func loadTrainerConfig() (trainerConfig, error) {

@@ -54,15 +54,18 @@ type ClusterOption func(*clusterConfig)
 func WithSync(s Sync) ClusterOption { return func(c *clusterConfig) { c.sync = s } }
 
 // WithLogger makes the servers log (notices, warnings, errors; no debug or
-// trace) to l instead of not at all. l's Fatalf must not exit the process.
+// trace) to l instead of not at all. A server's fatal error goes to
+// l.Errorf: it never exits the process.
 func WithLogger(l server.Logger) ClusterOption { return func(c *clusterConfig) { c.logger = l } }
 
-// StartCluster starts n (>= 1) clustered servers with JetStream storing
+// StartCluster starts n (>= 2) clustered servers with JetStream storing
 // under dir, on free loopback ports, and waits until every one has joined
 // the JetStream meta group, it has a leader and every node is current.
 func StartCluster(dir string, n int, opts ...ClusterOption) (*Cluster, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("nats cluster: want at least one node, got %d", n)
+	if n < 2 {
+		// One server with routes to itself only waits for peers that never
+		// come: it is no cluster (use Start).
+		return nil, fmt.Errorf("nats cluster: want at least two nodes, got %d", n)
 	}
 	c := &Cluster{dir: dir}
 	for _, o := range opts {
@@ -71,17 +74,20 @@ func StartCluster(dir string, n int, opts ...ClusterOption) (*Cluster, error) {
 	// The ports are picked free, then released before the servers bind
 	// them; another process may take one meanwhile. Then start again on
 	// new ports: nothing is stored yet.
-	var err error
-	for range 3 {
-		if err = c.start(n); err == nil {
+	for attempt := 1; ; attempt++ {
+		err := c.start(n)
+		if err == nil {
 			return c, nil
 		}
 		c.Shutdown()
+		var fatal *fatalError
+		if !errors.As(err, &fatal) || attempt == 3 {
+			return nil, err
+		}
 		for i := range n {
 			_ = os.RemoveAll(c.storeDir(i))
 		}
 	}
-	return nil, err
 }
 
 func (c *Cluster) start(n int) error {
@@ -95,8 +101,8 @@ func (c *Cluster) start(n int) error {
 		c.nodes[i] = &clusterNode{name: fmt.Sprintf("n%d", i), clientPort: ports[2*i], clusterPort: ports[2*i+1]}
 	}
 	c.mu.Unlock()
-	// Start them all before waiting for any: a server is ready for clients
-	// before its JetStream has peers, but the meta group needs them.
+	// Start them all, then wait for the meta group: a server accepts
+	// clients before its JetStream has peers.
 	for i := range n {
 		if err := c.launch(i); err != nil {
 			return err
@@ -145,7 +151,6 @@ func (c *Cluster) options(i int) *server.Options {
 		Port:         nd.clientPort,
 		JetStream:    true,
 		StoreDir:     c.storeDir(i),
-		NoLog:        c.cfg.logger == nil,
 		NoSigs:       true,
 		MaxPayload:   8 << 20, // as Start: results carry whole trajectories
 		Cluster: server.ClusterOpts{
@@ -158,7 +163,7 @@ func (c *Cluster) options(i int) *server.Options {
 }
 
 // launch starts node i (not running) and waits until it accepts clients and
-// routes.
+// routes, or fails (a port taken meanwhile).
 func (c *Cluster) launch(i int) error {
 	c.mu.Lock()
 	opts := c.options(i)
@@ -167,21 +172,64 @@ func (c *Cluster) launch(i int) error {
 	if err != nil {
 		return fmt.Errorf("nats cluster: node n%d: %w", i, err)
 	}
-	if c.cfg.logger != nil {
-		s.SetLogger(c.cfg.logger, false, false)
-	}
+	log := &fatalLogger{Logger: c.cfg.logger, fatal: make(chan string, 1)}
+	s.SetLogger(log, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(ClusterReadyTimeout) {
+	err = poll(ClusterReadyTimeout, func() error {
+		select {
+		case msg := <-log.fatal:
+			return &fatalError{msg}
+		default:
+		}
+		if !s.ReadyForConnections(50 * time.Millisecond) { // > 25ms: it sleeps between looks
+			return errors.New("not accepting connections")
+		}
+		return nil
+	})
+	if err != nil {
 		s.Shutdown()
 		s.WaitForShutdown()
-		return fmt.Errorf("nats cluster: node n%d not ready after %v (client port %d, cluster port %d)",
-			i, ClusterReadyTimeout, opts.Port, opts.Cluster.Port)
+		return fmt.Errorf("nats cluster: node n%d (client port %d, cluster port %d): %w",
+			i, opts.Port, opts.Cluster.Port, err)
 	}
 	c.mu.Lock()
 	c.nodes[i].srv = s
 	c.mu.Unlock()
 	return nil
 }
+
+// fatalLogger passes a server's log to Logger (nil: nowhere) and reports
+// its fatal error (it cannot listen), which would otherwise leave it never
+// ready, without exiting.
+type fatalLogger struct {
+	server.Logger
+	fatal chan string
+}
+
+func (l *fatalLogger) Noticef(format string, v ...any) { l.pass(server.Logger.Noticef, format, v) }
+func (l *fatalLogger) Warnf(format string, v ...any)   { l.pass(server.Logger.Warnf, format, v) }
+func (l *fatalLogger) Errorf(format string, v ...any)  { l.pass(server.Logger.Errorf, format, v) }
+func (l *fatalLogger) Debugf(format string, v ...any)  { l.pass(server.Logger.Debugf, format, v) }
+func (l *fatalLogger) Tracef(format string, v ...any)  { l.pass(server.Logger.Tracef, format, v) }
+
+func (l *fatalLogger) Fatalf(format string, v ...any) {
+	l.pass(server.Logger.Errorf, format, v)
+	select {
+	case l.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+
+func (l *fatalLogger) pass(f func(server.Logger, string, ...any), format string, v []any) {
+	if l.Logger != nil {
+		f(l.Logger, format, v...)
+	}
+}
+
+// fatalError is a server's fatal error: no use waiting longer.
+type fatalError struct{ msg string }
+
+func (e *fatalError) Error() string { return e.msg }
 
 // N is the number of nodes, running or not.
 func (c *Cluster) N() int {
@@ -215,9 +263,10 @@ func (c *Cluster) ClientURLs() string {
 	return strings.Join(urls, ",")
 }
 
-// Kill shuts node i down at once, without lame-duck mode or handing off its
-// leaderships; its store stays for Restart. (In one process there is no
-// harder kill: the server closes its connections and files as it stops.)
+// Kill shuts node i down at once, without lame-duck mode; its store stays
+// for Restart. In one process there is no kill -9: this is the server's
+// Shutdown, which first steps down the Raft groups it leads (without
+// waiting for a successor), then closes its connections and files.
 func (c *Cluster) Kill(i int) error {
 	c.mu.Lock()
 	s := c.nodes[i].srv
@@ -307,8 +356,8 @@ func (c *Cluster) WaitCurrent(i int, timeout time.Duration) error {
 	})
 }
 
-// poll calls cond every 10ms until it returns nil or timeout has passed; then
-// it returns cond's last error.
+// poll calls cond every 10ms until it returns nil, or a *fatalError, or
+// timeout has passed; then it returns cond's last error.
 func poll(timeout time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	t := time.NewTicker(10 * time.Millisecond)
@@ -317,6 +366,10 @@ func poll(timeout time.Duration, cond func() error) error {
 		err := cond()
 		if err == nil {
 			return nil
+		}
+		var fatal *fatalError
+		if errors.As(err, &fatal) {
+			return err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("nats cluster: not ready after %v: %w", timeout, err)

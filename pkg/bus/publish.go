@@ -3,12 +3,14 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel"
 
 	"github.com/actloop/actloop/pkg/schema"
@@ -35,24 +37,53 @@ func (p *Publisher) Publish(ctx context.Context, subject, msgID string, v any) e
 	return p.PublishRaw(ctx, subject, msgID, data)
 }
 
-// PublishRaw publishes data as it is.
+// PublishAttempt bounds one attempt of a publish: an acknowledgement lost
+// with a stream leader that died (or the server the client was on) is not
+// waited for longer; the publish is sent again under the same message id,
+// so the stream stores it once.
+const PublishAttempt = 3 * time.Second
+
+// PublishRaw publishes data as it is. It tries again, under the same
+// Nats-Msg-Id (one is made when msgID is empty), while the stream does not
+// answer (a leader election, a restarting server), until ctx ends or, when
+// ctx has no deadline, for 30 s.
 func (p *Publisher) PublishRaw(ctx context.Context, subject, msgID string, data []byte) error {
 	m := nats.NewMsg(subject)
 	m.Data = data
 	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(m.Header))
-	var opts []jetstream.PublishOpt
-	if msgID != "" {
-		opts = append(opts, jetstream.WithMsgID(msgID))
+	if msgID == "" {
+		msgID = nuid.Next()
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 	}
-	if _, err := p.js.PublishMsg(ctx, m, opts...); err != nil {
-		return fmt.Errorf("publish %s: %w", subject, err)
+	wait := 20 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, PublishAttempt)
+		_, err := p.js.PublishMsg(actx, m, jetstream.WithMsgID(msgID))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !unanswered(err) {
+			return fmt.Errorf("publish %s: %w", subject, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("publish %s: %w", subject, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
 	}
-	return nil
+}
+
+// unanswered reports a publish whose stream did not answer: worth sending
+// again.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // DeadLetter publishes the original bytes of a message no consumer can take,

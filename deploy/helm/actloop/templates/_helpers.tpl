@@ -103,7 +103,8 @@ app.kubernetes.io/part-of: actloop
 {{- define "actloop.natsUrl" -}}
 {{- if .Values.nats.bundled }}
 {{- $auth := "" }}
-{{- if .Values.nats.auth.enabled }}
+{{- /* One user for everything: in the URL. Per service: in ACTLOOP_NATS_USER/PASSWORD. */}}
+{{- if and .Values.nats.auth.enabled (not .Values.nats.auth.perService) }}
 {{- $auth = printf "%s:%s@" (.Values.nats.auth.user | urlquery) (.Values.nats.auth.password | urlquery) }}
 {{- end }}
 {{- printf "nats://%s%s.%s.svc.%s:4222" $auth (include "actloop.natsServiceName" .) .Release.Namespace .Values.clusterDomain }}
@@ -129,6 +130,287 @@ app.kubernetes.io/part-of: actloop
 {{- $n := int .Values.nats.streamReplicas }}
 {{- if eq $n 0 }}{{ $n = ternary 3 1 .Values.nats.bundled }}{{ end }}
 {{- $n }}
+{{- end }}
+
+{{/*
+NATS and Redis credentials and TLS.
+
+Files come from Secrets of the user's, mounted read-only through one
+projected volume per server. Not under /etc: the env-worker's bwrap
+sandboxes see /etc (read-only), so the model's commands could read them.
+*/}}
+{{- define "actloop.natsSecretsDir" -}}
+/var/run/secrets/actloop/nats
+{{- end }}
+
+{{- define "actloop.redisSecretsDir" -}}
+/var/run/secrets/actloop/redis
+{{- end }}
+
+{{/*
+The NATS permissions of README.md's "Security" table, by client: what the
+bundled servers grant each user when nats.auth.perService is on. <replica>
+is a gen-worker group's replica; <id> an env-worker's id, which is its pod
+name, unknown here: `*`.
+*/}}
+{{- define "actloop.natsPermissions" -}}
+{
+  "base": {"pub": ["$JS.API.>", "$JS.FC.>", "actloop.dlq"], "sub": ["_INBOX.>"]},
+  "coordinator": {"pub": ["actloop.env.>", "actloop.gen.>", "actloop.results", "actloop.groups", "actloop.predict",
+    "$JS.ACK.ACTLOOP_SAMPLES.>", "$JS.ACK.ACTLOOP_RESULTS.>", "$JS.ACK.ACTLOOP_EVENTS.>", "$KV.actloop_priority.>",
+    "$KV.actloop_control.state", "$KV.actloop_leader.coordinator"], "sub": ["actloop.control.*"], "responses": true},
+  "gen-worker": {"pub": ["actloop.gen.>", "actloop.env.>", "actloop.events", "actloop.predictions", "actloop.predict",
+    "$JS.ACK.ACTLOOP_GEN.>", "$KV.actloop_heartbeats.gen.<replica>.>", "$KV.actloop_control.gen.<replica>.>"],
+    "sub": ["actloop.gen.<replica>.*"]},
+  "env-worker": {"pub": ["actloop.gen.>", "actloop.env.>", "actloop.results", "actloop.events", "$JS.ACK.ACTLOOP_ENV.>",
+    "$KV.actloop_heartbeats.env.<id>"], "sub": ["actloop.env.<id>", "actloop.env.start"]},
+  "predictor-gw": {"pub": ["$JS.ACK.ACTLOOP_RESULTS.>"], "sub": ["actloop.predict"], "responses": true},
+  "cli": {"pub": ["$JS.API.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>"], "sub": ["_INBOX.>"]}
+}
+{{- end }}
+
+{{- define "actloop.natsPerService" -}}
+{{- $a := .Values.nats.auth }}
+{{- if and .Values.nats.bundled $a.enabled $a.perService }}true{{ end }}
+{{- end }}
+
+{{/*
+The bundled NATS users of the services when nats.auth.perService is on, as
+JSON: a list of {user, role, replica, env (the password's variable in the
+NATS pods), key (the password's key in the NATS Secret)}. The CLI's user
+(nats.auth.user) is not in it.
+*/}}
+{{- define "actloop.natsServiceUsers" -}}
+{{- $key := include "actloop.natsPasswordKey" . }}
+{{- $users := list }}
+{{- range $u := list (list "coordinator" "COORDINATOR") (list "predictor-gw" "PREDICTOR_GW") (list "env-worker" "ENV_WORKER") }}
+{{- $users = append $users (dict "user" (index $u 0) "role" (index $u 0) "replica" "" "env" (printf "NATS_PASSWORD_%s" (index $u 1))
+      "key" (printf "%s-%s" $key (index $u 0))) }}
+{{- end }}
+{{- range $i, $g := include "actloop.genWorkerGroups" . | fromJsonArray }}
+{{- $user := printf "gen-worker-%s" $g.replica }}
+{{- $users = append $users (dict "user" $user "role" "gen-worker" "replica" $g.replica "env" (printf "NATS_PASSWORD_GEN_WORKER_%d" $i)
+      "key" (printf "%s-%s" $key $user)) }}
+{{- end }}
+{{- toJson $users }}
+{{- end }}
+
+{{/* A service user's password in the chart's Secret: (dict "ctx" $ "user" "coordinator"). */}}
+{{- define "actloop.natsServicePassword" -}}
+{{- printf "%s\n%s" .ctx.Values.nats.auth.servicePasswordSeed .user | sha256sum | printf "p%s" }}
+{{- end }}
+
+{{/* A list of subjects in nats.conf syntax, placeholders replaced: (dict "s" <list> "replica" "r0"). */}}
+{{- define "actloop.natsSubjects" -}}
+{{- $out := list }}
+{{- range .s }}
+{{- $out = append $out (. | replace "<replica>" $.replica | replace "<id>" "*" | quote) }}
+{{- end }}
+{{- printf "[%s]" (join ", " $out) }}
+{{- end }}
+
+{{/* One user of the bundled server's authorization: (dict "user" "..." "env" "..." "perms" <rows> "replica" "..."). */}}
+{{- define "actloop.natsConfUser" -}}
+{{- $pub := list }}
+{{- $sub := list }}
+{{- $responses := false }}
+{{- range .perms }}
+{{- $pub = concat $pub .pub }}
+{{- $sub = concat $sub .sub }}
+{{- if get . "responses" }}{{ $responses = true }}{{ end }}
+{{- end -}}
+{
+  user: {{ .user | quote }}
+  password: ${{ .env }}
+  permissions: {
+    publish: {allow: {{ include "actloop.natsSubjects" (dict "s" $pub "replica" .replica) }}}
+    subscribe: {allow: {{ include "actloop.natsSubjects" (dict "s" $sub "replica" .replica) }}}
+    {{- if $responses }}
+    allow_responses: true
+    {{- end }}
+  }
+}
+{{- end }}
+
+{{/*
+How a service logs in to an external NATS with a file: "creds:<Secret>",
+"nkey:<Secret>" or "": the gen-worker group's own, else the component's,
+else nats.credsSecret / nats.nkeySecret.
+(dict "ctx" $ "c" <component values> ["o" <group values>]).
+*/}}
+{{- define "actloop.natsFileAuth" -}}
+{{- $o := get . "o" | default dict }}
+{{- $n := .ctx.Values.nats }}
+{{- if get $o "natsCredsSecret" }}creds:{{ get $o "natsCredsSecret" }}
+{{- else if get $o "natsNkeySecret" }}nkey:{{ get $o "natsNkeySecret" }}
+{{- else if get .c "natsCredsSecret" }}creds:{{ get .c "natsCredsSecret" }}
+{{- else if get .c "natsNkeySecret" }}nkey:{{ get .c "natsNkeySecret" }}
+{{- else if $n.credsSecret }}creds:{{ $n.credsSecret }}
+{{- else if $n.nkeySecret }}nkey:{{ $n.nkeySecret }}
+{{- end }}
+{{- end }}
+
+{{/*
+The credential and TLS settings of an actloop container:
+(dict "ctx" $ "c" <component values> ["o" <group values>] "natsUser" "...").
+*/}}
+{{- define "actloop.securityEnv" -}}
+{{- $v := .ctx.Values }}
+{{- if include "actloop.natsPerService" .ctx }}
+- name: ACTLOOP_NATS_USER
+  value: {{ .natsUser | quote }}
+- name: ACTLOOP_NATS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "actloop.natsSecretName" .ctx }}
+      key: {{ printf "%s-%s" (include "actloop.natsPasswordKey" .ctx) .natsUser }}
+{{- end }}
+{{- $nats := include "actloop.natsSecretsDir" . }}
+{{- $auth := include "actloop.natsFileAuth" . }}
+{{- if hasPrefix "creds:" $auth }}
+- name: ACTLOOP_NATS_CREDS
+  value: {{ printf "%s/user.creds" $nats | quote }}
+{{- else if hasPrefix "nkey:" $auth }}
+- name: ACTLOOP_NATS_NKEY
+  value: {{ printf "%s/user.nk" $nats | quote }}
+{{- end }}
+{{- range $s := list "nats" "redis" }}
+{{- $t := (index $v $s).tls }}
+{{- $dir := include (printf "actloop.%sSecretsDir" $s) $ }}
+{{- $prefix := printf "ACTLOOP_%s_TLS" (upper $s) }}
+{{- if $t.secret }}
+{{- if $t.ca }}
+- name: {{ $prefix }}_CA
+  value: {{ printf "%s/ca.crt" $dir | quote }}
+{{- end }}
+{{- if $t.clientCert }}
+- name: {{ $prefix }}_CERT
+  value: {{ printf "%s/tls.crt" $dir | quote }}
+- name: {{ $prefix }}_KEY
+  value: {{ printf "%s/tls.key" $dir | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The projected Secret volumes of securityEnv's files (same argument). */}}
+{{- define "actloop.securityVolumes" -}}
+{{- $v := .ctx.Values }}
+{{- $auth := include "actloop.natsFileAuth" . }}
+{{- range $s := list "nats" "redis" }}
+{{- $t := (index $v $s).tls }}
+{{- $sources := list }}
+{{- if and (eq $s "nats") $auth }}
+{{- $name := regexReplaceAll "^[a-z]+:" $auth "" }}
+{{- if hasPrefix "creds:" $auth }}
+{{- $sources = append $sources (dict "secret" (dict "name" $name "items" (list (dict "key" $v.nats.credsKey "path" "user.creds")))) }}
+{{- else }}
+{{- $sources = append $sources (dict "secret" (dict "name" $name "items" (list (dict "key" $v.nats.nkeyKey "path" "user.nk")))) }}
+{{- end }}
+{{- end }}
+{{- if $t.secret }}
+{{- $items := list }}
+{{- if $t.ca }}{{ $items = append $items (dict "key" $t.ca "path" "ca.crt") }}{{ end }}
+{{- if $t.clientCert }}
+{{- $items = append $items (dict "key" $t.clientCert "path" "tls.crt") }}
+{{- $items = append $items (dict "key" $t.clientKey "path" "tls.key") }}
+{{- end }}
+{{- $sources = append $sources (dict "secret" (dict "name" $t.secret "items" $items)) }}
+{{- end }}
+{{- if $sources }}
+- name: {{ $s }}-secrets
+  projected:
+    # 0440: readable by the owner and the pod's fsGroup only.
+    defaultMode: 288
+    sources:
+      {{- toYaml $sources | nindent 6 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The mounts of securityVolumes (same argument). */}}
+{{- define "actloop.securityMounts" -}}
+{{- range $s := list "nats" "redis" }}
+{{- if contains (printf "name: %s-secrets" $s) (include "actloop.securityVolumes" $) }}
+- name: {{ $s }}-secrets
+  mountPath: {{ include (printf "actloop.%sSecretsDir" $s) $ }}
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Checks of the credential and TLS values; part of actloop.validate. */}}
+{{- define "actloop.validateSecurity" -}}
+{{- $v := .Values }}
+{{- $n := $v.nats }}
+{{- /* Where a file authentication may be named: nats, each component, each group. */}}
+{{- $levels := list (dict "at" "nats" "creds" "credsSecret" "nkey" "nkeySecret" "m" $n) }}
+{{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" }}
+{{- $levels = append $levels (dict "at" $c "creds" "natsCredsSecret" "nkey" "natsNkeySecret" "m" (index $v $c)) }}
+{{- end }}
+{{- range $i, $g := $v.genWorker.groups | default list }}
+{{- if kindIs "map" $g }}
+{{- $levels = append $levels (dict "at" (printf "genWorker.groups[%d]" $i) "creds" "natsCredsSecret" "nkey" "natsNkeySecret" "m" $g) }}
+{{- end }}
+{{- end }}
+{{- range $levels }}
+{{- $creds := get .m .creds }}
+{{- $nkey := get .m .nkey }}
+{{- if and $creds $nkey }}
+{{- fail (printf "actloop: %s.%s and %s.%s: set at most one NATS authentication (a .creds file or an nkey seed, not both)" .at .creds .at .nkey) }}
+{{- end }}
+{{- $set := ternary .creds .nkey (not (empty $creds)) }}
+{{- if or $creds $nkey }}
+{{- if $n.bundled }}
+{{- fail (printf "actloop: %s.%s: a .creds or nkey file is for an external NATS (nats.bundled: false); the bundled servers log users in with passwords (nats.auth)" .at $set) }}
+{{- end }}
+{{- if and (not $n.existingSecret.name) (regexMatch "://[^/,]*@" (toString $n.url)) }}
+{{- fail (printf "actloop: %s.%s: nats.url carries credentials too; set one NATS authentication (take them out of the URL)" .at $set) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $n.credsSecret (not $n.credsKey) }}
+{{- fail "actloop: nats.credsKey: the key of the .creds file in the Secrets is required" }}
+{{- end }}
+{{- if and $n.nkeySecret (not $n.nkeyKey) }}
+{{- fail "actloop: nats.nkeyKey: the key of the nkey seed in the Secrets is required" }}
+{{- end }}
+{{- range $s := list "nats" "redis" }}
+{{- $x := index $v $s }}
+{{- $t := $x.tls }}
+{{- if and $t.clientCert (not $t.clientKey) }}
+{{- fail (printf "actloop: %s.tls.clientCert is set without %s.tls.clientKey: a client certificate needs its private key (both or neither)" $s $s) }}
+{{- end }}
+{{- if and $t.clientKey (not $t.clientCert) }}
+{{- fail (printf "actloop: %s.tls.clientKey is set without %s.tls.clientCert (both or neither)" $s $s) }}
+{{- end }}
+{{- if $t.secret }}
+{{- if $x.bundled }}
+{{- fail (printf "actloop: %s.tls.secret: TLS is for an external server (%s.bundled: false); the bundled one serves no TLS" $s $s) }}
+{{- end }}
+{{- if not (or $t.ca $t.clientCert) }}
+{{- fail (printf "actloop: %s.tls.secret: set %s.tls.ca (the authorities' key) or %s.tls.clientCert and clientKey: nothing to mount" $s $s $s) }}
+{{- end }}
+{{- else if $t.clientCert }}
+{{- fail (printf "actloop: %s.tls.clientCert: name the Secret that holds it in %s.tls.secret" $s $s) }}
+{{- end }}
+{{- end }}
+{{- if and $v.redis.tls.secret (not $v.redis.existingSecret.name) (hasPrefix "unix://" (toString $v.redis.url)) }}
+{{- fail "actloop: redis.tls.secret: TLS needs a redis:// or rediss:// URL, not unix://" }}
+{{- end }}
+{{- if include "actloop.natsPerService" . }}
+{{- if and (not $n.existingSecret.name) (not $n.auth.servicePasswordSeed) }}
+{{- fail "actloop: nats.auth.servicePasswordSeed is required with nats.auth.enabled and nats.auth.perService (each service's password is derived from it), or name a Secret in nats.existingSecret.name, or set nats.auth.perService false for one user" }}
+{{- end }}
+{{- if not $n.auth.user }}
+{{- fail "actloop: nats.auth.user: the CLI's user name is required with nats.auth.enabled" }}
+{{- end }}
+{{- range include "actloop.natsServiceUsers" . | fromJsonArray }}
+{{- if eq .user (toString $n.auth.user) }}
+{{- fail (printf "actloop: nats.auth.user: %q is the user of a service; give the CLI another" .user) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -259,6 +541,7 @@ of {name, deployment, replica, url, api, model, slots, replicas, group}
 {{- if lt (int $v.terminationGraceMarginSeconds) 20 }}
 {{- fail "actloop: terminationGraceMarginSeconds: at least 20 (after the shutdown timeout, flushing and draining NATS and stopping HTTP take up to 20 s)" }}
 {{- end }}
+{{- include "actloop.validateSecurity" . }}
 {{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" }}
 {{- range $e := (index $v $c).extraEnv | default list }}
 {{- if not (and (kindIs "map" $e) (get $e "name")) }}
@@ -401,13 +684,14 @@ The pod spec of an actloop service:
 (dict "ctx" $ "c" <component values> "service" "coordinator" "image" <image values>
       "env" <extra env YAML> "mounts" <extra volumeMounts YAML> "volumes" <extra volumes YAML>
       ["o" <group overrides>] ["podSecurityContext" ...] ["containerSecurityContext" ...]
-      ["hostUsers" false]).
+      ["hostUsers" false] ["natsUser" <its bundled NATS user; default: service>]).
 */}}
 {{- define "actloop.podSpec" -}}
 {{- $ctx := .ctx }}
 {{- $c := .c }}
 {{- $o := get . "o" | default dict }}
-{{- $shutdown := int (include "actloop.shutdownSeconds" .) -}}
+{{- $shutdown := int (include "actloop.shutdownSeconds" .) }}
+{{- $sec := dict "ctx" $ctx "c" $c "o" $o "natsUser" (get . "natsUser" | default .service) -}}
 serviceAccountName: {{ include "actloop.serviceAccountName" $ctx }}
 automountServiceAccountToken: false
 terminationGracePeriodSeconds: {{ add $shutdown (int $ctx.Values.terminationGraceMarginSeconds) }}
@@ -428,6 +712,9 @@ containers:
         protocol: TCP
     env:
       {{- include "actloop.commonEnv" (dict "ctx" $ctx "c" $c "addr" .addr) | nindent 6 }}
+      {{- with include "actloop.securityEnv" $sec | trim }}
+      {{- . | nindent 6 }}
+      {{- end }}
       {{- with get . "env" }}
       {{- . | nindent 6 }}
       {{- end }}
@@ -453,6 +740,9 @@ containers:
         mountPath: {{ include "actloop.agentConfigPath" . | dir }}
         readOnly: true
       {{- end }}
+      {{- with include "actloop.securityMounts" $sec | trim }}
+      {{- . | nindent 6 }}
+      {{- end }}
       {{- with get . "mounts" }}
       {{- . | nindent 6 }}
       {{- end }}
@@ -466,6 +756,9 @@ volumes:
   - name: agent-config
     configMap:
       name: {{ include "actloop.fullname" $ctx }}-agent
+  {{- end }}
+  {{- with include "actloop.securityVolumes" $sec | trim }}
+  {{- . | nindent 2 }}
   {{- end }}
   {{- with get . "volumes" }}
   {{- . | nindent 2 }}
@@ -599,7 +892,22 @@ cluster {
     {{- end }}
   ]
 }
-{{- if $n.auth.enabled }}
+{{- if include "actloop.natsPerService" . }}
+{{- $perms := include "actloop.natsPermissions" . | fromJson }}
+# Each service logs in as its own user, allowed only what it needs (README
+# "Security", "NATS permissions"); the env-workers' ids are their pod names,
+# so their user has every env-worker's subjects. nats.auth.user is the
+# CLI's. Passwords from the environment (NATS_PASSWORD_*, the Secret).
+authorization {
+  users = [
+    {{- range $u := include "actloop.natsServiceUsers" . | fromJsonArray }}
+    {{- include "actloop.natsConfUser" (dict "user" $u.user "env" $u.env "replica" $u.replica
+          "perms" (list $perms.base (index $perms $u.role))) | nindent 4 }}
+    {{- end }}
+    {{- include "actloop.natsConfUser" (dict "user" $n.auth.user "env" "NATS_PASSWORD" "replica" "" "perms" (list $perms.cli)) | nindent 4 }}
+  ]
+}
+{{- else if $n.auth.enabled }}
 authorization {
   user: {{ $n.auth.user | quote }}
   password: $NATS_PASSWORD

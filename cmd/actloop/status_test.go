@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/actloop/actloop/internal/coordinator"
+)
+
+// actloop status sends ACTLOOP_API_TOKEN to a coordinator whose status is
+// closed, and shows the replicas' busy slots and the queues.
+func TestStatusSendsTheToken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(coordinator.Status{Active: 3, Replicas: []coordinator.ReplicaStatus{{Name: "r0", Slots: 4, Busy: 2, Live: true}},
+			Queues: []coordinator.QueueStatus{{Subject: "actloop.gen.r0.hi", Depth: 5, OldestAgeS: 12}}})
+	}))
+	defer srv.Close()
+	t.Setenv("ACTLOOP_COORDINATOR_URL", srv.URL)
+	var out strings.Builder
+	if err := runStatus(context.Background(), nil, &out, io.Discard); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("without the token: %v", err)
+	}
+	t.Setenv("ACTLOOP_API_TOKEN", "s3cret")
+	if err := runStatus(context.Background(), nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"r0", "2/4", "actloop.gen.r0.hi", "12s"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}
