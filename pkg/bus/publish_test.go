@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/bus"
 )
 
@@ -16,18 +14,9 @@ import (
 // server) is sent again until one does, and stored once; a publish that
 // never gets an answer fails when its context ends.
 func TestPublishWaitsForTheStream(t *testing.T) {
-	s := testkit.StartNATS(t)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, js, _ := setup(t)
+	nc := js.Conn()
 	p := bus.NewPublisher(js)
-	ctx := context.Background()
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()

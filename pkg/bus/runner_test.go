@@ -192,6 +192,15 @@ func TestRunnerPriorityOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Both queues hold their steps before the runner looks.
+	testkit.Eventually(t, within, "both consumers to count 3 pending", func() bool {
+		for _, c := range []jetstream.Consumer{hi, lo} {
+			if info, err := c.Info(ctx); err != nil || info.NumPending != 3 {
+				return false
+			}
+		}
+		return true
+	})
 	var mu sync.Mutex
 	var order []string
 	r := newRunner(js, topo, "prio", 1, func(_ context.Context, m jetstream.Msg) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -110,14 +111,25 @@ func (t Topology) streams() []jetstream.StreamConfig {
 }
 
 // EnsureStreams creates or updates every stream; safe to call from every
-// service at start.
+// service at start. A stream whose settings are already these is left
+// alone: many services starting at once do not update it over and over.
 func (t Topology) EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
 	for _, cfg := range t.streams() {
+		if s, err := js.Stream(ctx, cfg.Name); err == nil && sameStream(s.CachedInfo().Config, cfg) {
+			continue
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
 	}
 	return nil
+}
+
+// sameStream reports whether have holds every setting of want (the server
+// fills in the rest).
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Storage == want.Storage &&
+		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates && have.MaxAge == want.MaxAge
 }
 
 // Consumer creates or updates a durable pull consumer named name on stream,

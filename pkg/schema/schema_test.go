@@ -240,6 +240,21 @@ func FuzzDecodeEnvStep(f *testing.F) {
 	})
 }
 
+// check fails a fuzz run whose decode error does not wrap ErrInvalid, or
+// whose decoded value v does not validate.
+func check(t *testing.T, err error, v interface{ Validate() error }) {
+	t.Helper()
+	if err != nil {
+		if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("error does not wrap ErrInvalid: %v", err)
+		}
+		return
+	}
+	if err := v.Validate(); err != nil {
+		t.Fatalf("decoded value does not validate: %v", err)
+	}
+}
+
 // FuzzDecodeControlMessages covers the control plane's decoders: errors wrap
 // ErrInvalid, and what decodes validates.
 func FuzzDecodeControlMessages(f *testing.F) {
@@ -248,17 +263,6 @@ func FuzzDecodeControlMessages(f *testing.F) {
 	f.Add([]byte(`{"weight_version":7}`))
 	f.Add([]byte(`{"v":1,"worker":"w","replica":"r0","epoch":1,"paused":true,"aborted":3,"kept_tokens":40}`))
 	f.Add([]byte(`{"v":1,"group_id":"g","size":1,"traj_ids":["a"]}`))
-	check := func(t *testing.T, err error, v interface{ Validate() error }) {
-		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("error does not wrap ErrInvalid: %v", err)
-			}
-			return
-		}
-		if err := v.Validate(); err != nil {
-			t.Fatalf("decoded value does not validate: %v", err)
-		}
-	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := Decode[Control](b)
 		check(t, err, &c)
@@ -327,17 +331,6 @@ func FuzzDecodeWorkMessages(f *testing.F) {
 	f.Add([]byte(`{"v":1,"traj_id":"t1","turn_seq":2,"remaining_tokens":300,"source":"history"}`))
 	f.Add([]byte(`{"v":1,"worker":"w","replica":"r0","slots":4,"running":2}`))
 	f.Add([]byte(`{"v":1,"subject":"actloop.samples","consumer":"c","reason":"bad","data":"e30="}`))
-	check := func(t *testing.T, err error, v interface{ Validate() error }) {
-		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("error does not wrap ErrInvalid: %v", err)
-			}
-			return
-		}
-		if err := v.Validate(); err != nil {
-			t.Fatalf("decoded value does not validate: %v", err)
-		}
-	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g, err := Decode[GenStep](b)
 		check(t, err, &g)
