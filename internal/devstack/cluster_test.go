@@ -37,9 +37,6 @@ func clusterScript(id string) []string {
 // newClusterEnv starts a 3-node JetStream cluster and the stack's Redis and
 // simulators, with every service (and the test's own client) connecting to
 // all three nodes and every stream and bucket replicated three times.
-//
-// devstack.StartInfra always starts its embedded server too; it stays idle:
-// NATSURL is switched to the cluster before any connection is made.
 func newClusterEnv(t *testing.T, replicas int, timeScale float64) (*env, *localnats.Cluster) {
 	t.Helper()
 	dir := testkit.SearchableTempDir(t)
@@ -55,7 +52,7 @@ func newClusterEnv(t *testing.T, replicas int, timeScale float64) (*env, *localn
 	common.StreamReplicas = 3
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t), Replicas: replicas, Slots: 2,
-		EnvSlots: 4, Common: common, Log: testLogger(t), Sim: sim.Config{TimeScale: timeScale}}
+		EnvSlots: 4, Common: common, Log: testLogger(t), Sim: sim.Config{TimeScale: timeScale}, NATSURL: cl.ClientURLs()}
 	s, err := devstack.StartInfra(ctx, opts)
 	if err != nil {
 		cancel()
@@ -68,7 +65,6 @@ func newClusterEnv(t *testing.T, replicas int, timeScale float64) (*env, *localn
 		}
 		s.Close()
 	})
-	s.Opts.Common.NATSURL = cl.ClientURLs()
 	d, err := s.Deps(ctx, "trainer")
 	if err != nil {
 		t.Fatal(err)

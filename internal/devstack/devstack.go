@@ -55,7 +55,11 @@ type Options struct {
 	// NATSSync is how the embedded NATS server's JetStream store syncs to
 	// disk (the zero value: the server's default, every two minutes).
 	NATSSync localnats.Sync
-	Log      *slog.Logger
+	// NATSURL, when set, is a NATS server (or a comma-separated list of a
+	// cluster's) to use instead of the embedded one, which is then not
+	// started.
+	NATSURL string
+	Log     *slog.Logger
 }
 
 // Stack is a running actloop in one process.
@@ -108,13 +112,16 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 			s.Close()
 		}
 	}()
-	if s.NATS, err = localnats.Start(filepath.Join(o.Dir, "jetstream"), -1, o.NATSSync); err != nil {
-		return nil, err
+	s.Opts.Common.NATSURL = o.NATSURL
+	if o.NATSURL == "" {
+		if s.NATS, err = localnats.Start(filepath.Join(o.Dir, "jetstream"), -1, o.NATSSync); err != nil {
+			return nil, err
+		}
+		s.Opts.Common.NATSURL = s.NATS.ClientURL()
 	}
 	if s.Redis, err = localredis.Start(ctx, o.RedisKind, o.Dir); err != nil {
 		return nil, err
 	}
-	s.Opts.Common.NATSURL = s.NATS.ClientURL()
 	s.Opts.Common.RedisURL = "redis://" + s.Redis.Addr + "/0"
 	for i := range o.Replicas {
 		name := fmt.Sprintf("r%d", i)
