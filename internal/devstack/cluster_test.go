@@ -16,7 +16,6 @@ import (
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/localnats"
-	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
@@ -39,38 +38,15 @@ func clusterScript(id string) []string {
 // all three nodes and every stream and bucket replicated three times.
 func newClusterEnv(t *testing.T, replicas int, timeScale float64) (*env, *localnats.Cluster) {
 	t.Helper()
-	dir := testkit.SearchableTempDir(t)
-	cl, err := localnats.StartCluster(filepath.Join(dir, "cluster"), 3)
+	cl, err := localnats.StartCluster(filepath.Join(t.TempDir(), "cluster"), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Shutdown) // after the stack's cleanup: the services drain first
-	common := service.CommonDefaults()
-	common.AckWait = 2 * time.Second
-	common.PullWait = 100 * time.Millisecond
-	common.ShutdownTimeout = 5 * time.Second
-	common.StreamReplicas = 3
-	ctx, cancel := context.WithCancel(context.Background())
-	opts := devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t), Replicas: replicas, Slots: 2,
-		EnvSlots: 4, Common: common, Log: testLogger(t), Sim: sim.Config{TimeScale: timeScale}, NATSURL: cl.ClientURLs()}
-	s, err := devstack.StartInfra(ctx, opts)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := s.Wait(); err != nil {
-			t.Errorf("services: %v", err)
-		}
-		s.Close()
+	e := newEnvWith(t, replicas, func(o *devstack.Options) {
+		o.NATSURL, o.Common.StreamReplicas, o.Sim = cl.ClientURLs(), 3, sim.Config{TimeScale: timeScale}
 	})
-	d, err := s.Deps(ctx, "trainer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	return &env{t: t, stack: s, ctx: ctx, js: d.JS, pub: d.Pub, st: d.Store}, cl
+	return e, cl
 }
 
 // finished is how many results the coordinator has recorded (from Redis,
