@@ -31,7 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/yaml"
 
-	"github.com/actloop/actloop/internal/services"
+	"github.com/actloop/actloop/internal/launch"
 )
 
 const (
@@ -738,15 +738,15 @@ var podIDSetting = map[string]string{
 // its drain time, its security context.
 func checkServices(t reporter, m *manifests, vals chartutil.Values) {
 	t.Helper()
-	if len(services.Names) != len(actloopServices) {
-		t.Errorf("services %v; the test knows %v", services.Names, slices.Sorted(maps.Keys(actloopServices)))
+	if len(launch.Names) != len(actloopServices) {
+		t.Errorf("services %v; the test knows %v", launch.Names, slices.Sorted(maps.Keys(actloopServices)))
 		return
 	}
 	for _, d := range m.deployments {
 		svc := d.Spec.Template.Labels[componentLabel]
 		at := "Deployment " + d.Name
 		if _, ok := actloopServices[svc]; !ok {
-			t.Errorf("%s: component %q is not an actloop service %v", at, svc, services.Names)
+			t.Errorf("%s: component %q is not an actloop service %v", at, svc, launch.Names)
 			continue
 		}
 		if sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
@@ -773,7 +773,7 @@ func checkServices(t reporter, m *manifests, vals chartutil.Values) {
 		}
 
 		// Only settings the service reads, each once.
-		reads := services.Settings(svc)
+		reads := launch.Settings(svc)
 		seen := map[string]bool{}
 		for _, e := range c.Env {
 			if seen[e.Name] {

@@ -20,12 +20,12 @@ import (
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/launch"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/internal/services"
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/internal/workload"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/workload"
 )
 
 // `actloop dev --tasks N --json` runs the demo end to end and ends with one
@@ -240,8 +240,8 @@ func TestReadmeListsEverySetting(t *testing.T) {
 	read := map[string]bool{"ACTLOOP_TEST_REDIS": true, // read by the tests
 		"ACTLOOP_CHAOS": true, "ACTLOOP_CHAOS_SEED": true, "ACTLOOP_CHAOS_APPENDFSYNC": true, "ACTLOOP_CHAOS_TRAJECTORIES": true}
 	names := service.Settings(trainerConfig{})
-	for _, name := range services.Names {
-		names = append(names, services.Settings(name)...)
+	for _, name := range launch.Names {
+		names = append(names, launch.Settings(name)...)
 	}
 	for _, k := range names {
 		read[k] = true

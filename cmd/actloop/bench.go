@@ -21,11 +21,10 @@ import (
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/workload"
 	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/workload"
 )
 
 // benchMode is one way of running the batch.
@@ -296,7 +295,7 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 	start := time.Now()
 	for _, p := range plans {
 		s := p.Sample()
-		if err := d.Pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err != nil {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
 			return benchResult{}, nil, nil, err
 		}
 	}

@@ -17,10 +17,10 @@ import (
 
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/genworker"
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/tokenize"
-	"github.com/actloop/actloop/pkg/workload"
+	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/tokenize"
+	"github.com/actloop/actloop/internal/workload"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // pipeBench is what `actloop bench-pipeline` reports: the pipeline's own
@@ -164,7 +164,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		s := t.Sample()
 		s.Env.Setup, s.Env.Eval = nil, "exit 0"
-		if err := d.Pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err != nil {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
 			return err
 		}
 	}

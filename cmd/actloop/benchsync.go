@@ -12,11 +12,10 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // syncRun is one run of the weight-sync bench.
@@ -173,7 +172,7 @@ func benchSyncOnce(ctx context.Context, tasks, replicas, slots, inFlight, syncs 
 			Env:      schema.Env{Backend: schema.BackendSim, Eval: "exit 0"},
 			Sampling: schema.Sampling{MaxNewTokens: 4096}}
 		s.Normalize()
-		if err := d.Pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err != nil {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
 			return syncRun{}, err
 		}
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/actloop/actloop/internal/launch"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/internal/services"
 )
 
 // composeDoc is the part of a Compose file that checkCompose reads.
@@ -102,11 +102,11 @@ func checkCompose(data []byte, dir string) error {
 			case len(cmd) == 0:
 				fail("%s.command: missing (the image's default only prints the usage)", at)
 			case cmd[0] == "serve":
-				if len(cmd) != 2 || !services.Known(cmd[1]) {
-					fail("%s.command: %q: want serve and one of %v", at, cmd, services.Names)
+				if len(cmd) != 2 || !launch.Known(cmd[1]) {
+					fail("%s.command: %q: want serve and one of %v", at, cmd, launch.Names)
 					break
 				}
-				reads = services.Settings(cmd[1])
+				reads = launch.Settings(cmd[1])
 				for _, k := range reads {
 					if strings.HasSuffix(k, "_ADDR") {
 						if addr = env[k]; addr == "" {
@@ -214,7 +214,7 @@ func TestComposeFile(t *testing.T) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range services.Names {
+	for _, name := range launch.Names {
 		found := false
 		for _, svc := range doc.Services {
 			found = found || slices.Equal(svc.Command, []string{"serve", name})

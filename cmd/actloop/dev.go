@@ -23,12 +23,11 @@ import (
 	"github.com/actloop/actloop/internal/localnats"
 	"github.com/actloop/actloop/internal/localredis"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/telemetry"
 	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/telemetry"
 )
 
 // devSummary is the last line of `actloop dev --json`.
@@ -233,7 +232,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	}
 	samples := demo.Samples(*tasks, ws, "demo")
 	for _, s := range samples {
-		if err := d.Pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err != nil {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
 			return err
 		}
 	}
@@ -303,7 +302,7 @@ func collectAs[T any, PT interface {
 	*T
 	Validate() error
 }](ctx context.Context, js jetstream.JetStream, n int, tick func(done int), key func(T) string) (map[string]T, error) {
-	c, err := js.OrderedConsumer(ctx, bus.StreamResults, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.SubjectResults}})
+	c, err := js.OrderedConsumer(ctx, schema.StreamResults, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schema.SubjectResults}})
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/actloop/actloop/internal/services"
+	"github.com/actloop/actloop/internal/launch"
 )
 
 const usage = `usage: actloop <command> [flags]
@@ -103,10 +103,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "schema":
 		return runSchema(rest, stdout, stderr)
 	case "serve":
-		if len(rest) != 1 || !services.Known(rest[0]) {
-			return &exitError{2, fmt.Errorf("serve: name one service of %v", services.Names)}
+		if len(rest) != 1 || !launch.Known(rest[0]) {
+			return &exitError{2, fmt.Errorf("serve: name one service of %v", launch.Names)}
 		}
-		return services.Run(rest[0])
+		return launch.Run(rest[0])
 	case "sim":
 		return runSim(ctx, rest, stdout, stderr)
 	case "probe":

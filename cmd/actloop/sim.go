@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/tokenize"
+	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/tokenize"
 )
 
 // runSim serves the inference simulator (SGLang's HTTP API and OpenAI

@@ -15,10 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/swebench"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/swebench"
 )
 
 // trainerConfig is what the trainer-side commands read from the environment
@@ -117,7 +117,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer nc.Close()
 	pub := bus.NewPublisher(js)
 	for _, s := range samples {
-		if err := pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err != nil {
+		if err := pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
 			return err
 		}
 	}
@@ -173,9 +173,9 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer nc.Close()
-	c, err := js.CreateOrUpdateConsumer(ctx, bus.StreamResults, jetstream.ConsumerConfig{
+	c, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{
 		Durable: *consumer, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: bus.SubjectResults, AckWait: time.Minute})
+		FilterSubject: schema.SubjectResults, AckWait: time.Minute})
 	if err != nil {
 		return fmt.Errorf("results consumer %s: %w", *consumer, err)
 	}

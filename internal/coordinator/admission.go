@@ -12,11 +12,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/actloop/actloop/internal/flow"
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/telemetry"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/store"
 )
 
 // waitingSample is a sample taken in from the stream and waiting for
@@ -65,7 +65,7 @@ func (c *Coordinator) load(ctx context.Context) error {
 	return nil
 }
 
-func factOf(t *store.Trajectory) priority.Fact {
+func factOf(t *traj.Trajectory) priority.Fact {
 	return priority.Fact{TrajID: t.ID, Replica: t.Replica, GroupID: t.Sample.GroupID, Family: t.Sample.Family,
 		AdmittedAt: t.AdmittedAt, Turns: t.Calls, Tokens: t.GenTokens, WaitingSince: t.UpdatedAt}
 }
@@ -264,10 +264,10 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 	s := w.Sample
 	tctx, span := tracer().Start(context.WithoutCancel(ctx), "trajectory", trace.WithNewRoot(),
 		trace.WithAttributes(attribute.String("traj_id", s.ID), attribute.String("group_id", s.GroupID)))
-	err := c.d.Store.Create(ctx, s, store.StatusStarting, map[string]string{
-		store.FieldReplica: replica, store.FieldTrace: flow.Traceparent(tctx)})
+	err := c.d.Store.Create(ctx, s, traj.StatusStarting, map[string]string{
+		traj.FieldReplica: replica, traj.FieldTrace: telemetry.Traceparent(tctx)})
 	switch {
-	case errors.Is(err, store.ErrExists):
+	case errors.Is(err, traj.ErrExists):
 		span.End() // a retry, a restart, or a duplicate id: go on from the stored state
 		span = nil
 	case err != nil:
@@ -279,7 +279,7 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 		endSpan(span)
 		return err
 	}
-	if t.Status != store.StatusStarting || t.Seq != 0 {
+	if t.Status != traj.StatusStarting || t.Seq != 0 {
 		endSpan(span)
 		c.d.Log.Info("duplicate sample dropped: its trajectory exists", "traj_id", s.ID, "status", string(t.Status))
 		return c.unwait(ctx, s.ID)
@@ -298,11 +298,11 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 		c.dirty = true
 	}
 	c.mu.Unlock()
-	n, err := flow.NextOf(t, flow.LowOnly{})
+	n, err := traj.NextOf(t, traj.LowOnly{})
 	if err != nil {
 		return err
 	}
-	if err := flow.Publish(ctx, c.d.Pub, t.Trace, n); err != nil {
+	if err := traj.Publish(ctx, c.d.Pub, t.Trace, n); err != nil {
 		return err
 	}
 	return c.unwait(ctx, s.ID)
@@ -349,7 +349,7 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 	switch _, err := c.d.Store.Load(ctx, id.ID, 0); {
 	case err == nil:
 		return nil
-	case !errors.Is(err, store.ErrNotFound):
+	case !errors.Is(err, traj.ErrNotFound):
 		return err
 	}
 	if id.GroupID == "" || !schema.ValidID(id.GroupID) || id.GroupSize < 1 || id.GroupIndex < 0 || id.GroupIndex >= id.GroupSize {
@@ -364,7 +364,7 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{},
 		MinVersion: -1, MaxVersion: -1, AdmittedAt: now, FinishedAt: now}
 	c.d.Log.Warn("sample rejected with a fallback result", "traj_id", id.ID, "reason", reason)
-	if err := c.d.Pub.Publish(ctx, bus.SubjectResults, schema.MsgID(id.ID, 0, "rejected"), r); err != nil {
+	if err := c.d.Pub.Publish(ctx, schema.SubjectResults, schema.MsgID(id.ID, 0, "rejected"), r); err != nil {
 		return err
 	}
 	// Never active, so handleResult does not count it.

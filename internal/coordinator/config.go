@@ -6,9 +6,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/priority"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 

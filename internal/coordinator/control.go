@@ -16,8 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/actloop/actloop/internal/flow"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -60,7 +59,7 @@ func (c *Coordinator) initControl(ctx context.Context) error {
 		return fmt.Errorf("kv %s: %w", bus.BucketControl, err)
 	}
 	c.ctl = &control{kv: kv, reports: map[string]schema.PauseReport{}, changed: make(chan struct{})}
-	st := flow.DefaultControl()
+	st := schema.DefaultControl()
 	if e, err := kv.Get(ctx, bus.KeyControl); err == nil {
 		if s, err := schema.Decode[schema.Control](e.Value()); err == nil {
 			st = s
@@ -111,7 +110,7 @@ func (c *Coordinator) Control() schema.ControlStatus {
 
 // watchReports follows the gen-workers' pause reports until ctx ends.
 func (c *Coordinator) watchReports(ctx context.Context) error {
-	return flow.WatchKV(ctx, c.d.JS, bus.BucketControl, func(e jetstream.KeyValueEntry, _ bool) {
+	return bus.WatchKV(ctx, c.d.JS, bus.BucketControl, func(e jetstream.KeyValueEntry, _ bool) {
 		if !strings.HasPrefix(e.Key(), "gen.") {
 			return
 		}

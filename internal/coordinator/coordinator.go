@@ -26,10 +26,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/predict"
+	"github.com/actloop/actloop/internal/priority"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -42,7 +42,7 @@ type Coordinator struct {
 	cfg     Config
 	d       *service.Deps
 	policy  priority.Policy
-	predict *flow.Predictor
+	predict *predict.Client
 	kv      jetstream.KeyValue
 	ctl     *control
 
@@ -97,7 +97,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 		beats: map[string]map[string]time.Time{}, started: d.Now(), hearts: map[string]schema.Heartbeat{},
 		envSeen: map[string]time.Time{},
 		limit:   cfg.ActiveFloor(),
-		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
+		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	if cfg.Policy == "fcfs" {
 		c.predict.Timeout = 0 // fcfs needs no predictions
 	}
@@ -105,8 +105,8 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 		dst                   *jetstream.Consumer
 		stream, name, subject string
 	}{
-		{&c.samples, bus.StreamSamples, "coordinator-samples", bus.SubjectSamples},
-		{&c.results, bus.StreamResults, "coordinator-results", bus.SubjectResults},
+		{&c.samples, schema.StreamSamples, "coordinator-samples", schema.SubjectSamples},
+		{&c.results, schema.StreamResults, "coordinator-results", schema.SubjectResults},
 		{&c.events, bus.StreamEvents, "coordinator-events", bus.SubjectEvents},
 		{&c.predictions, bus.StreamEvents, "coordinator-predictions", bus.SubjectPredictions},
 	} {

@@ -9,13 +9,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/priority"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/store"
 )
 
 const wait = time.Minute
@@ -91,7 +91,7 @@ func TestAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
-		if err := d.Pub.Publish(ctx, bus.SubjectSamples, id, sample(id)); err != nil {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, id, sample(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,8 +108,8 @@ func TestAdmission(t *testing.T) {
 		t.Fatalf("active set %v %v", act, err)
 	}
 	for id := range act {
-		tr, err := d.Store.Load(ctx, id, store.WithAll)
-		if err != nil || tr.Status != store.StatusStarting || tr.Seq != 0 || tr.Replica == "" {
+		tr, err := d.Store.Load(ctx, id, traj.WithAll)
+		if err != nil || tr.Status != traj.StatusStarting || tr.Seq != 0 || tr.Replica == "" {
 			t.Fatalf("state of %s: %+v %v", id, tr, err)
 		}
 	}
@@ -126,11 +126,11 @@ func TestAdmission(t *testing.T) {
 func TestRepairs(t *testing.T) {
 	ctx, s, d := stack(t)
 	orphan := sample("orphan")
-	if err := d.Store.Create(ctx, orphan, store.StatusStarting, map[string]string{store.FieldReplica: "r0"}); err != nil {
+	if err := d.Store.Create(ctx, orphan, traj.StatusStarting, map[string]string{traj.FieldReplica: "r0"}); err != nil {
 		t.Fatal(err)
 	}
-	end := store.Commit{ID: "orphan", Seq: 0, Set: map[string]string{store.FieldStatus: string(store.StatusTerminated),
-		store.FieldReason: "submitted", store.FieldReward: "1"}}
+	end := traj.Commit{ID: "orphan", Seq: 0, Set: map[string]string{traj.FieldStatus: string(traj.StatusTerminated),
+		traj.FieldReason: "submitted", traj.FieldReward: "1"}}
 	end.Append([]int32{1, 2}, []float32{-0.5, -0.25}, 1, 7)
 	if err := d.Store.Commit(ctx, end); err != nil {
 		t.Fatal(err)
@@ -139,11 +139,11 @@ func TestRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	moved := sample("moved")
-	if err := d.Store.Create(ctx, moved, store.StatusStarting, map[string]string{store.FieldReplica: "r1"}); err != nil {
+	if err := d.Store.Create(ctx, moved, traj.StatusStarting, map[string]string{traj.FieldReplica: "r1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Store.Commit(ctx, store.Commit{ID: "moved", Seq: 0, Set: map[string]string{
-		store.FieldStatus: string(store.StatusNeedsGeneration)}}); err != nil {
+	if err := d.Store.Commit(ctx, traj.Commit{ID: "moved", Seq: 0, Set: map[string]string{
+		traj.FieldStatus: string(traj.StatusNeedsGeneration)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Store.AddActive(ctx, "moved", "r1"); err != nil {
@@ -164,7 +164,7 @@ func TestRepairs(t *testing.T) {
 	if g.TrajID != "moved" || g.Seq != 1 || g.Replica != "r1" {
 		t.Fatalf("re-sent step %+v", g)
 	}
-	r := first[schema.Result](t, ctx, d.JS, bus.StreamResults)
+	r := first[schema.Result](t, ctx, d.JS, schema.StreamResults)
 	if r.TrajID != "orphan" || r.Status != schema.StatusCompleted || r.Reward != 1 || r.MinVersion != 7 || len(r.Tokens) != 2 {
 		t.Fatalf("repaired result %+v", r)
 	}
@@ -188,7 +188,7 @@ func TestPredictionsDriveSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b", "c"} {
-		if err := d.Pub.Publish(ctx, bus.SubjectSamples, id, sample(id)); err != nil {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, id, sample(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -239,7 +239,7 @@ func TestAdmissionWithoutPredictor(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"p1", "p2"} {
-		if err := d.Pub.Publish(ctx, bus.SubjectSamples, id, sample(id)); err != nil {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, id, sample(id)); err != nil {
 			t.Fatal(err)
 		}
 	}

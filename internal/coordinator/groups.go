@@ -5,9 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/store"
 )
 
 // groupMinTTL is the least time a group's bookkeeping is kept: its members
@@ -43,7 +42,7 @@ func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) erro
 	}
 	ttl := max(c.d.Common.ResultTTL, groupMinTTL)
 	ids, err := c.d.Store.GroupResult(ctx, r.GroupID, r.GroupIndex, r.TrajID, r.GroupSize, ttl)
-	if errors.Is(err, store.ErrGroupConflict) {
+	if errors.Is(err, traj.ErrGroupConflict) {
 		c.d.Log.Warn("group member conflict", "traj_id", r.TrajID, "group_id", r.GroupID, "error", err)
 		return nil
 	}
@@ -52,7 +51,7 @@ func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) erro
 	}
 	done := schema.GroupDone{V: schema.Version, GroupID: r.GroupID, Size: r.GroupSize, TrajIDs: ids,
 		At: c.d.Now().UTC()}
-	if err := c.d.Pub.Publish(ctx, bus.SubjectGroups, "group:"+r.GroupID, done); err != nil {
+	if err := c.d.Pub.Publish(ctx, schema.SubjectGroups, "group:"+r.GroupID, done); err != nil {
 		return err
 	}
 	return c.d.Store.GroupPublished(ctx, r.GroupID, ttl)

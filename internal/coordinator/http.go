@@ -4,9 +4,10 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"github.com/actloop/actloop/pkg/schema"
 	"net/http"
 	"sort"
+
+	"github.com/actloop/actloop/pkg/schema"
 
 	"github.com/actloop/actloop/internal/service"
 )

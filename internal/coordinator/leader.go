@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/bus"
 )
 
 // errLeaseLost ends a term whose lease could not be renewed.

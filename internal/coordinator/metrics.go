@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/metrics"
-	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -81,7 +81,7 @@ var (
 	descPaused   = desc("actloop_paused")
 	descVersion  = desc("actloop_weight_version")
 	descMoved    = desc("actloop_moved_total")
-	queueStreams = []string{bus.StreamSamples, bus.StreamGen, bus.StreamEnv}
+	queueStreams = []string{schema.StreamSamples, bus.StreamGen, bus.StreamEnv}
 )
 
 // scrapeTimeout bounds the JetStream calls of one scrape.
@@ -145,7 +145,7 @@ func (c *Coordinator) queues(ctx context.Context) []queue {
 		l := s.ListConsumers(ctx)
 		for info := range l.Info() {
 			subject := info.Config.FilterSubject
-			if subject == "" || (name == bus.StreamSamples && info.Name != "coordinator-samples") {
+			if subject == "" || (name == schema.StreamSamples && info.Name != "coordinator-samples") {
 				continue
 			}
 			q := queue{subject: subject, depth: int(info.NumPending) + info.NumAckPending}

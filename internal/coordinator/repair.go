@@ -9,10 +9,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/actloop/actloop/internal/flow"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/store"
 )
 
 func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
@@ -62,7 +61,7 @@ func (c *Coordinator) handleEvent(ctx context.Context, m jetstream.Msg) error {
 // stepFailed acts on a worker's report that it gave up on step e.Seq.
 func (c *Coordinator) stepFailed(ctx context.Context, e schema.Event) error {
 	t, err := c.d.Store.Load(ctx, e.TrajID, 0)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, traj.ErrNotFound) {
 		c.forget(ctx, e.TrajID)
 		return nil
 	}
@@ -73,15 +72,15 @@ func (c *Coordinator) stepFailed(ctx context.Context, e schema.Event) error {
 	case t.Status.Terminal():
 		// It ended, but the worker could not publish the result: do it here.
 		return c.finish(ctx, t.ID)
-	case flow.PosOf(t, e.Seq) == flow.PosJustDone:
+	case traj.PosOf(t, e.Seq) == traj.PosJustDone:
 		// The step committed (another delivery did it) but its follow-up
 		// may not have gone out: send it again from the stored state.
-		n, err := flow.NextOf(t, flow.LowOnly{})
+		n, err := traj.NextOf(t, traj.LowOnly{})
 		if err != nil {
 			return err
 		}
-		return flow.Publish(ctx, c.d.Pub, t.Trace, n)
-	case flow.PosOf(t, e.Seq) == flow.PosCurrent:
+		return traj.Publish(ctx, c.d.Pub, t.Trace, n)
+	case traj.PosOf(t, e.Seq) == traj.PosCurrent:
 		return c.Fallback(ctx, e.TrajID, fmt.Sprintf("step %d failed on %s: %s", e.Seq, e.Worker, e.Reason))
 	}
 	return nil // a report about a step long past
@@ -95,14 +94,14 @@ func (c *Coordinator) finish(ctx context.Context, id string) error {
 	if t == nil {
 		return err
 	}
-	return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
+	return traj.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
 }
 
 // loadOrForget loads a trajectory whole; one whose state is gone is dropped
 // from the active set (nil, nil).
-func (c *Coordinator) loadOrForget(ctx context.Context, id string) (*store.Trajectory, error) {
-	t, err := c.d.Store.Load(ctx, id, store.WithAll)
-	if errors.Is(err, store.ErrNotFound) {
+func (c *Coordinator) loadOrForget(ctx context.Context, id string) (*traj.Trajectory, error) {
+	t, err := c.d.Store.Load(ctx, id, traj.WithAll)
+	if errors.Is(err, traj.ErrNotFound) {
 		c.forget(ctx, id)
 		return nil, nil
 	}
@@ -120,13 +119,13 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 			return err
 		}
 		if t.Status.Terminal() {
-			return flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
+			return traj.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
 		}
-		commit := store.Commit{ID: id, Seq: t.Seq, Set: map[string]string{
-			store.FieldStatus: string(store.StatusAborted), store.FieldReason: reason,
-			store.FieldFinishedAt: fmt.Sprint(c.d.Now().UnixMilli())}}
+		commit := traj.Commit{ID: id, Seq: t.Seq, Set: map[string]string{
+			traj.FieldStatus: string(traj.StatusAborted), traj.FieldReason: reason,
+			traj.FieldFinishedAt: fmt.Sprint(c.d.Now().UnixMilli())}}
 		err = c.d.Store.Commit(ctx, commit)
-		if errors.Is(err, store.ErrStale) && attempt < 5 {
+		if errors.Is(err, traj.ErrStale) && attempt < 5 {
 			continue // it moved meanwhile; look again
 		}
 		if err != nil {
@@ -134,7 +133,7 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 		}
 		c.d.Log.Warn("trajectory ended with a fallback", "traj_id", id, "seq", t.Seq, "reason", reason)
 		t.Apply(commit)
-		if err := flow.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState()); err != nil {
+		if err := traj.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState()); err != nil {
 			return err
 		}
 		if t.Owner != "" {
@@ -168,14 +167,14 @@ func (c *Coordinator) republish(ctx context.Context, id string, updatedAt, now t
 		c.d.Log.Warn("republish", "traj_id", id, "error", err)
 		return
 	}
-	next, err := flow.NextOf(t, flow.LowOnly{})
+	next, err := traj.NextOf(t, traj.LowOnly{})
 	if err != nil {
 		return // terminal meanwhile
 	}
 	next.MsgID = fmt.Sprintf("%s:again-%d", next.MsgID, n)
 	c.d.Log.Warn("no progress: publishing the pending step again", "traj_id", id, "seq", t.Seq, "status", t.Status,
 		"since", now.Sub(updatedAt).Round(time.Second), "subject", next.Subject)
-	if err := flow.Publish(ctx, c.d.Pub, t.Trace, next); err != nil {
+	if err := traj.Publish(ctx, c.d.Pub, t.Trace, next); err != nil {
 		c.d.Log.Warn("republish", "traj_id", id, "error", err)
 	}
 	c.mu.Lock()

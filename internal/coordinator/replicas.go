@@ -7,17 +7,16 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/actloop/actloop/internal/flow"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/store"
 )
 
 // watchHeartbeats follows the gen-workers' heartbeats in NATS KV until ctx
 // ends. Liveness is judged by when a heartbeat arrived here, so clocks on
 // other hosts do not matter.
 func (c *Coordinator) watchHeartbeats(ctx context.Context) error {
-	return flow.WatchKV(ctx, c.d.JS, bus.BucketHeartbeats, func(e jetstream.KeyValueEntry, initial bool) {
+	return bus.WatchKV(ctx, c.d.JS, bus.BucketHeartbeats, func(e jetstream.KeyValueEntry, initial bool) {
 		if id, ok := strings.CutPrefix(e.Key(), "env."); ok {
 			c.envBeat(e, id, initial)
 			return
@@ -123,12 +122,12 @@ func (c *Coordinator) rebalance(ctx context.Context) {
 	c.mu.Unlock()
 	for _, id := range resend {
 		t, err := c.d.Store.Load(ctx, id, 0)
-		if err != nil || t.Status != store.StatusNeedsGeneration {
+		if err != nil || t.Status != traj.StatusNeedsGeneration {
 			continue
 		}
-		n, err := flow.NextOf(t, flow.LowOnly{})
+		n, err := traj.NextOf(t, traj.LowOnly{})
 		if err == nil {
-			err = flow.Publish(ctx, c.d.Pub, t.Trace, n)
+			err = traj.Publish(ctx, c.d.Pub, t.Trace, n)
 		}
 		if err != nil {
 			c.d.Log.Warn("re-send moved gen step", "traj_id", id, "error", err)
@@ -214,12 +213,12 @@ func (c *Coordinator) moveFromDeadEnvWorkers(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		next, err := flow.NextOf(t, flow.LowOnly{})
+		next, err := traj.NextOf(t, traj.LowOnly{})
 		if err != nil || next.Subject != bus.SubjectEnv(to) {
 			continue // not waiting for an env step: the next one goes to the new owner
 		}
 		next.MsgID += ":moved-" + to
-		if err := flow.Publish(ctx, c.d.Pub, t.Trace, next); err != nil {
+		if err := traj.Publish(ctx, c.d.Pub, t.Trace, next); err != nil {
 			c.d.Log.Warn("re-send moved env step", "traj_id", id, "error", err)
 		}
 	}

@@ -16,11 +16,10 @@ import (
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/localnats"
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/store"
 )
 
 // clusterScript is the scripted run of cluster sample id: two commands
@@ -104,7 +103,7 @@ func clusterResults(e *env, n int) []schema.Result {
 }
 
 func readResults(ctx context.Context, js jetstream.JetStream, n int) ([]schema.Result, error) {
-	stream, err := js.Stream(ctx, bus.StreamResults)
+	stream, err := js.Stream(ctx, schema.StreamResults)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +114,7 @@ func readResults(ctx context.Context, js jetstream.JetStream, n int) ([]schema.R
 	if info.State.Msgs < uint64(n) {
 		return nil, fmt.Errorf("%d messages, want %d", info.State.Msgs, n)
 	}
-	c, err := js.OrderedConsumer(ctx, bus.StreamResults, jetstream.OrderedConsumerConfig{})
+	c, err := js.OrderedConsumer(ctx, schema.StreamResults, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +128,7 @@ func readResults(ctx context.Context, js jetstream.JetStream, n int) ([]schema.R
 		if err != nil {
 			return nil, err
 		}
-		if m.Subject() == bus.SubjectResults {
+		if m.Subject() == schema.SubjectResults {
 			r, err := schema.Decode[schema.Result](m.Data())
 			if err != nil {
 				return nil, fmt.Errorf("result at %d: %w", md.Sequence.Stream, err)
@@ -148,7 +147,7 @@ func clusterResultsHandled(e *env) {
 	testkit.Eventually(e.t, wait, "the coordinator to handle every result", func() bool {
 		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 		defer cancel()
-		cons, err := e.js.Consumer(ctx, bus.StreamResults, "coordinator-results")
+		cons, err := e.js.Consumer(ctx, schema.StreamResults, "coordinator-results")
 		if err != nil {
 			return false
 		}
@@ -344,12 +343,12 @@ func checkRanOnce(t *testing.T, e *env, s schema.Sample, r schema.Result) {
 			t.Errorf("%s: observation %d is %q, want %q once", s.ID, i, o, want)
 		}
 	}
-	tr, err := e.st.Load(e.ctx, s.ID, store.WithAll)
+	tr, err := e.st.Load(e.ctx, s.ID, traj.WithAll)
 	if err != nil {
 		t.Errorf("%s: %v", s.ID, err)
 		return
 	}
-	if tr.Status != store.StatusTerminated || tr.Calls != r.Turns || len(tr.Tokens) != len(r.Tokens) ||
+	if tr.Status != traj.StatusTerminated || tr.Calls != r.Turns || len(tr.Tokens) != len(r.Tokens) ||
 		len(tr.Messages) != len(r.Messages) {
 		t.Errorf("%s: stored %s with %d calls, %d tokens, %d messages; result %d turns, %d tokens, %d messages",
 			s.ID, tr.Status, tr.Calls, len(tr.Tokens), len(tr.Messages), r.Turns, len(r.Tokens), len(r.Messages))

@@ -22,15 +22,14 @@ import (
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/envworker"
-	"github.com/actloop/actloop/internal/flow"
 	"github.com/actloop/actloop/internal/genworker"
 	"github.com/actloop/actloop/internal/localnats"
 	"github.com/actloop/actloop/internal/localredis"
 	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/llm"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // Options configure a Stack.
@@ -96,7 +95,7 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.ChatTemplate == "" {
 		o.ChatTemplate = tokenize.TemplateChatML
 	}
-	tmpl, err := flow.ChatTemplate(o.Tokenizer, o.ChatTemplate)
+	tmpl, err := tokenize.Open(o.Tokenizer, o.ChatTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}

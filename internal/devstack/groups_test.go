@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -32,7 +31,7 @@ type streamed struct {
 // completions, in stream order). Call it once nothing more is published.
 func resultsStream(e *env) []streamed {
 	e.t.Helper()
-	c, err := e.js.OrderedConsumer(e.ctx, bus.StreamResults, jetstream.OrderedConsumerConfig{})
+	c, err := e.js.OrderedConsumer(e.ctx, schema.StreamResults, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -40,7 +39,7 @@ func resultsStream(e *env) []streamed {
 	deadline := time.Now().Add(wait)
 	for {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: stream not read to its end within %v (%d messages)", bus.StreamResults, wait, len(out))
+			e.t.Fatalf("%s: stream not read to its end within %v (%d messages)", schema.StreamResults, wait, len(out))
 		}
 		m, err := c.Next(jetstream.FetchMaxWait(time.Second))
 		if err != nil {
@@ -63,7 +62,7 @@ func resultsStream(e *env) []streamed {
 // then (it publishes before it acks).
 func resultsHandled(e *env) {
 	e.t.Helper()
-	cons, err := e.js.Consumer(e.ctx, bus.StreamResults, "coordinator-results")
+	cons, err := e.js.Consumer(e.ctx, schema.StreamResults, "coordinator-results")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -83,7 +82,7 @@ func checkGroups(e *env, want map[string][]string) {
 	dones := map[string][]streamed{}
 	for _, m := range msgs {
 		switch m.subject {
-		case bus.SubjectResults:
+		case schema.SubjectResults:
 			r, err := schema.Decode[schema.Result](m.data)
 			if err != nil {
 				e.t.Fatalf("result at %d: %v", m.seq, err)
@@ -91,7 +90,7 @@ func checkGroups(e *env, want map[string][]string) {
 			if _, ok := firstResult[r.TrajID]; !ok {
 				firstResult[r.TrajID] = m.seq
 			}
-		case bus.SubjectGroups:
+		case schema.SubjectGroups:
 			g, err := schema.Decode[schema.GroupDone](m.data)
 			if err != nil {
 				e.t.Fatalf("group done at %d: %v", m.seq, err)
@@ -164,7 +163,7 @@ func TestGroupDoneOncePerGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.js.Publish(e.ctx, bus.SubjectResults, again); err != nil {
+	if _, err := e.js.Publish(e.ctx, schema.SubjectResults, again); err != nil {
 		t.Fatal(err)
 	}
 	resultsHandled(e)
@@ -189,7 +188,7 @@ func TestGroupDoneAfterCoordinatorCrash(t *testing.T) {
 			if _, err := e.st.GroupResult(e.ctx, g, i, id, 2, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.pub.Publish(e.ctx, bus.SubjectResults, id, result(id, g, i, 2)); err != nil {
+			if err := e.pub.Publish(e.ctx, schema.SubjectResults, id, result(id, g, i, 2)); err != nil {
 				t.Fatal(err)
 			}
 		}

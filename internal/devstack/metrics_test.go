@@ -11,9 +11,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/metrics"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // scrape GETs url and parses the Prometheus text it serves.
@@ -87,7 +88,7 @@ func TestMetricsExported(t *testing.T) {
 	for _, s := range servers {
 		t.Cleanup(s.Close)
 	}
-	if err := e.pub.PublishRaw(e.ctx, bus.SubjectSamples, "", []byte(`{"v":1,"id":"bad"}`)); err != nil {
+	if err := e.pub.PublishRaw(e.ctx, schema.SubjectSamples, "", []byte(`{"v":1,"id":"bad"}`)); err != nil {
 		t.Fatal(err)
 	}
 	e.submit(simSample("m1", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"))

@@ -13,17 +13,17 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/priority"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/tokenize"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/llm"
-	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/store"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 const wait = 2 * time.Minute // generous: CI machines are small and loaded
@@ -34,7 +34,7 @@ type env struct {
 	ctx   context.Context
 	js    jetstream.JetStream
 	pub   *bus.Publisher
-	st    *store.Store
+	st    *traj.Store
 	ws    string
 }
 
@@ -82,7 +82,7 @@ func newEnvWith(t *testing.T, replicas int, tweak func(*devstack.Options)) *env 
 func (e *env) submit(samples ...schema.Sample) {
 	e.t.Helper()
 	for _, s := range samples {
-		if err := e.pub.Publish(e.ctx, bus.SubjectSamples, s.ID, s); err != nil {
+		if err := e.pub.Publish(e.ctx, schema.SubjectSamples, s.ID, s); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -91,7 +91,7 @@ func (e *env) submit(samples ...schema.Sample) {
 // results reads the results stream until it holds n distinct trajectories.
 func (e *env) results(n int) map[string]schema.Result {
 	e.t.Helper()
-	return readStream[schema.Result](e, bus.StreamResults, bus.SubjectResults, n, func(r schema.Result) string { return r.TrajID })
+	return readStream[schema.Result](e, schema.StreamResults, schema.SubjectResults, n, func(r schema.Result) string { return r.TrajID })
 }
 
 func readStream[T any](e *env, stream, subject string, n int, key func(T) string) map[string]T {
@@ -205,21 +205,21 @@ func TestBadSamplesAreDeadLettered(t *testing.T) {
 	ids := map[string]string{"missing fields": "m1", "wrong types": "w1", "unknown version": "u1", "oversized": "o1",
 		"group member": "g-1"}
 	for _, b := range bad {
-		if err := e.pub.PublishRaw(e.ctx, bus.SubjectSamples, "", []byte(b)); err != nil {
+		if err := e.pub.PublishRaw(e.ctx, schema.SubjectSamples, "", []byte(b)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	good := demo.Samples(1, e.ws, "good")
 	e.submit(good...)
 	e.submit(groupSample("g-0", "g", 0, 2))
-	dl := readStream[schema.DLQEntry](e, bus.StreamDLQ, bus.SubjectDLQ, len(bad), func(d schema.DLQEntry) string { return string(d.Data) })
+	dl := readStream[schema.DLQEntry](e, schema.StreamDLQ, schema.SubjectDLQ, len(bad), func(d schema.DLQEntry) string { return string(d.Data) })
 	for name, b := range bad {
 		d, ok := dl[b]
 		if !ok {
 			t.Errorf("%s: original bytes not in the dead-letter stream", name)
 			continue
 		}
-		if !strings.Contains(d.Reason, want[name]) || d.Subject != bus.SubjectSamples || d.Consumer != "coordinator-samples" {
+		if !strings.Contains(d.Reason, want[name]) || d.Subject != schema.SubjectSamples || d.Consumer != "coordinator-samples" {
 			t.Errorf("%s: dead letter %q from %s/%s, want reason containing %q", name, d.Reason, d.Subject, d.Consumer, want[name])
 		}
 	}
@@ -317,11 +317,11 @@ func TestCrashedWorkerStepsApplyOnce(t *testing.T) {
 		return err == nil && si.State.Msgs == 0
 	})
 	for _, s := range samples {
-		tr, err := e.st.Load(e.ctx, s.ID, store.WithAll)
+		tr, err := e.st.Load(e.ctx, s.ID, traj.WithAll)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := got[s.ID]; len(tr.Tokens) != len(r.Tokens) || tr.Calls != r.Turns || tr.Status != store.StatusTerminated {
+		if r := got[s.ID]; len(tr.Tokens) != len(r.Tokens) || tr.Calls != r.Turns || tr.Status != traj.StatusTerminated {
 			t.Errorf("%s changed after replay: %d tokens (result %d), %d calls", s.ID, len(tr.Tokens), len(r.Tokens), tr.Calls)
 		}
 	}

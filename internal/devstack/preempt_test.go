@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/sim"
 )
 
 // A high-priority step arriving while the only slot runs a low-priority
@@ -79,7 +79,7 @@ func TestPreemptionKeepsTheTokenStream(t *testing.T) {
 	again := lowTask
 	again.ID = "lo-b-again"
 	e.submit(again)
-	ref := readStream[schema.Result](e, bus.StreamResults, bus.SubjectResults, 3, func(r schema.Result) string { return r.TrajID })["lo-b-again"]
+	ref := readStream[schema.Result](e, schema.StreamResults, schema.SubjectResults, 3, func(r schema.Result) string { return r.TrajID })["lo-b-again"]
 	if b := got["lo-b"]; !slices.Equal(b.Tokens, ref.Tokens) || !slices.Equal(b.Logprobs, ref.Logprobs) || !slices.Equal(b.LossMask, ref.LossMask) {
 		t.Fatalf("preempted run differs from an uninterrupted one:\n%q\n%q",
 			string(decode(b.Tokens)), string(decode(ref.Tokens)))

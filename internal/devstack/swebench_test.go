@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/actloop/actloop/internal/swebench"
+	"github.com/actloop/actloop/internal/swebench/swebenchtest"
+	"github.com/actloop/actloop/internal/testlog"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/swebench"
-	"github.com/actloop/actloop/pkg/swebench/swebenchtest"
-	"github.com/actloop/actloop/pkg/testlog"
 )
 
 // A SWE-bench-style row runs end to end on the local backend under

@@ -10,10 +10,9 @@ import (
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/sim"
 )
 
 // startSyncStack starts a coordinator, a gen-worker per replica and an
@@ -155,7 +154,7 @@ func TestPauseAbortsInFlightAndResumeContinues(t *testing.T) {
 		samples[i].ID += "-again"
 	}
 	e.submit(samples...)
-	ref := readStream[schema.Result](e, bus.StreamResults, bus.SubjectResults, 2*n, func(r schema.Result) string { return r.TrajID })
+	ref := readStream[schema.Result](e, schema.StreamResults, schema.SubjectResults, 2*n, func(r schema.Result) string { return r.TrajID })
 	for _, s := range samples {
 		a, b := got[strings.TrimSuffix(s.ID, "-again")], ref[s.ID]
 		if !slices.Equal(a.Tokens, b.Tokens) || !slices.Equal(a.Logprobs, b.Logprobs) || !slices.Equal(a.LossMask, b.LossMask) {

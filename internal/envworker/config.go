@@ -8,9 +8,9 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/sandbox"
 )
 
@@ -61,11 +61,8 @@ type Config struct {
 	SandboxStartBackoff  time.Duration `envconfig:"SANDBOX_START_BACKOFF" default:"1s"`
 	Addr                 string        `envconfig:"ENV_WORKER_ADDR" default:":8082"`
 	// AgentConfig: the mini-swe-agent YAML configuration, as for the gen-worker.
-	AgentConfig string `envconfig:"AGENT_CONFIG"`
-	// Tokenizer and ChatTemplate render the observations; the same settings
-	// as the gen-workers'.
-	Tokenizer    string `envconfig:"TOKENIZER" default:"qwen"`
-	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
+	AgentConfig   string `envconfig:"AGENT_CONFIG"`
+	tokenize.Chat        // ACTLOOP_TOKENIZER, ACTLOOP_CHAT_TEMPLATE: the same in every service
 }
 
 // Values of ACTLOOP_SANDBOX_BACKEND.
@@ -124,7 +121,7 @@ func (c *Config) Validate() error {
 	if c.SandboxStartBackoff < 0 {
 		errs = append(errs, errors.New("ACTLOOP_SANDBOX_START_BACKOFF: must be >= 0"))
 	}
-	errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
+	errs = append(errs, c.Chat.Validate())
 	return errors.Join(errs...)
 }
 

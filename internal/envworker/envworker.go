@@ -32,17 +32,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/internal/agent"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/priority"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/agent"
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/internal/telemetry"
+	"github.com/actloop/actloop/internal/testlog"
+	"github.com/actloop/actloop/internal/tokenize"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/store"
-	"github.com/actloop/actloop/pkg/telemetry"
-	"github.com/actloop/actloop/pkg/testlog"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // Worker is one env-worker.
@@ -53,10 +52,10 @@ type Worker struct {
 	tmpl     tokenize.ChatTemplate
 	agent    agent.Config
 	board    *priority.Board
-	control  flow.ControlView // the newest control state: staleness of results
+	control  bus.ControlView // the newest control state: staleness of results
 
 	own, start jetstream.Consumer
-	driver     *flow.Driver
+	driver     *traj.Driver
 
 	mu      sync.Mutex
 	boxes   map[string]sandbox.Sandbox // by trajectory id
@@ -78,7 +77,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmpl, err := flow.ChatTemplate(cfg.Tokenizer, cfg.ChatTemplate)
+	tmpl, err := cfg.Chat.Template()
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +88,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agent: ac, board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics()}
-	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
+	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
 	if w.own, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-"+cfg.ID, bus.SubjectEnv(cfg.ID)); err != nil {
 		return nil, err
 	}
@@ -109,8 +108,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(ctx) })
-	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
-	g.Go(func() error { return flow.WatchControl(ctx, w.d.JS, w.d.Log, w.control.Set) })
+	g.Go(func() error { return bus.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
+	g.Go(func() error { return bus.WatchControl(ctx, w.d.JS, w.d.Log, w.control.Set) })
 	g.Go(func() error { return w.heartbeat(ctx) })
 	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
 	return g.Wait()
@@ -179,7 +178,7 @@ func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) error
 	if err != nil || step.Kind == schema.EnvClose {
 		return nil
 	}
-	return flow.ReportFailed(ctx, w.d.Pub, w.d.Now(), w.cfg.ID, step.TrajID, step.Seq, cause)
+	return traj.ReportFailed(ctx, w.d.Pub, w.d.Now(), w.cfg.ID, step.TrajID, step.Seq, cause)
 }
 
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
@@ -191,11 +190,11 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID),
 		attribute.Int64("seq", step.Seq), attribute.String("kind", string(step.Kind)))
 	telemetry.AddLogAttrs(ctx, "traj_id", step.TrajID, "seq", step.Seq, "kind", string(step.Kind))
-	var s flow.Step
+	var s traj.Step
 	switch step.Kind {
 	case schema.EnvClose:
 		t, err := w.d.Store.Load(ctx, step.TrajID, 0)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, traj.ErrNotFound) {
 			w.closeSandbox(ctx, step.TrajID, "")
 			return nil
 		}
@@ -205,37 +204,37 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		w.closeSandbox(ctx, t.ID, t.Handle)
 		return nil
 	case schema.EnvStart:
-		s = flow.Step{Want: store.StatusStarting, Run: w.startStep, Discard: func(ctx context.Context, c store.Commit) {
-			w.closeSandbox(ctx, c.ID, c.Set[store.FieldHandle]) // another delivery started one, or a retry starts anew
+		s = traj.Step{Want: traj.StatusStarting, Run: w.startStep, Discard: func(ctx context.Context, c traj.Commit) {
+			w.closeSandbox(ctx, c.ID, c.Set[traj.FieldHandle]) // another delivery started one, or a retry starts anew
 		}}
 	case schema.EnvExec:
-		s = flow.Step{Want: store.StatusNeedsEnvStep, Run: w.execStep}
+		s = traj.Step{Want: traj.StatusNeedsEnvStep, Run: w.execStep}
 	case schema.EnvFinish:
-		s = flow.Step{Parts: store.WithAll, Want: store.StatusFinishing, Run: w.finishStep}
+		s = traj.Step{Parts: traj.WithAll, Want: traj.StatusFinishing, Run: w.finishStep}
 	}
 	return w.driver.Do(ctx, step.TrajID, step.Seq, s)
 }
 
 // publishNext publishes the follow-up of t's state: the next step, or for a
 // finished trajectory its result, after which its state expires.
-func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
-	n, err := flow.NextOf(t, w.board)
-	if !errors.Is(err, flow.ErrNoNext) {
+func (w *Worker) publishNext(ctx context.Context, t *traj.Trajectory) error {
+	n, err := traj.NextOf(t, w.board)
+	if !errors.Is(err, traj.ErrNoNext) {
 		if err != nil {
 			return err
 		}
-		return flow.Publish(ctx, w.d.Pub, t.Trace, n)
+		return traj.Publish(ctx, w.d.Pub, t.Trace, n)
 	}
 	// Only now that the end is committed: a finish that must be retried
 	// needs its sandbox for the diff.
 	w.closeSandbox(ctx, t.ID, t.Handle)
-	if t.Status != store.StatusTerminated {
+	if t.Status != traj.StatusTerminated {
 		return nil // aborted: the coordinator published the fallback
 	}
-	return flow.PublishResult(ctx, w.d.Store, w.d.Pub, t, w.d.Common.ResultTTL, w.control.Get())
+	return traj.PublishResult(ctx, w.d.Store, w.d.Pub, t, w.d.Common.ResultTTL, w.control.Get())
 }
 
-func (w *Worker) backend(t *store.Trajectory) (sandbox.Backend, error) {
+func (w *Worker) backend(t *traj.Trajectory) (sandbox.Backend, error) {
 	b := w.backends[t.Sample.Env.Backend]
 	if b == nil {
 		return nil, bus.Fatal(fmt.Errorf("env backend %q is not available on this worker", t.Sample.Env.Backend))
@@ -245,38 +244,38 @@ func (w *Worker) backend(t *store.Trajectory) (sandbox.Backend, error) {
 
 // startStep starts the sandbox, runs setup, and renders the system prompt
 // and task as the first tokens.
-func (w *Worker) startStep(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Commit, error) {
 	b, err := w.backend(t)
 	if err != nil {
-		return store.Commit{}, err
+		return traj.Commit{}, err
 	}
-	msgs, prompt, err := flow.Opening(w.agent, w.tmpl, t.Sample.Task)
+	msgs, prompt, err := agent.Opening(w.agent, w.tmpl, t.Sample.Task)
 	if err != nil {
-		return store.Commit{}, bus.Fatal(err)
+		return traj.Commit{}, bus.Fatal(err)
 	}
 	sb, err := w.newSandbox(ctx, b, t)
 	if err != nil {
-		return store.Commit{}, err
+		return traj.Commit{}, err
 	}
 	w.remember(t.ID, sb)
-	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
-		store.FieldStatus: string(store.StatusNeedsGeneration), store.FieldOwner: w.cfg.ID,
-		store.FieldHandle: sb.Handle()}}
+	c := traj.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
+		traj.FieldStatus: string(traj.StatusNeedsGeneration), traj.FieldOwner: w.cfg.ID,
+		traj.FieldHandle: sb.Handle()}}
 	c.Messages = msgs
 	c.Append(prompt, nil, 0, -1)
-	c.Set[store.FieldPromptLen] = strconv.Itoa(len(c.Tokens))
+	c.Set[traj.FieldPromptLen] = strconv.Itoa(len(c.Tokens))
 	return c, nil
 }
 
 // execStep runs the pending action and appends its observation, or moves
 // the trajectory to finishing when the action submitted.
-func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Commit, error) {
 	if err := w.owns(t); err != nil {
-		return store.Commit{}, err
+		return traj.Commit{}, err
 	}
 	sb, err := w.sandbox(ctx, t)
 	if err != nil {
-		return store.Commit{}, err
+		return traj.Commit{}, err
 	}
 	started := time.Now()
 	res, err := sb.Exec(ctx, t.Action, t.Sample.Env.StepTimeout())
@@ -284,18 +283,18 @@ func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commi
 		attribute.Int("exit_code", res.ReturnCode), attribute.Bool("timed_out", res.TimedOut), attribute.Bool("truncated", res.Truncated))
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
-			return store.Commit{}, bus.Fatal(fmt.Errorf("sandbox lost: %w", err))
+			return traj.Commit{}, bus.Fatal(fmt.Errorf("sandbox lost: %w", err))
 		}
-		return store.Commit{}, err
+		return traj.Commit{}, err
 	}
-	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
-		store.FieldAction: "", store.FieldCommands: strconv.Itoa(t.Commands + 1)}}
+	c := traj.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
+		traj.FieldAction: "", traj.FieldCommands: strconv.Itoa(t.Commands + 1)}}
 	if h := sb.Handle(); h != t.Handle {
-		c.Set[store.FieldHandle] = h // rebuilt by replay
+		c.Set[traj.FieldHandle] = h // rebuilt by replay
 	}
 	if submitted, _ := agent.Submission(res.Output); submitted && !res.TimedOut {
-		c.Set[store.FieldStatus] = string(store.StatusFinishing)
-		c.Set[store.FieldReason] = "submitted"
+		c.Set[traj.FieldStatus] = string(traj.StatusFinishing)
+		c.Set[traj.FieldReason] = "submitted"
 		return c, nil
 	}
 	var obs string
@@ -305,9 +304,9 @@ func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commi
 		obs, err = w.agent.Observation(t.Action, res.Output, res.ReturnCode)
 	}
 	if err != nil {
-		return store.Commit{}, bus.Fatal(fmt.Errorf("render observation: %w", err))
+		return traj.Commit{}, bus.Fatal(fmt.Errorf("render observation: %w", err))
 	}
-	c.Set[store.FieldStatus] = string(store.StatusNeedsGeneration)
+	c.Set[traj.FieldStatus] = string(traj.StatusNeedsGeneration)
 	c.Messages = []schema.Message{{Role: schema.RoleUser, Content: obs}}
 	c.Append(w.tmpl.Message(schema.RoleUser, obs), nil, 0, -1)
 	c.Append(w.tmpl.GenerationPrompt(), nil, 0, -1)
@@ -316,9 +315,9 @@ func (w *Worker) execStep(ctx context.Context, t *store.Trajectory) (store.Commi
 
 // finishStep takes the diff, scores it in a fresh sandbox and removes the
 // trajectory's sandbox.
-func (w *Worker) finishStep(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Commit, error) {
 	if err := w.owns(t); err != nil {
-		return store.Commit{}, err
+		return traj.Commit{}, err
 	}
 	reason := t.Reason
 	var diff string
@@ -326,30 +325,30 @@ func (w *Worker) finishStep(ctx context.Context, t *store.Trajectory) (store.Com
 	switch {
 	case err == nil:
 		if diff, err = sb.Diff(ctx); err != nil {
-			return store.Commit{}, fmt.Errorf("diff: %w", err)
+			return traj.Commit{}, fmt.Errorf("diff: %w", err)
 		}
 	case bus.IsFatal(err):
 		reason += "; sandbox lost before the diff"
 	default:
-		return store.Commit{}, err
+		return traj.Commit{}, err
 	}
 	ev, err := w.evaluate(ctx, t, diff)
 	if err != nil {
-		return store.Commit{}, err
+		return traj.Commit{}, err
 	}
 	if ev.note != "" {
 		reason += "; " + ev.note
 	}
-	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
-		store.FieldStatus: string(store.StatusTerminated), store.FieldReason: reason, store.FieldDiff: diff,
-		store.FieldReward:     strconv.FormatFloat(ev.reward, 'g', -1, 64),
-		store.FieldFinishedAt: strconv.FormatInt(w.d.Now().UnixMilli(), 10)}}
+	c := traj.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
+		traj.FieldStatus: string(traj.StatusTerminated), traj.FieldReason: reason, traj.FieldDiff: diff,
+		traj.FieldReward:     strconv.FormatFloat(ev.reward, 'g', -1, 64),
+		traj.FieldFinishedAt: strconv.FormatInt(w.d.Now().UnixMilli(), 10)}}
 	if ev.tests != nil {
 		b, err := json.Marshal(ev.tests)
 		if err != nil {
-			return store.Commit{}, bus.Fatal(fmt.Errorf("test outcomes: %w", err))
+			return traj.Commit{}, bus.Fatal(fmt.Errorf("test outcomes: %w", err))
 		}
-		c.Set[store.FieldTests] = string(b)
+		c.Set[traj.FieldTests] = string(b)
 	}
 	return c, nil
 }
@@ -378,9 +377,9 @@ func missingTests(ts *schema.Tests) map[string]string {
 
 // evaluate runs the eval command in a fresh sandbox with diff applied. A
 // sample that lists tests (env.tests) is scored by the eval's output: reward
-// 1 when every listed test is reported passed (pkg/testlog); any other by
+// 1 when every listed test is reported passed (internal/testlog); any other by
 // the exit code: reward 1 when it exits 0.
-func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string) (evaluation, error) {
+func (w *Worker) evaluate(ctx context.Context, t *traj.Trajectory, diff string) (evaluation, error) {
 	env := t.Sample.Env
 	if env.Eval == "" {
 		return evaluation{note: "no eval command", tests: missingTests(env.Tests)}, nil
@@ -435,7 +434,7 @@ func (w *Worker) evaluate(ctx context.Context, t *store.Trajectory, diff string)
 // sandbox returns t's sandbox, from this process or re-attached by handle
 // (after a restart). A sandbox that is gone is rebuilt by replay (see
 // Config.SandboxReplay), or else a Fatal error.
-func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sandbox, error) {
+func (w *Worker) sandbox(ctx context.Context, t *traj.Trajectory) (sandbox.Sandbox, error) {
 	w.mu.Lock()
 	sb := w.boxes[t.ID]
 	w.mu.Unlock()
@@ -471,7 +470,7 @@ func (w *Worker) sandbox(ctx context.Context, t *store.Trajectory) (sandbox.Sand
 // SandboxStartAttempts times in all; then, or at once for a failure no
 // retry can fix (a setup command that fails, a bad spec), the error is
 // Fatal: the trajectory ends with a fallback naming it.
-func (w *Worker) newSandbox(ctx context.Context, b sandbox.Backend, t *store.Trajectory) (sandbox.Sandbox, error) {
+func (w *Worker) newSandbox(ctx context.Context, b sandbox.Backend, t *traj.Trajectory) (sandbox.Sandbox, error) {
 	env := t.Sample.Env
 	spec := sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(), Image: env.Image}
 	return w.startSandbox(ctx, b, t.ID, spec, func() { w.closeSandbox(ctx, t.ID, t.Handle) })
@@ -517,13 +516,13 @@ func permanentStartError(err error) bool {
 		errors.Is(err, sandbox.ErrUnisolated)
 }
 
-// owns returns flow.ErrSkip for a step of a trajectory that another
+// owns returns traj.ErrSkip for a step of a trajectory that another
 // env-worker owns now (the coordinator moved it while this one was gone):
 // the step is the new owner's to run.
-func (w *Worker) owns(t *store.Trajectory) error {
+func (w *Worker) owns(t *traj.Trajectory) error {
 	if t.Owner != "" && t.Owner != w.cfg.ID {
 		w.d.Log.Info("step of a trajectory moved to another env-worker dropped", "traj_id", t.ID, "seq", t.Seq, "owner", t.Owner)
-		return flow.ErrSkip
+		return traj.ErrSkip
 	}
 	return nil
 }
@@ -532,8 +531,8 @@ func (w *Worker) owns(t *store.Trajectory) error {
 // which the trajectory's first t.Commands actions (those that ran) run
 // again in order, each under the step timeout; their output is not kept.
 // The caller commits the new handle with its step.
-func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *store.Trajectory) (sandbox.Sandbox, error) {
-	full, err := w.d.Store.Load(ctx, t.ID, store.WithMessages)
+func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *traj.Trajectory) (sandbox.Sandbox, error) {
+	full, err := w.d.Store.Load(ctx, t.ID, traj.WithMessages)
 	if err != nil {
 		return nil, err
 	}

@@ -29,16 +29,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/internal/agent"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/predict"
+	"github.com/actloop/actloop/internal/priority"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/agent"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/telemetry"
+	"github.com/actloop/actloop/internal/tokenize"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/llm"
-	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/store"
-	"github.com/actloop/actloop/pkg/telemetry"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // Config is a gen-worker's settings (ACTLOOP_ prefix).
@@ -77,14 +77,10 @@ type Config struct {
 	// another replica's queue whose oldest step has waited longer than
 	// StealAfter; the trajectory then stays on this replica (its prefix
 	// cache here is cold, so it pays one re-prefill).
-	Steal      bool          `envconfig:"STEAL" default:"false"`
-	StealAfter time.Duration `envconfig:"STEAL_AFTER" default:"5s"`
-	WorkerID   string        `envconfig:"WORKER_ID"`
-	// Tokenizer and ChatTemplate are the model's tokenizer (bytes, qwen or
-	// the path of a tokenizer.json) and chat template (chatml or llama3);
-	// the env-workers must use the same.
-	Tokenizer    string `envconfig:"TOKENIZER" default:"qwen"`
-	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
+	Steal         bool          `envconfig:"STEAL" default:"false"`
+	StealAfter    time.Duration `envconfig:"STEAL_AFTER" default:"5s"`
+	WorkerID      string        `envconfig:"WORKER_ID"`
+	tokenize.Chat               // ACTLOOP_TOKENIZER, ACTLOOP_CHAT_TEMPLATE: the same in every service
 	// AgentConfig is the path of a mini-swe-agent YAML configuration whose
 	// templates, action pattern and step limit drive the agent; "" = the
 	// built-in one. The env-worker reads the same setting.
@@ -119,7 +115,7 @@ func (c *Config) Validate() error {
 	if c.LLMTimeout <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_LLM_TIMEOUT: must be > 0"))
 	}
-	errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
+	errs = append(errs, c.Chat.Validate())
 	if !c.LLMAPI.Valid() {
 		errs = append(errs, fmt.Errorf("ACTLOOP_LLM_API: must be sglang or openai, got %q", c.LLMAPI))
 	}
@@ -141,7 +137,7 @@ type Worker struct {
 	tok     tokenize.Tokenizer
 	agent   agent.Config
 	board   *priority.Board
-	predict *flow.Predictor
+	predict *predict.Client
 	id      string
 	// ridPrefix starts the request ids this worker creates, so a pause
 	// aborts them with one call.
@@ -151,12 +147,12 @@ type Worker struct {
 	toPredict chan schema.PredictRequest
 	tracker   *tracker
 	stealer   *stealer
-	control   flow.ControlView
+	control   bus.ControlView
 	restarts  atomic.Int64 // trajectories started again because they went stale
 	health    *replicaHealth
 
 	hi, lo jetstream.Consumer
-	driver *flow.Driver
+	driver *traj.Driver
 	m      *genMetrics // registered by Run
 }
 
@@ -188,15 +184,15 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		d.Log.Info("agent config: cost_limit is not applied; actloop counts tokens, not dollars (set limits.token_budget per sample)",
 			"cost_limit", ac.CostLimit)
 	}
-	tmpl, err := flow.ChatTemplate(cfg.Tokenizer, cfg.ChatTemplate)
+	tmpl, err := cfg.Chat.Template()
 	if err != nil {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, d: d, gen: gen, m: newGenMetrics(cfg.Replica), tmpl: tmpl, tok: tmpl.Tokenizer(), agent: ac,
 		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
-		predict: &flow.Predictor{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
+		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
-	w.driver = &flow.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log.With("replica", cfg.Replica)}
+	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log.With("replica", cfg.Replica)}
 	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
 	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
 		interval: min(max(cfg.StealAfter/4, 50*time.Millisecond), time.Second)}
@@ -223,7 +219,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(ctx) })
-	g.Go(func() error { return flow.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
+	g.Go(func() error { return bus.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
 	g.Go(func() error { return w.heartbeat(ctx) })
 	g.Go(func() error { return w.health.run(ctx) })
 	g.Go(func() error { return w.watchControl(ctx) })
@@ -239,7 +235,7 @@ func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) error
 	if err != nil {
 		return nil // undecodable messages are dead-lettered, never given up on
 	}
-	return flow.ReportFailed(ctx, w.d.Pub, w.d.Now(), w.id, step.TrajID, step.Seq, cause)
+	return traj.ReportFailed(ctx, w.d.Pub, w.d.Now(), w.id, step.TrajID, step.Seq, cause)
 }
 
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
@@ -256,22 +252,22 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	// The context's ids are all a generation reads, unless stale
 	// trajectories restart: then the versions of its generated tokens too.
-	parts := store.WithTokenIDs
+	parts := traj.WithTokenIDs
 	if w.control.Get().StalePolicy == schema.StaleRestart {
-		parts = store.WithTokens
+		parts = traj.WithTokens
 	}
-	return w.driver.Do(ctx, step.TrajID, step.Seq, flow.Step{
-		Parts: parts, Want: store.StatusNeedsGeneration,
-		Run: func(ctx context.Context, t *store.Trajectory) (store.Commit, error) {
+	return w.driver.Do(ctx, step.TrajID, step.Seq, traj.Step{
+		Parts: parts, Want: traj.StatusNeedsGeneration,
+		Run: func(ctx context.Context, t *traj.Trajectory) (traj.Commit, error) {
 			if t.Replica != step.Replica {
-				return store.Commit{}, flow.ErrSkip // moved to another replica, which has its own copy
+				return traj.Commit{}, traj.ErrSkip // moved to another replica, which has its own copy
 			}
 			g.low = low
 			c, err := w.step(ctx, t, g)
 			if err == nil && step.Replica != w.cfg.Replica {
 				// Stolen from another replica's queue: the trajectory moves
 				// here, atomically with the commit.
-				c.Set[store.FieldReplica] = w.cfg.Replica
+				c.Set[traj.FieldReplica] = w.cfg.Replica
 				w.stealer.stolen.Add(1)
 			}
 			return c, err
@@ -357,9 +353,9 @@ func (w *Worker) Handler() http.Handler {
 // commit. A generation preempted for a high-priority step commits its partial
 // output instead; its resume continues under the same request id with the
 // turn's token budget reduced by what it already produced.
-func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (store.Commit, error) {
+func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (traj.Commit, error) {
 	s := t.Sample
-	c := store.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{}}
+	c := traj.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{}}
 	lim := agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, w.agent.StepLimit), TokenBudget: s.Limits.TokenBudget,
 		WallClock: s.Limits.WallClock()}
 	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt)}
@@ -368,8 +364,8 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 	}
 	if t.TurnGen == 0 { // limits are checked before each model call, not before a resume
 		if err := agent.CheckLimits(lim, use); err != nil {
-			c.Set[store.FieldStatus] = string(store.StatusFinishing)
-			c.Set[store.FieldReason] = err.Error()
+			c.Set[traj.FieldStatus] = string(traj.StatusFinishing)
+			c.Set[traj.FieldReason] = err.Error()
 			return c, nil
 		}
 	}
@@ -449,17 +445,17 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 	c.Append(w.tmpl.CloseTurn(out), nil, 0, -1)
 	text := w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs()))
 	c.Messages = append(c.Messages, schema.Message{Role: schema.RoleAssistant, Content: text})
-	c.Set[store.FieldCalls] = strconv.Itoa(t.Calls + 1)
-	c.Set[store.FieldGenTokens] = strconv.Itoa(t.GenTokens + len(res.OutputIDs))
-	c.Set[store.FieldRID], c.Set[store.FieldTurnGen] = "", "0"
-	c.Set[store.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + len(res.OutputIDs))
+	c.Set[traj.FieldCalls] = strconv.Itoa(t.Calls + 1)
+	c.Set[traj.FieldGenTokens] = strconv.Itoa(t.GenTokens + len(res.OutputIDs))
+	c.Set[traj.FieldRID], c.Set[traj.FieldTurnGen] = "", "0"
+	c.Set[traj.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + len(res.OutputIDs))
 
 	action, perr := w.agent.ParseAction(text)
 	var fe *agent.FormatError
 	switch {
 	case perr == nil:
-		c.Set[store.FieldStatus] = string(store.StatusNeedsEnvStep)
-		c.Set[store.FieldAction] = action
+		c.Set[traj.FieldStatus] = string(traj.StatusNeedsEnvStep)
+		c.Set[traj.FieldAction] = action
 	case errors.As(perr, &fe):
 		msg, err := w.agent.FormatErrorFor(fe)
 		if err != nil {
@@ -468,7 +464,7 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 		c.Messages = append(c.Messages, schema.Message{Role: schema.RoleUser, Content: msg})
 		c.Append(w.tmpl.Message(schema.RoleUser, msg), nil, 0, -1)
 		c.Append(w.tmpl.GenerationPrompt(), nil, 0, -1)
-		c.Set[store.FieldStatus] = string(store.StatusNeedsGeneration)
+		c.Set[traj.FieldStatus] = string(traj.StatusNeedsGeneration)
 	default:
 		return c, bus.Fatal(perr)
 	}
@@ -479,7 +475,7 @@ func (w *Worker) step(ctx context.Context, t *store.Trajectory, g *generation) (
 // to prefill again: of the prompt it did not serve from its cache, all but
 // what was appended since the trajectory's previous generation (which it
 // had seen, and would have cached had it kept it).
-func (w *Worker) account(t *store.Trajectory, res llm.Result) {
+func (w *Worker) account(t *traj.Trajectory, res llm.Result) {
 	w.tracker.generated.Add(int64(len(res.OutputIDs)))
 	if t.GenCtx == 0 || res.PromptTokens == 0 {
 		return // a first generation, or a server that reports no counts
@@ -493,16 +489,16 @@ func (w *Worker) account(t *store.Trajectory, res llm.Result) {
 // partial commits what a generation aborted for a preemption or a pause
 // produced (possibly nothing, when the abort came before prefill) and keeps
 // its request id for the resume.
-func (w *Worker) partial(t *store.Trajectory, c store.Commit, g *generation, res llm.Result) store.Commit {
+func (w *Worker) partial(t *traj.Trajectory, c traj.Commit, g *generation, res llm.Result) traj.Commit {
 	n := len(res.OutputIDs)
 	c.Append(res.OutputIDs, res.Logprobs, 1, int32(g.version))
-	c.Set[store.FieldRID] = g.rid
-	c.Set[store.FieldTurnGen] = strconv.Itoa(t.TurnGen + n)
-	c.Set[store.FieldGenTokens] = strconv.Itoa(t.GenTokens + n)
-	c.Set[store.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + n)
+	c.Set[traj.FieldRID] = g.rid
+	c.Set[traj.FieldTurnGen] = strconv.Itoa(t.TurnGen + n)
+	c.Set[traj.FieldGenTokens] = strconv.Itoa(t.GenTokens + n)
+	c.Set[traj.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + n)
 	if g.preempted.Load() {
-		c.Set[store.FieldPreempts] = strconv.Itoa(t.Preempts + 1)
-		c.Set[store.FieldPreemptedAt] = strconv.FormatInt(w.d.Now().UnixMilli(), 10)
+		c.Set[traj.FieldPreempts] = strconv.Itoa(t.Preempts + 1)
+		c.Set[traj.FieldPreemptedAt] = strconv.FormatInt(w.d.Now().UnixMilli(), 10)
 	}
 	w.tracker.resumedTokens.Add(int64(n))
 	return c
@@ -520,7 +516,7 @@ func finishedAnyway(out, stops []int32, maxNew int) bool {
 // oldestVersion is the weight version of t's oldest generated token;
 // math.MaxInt64 when it has none (or t was loaded without its versions,
 // the policy having changed meanwhile: the next step checks).
-func oldestVersion(t *store.Trajectory) int64 {
+func oldestVersion(t *traj.Trajectory) int64 {
 	oldest := int64(math.MaxInt64)
 	for i, m := range t.Mask {
 		if m == 1 {
@@ -532,15 +528,15 @@ func oldestVersion(t *store.Trajectory) int64 {
 
 // restart discards what t has generated: its messages and tokens go, and it
 // starts again in a fresh sandbox (the env start closes the old one).
-func (w *Worker) restart(t *store.Trajectory, c store.Commit) store.Commit {
+func (w *Worker) restart(t *traj.Trajectory, c traj.Commit) traj.Commit {
 	c.Reset = true
-	for _, f := range []string{store.FieldCalls, store.FieldGenTokens, store.FieldCommands, store.FieldTurnGen,
-		store.FieldGenCtx, store.FieldPromptLen} {
+	for _, f := range []string{traj.FieldCalls, traj.FieldGenTokens, traj.FieldCommands, traj.FieldTurnGen,
+		traj.FieldGenCtx, traj.FieldPromptLen} {
 		c.Set[f] = "0"
 	}
-	c.Set[store.FieldRID], c.Set[store.FieldAction], c.Set[store.FieldReason] = "", "", ""
-	c.Set[store.FieldStatus] = string(store.StatusStarting)
-	c.Set[store.FieldRestarts] = strconv.Itoa(t.Restarts + 1)
+	c.Set[traj.FieldRID], c.Set[traj.FieldAction], c.Set[traj.FieldReason] = "", "", ""
+	c.Set[traj.FieldStatus] = string(traj.StatusStarting)
+	c.Set[traj.FieldRestarts] = strconv.Itoa(t.Restarts + 1)
 	w.restarts.Add(1)
 	w.d.Log.Info("stale trajectory starts again", "traj_id", t.ID, "seq", t.Seq, "replica", w.cfg.Replica, "restarts", t.Restarts+1)
 	return c
@@ -557,22 +553,22 @@ func trimStop(out, stops []int32) []int32 {
 	return out
 }
 
-func (w *Worker) publishNext(ctx context.Context, t *store.Trajectory) error {
-	var cls flow.Classifier = w.board
+func (w *Worker) publishNext(ctx context.Context, t *traj.Trajectory) error {
+	var cls traj.Classifier = w.board
 	if t.RID != "" {
-		cls = flow.LowOnly{} // a preempted generation is re-queued on .lo
+		cls = traj.LowOnly{} // a preempted generation is re-queued on .lo
 	}
-	n, err := flow.NextOf(t, cls)
-	if errors.Is(err, flow.ErrNoNext) {
+	n, err := traj.NextOf(t, cls)
+	if errors.Is(err, traj.ErrNoNext) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if err := flow.Publish(ctx, w.d.Pub, t.Trace, n); err != nil {
+	if err := traj.Publish(ctx, w.d.Pub, t.Trace, n); err != nil {
 		return err
 	}
-	if t.Status == store.StatusNeedsEnvStep && w.cfg.PredictTimeout > 0 {
+	if t.Status == traj.StatusNeedsEnvStep && w.cfg.PredictTimeout > 0 {
 		// Predict the rest while the sandbox works.
 		select {
 		case w.toPredict <- schema.PredictRequest{TrajID: t.ID, GroupID: t.Sample.GroupID, Family: t.Sample.Family,

@@ -11,8 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/actloop/actloop/internal/flow"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/pkg/llm"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -44,7 +43,7 @@ func (w *Worker) watchControl(ctx context.Context) error {
 	}
 	p := &pauser{w: w, kv: kv, epoch: -1, reported: -1, version: -1}
 	defer p.forget()
-	return flow.WatchControl(ctx, w.d.JS, w.d.Log, func(c schema.Control) {
+	return bus.WatchControl(ctx, w.d.JS, w.d.Log, func(c schema.Control) {
 		w.control.Set(c)
 		p.apply(ctx, c)
 	})

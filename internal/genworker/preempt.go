@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/bus"
 )
 
 // generation is one LLM call of a gen step.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/priority"
 )
 
 // stealer finds another replica's low-priority queue whose oldest waiting

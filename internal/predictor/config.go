@@ -6,9 +6,8 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/actloop/actloop/internal/flow"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/tokenize"
+	"github.com/actloop/actloop/internal/tokenize"
 )
 
 // Backends of predictor-gw.
@@ -35,11 +34,8 @@ type Config struct {
 	// as a JSON POST and answers {"remaining_tokens", "remaining_turns"}.
 	URL string `envconfig:"PREDICTOR_URL"`
 	// OracleURL is the oracle backend's simulator (its base URL).
-	OracleURL string `envconfig:"ORACLE_URL"`
-	// Tokenizer and ChatTemplate are the workers' (the oracle finds turns
-	// in a trajectory's tokens by them).
-	Tokenizer    string `envconfig:"TOKENIZER" default:"qwen"`
-	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
+	OracleURL     string `envconfig:"ORACLE_URL"`
+	tokenize.Chat        // ACTLOOP_TOKENIZER, ACTLOOP_CHAT_TEMPLATE: the same in every service
 	// Timeout is the deadline of each request; past it the caller gets an
 	// error reply and falls back to fcfs.
 	Timeout time.Duration `envconfig:"PREDICTOR_TIMEOUT" default:"200ms"`
@@ -63,7 +59,7 @@ func (c *Config) validateOwn() error {
 		if err := checkURL(c.OracleURL); err != nil {
 			errs = append(errs, fmt.Errorf("ACTLOOP_ORACLE_URL: %w (required with ACTLOOP_PREDICTOR=oracle: a simulator's base URL)", err))
 		}
-		errs = append(errs, flow.ValidateChatTemplate(c.Tokenizer, c.ChatTemplate))
+		errs = append(errs, c.Chat.Validate())
 	default:
 		errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR: unknown backend %q (want history, http or oracle)", c.Backend))
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
 )
 

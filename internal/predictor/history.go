@@ -7,8 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/predict"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/predict"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -21,7 +21,7 @@ const historySlots = 8
 
 // historyRunner returns the Runner that observes finished trajectories.
 func (g *Gateway) historyRunner(ctx context.Context, h *predict.History) (*bus.Runner, error) {
-	c, err := g.d.Topo.Consumer(ctx, g.d.JS, bus.StreamResults, HistoryConsumer, bus.SubjectResults)
+	c, err := g.d.Topo.Consumer(ctx, g.d.JS, schema.StreamResults, HistoryConsumer, schema.SubjectResults)
 	if err != nil {
 		return nil, err
 	}

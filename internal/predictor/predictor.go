@@ -1,6 +1,6 @@
 // Package predictor is predictor-gw: it answers remaining-length prediction
 // requests (request-reply on actloop.predict, schema.PredictRequest →
-// schema.PredictReply) with one of pkg/predict's backends.
+// schema.PredictReply) with one of internal/predict's backends.
 //
 // Every instance joins the queue group "predictor-gw", so each request goes
 // to one of them. Requests run concurrently, at most MaxInFlight at once,
@@ -37,10 +37,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/actloop/actloop/internal/flow"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/predict"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/predict"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -128,7 +127,7 @@ func (g *Gateway) build() (predict.Predictor, *predict.History, func(), error) {
 		p := predict.NewHTTP(g.cfg.URL, g.cfg.Timeout)
 		return p, nil, func() { _ = p.Close() }, nil
 	case BackendOracle:
-		tmpl, err := flow.ChatTemplate(g.cfg.Tokenizer, g.cfg.ChatTemplate)
+		tmpl, err := g.cfg.Chat.Template()
 		if err != nil {
 			return nil, nil, nil, err
 		}

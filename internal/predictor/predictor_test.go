@@ -15,14 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actloop/actloop/internal/predict"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/predict"
+	"github.com/actloop/actloop/internal/tokenize"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/store"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // History learns from results on actloop.results, each counted once
@@ -41,7 +40,7 @@ func TestHistoryLearnsFromResults(t *testing.T) {
 			ctx := context.Background()
 			publish := func(msgID string, v any) {
 				t.Helper()
-				if err := e.pub.Publish(ctx, bus.SubjectResults, msgID, v); err != nil {
+				if err := e.pub.Publish(ctx, schema.SubjectResults, msgID, v); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -49,13 +48,13 @@ func TestHistoryLearnsFromResults(t *testing.T) {
 			publish("g-0-again", result("g-0", "g", schema.StatusCompleted, 1000, 5)) // a re-published result
 			publish("g-1", result("g-1", "g", schema.StatusCompleted, 2000, 9))
 			publish("g-3", result("g-3", "g", schema.StatusFallback, 10, 1))
-			if err := e.pub.PublishRaw(ctx, bus.SubjectResults, "junk", []byte(`{"v":1,"traj_id":"`)); err != nil {
+			if err := e.pub.PublishRaw(ctx, schema.SubjectResults, "junk", []byte(`{"v":1,"traj_id":"`)); err != nil {
 				t.Fatal(err)
 			}
 
 			js := d.JS
 			testkit.Eventually(t, wait, "every result observed", func() bool {
-				c, err := js.Consumer(ctx, bus.StreamResults, HistoryConsumer)
+				c, err := js.Consumer(ctx, schema.StreamResults, HistoryConsumer)
 				if err != nil {
 					return false
 				}
@@ -67,7 +66,7 @@ func TestHistoryLearnsFromResults(t *testing.T) {
 				t.Fatalf("sibling: %+v, want %+v", rep, want)
 			}
 			testkit.Eventually(t, wait, "the junk result dead-lettered", func() bool {
-				s, err := js.Stream(ctx, bus.StreamDLQ)
+				s, err := js.Stream(ctx, schema.StreamDLQ)
 				if err != nil {
 					return false
 				}
@@ -103,7 +102,7 @@ func TestOracleBackend(t *testing.T) {
 	simSrv := httptest.NewServer(sim.New(sim.Config{Seed: 21, MaxTurns: 8}))
 	t.Cleanup(simSrv.Close)
 	e := newEnv(t, testkit.PreferredRedis(t))
-	e.start(t, Config{Backend: BackendOracle, OracleURL: simSrv.URL, Timeout: wait, Tokenizer: tokenize.TokenizerBytes})
+	e.start(t, Config{Backend: BackendOracle, OracleURL: simSrv.URL, Timeout: wait, Chat: tokenize.Chat{Tokenizer: tokenize.TokenizerBytes}})
 
 	chat := tokenize.NewByteChatML()
 	prompt := slices.Concat(chat.Message("system", "sys"), chat.Message("user", "Make the tests pass."))
@@ -120,12 +119,12 @@ func TestOracleBackend(t *testing.T) {
 		in = slices.Concat(in, out, chat.CloseTurn(out), chat.Message("user", "ok"))
 	}
 	// The store holds the trajectory after its first turn.
-	st := store.New(e.rdb, nil)
+	st := traj.New(e.rdb, nil)
 	ctx := context.Background()
-	if err := st.Create(ctx, schema.Sample{V: schema.Version, ID: "o-0", Task: "Make the tests pass."}, store.StatusNeedsEnvStep, nil); err != nil {
+	if err := st.Create(ctx, schema.Sample{V: schema.Version, ID: "o-0", Task: "Make the tests pass."}, traj.StatusNeedsEnvStep, nil); err != nil {
 		t.Fatal(err)
 	}
-	c := store.Commit{ID: "o-0"}
+	c := traj.Commit{ID: "o-0"}
 	c.Append(slices.Concat(prompt, chat.GenerationPrompt(), outs[0], chat.CloseTurn(outs[0])), nil, 0, -1)
 	if err := st.Commit(ctx, c); err != nil {
 		t.Fatal(err)

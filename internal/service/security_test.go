@@ -19,9 +19,10 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/service/servicetest"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 const (
@@ -456,8 +457,8 @@ func TestConnectSecured(t *testing.T) {
 	if err := d.Ready(ctx); err != nil {
 		t.Fatalf("ready: %v", err)
 	}
-	if _, err := d.JS.Stream(ctx, bus.StreamSamples); err != nil {
-		t.Fatalf("stream %s: %v", bus.StreamSamples, err)
+	if _, err := d.JS.Stream(ctx, schema.StreamSamples); err != nil {
+		t.Fatalf("stream %s: %v", schema.StreamSamples, err)
 	}
 	if _, err := d.JS.KeyValue(ctx, bus.BucketControl); err != nil {
 		t.Fatalf("kv %s: %v", bus.BucketControl, err)

@@ -25,9 +25,9 @@ import (
 
 	"github.com/actloop/actloop/internal/metrics"
 
-	"github.com/actloop/actloop/pkg/bus"
-	"github.com/actloop/actloop/pkg/store"
-	"github.com/actloop/actloop/pkg/telemetry"
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/telemetry"
+	"github.com/actloop/actloop/internal/traj"
 )
 
 // Common holds the settings every service reads (ACTLOOP_ prefix).
@@ -109,7 +109,7 @@ type Deps struct {
 	NC     *nats.Conn
 	JS     jetstream.JetStream
 	Redis  redis.UniversalClient
-	Store  *store.Store
+	Store  *traj.Store
 	Pub    *bus.Publisher
 	Topo   bus.Topology
 	Common Common
@@ -168,7 +168,7 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 	if err = topo.EnsureKV(pctx, js); err != nil {
 		return nil, err
 	}
-	d := &Deps{NC: nc, JS: js, Redis: rdb, Store: store.New(rdb, nil), Pub: bus.NewPublisher(js),
+	d := &Deps{NC: nc, JS: js, Redis: rdb, Store: traj.New(rdb, nil), Pub: bus.NewPublisher(js),
 		Topo: topo, Common: c, Log: log, Now: time.Now, Metrics: metrics.NewRegistry()}
 	metrics.CounterFunc(d.Metrics, "actloop_dlq_total", nil, func() float64 { return float64(d.Pub.DeadLettered()) })
 	return d, nil

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // Consistent checks that a completed result's tokens are exactly its

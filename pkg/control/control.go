@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/actloop/actloop/pkg/bus"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -42,7 +41,7 @@ func (e *Error) Error() string {
 // the coordinator's default) should be shorter.
 func (c *Client) Pause(ctx context.Context, req schema.PauseRequest) (schema.PauseReply, error) {
 	var out schema.PauseReply
-	err := c.call(ctx, "pause", bus.SubjectControlPause, req, &out)
+	err := c.call(ctx, "pause", schema.SubjectControlPause, req, &out)
 	return out, err
 }
 
@@ -50,14 +49,14 @@ func (c *Client) Pause(ctx context.Context, req schema.PauseRequest) (schema.Pau
 // version.
 func (c *Client) Resume(ctx context.Context, version *int64) (schema.Control, error) {
 	var out schema.Control
-	err := c.call(ctx, "resume", bus.SubjectControlResume, schema.ResumeRequest{WeightVersion: version}, &out)
+	err := c.call(ctx, "resume", schema.SubjectControlResume, schema.ResumeRequest{WeightVersion: version}, &out)
 	return out, err
 }
 
 // Get returns the control state and the gen-workers' newest reports.
 func (c *Client) Get(ctx context.Context) (schema.ControlStatus, error) {
 	var out schema.ControlStatus
-	err := c.call(ctx, "control", bus.SubjectControlGet, struct{}{}, &out)
+	err := c.call(ctx, "control", schema.SubjectControlGet, struct{}{}, &out)
 	return out, err
 }
 

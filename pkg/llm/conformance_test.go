@@ -12,9 +12,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/pkg/llm"
 	"github.com/actloop/actloop/pkg/llm/llmtest"
-	"github.com/actloop/actloop/pkg/sim"
 )
 
 // TestConformance runs the conformance suite on both clients against the

@@ -1,7 +1,7 @@
 // Package llm is actloop's interface to inference servers: one Generator
 // interface (Generate one completion from token ids, Abort one by request id)
 // and its backends. SGLang is the native SGLang client; the simulator in
-// pkg/sim speaks the same HTTP API, so it is reached through SGLang too. The
+// internal/sim speaks the same HTTP API, so it is reached through SGLang too. The
 // conformance suite in llm/llmtest runs against every backend.
 //
 // Semantics for callers:

@@ -39,7 +39,7 @@ type Request struct {
 	RID      string
 	InputIDs []int32
 	Sampling SamplingParams
-	// Reply scripts the simulator's answer (pkg/sim): the output is Reply's
+	// Reply scripts the simulator's answer (internal/sim): the output is Reply's
 	// bytes followed by <|im_end|>. It travels as
 	// sampling_params.custom_params {"actloop_reply": Reply}, only when
 	// non-empty; a real SGLang server ignores custom_params unless a custom

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/actloop/actloop/internal/jsonids"
 )
 
 // replyParam is the custom_params key that scripts the simulator's reply.
@@ -97,7 +95,7 @@ func encodeGenerateRequest(req Request) ([]byte, error) {
 		return nil, err
 	}
 	body := make([]byte, 0, len(rest)+len(`{"input_ids":,`)+2+7*len(w.InputIDs))
-	body = jsonids.Append(append(body, `{"input_ids":`...), w.InputIDs)
+	body = AppendTokenIDs(append(body, `{"input_ids":`...), w.InputIDs)
 	return append(append(body, ','), rest[1:]...), nil
 }
 
@@ -108,8 +106,8 @@ func encodeGenerateRequest(req Request) ([]byte, error) {
 // prompt_tokens or cached_tokens); an "Abort before prefill" carries neither
 // output_ids nor output_token_logprobs.
 type generateResponse struct {
-	OutputIDs jsonids.IDs `json:"output_ids"`
-	MetaInfo  *metaInfo   `json:"meta_info"`
+	OutputIDs TokenIDs  `json:"output_ids"`
+	MetaInfo  *metaInfo `json:"meta_info"`
 }
 
 // metaInfo is the response's meta_info (tokenizer_manager.py,
@@ -516,7 +514,7 @@ func unmarshalField(b []byte, v any, prefix string) error {
 	if err == nil {
 		return nil
 	}
-	var ee *jsonids.ElemError
+	var ee *TokenIDError
 	if errors.As(err, &ee) { // output_ids is the only id list in a response
 		return badResponse("output_ids[%d]: %s", ee.Index, ee.Reason)
 	}

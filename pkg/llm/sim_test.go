@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/llm"
-	"github.com/actloop/actloop/pkg/sim"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // TestServerTokenizerOnSimulator round-trips text, special tokens

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // API names an inference server's HTTP API.
@@ -106,8 +104,9 @@ func decodeDetokenize(b []byte) (string, error) {
 	return "", fmt.Errorf("detokenize: %w", badResponse("prompt (vLLM) or text (SGLang): missing"))
 }
 
-// Bind returns a tokenize.Tokenizer whose calls run under ctx, each bounded
-// by timeout (0: the ServerTokenizer's). tokenize.Tokenizer's methods return
+// Bind returns a tokenizer (Encode and Decode, the shape of the
+// tokenizers actloop renders chat templates with) whose calls run under ctx, each bounded
+// by timeout (0: the ServerTokenizer's). Those methods return
 // no error, so a failed call returns nil (Encode) or "" (Decode) and keeps
 // the first error, which Err reports: check it after use.
 func (t *ServerTokenizer) Bind(ctx context.Context, timeout time.Duration) *BoundTokenizer {
@@ -120,16 +119,14 @@ func (t *ServerTokenizer) Bind(ctx context.Context, timeout time.Duration) *Boun
 // BoundTokenizer is a ServerTokenizer bound to a context (see Bind).
 type BoundTokenizer struct {
 	t       *ServerTokenizer
-	ctx     context.Context // the caller's, bound for a tokenize.Tokenizer that takes none
+	ctx     context.Context // the caller's, bound for a tokenizer interface that takes none
 	timeout time.Duration
 
 	mu  sync.Mutex
 	err error
 }
 
-var _ tokenize.Tokenizer = (*BoundTokenizer)(nil)
-
-// Encode implements tokenize.Tokenizer.
+// Encode returns the ids of s.
 func (b *BoundTokenizer) Encode(s string) []int32 {
 	ctx, cancel := context.WithTimeout(b.ctx, b.timeout)
 	defer cancel()
@@ -138,7 +135,7 @@ func (b *BoundTokenizer) Encode(s string) []int32 {
 	return ids
 }
 
-// Decode implements tokenize.Tokenizer.
+// Decode returns the text of ids.
 func (b *BoundTokenizer) Decode(ids []int32) string {
 	ctx, cancel := context.WithTimeout(b.ctx, b.timeout)
 	defer cancel()

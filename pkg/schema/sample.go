@@ -77,7 +77,7 @@ const (
 	TestLogSympy = "sympy"
 )
 
-// TestLogs are the test log formats, each with a parser in pkg/testlog.
+// TestLogs are the test log formats, each with a parser in internal/testlog.
 var TestLogs = []string{TestLogPytest, TestLogDjango, TestLogSympy}
 
 // Tests lists the tests an eval must pass, as SWE-bench's FAIL_TO_PASS

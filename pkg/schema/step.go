@@ -588,3 +588,9 @@ func DecodeRequest[T any, PT interface {
 func MsgID(trajID string, seq int64, kind string) string {
 	return fmt.Sprintf("%s:%d:%s", trajID, seq, kind)
 }
+
+// DefaultControl is the control state before a coordinator has written
+// one: running, version 0, no staleness limit.
+func DefaultControl() Control {
+	return Control{V: Version, MaxStaleness: -1, StalePolicy: StaleKeep}
+}

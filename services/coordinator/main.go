@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/actloop/actloop/internal/services"
+	"github.com/actloop/actloop/internal/launch"
 )
 
 func main() {
-	if err := services.Run("coordinator"); err != nil {
+	if err := launch.Run("coordinator"); err != nil {
 		fmt.Fprintln(os.Stderr, "coordinator:", err)
 		os.Exit(1)
 	}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/actloop/actloop/internal/services"
+	"github.com/actloop/actloop/internal/launch"
 )
 
 func main() {
-	if err := services.Run("gen-worker"); err != nil {
+	if err := launch.Run("gen-worker"); err != nil {
 		fmt.Fprintln(os.Stderr, "gen-worker:", err)
 		os.Exit(1)
 	}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/actloop/actloop/internal/services"
+	"github.com/actloop/actloop/internal/launch"
 )
 
 func main() {
-	if err := services.Run("predictor-gw"); err != nil {
+	if err := launch.Run("predictor-gw"); err != nil {
 		fmt.Fprintln(os.Stderr, "predictor-gw:", err)
 		os.Exit(1)
 	}

@@ -34,10 +34,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/bus"
+	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // plan is a chaos run's size.
@@ -202,7 +202,7 @@ func sample(id string, turns int) schema.Sample {
 // readResults reads the results stream from seq after, returning the
 // results and the last sequence read.
 func (r *rig) readResults(ctx context.Context, after uint64, into map[string][]schema.Result) (uint64, error) {
-	s, err := r.js.Stream(ctx, bus.StreamResults)
+	s, err := r.js.Stream(ctx, schema.StreamResults)
 	if err != nil {
 		return after, err
 	}
@@ -218,7 +218,7 @@ func (r *rig) readResults(ctx context.Context, after uint64, into map[string][]s
 		if err != nil {
 			return seq - 1, err
 		}
-		if m.Subject != bus.SubjectResults {
+		if m.Subject != schema.SubjectResults {
 			continue
 		}
 		var res schema.Result
@@ -306,7 +306,7 @@ func TestChaos(t *testing.T) {
 		s := sample(fmt.Sprintf("chaos-%04d", i), 2+rng.IntN(5))
 		ids[s.ID] = true
 		for {
-			if err := pub.Publish(ctx, bus.SubjectSamples, s.ID, s); err == nil {
+			if err := pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err == nil {
 				break
 			} else if time.Since(start) > time.Minute {
 				t.Fatalf("submit %s: %v", s.ID, err)
@@ -477,13 +477,13 @@ func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *
 		return r.restart(ctx, p)
 	case "weight-sync":
 		rep.Syncs++
-		if _, err := r.nc.Request(bus.SubjectControlPause, []byte(`{"timeout_ms":10000}`), 20*time.Second); err != nil {
+		if _, err := r.nc.Request(schema.SubjectControlPause, []byte(`{"timeout_ms":10000}`), 20*time.Second); err != nil {
 			r.t.Logf("pause: %v (tolerated: the trainer would ask again)", err)
 		}
 		*version++
 		b, _ := json.Marshal(schema.ResumeRequest{WeightVersion: version})
 		for attempt := 0; ; attempt++ {
-			msg, err := r.nc.Request(bus.SubjectControlResume, b, 20*time.Second)
+			msg, err := r.nc.Request(schema.SubjectControlResume, b, 20*time.Second)
 			if err == nil && !strings.Contains(string(msg.Data), `"error"`) {
 				return nil
 			}

@@ -5,7 +5,7 @@
 // constructor for a fresh generator.
 //
 // The suite scripts replies through Request.Reply, which only the simulator
-// (pkg/sim) honours, so it targets the simulator behind each client, over
+// (internal/sim) honours, so it targets the simulator behind each client, over
 // whichever API the client speaks (SGLang's /generate, the OpenAI-compatible
 // /v1/completions).
 package llmtest
@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/pkg/llm"
-	"github.com/actloop/actloop/pkg/tokenize"
 )
 
 // Progress is implemented by generators under test that can see their
@@ -71,14 +70,64 @@ func Run(t *testing.T, newGen func(t *testing.T) llm.Generator) {
 	t.Run("AbortPrefix", func(t *testing.T) { t.Parallel(); testAbortPrefix(t, newGen(t)) })
 }
 
-var chat = tokenize.NewByteChatML()
+// The simulator's byte vocabulary: ids 0-255 are the bytes themselves,
+// then the ChatML special tokens. The suite renders ChatML over it itself,
+// so that it needs nothing beyond this package and llm.
+const (
+	imStart int32 = 256 // <|im_start|>
+	imEnd   int32 = 257 // <|im_end|>
+)
+
+var specials = []string{"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
+
+// Encode returns the byte-vocabulary ids of s (special tokens as one id).
+func Encode(s string) []int32 {
+	ids := make([]int32, 0, len(s))
+	for i := 0; i < len(s); {
+		special := false
+		for k, sp := range specials {
+			if strings.HasPrefix(s[i:], sp) {
+				ids, i, special = append(ids, imStart+int32(k)), i+len(sp), true
+				break
+			}
+		}
+		if !special {
+			ids, i = append(ids, int32(s[i])), i+1
+		}
+	}
+	return ids
+}
+
+// Decode returns the text of byte-vocabulary ids (U+FFFD outside it).
+func Decode(ids []int32) string {
+	var b strings.Builder
+	for _, id := range ids {
+		switch {
+		case id >= 0 && id < 256:
+			b.WriteByte(byte(id))
+		case id >= imStart && int(id-imStart) < len(specials):
+			b.WriteString(specials[id-imStart])
+		default:
+			b.WriteString("\uFFFD")
+		}
+	}
+	return b.String()
+}
+
+// Message returns a ChatML message in the byte vocabulary.
+func Message(role, content string) []int32 {
+	return Encode("<|im_start|>" + role + "\n" + content + "<|im_end|>\n")
+}
+
+// GenerationPrompt returns ChatML's generation prompt in the byte vocabulary.
+func GenerationPrompt() []int32 { return Encode("<|im_start|>assistant\n") }
 
 // prompt renders a system message, a user task and the generation prompt.
 func prompt(task string) []int32 {
 	var ids []int32
-	ids = append(ids, chat.Message("system", "You are a helpful assistant that can interact with a computer.")...)
-	ids = append(ids, chat.Message("user", task)...)
-	return append(ids, chat.GenerationPrompt()...)
+	ids = append(ids, Message("system", "You are a helpful assistant that can interact with a computer.")...)
+	ids = append(ids, Message("user", task)...)
+	return append(ids, GenerationPrompt()...)
 }
 
 func request(task, reply string, maxNew int) llm.Request {
@@ -87,7 +136,7 @@ func request(task, reply string, maxNew int) llm.Request {
 		InputIDs: prompt(task),
 		Sampling: llm.SamplingParams{
 			MaxNewTokens: maxNew,
-			StopTokenIDs: chat.StopTokenIDs(),
+			StopTokenIDs: []int32{imEnd},
 		},
 		Reply: reply,
 	}
@@ -137,7 +186,7 @@ func checkShape(t *testing.T, req llm.Request, res llm.Result) {
 }
 
 func replyIDs(reply string) []int32 {
-	return append(tokenize.Bytes{}.Encode(reply), tokenize.ImEnd)
+	return append(Encode(reply), imEnd)
 }
 
 func testScriptedReply(t *testing.T, g llm.Generator) {
@@ -145,10 +194,10 @@ func testScriptedReply(t *testing.T, g llm.Generator) {
 	req := request("List the files.", reply, 1000)
 	res := generate(t, g, req)
 	if want := replyIDs(reply); !slices.Equal(res.OutputIDs, want) {
-		t.Fatalf("OutputIDs = %q, want %q", tokenize.Bytes{}.Decode(res.OutputIDs), tokenize.Bytes{}.Decode(want))
+		t.Fatalf("OutputIDs = %q, want %q", Decode(res.OutputIDs), Decode(want))
 	}
-	if res.Finish.Type != llm.FinishStop || res.Finish.Matched != tokenize.ImEnd {
-		t.Fatalf("Finish = %+v, want stop matched %d", res.Finish, tokenize.ImEnd)
+	if res.Finish.Type != llm.FinishStop || res.Finish.Matched != imEnd {
+		t.Fatalf("Finish = %+v, want stop matched %d", res.Finish, imEnd)
 	}
 }
 
@@ -178,7 +227,7 @@ func testDeterministic(t *testing.T, g llm.Generator) {
 	b.RID = llm.NewRID()
 	ra, rb := generate(t, g, a), generate(t, g, b)
 	if !slices.Equal(ra.OutputIDs, rb.OutputIDs) {
-		t.Fatalf("outputs differ:\n%q\n%q", tokenize.Bytes{}.Decode(ra.OutputIDs), tokenize.Bytes{}.Decode(rb.OutputIDs))
+		t.Fatalf("outputs differ:\n%q\n%q", Decode(ra.OutputIDs), Decode(rb.OutputIDs))
 	}
 	if !slices.Equal(ra.Logprobs, rb.Logprobs) {
 		t.Fatalf("logprobs differ")
@@ -226,7 +275,7 @@ func testAbortRunning(t *testing.T, g llm.Generator) {
 		t.Fatalf("%d output ids, want in [%d, %d)", len(res.OutputIDs), seen, len(full))
 	}
 	if !slices.Equal(res.OutputIDs, full[:len(res.OutputIDs)]) {
-		t.Fatalf("output is not a prefix of the full reply: %q", tokenize.Bytes{}.Decode(res.OutputIDs))
+		t.Fatalf("output is not a prefix of the full reply: %q", Decode(res.OutputIDs))
 	}
 }
 

@@ -1,0 +1,42 @@
+package tokenize
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Chat names the model's tokenizer and chat template. The gen-workers,
+// env-workers and predictor-gw of a deployment read the same two settings
+// and must agree on both, and with the model.
+type Chat struct {
+	// Tokenizer is bytes, qwen or the path of a tokenizer.json.
+	Tokenizer string `envconfig:"TOKENIZER" default:"qwen"`
+	// ChatTemplate is chatml or llama3.
+	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
+}
+
+// Validate checks the names without loading a tokenizer file.
+func (s Chat) Validate() error {
+	var errs []error
+	if s.Tokenizer == "" {
+		errs = append(errs, errors.New("ACTLOOP_TOKENIZER: missing (want bytes, qwen or the path of a tokenizer.json)"))
+	}
+	if s.ChatTemplate != TemplateChatML && s.ChatTemplate != TemplateLlama3 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_CHAT_TEMPLATE: %q: %w", s.ChatTemplate, ErrUnknownTemplate))
+	}
+	return errors.Join(errs...)
+}
+
+// Template loads the tokenizer and builds the chat template over it; an
+// error names the setting at fault.
+func (s Chat) Template() (ChatTemplate, error) {
+	tok, err := OpenTokenizer(s.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("ACTLOOP_TOKENIZER: %w", err)
+	}
+	tmpl, err := NewTemplate(s.ChatTemplate, tok)
+	if err != nil {
+		return nil, fmt.Errorf("ACTLOOP_CHAT_TEMPLATE: %w", err)
+	}
+	return tmpl, nil
+}

@@ -1,0 +1,188 @@
+package traj
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/telemetry"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// Routing: which message follows a committed state, and how a finished
+// trajectory becomes a result.
+//
+// The next message is derived from the trajectory's committed state alone, so
+// a worker that finds its step already committed (a redelivery) can publish
+// the follow-up again; the Nats-Msg-Id "<traj_id>:<seq>:<kind>" lets the
+// stream's duplicate window swallow it if it went out before.
+
+// Classifier tells the priority class of a trajectory's next gen step.
+type Classifier interface {
+	Class(replica, trajID string) string
+}
+
+// LowOnly puts every gen step in the low class (no snapshots yet).
+type LowOnly struct{}
+
+// Class implements Classifier.
+func (LowOnly) Class(string, string) string { return priority.ClassLow }
+
+// ErrNoNext: the trajectory is terminal; its follow-up is a result, which
+// only Result builds.
+var ErrNoNext = errors.New("terminal trajectory has no next step")
+
+// Next is the message that follows t's committed state.
+type Next struct {
+	Subject string
+	MsgID   string
+	Msg     any
+}
+
+// NextOf returns the message that t's status calls for.
+func NextOf(t *Trajectory, cls Classifier) (Next, error) {
+	env := func(subject string, kind schema.EnvKind) Next {
+		return Next{subject, schema.MsgID(t.ID, t.Seq, string(kind)),
+			schema.EnvStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Kind: kind, Reason: t.Reason}}
+	}
+	switch t.Status {
+	case StatusStarting:
+		return env(bus.SubjectEnvStart, schema.EnvStart), nil
+	case StatusNeedsGeneration:
+		// The replica is part of the id: a step moved to another replica
+		// (its own went down) is not a duplicate of the one left behind.
+		return Next{bus.SubjectGen(t.Replica, cls.Class(t.Replica, t.ID)), schema.MsgID(t.ID, t.Seq, "gen-"+t.Replica),
+			schema.GenStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Replica: t.Replica}}, nil
+	case StatusNeedsEnvStep:
+		return env(bus.SubjectEnv(t.Owner), schema.EnvExec), nil
+	case StatusFinishing:
+		return env(bus.SubjectEnv(t.Owner), schema.EnvFinish), nil
+	case StatusTerminated, StatusAborted:
+		return Next{}, ErrNoNext
+	}
+	return Next{}, fmt.Errorf("trajectory %s: unknown status %q", t.ID, t.Status)
+}
+
+// Publish publishes n in the trace of the trajectory (trace context from
+// its stored traceparent).
+func Publish(ctx context.Context, pub *bus.Publisher, traceparent string, n Next) error {
+	return pub.Publish(telemetry.TrajContext(ctx, traceparent), n.Subject, n.MsgID, n.Msg)
+}
+
+// ResultMsgID is the Nats-Msg-Id of t's result.
+func ResultMsgID(t *Trajectory) string { return schema.MsgID(t.ID, t.Seq, "result") }
+
+// PublishResult publishes the result of a terminal trajectory (loading
+// whatever t lacks) and lets its state expire after ttl. Publishing again
+// is safe: the result's Nats-Msg-Id keeps a second copy out of the stream
+// within the duplicate window, and trainers dedupe results by traj_id
+// beyond it. ctl decides which tokens are stale.
+func PublishResult(ctx context.Context, st *Store, pub *bus.Publisher, t *Trajectory, ttl time.Duration, ctl schema.Control) error {
+	if !t.Status.Terminal() {
+		return fmt.Errorf("result of %s: not terminal (%s)", t.ID, t.Status)
+	}
+	if t.Tokens == nil || t.Messages == nil {
+		var err error
+		if t, err = st.Load(ctx, t.ID, WithAll); err != nil {
+			return err
+		}
+	}
+	if err := pub.Publish(telemetry.TrajContext(ctx, t.Trace), schema.SubjectResults, ResultMsgID(t), Result(t, ctl)); err != nil {
+		return err
+	}
+	return st.Expire(ctx, t.ID, ttl)
+}
+
+// Result builds the result of a terminal trajectory loaded WithAll. A
+// fallback carries no trainable tokens. A generated token more than
+// ctl.MaxStaleness versions older than ctl.WeightVersion is stale: the
+// result says so, and under stale_policy mask its loss mask is 0. (Under
+// restart a trajectory starts again at its next generation; one that went
+// stale after its last is delivered flagged, as under keep.)
+func Result(t *Trajectory, ctl schema.Control) schema.Result {
+	s := t.Sample
+	r := schema.Result{
+		V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID, GroupIndex: s.GroupIndex,
+		GroupSize: s.GroupSize, Family: s.Family, Reason: t.Reason, Reward: t.Reward, Diff: t.Diff, Tests: t.Tests, Turns: t.Calls,
+		Commands: t.Commands, GenTokens: t.GenTokens, PromptLen: t.PromptLen, Metadata: s.Metadata,
+		AdmittedAt: t.AdmittedAt.UTC(), FinishedAt: t.FinishedAt.UTC(),
+		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{},
+		Messages: t.Messages, MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts,
+	}
+	if r.Messages == nil {
+		r.Messages = []schema.Message{}
+	}
+	if t.Status == StatusAborted {
+		r.Status, r.Reward = schema.StatusFallback, 0
+		return r
+	}
+	r.Status = schema.StatusCompleted
+	r.Tokens, r.Logprobs, r.LossMask, r.Versions = t.Tokens, t.Logprobs, t.Mask, t.Versions
+	lo, hi := int32(math.MaxInt32), int32(-1)
+	staleBefore := ctl.StaleBefore()
+	for i, m := range t.Mask {
+		if m != 1 {
+			continue
+		}
+		v := t.Versions[i]
+		lo, hi = min(lo, v), max(hi, v)
+		if int64(v) < staleBefore {
+			if r.StaleTokens == 0 && ctl.StalePolicy == schema.StaleMask {
+				r.LossMask = slices.Clone(t.Mask)
+			}
+			r.StaleTokens++
+			if ctl.StalePolicy == schema.StaleMask {
+				r.LossMask[i] = 0
+			}
+		}
+	}
+	r.Stale = r.StaleTokens > 0
+	if hi >= 0 {
+		r.MinVersion, r.MaxVersion = lo, hi
+	}
+	return r
+}
+
+// Pos is where a step stands against its trajectory's committed state.
+type Pos int
+
+// Positions of a step.
+const (
+	// PosCurrent: the step is the trajectory's next; run it.
+	PosCurrent Pos = iota + 1
+	// PosJustDone: the step was the last one committed; its follow-up may not
+	// have gone out (a crash between commit and publish), so publish it again.
+	PosJustDone
+	// PosOld: a later step committed, so the follow-up was consumed; drop.
+	PosOld
+	// PosAhead: the state has not reached the step yet (should not happen:
+	// steps are published after their commit); retry later.
+	PosAhead
+)
+
+// PosOf places a step for seq against t.
+func PosOf(t *Trajectory, seq int64) Pos {
+	switch {
+	case t.Seq == seq:
+		return PosCurrent
+	case t.Seq == seq+1:
+		return PosJustDone
+	case t.Seq > seq:
+		return PosOld
+	}
+	return PosAhead
+}
+
+// ReportFailed tells the coordinator that step seq of a trajectory cannot be
+// done; the coordinator ends the trajectory with a fallback result (or, if
+// the step did commit, sends its follow-up again).
+func ReportFailed(ctx context.Context, pub *bus.Publisher, now time.Time, worker, trajID string, seq int64, cause error) error {
+	e := schema.Event{V: schema.Version, Type: schema.EventFailed, TrajID: trajID, Seq: seq, Worker: worker,
+		Reason: cause.Error(), At: now.UTC()}
+	return pub.Publish(ctx, bus.SubjectEvents, schema.MsgID(trajID, seq, "failed"), e)
+}

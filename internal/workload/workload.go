@@ -1,0 +1,253 @@
+// Package workload generates benchmark batches of SWE-agent-like
+// trajectories, deterministically from a seed: long-tailed turn counts and
+// tokens per turn, groups of rollouts per prompt with correlated lengths,
+// sandbox start-up, command run times and an eval. Each trajectory becomes
+// a sample whose task carries a sim.Directive, so the simulator and the
+// simulated sandbox play exactly the drawn lengths through every real path.
+package workload
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// Dist is a distribution of non-negative values.
+type Dist interface {
+	Draw(r *rand.Rand) float64
+	String() string
+}
+
+// LogNormal has median Median and shape Sigma (of the log), clipped to
+// [Min, Max].
+type LogNormal struct{ Median, Sigma, Min, Max float64 }
+
+func (d LogNormal) Draw(r *rand.Rand) float64 {
+	return clip(d.Median*math.Exp(d.Sigma*r.NormFloat64()), d.Min, d.Max)
+}
+
+func (d LogNormal) String() string {
+	return fmt.Sprintf("lognormal(median %g, σ %g) in [%g, %g]", d.Median, d.Sigma, d.Min, d.Max)
+}
+
+// Uniform is uniform in [Min, Max].
+type Uniform struct{ Min, Max float64 }
+
+func (d Uniform) Draw(r *rand.Rand) float64 { return d.Min + (d.Max-d.Min)*r.Float64() }
+func (d Uniform) String() string            { return fmt.Sprintf("uniform[%g, %g]", d.Min, d.Max) }
+
+// Mixture draws from Parts[i] with probability Weights[i] (normalised).
+type Mixture struct {
+	Weights []float64
+	Parts   []Dist
+}
+
+func (d Mixture) Draw(r *rand.Rand) float64 {
+	total := 0.0
+	for _, w := range d.Weights {
+		total += w
+	}
+	u := r.Float64() * total
+	for i, w := range d.Weights {
+		if u < w {
+			return d.Parts[i].Draw(r)
+		}
+		u -= w
+	}
+	return d.Parts[len(d.Parts)-1].Draw(r)
+}
+
+func (d Mixture) String() string {
+	s := "mixture("
+	for i, p := range d.Parts {
+		if i > 0 {
+			s += "; "
+		}
+		s += fmt.Sprintf("%g: %s", d.Weights[i], p)
+	}
+	return s + ")"
+}
+
+func clip(x, lo, hi float64) float64 { return min(max(x, lo), hi) }
+
+// Scenario is a named workload.
+type Scenario struct {
+	Name, About string
+	// GroupSize rollouts share a prompt. A group draws its turns once;
+	// each rollout scales them by a lognormal factor of shape GroupSpread
+	// (0: identical), so siblings' lengths are correlated but not equal.
+	GroupSize   int
+	GroupSpread float64
+	Turns       Dist // turns of a trajectory (rounded, at least 1)
+	TurnTokens  Dist // tokens of one reply
+	Startup     Dist // sandbox start-up, seconds (the eval's sandbox too)
+	Exec        Dist // one command's run time, seconds
+	Eval        Dist // the eval command's run time, seconds
+}
+
+// Scenarios are the named workloads; BENCHMARKS.md says where each shape
+// comes from.
+var Scenarios = []Scenario{
+	{
+		Name:      "swe-longtail",
+		About:     "SWE-bench-like repair tasks: most trajectories take a dozen turns, a few run to the step limit; commands are mostly quick, some run test suites",
+		GroupSize: 4, GroupSpread: 0.3,
+		Turns:      LogNormal{Median: 10, Sigma: 0.8, Min: 2, Max: 60},
+		TurnTokens: LogNormal{Median: 200, Sigma: 0.6, Min: 40, Max: 2000},
+		Startup:    Uniform{Min: 5, Max: 40},
+		Exec: Mixture{Weights: []float64{0.7, 0.25, 0.05}, Parts: []Dist{
+			LogNormal{Median: 0.2, Sigma: 0.8, Min: 0.01, Max: 5},
+			LogNormal{Median: 3, Sigma: 0.6, Min: 0.5, Max: 30},
+			LogNormal{Median: 20, Sigma: 0.5, Min: 5, Max: 60},
+		}},
+		Eval: Uniform{Min: 10, Max: 60},
+	},
+	{
+		Name:      "swe-uniform",
+		About:     "the same kind of task with little spread: what scheduling gains when lengths hardly vary",
+		GroupSize: 4, GroupSpread: 0.1,
+		Turns:      Uniform{Min: 8, Max: 14},
+		TurnTokens: Uniform{Min: 150, Max: 300},
+		Startup:    Uniform{Min: 8, Max: 12},
+		Exec:       LogNormal{Median: 1, Sigma: 0.5, Min: 0.1, Max: 5},
+		Eval:       Uniform{Min: 15, Max: 25},
+	},
+	{
+		Name:      "tool-fast",
+		About:     "tool calls that return in milliseconds: generation dominates, long replies",
+		GroupSize: 4, GroupSpread: 0.3,
+		Turns:      LogNormal{Median: 6, Sigma: 0.5, Min: 1, Max: 20},
+		TurnTokens: LogNormal{Median: 400, Sigma: 0.5, Min: 50, Max: 2000},
+		Startup:    Uniform{Min: 0.5, Max: 2},
+		Exec:       Uniform{Min: 0.005, Max: 0.05},
+		Eval:       Uniform{Min: 0.5, Max: 1.5},
+	},
+}
+
+// Lookup returns the scenario named name.
+func Lookup(name string) (Scenario, bool) {
+	for _, s := range Scenarios {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
+}
+
+// Trajectory is one drawn trajectory.
+type Trajectory struct {
+	ID, GroupID string
+	GroupIndex  int
+	GroupSize   int
+	Tokens      []int     // tokens of each turn's reply
+	Exec        []float64 // each turn's command run time but the last's (the submission)
+	Startup     float64   // sandbox start-up, seconds
+	Eval        float64   // eval run time, seconds
+}
+
+// Turns is the trajectory's number of turns.
+func (t Trajectory) Turns() int { return len(t.Tokens) }
+
+// Generate draws n trajectories (groups of GroupSize; the last may be
+// smaller) from seed. The same seed and n give the same batch.
+func (sc Scenario) Generate(seed int64, n int) []Trajectory {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x6163746c6f6f70)) // "actloop"
+	gs := max(sc.GroupSize, 1)
+	out := make([]Trajectory, 0, n)
+	for g := 0; len(out) < n; g++ {
+		base := sc.Turns.Draw(r)
+		size := min(gs, n-len(out))
+		for i := range size {
+			turns := max(1, int(math.Round(base*math.Exp(sc.GroupSpread*r.NormFloat64()))))
+			t := Trajectory{ID: fmt.Sprintf("%s-%04d-%d", sc.Name, g, i), GroupID: fmt.Sprintf("%s-%04d", sc.Name, g),
+				GroupIndex: i, GroupSize: size, Startup: sc.Startup.Draw(r), Eval: sc.Eval.Draw(r)}
+			for k := range turns {
+				t.Tokens = append(t.Tokens, max(1, int(math.Round(sc.TurnTokens.Draw(r)))))
+				if k < turns-1 {
+					t.Exec = append(t.Exec, sc.Exec.Draw(r))
+				}
+			}
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Sample is t as a sample for the simulated backends: its task carries the
+// directive; its sandbox starts with "sleep <start-up>" and its eval runs
+// "sleep <eval>" (which passes).
+func (t Trajectory) Sample() schema.Sample {
+	d := sim.Directive{Tokens: t.Tokens, Exec: t.Exec}
+	s := schema.Sample{V: schema.Version, ID: t.ID, GroupID: t.GroupID, GroupIndex: t.GroupIndex, GroupSize: t.GroupSize,
+		Family: "bench",
+		Task:   "Resolve issue " + t.GroupID + " in the repository. " + d.String(),
+		Env: schema.Env{Backend: schema.BackendSim, Setup: []string{"sleep " + seconds(t.Startup)},
+			Eval: "sleep " + seconds(t.Eval)},
+		Sampling: schema.Sampling{MaxNewTokens: 8192},
+		Limits:   schema.Limits{StepLimit: len(t.Tokens) + 1},
+	}
+	s.Normalize()
+	return s
+}
+
+func seconds(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
+
+// Machine is what the batch runs on, for the lower bound: the simulator's
+// cost model (see sim.Config) on Replicas replicas.
+type Machine struct {
+	Replicas      int
+	MaxRunning    int     // requests decoding at once per replica
+	DecodePerSec  float64 // one stream's decode rate at batch size 1
+	BatchSlowdown float64 // per-token decode time grows by this per extra request
+}
+
+// Capacity is the most tokens per second the machine decodes: every replica
+// at the batch size (up to MaxRunning) that maximises b·rate/(1+s·(b−1)),
+// which grows with b, so at MaxRunning.
+func (m Machine) Capacity() float64 {
+	b := float64(m.MaxRunning)
+	return float64(m.Replicas) * b * m.DecodePerSec / (1 + m.BatchSlowdown*(b-1))
+}
+
+// Path is t's critical path in seconds: start-up, each reply decoded
+// alone at decodePerSec, each command, the eval's sandbox start-up and the
+// eval. No schedule finishes t sooner after admitting it.
+func (t Trajectory) Path(decodePerSec float64) float64 {
+	path := 2*t.Startup + t.Eval
+	for _, n := range t.Tokens {
+		path += float64(n+1) / decodePerSec // the reply and its <|im_end|>
+	}
+	for _, x := range t.Exec {
+		path += x
+	}
+	return path
+}
+
+// Bound is the batch's lower bound on makespan, in simulated seconds: the
+// larger of all decode work over the machine's capacity and the longest
+// trajectory's critical path (start-up, each reply decoded alone, each
+// command, the eval's sandbox start-up and the eval). Prefill is left out of
+// both, so the bound stays a bound (it is at most a few per cent of the
+// work at these prompt lengths).
+type Bound struct {
+	WorkS, PathS, S float64
+}
+
+// LowerBound computes the bound of ts on m.
+func LowerBound(ts []Trajectory, m Machine) Bound {
+	var b Bound
+	tokens := 0
+	for _, t := range ts {
+		for _, n := range t.Tokens {
+			tokens += n + 1 // the reply and its <|im_end|>
+		}
+		b.PathS = max(b.PathS, t.Path(m.DecodePerSec))
+	}
+	b.WorkS = float64(tokens) / m.Capacity()
+	b.S = max(b.WorkS, b.PathS)
+	return b
+}
