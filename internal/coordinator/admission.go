@@ -189,43 +189,15 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 // least-loaded live one counting those before it; fewer when none is live.
 // Callers hold c.mu.
 func (c *Coordinator) assignReplicas(n int) []string {
-	load := map[string]int{}
-	for _, a := range c.active {
-		load[a.fact.Replica]++
-	}
-	now := c.d.Now()
-	var live []string
-	for _, r := range c.cfg.Replicas {
-		if c.live(r, now) {
-			live = append(live, r)
-		}
-	}
-	if len(live) == 0 {
-		return nil
-	}
-	out := make([]string, n)
-	for i := range out {
-		best := live[0]
-		for _, r := range live[1:] {
-			if load[r] < load[best] {
-				best = r
-			}
-		}
-		load[best]++
-		out[i] = best
-	}
-	return out
+	return priority.AssignReplicas(c.liveReplicas(), c.replicaLoad(), n)
 }
 
 // admissible returns the waiting samples to admit now, best first.
 func (c *Coordinator) admissible() []*waitingSample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	free := c.limit - len(c.active)
-	if room := c.stalenessRoom(); room >= 0 {
-		free = min(free, room)
-	}
-	if free <= 0 || len(c.waiting) == 0 || c.leastLoaded() == "" {
+	free := priority.Admissible(c.limit, len(c.active), c.stalenessRoom())
+	if free == 0 || len(c.waiting) == 0 || c.leastLoaded() == "" {
 		return nil // full, nothing waiting, or no live replica
 	}
 	facts := make([]priority.Fact, 0, len(c.waiting))
@@ -241,19 +213,11 @@ func (c *Coordinator) admissible() []*waitingSample {
 	return out
 }
 
-// stalenessRoom is how many more trajectories may be admitted before more
-// would exist than the trainer can consume while they are fresh, as AReaL's
-// staleness manager bounds it: (max_staleness + version + 1) x batch size
-// minus those admitted so far (finished and active); -1 without a bound.
-// Weight versions are taken to count the trainer's steps from 0. Callers
-// hold c.mu.
+// stalenessRoom is priority.StalenessRoom for the current control state and
+// the trajectories admitted so far (finished and active). Callers hold c.mu.
 func (c *Coordinator) stalenessRoom() int {
 	ctl := c.controlState()
-	if c.cfg.TrainBatchSize == 0 || ctl.MaxStaleness < 0 {
-		return -1
-	}
-	room := (ctl.MaxStaleness+ctl.WeightVersion+1)*int64(c.cfg.TrainBatchSize) - c.finished - int64(len(c.active))
-	return int(max(room, 0))
+	return priority.StalenessRoom(ctl.MaxStaleness, ctl.WeightVersion, c.cfg.TrainBatchSize, c.finished+int64(len(c.active)))
 }
 
 // admit creates a trajectory for a waiting sample on replica and publishes
@@ -264,8 +228,7 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 	s := w.Sample
 	tctx, span := tracer().Start(context.WithoutCancel(ctx), "trajectory", trace.WithNewRoot(),
 		trace.WithAttributes(attribute.String("traj_id", s.ID), attribute.String("group_id", s.GroupID)))
-	err := c.d.Store.Create(ctx, s, traj.StatusStarting, map[string]string{
-		traj.FieldReplica: replica, traj.FieldTrace: telemetry.Traceparent(tctx)})
+	err := c.d.Store.Create(ctx, traj.Admission{Sample: s, Replica: replica, Trace: telemetry.Traceparent(tctx)})
 	switch {
 	case errors.Is(err, traj.ErrExists):
 		span.End() // a retry, a restart, or a duplicate id: go on from the stored state

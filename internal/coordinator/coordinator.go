@@ -200,20 +200,34 @@ func (c *Coordinator) leastLoaded() string { return c.leastLoadedPlus(nil) }
 // leastLoadedPlus is leastLoaded counting extra trajectories per replica.
 // Callers hold c.mu.
 func (c *Coordinator) leastLoadedPlus(extra map[string]int) string {
-	load := make(map[string]int, len(c.cfg.Replicas))
+	load := c.replicaLoad()
 	for r, n := range extra {
 		load[r] += n
 	}
+	return priority.LeastLoaded(c.liveReplicas(), load)
+}
+
+// replicaLoad counts the active trajectories of each replica. Callers hold
+// c.mu.
+func (c *Coordinator) replicaLoad() map[string]int {
+	load := make(map[string]int, len(c.cfg.Replicas))
 	for _, a := range c.active {
 		load[a.fact.Replica]++
 	}
-	now, best := c.d.Now(), ""
+	return load
+}
+
+// liveReplicas lists the configured replicas that are live now, in
+// configuration order. Callers hold c.mu.
+func (c *Coordinator) liveReplicas() []string {
+	now := c.d.Now()
+	var live []string
 	for _, r := range c.cfg.Replicas {
-		if c.live(r, now) && (best == "" || load[r] < load[best]) {
-			best = r
+		if c.live(r, now) {
+			live = append(live, r)
 		}
 	}
-	return best
+	return live
 }
 
 // every runs f every d until ctx ends.

@@ -126,24 +126,17 @@ func TestAdmission(t *testing.T) {
 func TestRepairs(t *testing.T) {
 	ctx, s, d := stack(t)
 	orphan := sample("orphan")
-	if err := d.Store.Create(ctx, orphan, traj.StatusStarting, map[string]string{traj.FieldReplica: "r0"}); err != nil {
-		t.Fatal(err)
-	}
-	end := traj.Commit{ID: "orphan", Seq: 0, Set: map[string]string{traj.FieldStatus: string(traj.StatusTerminated),
-		traj.FieldReason: "submitted", traj.FieldReward: "1"}}
-	end.Append([]int32{1, 2}, []float32{-0.5, -0.25}, 1, 7)
-	if err := d.Store.Commit(ctx, end); err != nil {
+	if err := d.Store.Put(ctx, &traj.Trajectory{ID: "orphan", Seq: 1, Status: traj.StatusTerminated, Replica: "r0",
+		Reason: "submitted", Reward: 1, Sample: orphan, AdmittedAt: time.Now(), UpdatedAt: time.Now(), Tokens: []int32{1, 2}, Logprobs: []float32{-0.5, -0.25},
+		Mask: []int8{1, 1}, Versions: []int32{7, 7}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Store.AddActive(ctx, "orphan", "r0"); err != nil {
 		t.Fatal(err)
 	}
 	moved := sample("moved")
-	if err := d.Store.Create(ctx, moved, traj.StatusStarting, map[string]string{traj.FieldReplica: "r1"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Store.Commit(ctx, traj.Commit{ID: "moved", Seq: 0, Set: map[string]string{
-		traj.FieldStatus: string(traj.StatusNeedsGeneration)}}); err != nil {
+	if err := d.Store.Put(ctx, &traj.Trajectory{ID: "moved", Seq: 1, Status: traj.StatusNeedsGeneration, Replica: "r1", AdmittedAt: time.Now(), UpdatedAt: time.Now(),
+		Sample: moved}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Store.AddActive(ctx, "moved", "r1"); err != nil {

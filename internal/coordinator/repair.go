@@ -121,18 +121,15 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 		if t.Status.Terminal() {
 			return traj.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
 		}
-		commit := traj.Commit{ID: id, Seq: t.Seq, Set: map[string]string{
-			traj.FieldStatus: string(traj.StatusAborted), traj.FieldReason: reason,
-			traj.FieldFinishedAt: fmt.Sprint(c.d.Now().UnixMilli())}}
-		err = c.d.Store.Commit(ctx, commit)
+		seq := t.Seq
+		err = c.d.Store.Commit(ctx, t, traj.Aborted{Reason: reason})
 		if errors.Is(err, traj.ErrStale) && attempt < 5 {
 			continue // it moved meanwhile; look again
 		}
 		if err != nil {
 			return err
 		}
-		c.d.Log.Warn("trajectory ended with a fallback", "traj_id", id, "seq", t.Seq, "reason", reason)
-		t.Apply(commit)
+		c.d.Log.Warn("trajectory ended with a fallback", "traj_id", id, "seq", seq, "reason", reason)
 		if err := traj.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState()); err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -204,8 +204,8 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		w.closeSandbox(ctx, t.ID, t.Handle)
 		return nil
 	case schema.EnvStart:
-		s = traj.Step{Want: traj.StatusStarting, Run: w.startStep, Discard: func(ctx context.Context, c traj.Commit) {
-			w.closeSandbox(ctx, c.ID, c.Set[traj.FieldHandle]) // another delivery started one, or a retry starts anew
+		s = traj.Step{Want: traj.StatusStarting, Run: w.startStep, Discard: func(ctx context.Context, tr traj.Transition) {
+			w.closeSandbox(ctx, step.TrajID, tr.(traj.Started).Handle) // another delivery started one, or a retry starts anew
 		}}
 	case schema.EnvExec:
 		s = traj.Step{Want: traj.StatusNeedsEnvStep, Run: w.execStep}
@@ -244,38 +244,32 @@ func (w *Worker) backend(t *traj.Trajectory) (sandbox.Backend, error) {
 
 // startStep starts the sandbox, runs setup, and renders the system prompt
 // and task as the first tokens.
-func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Commit, error) {
+func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
 	b, err := w.backend(t)
 	if err != nil {
-		return traj.Commit{}, err
+		return nil, err
 	}
 	msgs, prompt, err := agent.Opening(w.agent, w.tmpl, t.Sample.Task)
 	if err != nil {
-		return traj.Commit{}, bus.Fatal(err)
+		return nil, bus.Fatal(err)
 	}
 	sb, err := w.newSandbox(ctx, b, t)
 	if err != nil {
-		return traj.Commit{}, err
+		return nil, err
 	}
 	w.remember(t.ID, sb)
-	c := traj.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
-		traj.FieldStatus: string(traj.StatusNeedsGeneration), traj.FieldOwner: w.cfg.ID,
-		traj.FieldHandle: sb.Handle()}}
-	c.Messages = msgs
-	c.Append(prompt, nil, 0, -1)
-	c.Set[traj.FieldPromptLen] = strconv.Itoa(len(c.Tokens))
-	return c, nil
+	return traj.Started{Owner: w.cfg.ID, Handle: sb.Handle(), Messages: msgs, Prompt: prompt}, nil
 }
 
 // execStep runs the pending action and appends its observation, or moves
 // the trajectory to finishing when the action submitted.
-func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Commit, error) {
+func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
 	if err := w.owns(t); err != nil {
-		return traj.Commit{}, err
+		return nil, err
 	}
 	sb, err := w.sandbox(ctx, t)
 	if err != nil {
-		return traj.Commit{}, err
+		return nil, err
 	}
 	started := time.Now()
 	res, err := sb.Exec(ctx, t.Action, t.Sample.Env.StepTimeout())
@@ -283,19 +277,16 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Commit,
 		attribute.Int("exit_code", res.ReturnCode), attribute.Bool("timed_out", res.TimedOut), attribute.Bool("truncated", res.Truncated))
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
-			return traj.Commit{}, bus.Fatal(fmt.Errorf("sandbox lost: %w", err))
+			return nil, bus.Fatal(fmt.Errorf("sandbox lost: %w", err))
 		}
-		return traj.Commit{}, err
+		return nil, err
 	}
-	c := traj.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
-		traj.FieldAction: "", traj.FieldCommands: strconv.Itoa(t.Commands + 1)}}
+	var handle string
 	if h := sb.Handle(); h != t.Handle {
-		c.Set[traj.FieldHandle] = h // rebuilt by replay
+		handle = h // rebuilt by replay
 	}
 	if submitted, _ := agent.Submission(res.Output); submitted && !res.TimedOut {
-		c.Set[traj.FieldStatus] = string(traj.StatusFinishing)
-		c.Set[traj.FieldReason] = "submitted"
-		return c, nil
+		return traj.Submitted{Handle: handle}, nil
 	}
 	var obs string
 	if res.TimedOut {
@@ -304,20 +295,17 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Commit,
 		obs, err = w.agent.Observation(t.Action, res.Output, res.ReturnCode)
 	}
 	if err != nil {
-		return traj.Commit{}, bus.Fatal(fmt.Errorf("render observation: %w", err))
+		return nil, bus.Fatal(fmt.Errorf("render observation: %w", err))
 	}
-	c.Set[traj.FieldStatus] = string(traj.StatusNeedsGeneration)
-	c.Messages = []schema.Message{{Role: schema.RoleUser, Content: obs}}
-	c.Append(w.tmpl.Message(schema.RoleUser, obs), nil, 0, -1)
-	c.Append(w.tmpl.GenerationPrompt(), nil, 0, -1)
-	return c, nil
+	return traj.Observed{Handle: handle, Observation: traj.UserTurn{Content: obs,
+		Tokens: slices.Concat(w.tmpl.Message(schema.RoleUser, obs), w.tmpl.GenerationPrompt())}}, nil
 }
 
 // finishStep takes the diff, scores it in a fresh sandbox and removes the
 // trajectory's sandbox.
-func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Commit, error) {
+func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
 	if err := w.owns(t); err != nil {
-		return traj.Commit{}, err
+		return nil, err
 	}
 	reason := t.Reason
 	var diff string
@@ -325,32 +313,21 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Commi
 	switch {
 	case err == nil:
 		if diff, err = sb.Diff(ctx); err != nil {
-			return traj.Commit{}, fmt.Errorf("diff: %w", err)
+			return nil, fmt.Errorf("diff: %w", err)
 		}
 	case bus.IsFatal(err):
 		reason += "; sandbox lost before the diff"
 	default:
-		return traj.Commit{}, err
+		return nil, err
 	}
 	ev, err := w.evaluate(ctx, t, diff)
 	if err != nil {
-		return traj.Commit{}, err
+		return nil, err
 	}
 	if ev.note != "" {
 		reason += "; " + ev.note
 	}
-	c := traj.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{
-		traj.FieldStatus: string(traj.StatusTerminated), traj.FieldReason: reason, traj.FieldDiff: diff,
-		traj.FieldReward:     strconv.FormatFloat(ev.reward, 'g', -1, 64),
-		traj.FieldFinishedAt: strconv.FormatInt(w.d.Now().UnixMilli(), 10)}}
-	if ev.tests != nil {
-		b, err := json.Marshal(ev.tests)
-		if err != nil {
-			return traj.Commit{}, bus.Fatal(fmt.Errorf("test outcomes: %w", err))
-		}
-		c.Set[traj.FieldTests] = string(b)
-	}
-	return c, nil
+	return traj.Finished{Reason: reason, Diff: diff, Reward: ev.reward, Tests: ev.tests}, nil
 }
 
 // evaluation is the verdict on a trajectory. note explains a 0 that is not

@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -258,19 +257,19 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	return w.driver.Do(ctx, step.TrajID, step.Seq, traj.Step{
 		Parts: parts, Want: traj.StatusNeedsGeneration,
-		Run: func(ctx context.Context, t *traj.Trajectory) (traj.Commit, error) {
+		Run: func(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
 			if t.Replica != step.Replica {
-				return traj.Commit{}, traj.ErrSkip // moved to another replica, which has its own copy
+				return nil, traj.ErrSkip // moved to another replica, which has its own copy
 			}
 			g.low = low
-			c, err := w.step(ctx, t, g)
+			tr, err := w.step(ctx, t, g)
 			if err == nil && step.Replica != w.cfg.Replica {
 				// Stolen from another replica's queue: the trajectory moves
 				// here, atomically with the commit.
-				c.Set[traj.FieldReplica] = w.cfg.Replica
+				tr = traj.Stolen{Replica: w.cfg.Replica, Then: tr}
 				w.stealer.stolen.Add(1)
 			}
-			return c, err
+			return tr, err
 		}})
 }
 
@@ -350,23 +349,20 @@ func (w *Worker) Handler() http.Handler {
 }
 
 // step runs the generation of t (or ends it at a limit) and returns the
-// commit. A generation preempted for a high-priority step commits its partial
+// transition. A generation preempted for a high-priority step commits its partial
 // output instead; its resume continues under the same request id with the
 // turn's token budget reduced by what it already produced.
-func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (traj.Commit, error) {
+func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (traj.Transition, error) {
 	s := t.Sample
-	c := traj.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{}}
 	lim := agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, w.agent.StepLimit), TokenBudget: s.Limits.TokenBudget,
 		WallClock: s.Limits.WallClock()}
 	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt)}
 	if ctl := w.control.Get(); ctl.StalePolicy == schema.StaleRestart && oldestVersion(t) < ctl.StaleBefore() {
-		return w.restart(t, c), nil // a partial turn too: its tokens would mix versions
+		return w.restart(t), nil // a partial turn too: its tokens would mix versions
 	}
 	if t.TurnGen == 0 { // limits are checked before each model call, not before a resume
 		if err := agent.CheckLimits(lim, use); err != nil {
-			c.Set[traj.FieldStatus] = string(traj.StatusFinishing)
-			c.Set[traj.FieldReason] = err.Error()
-			return c, nil
+			return traj.LimitReached{Reason: err.Error()}, nil
 		}
 	}
 	partial := t.Tokens[len(t.Tokens)-t.TurnGen:]
@@ -390,7 +386,7 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		}
 		g.rid, g.notBefore = rid, t.PreemptedAt.Add(w.cfg.PreemptCooldown)
 		if err := w.tracker.start(ctx, g); err != nil {
-			return c, err // shutting down while paused
+			return nil, err // shutting down while paused
 		}
 		started := time.Now()
 		if !g.queuedAt.IsZero() {
@@ -423,52 +419,40 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		w.tracker.done(g)
 		switch {
 		case err != nil && llm.Temporary(err):
-			return c, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
+			return nil, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
 		case err != nil:
-			return c, bus.Fatal(fmt.Errorf("generate on %s: %w", w.cfg.Replica, err))
+			return nil, bus.Fatal(fmt.Errorf("generate on %s: %w", w.cfg.Replica, err))
 		case res.Finish.Type == llm.FinishAbort && (g.preempted.Load() || g.paused.Load()):
 			cause := abortPause
 			if g.preempted.Load() {
 				cause = abortPreempt
 			}
 			w.m.aborts.WithLabelValues(cause).Inc()
-			return w.partial(t, c, g, res), nil
+			return w.partial(g, res), nil
 		case res.Finish.Type == llm.FinishAbort:
 			w.m.aborts.WithLabelValues(abortServer).Inc()
 			w.tracker.wastedTokens.Add(int64(len(res.OutputIDs)))
-			return c, fmt.Errorf("generation aborted by the server: %s", res.Finish.Message)
+			return nil, fmt.Errorf("generation aborted by the server: %s", res.Finish.Message)
 		}
 		w.account(t, res)
 	} // else the turn spent its whole budget before it was interrupted: it ends here
 	out := append(slices.Clone(partial), res.OutputIDs...)
-	c.Append(res.OutputIDs, res.Logprobs, 1, int32(g.version))
-	c.Append(w.tmpl.CloseTurn(out), nil, 0, -1)
-	text := w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs()))
-	c.Messages = append(c.Messages, schema.Message{Role: schema.RoleAssistant, Content: text})
-	c.Set[traj.FieldCalls] = strconv.Itoa(t.Calls + 1)
-	c.Set[traj.FieldGenTokens] = strconv.Itoa(t.GenTokens + len(res.OutputIDs))
-	c.Set[traj.FieldRID], c.Set[traj.FieldTurnGen] = "", "0"
-	c.Set[traj.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + len(res.OutputIDs))
-
-	action, perr := w.agent.ParseAction(text)
+	turn := traj.Turn{Output: res.OutputIDs, Logprobs: res.Logprobs, Version: int32(g.version),
+		CloseTurn: w.tmpl.CloseTurn(out), Text: w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs()))}
+	action, perr := w.agent.ParseAction(turn.Text)
 	var fe *agent.FormatError
 	switch {
 	case perr == nil:
-		c.Set[traj.FieldStatus] = string(traj.StatusNeedsEnvStep)
-		c.Set[traj.FieldAction] = action
+		return traj.Generated{Turn: turn, Action: action}, nil
 	case errors.As(perr, &fe):
 		msg, err := w.agent.FormatErrorFor(fe)
 		if err != nil {
-			return c, bus.Fatal(fmt.Errorf("render format error: %w", err))
+			return nil, bus.Fatal(fmt.Errorf("render format error: %w", err))
 		}
-		c.Messages = append(c.Messages, schema.Message{Role: schema.RoleUser, Content: msg})
-		c.Append(w.tmpl.Message(schema.RoleUser, msg), nil, 0, -1)
-		c.Append(w.tmpl.GenerationPrompt(), nil, 0, -1)
-		c.Set[traj.FieldStatus] = string(traj.StatusNeedsGeneration)
-	default:
-		return c, bus.Fatal(perr)
+		return traj.FormatErrored{Turn: turn, Feedback: traj.UserTurn{Content: msg,
+			Tokens: slices.Concat(w.tmpl.Message(schema.RoleUser, msg), w.tmpl.GenerationPrompt())}}, nil
 	}
-	return c, nil
+	return nil, bus.Fatal(perr)
 }
 
 // account counts a generation's tokens, and the prompt tokens the server had
@@ -489,19 +473,10 @@ func (w *Worker) account(t *traj.Trajectory, res llm.Result) {
 // partial commits what a generation aborted for a preemption or a pause
 // produced (possibly nothing, when the abort came before prefill) and keeps
 // its request id for the resume.
-func (w *Worker) partial(t *traj.Trajectory, c traj.Commit, g *generation, res llm.Result) traj.Commit {
-	n := len(res.OutputIDs)
-	c.Append(res.OutputIDs, res.Logprobs, 1, int32(g.version))
-	c.Set[traj.FieldRID] = g.rid
-	c.Set[traj.FieldTurnGen] = strconv.Itoa(t.TurnGen + n)
-	c.Set[traj.FieldGenTokens] = strconv.Itoa(t.GenTokens + n)
-	c.Set[traj.FieldGenCtx] = strconv.Itoa(len(t.Tokens) + n)
-	if g.preempted.Load() {
-		c.Set[traj.FieldPreempts] = strconv.Itoa(t.Preempts + 1)
-		c.Set[traj.FieldPreemptedAt] = strconv.FormatInt(w.d.Now().UnixMilli(), 10)
-	}
-	w.tracker.resumedTokens.Add(int64(n))
-	return c
+func (w *Worker) partial(g *generation, res llm.Result) traj.Transition {
+	w.tracker.resumedTokens.Add(int64(len(res.OutputIDs)))
+	return traj.Interrupted{Output: res.OutputIDs, Logprobs: res.Logprobs, Version: int32(g.version), RID: g.rid,
+		Preempted: g.preempted.Load()}
 }
 
 // finishedAnyway reports whether an aborted generation's output is whole
@@ -528,18 +503,10 @@ func oldestVersion(t *traj.Trajectory) int64 {
 
 // restart discards what t has generated: its messages and tokens go, and it
 // starts again in a fresh sandbox (the env start closes the old one).
-func (w *Worker) restart(t *traj.Trajectory, c traj.Commit) traj.Commit {
-	c.Reset = true
-	for _, f := range []string{traj.FieldCalls, traj.FieldGenTokens, traj.FieldCommands, traj.FieldTurnGen,
-		traj.FieldGenCtx, traj.FieldPromptLen} {
-		c.Set[f] = "0"
-	}
-	c.Set[traj.FieldRID], c.Set[traj.FieldAction], c.Set[traj.FieldReason] = "", "", ""
-	c.Set[traj.FieldStatus] = string(traj.StatusStarting)
-	c.Set[traj.FieldRestarts] = strconv.Itoa(t.Restarts + 1)
+func (w *Worker) restart(t *traj.Trajectory) traj.Transition {
 	w.restarts.Add(1)
 	w.d.Log.Info("stale trajectory starts again", "traj_id", t.ID, "seq", t.Seq, "replica", w.cfg.Replica, "restarts", t.Restarts+1)
-	return c
+	return traj.Restarted{}
 }
 
 func trimStop(out, stops []int32) []int32 {

@@ -145,12 +145,9 @@ func storeAt(t testing.TB, st *traj.Store, id string, g game, k int, stepLimit i
 	t.Helper()
 	ctx := context.Background()
 	s := schema.Sample{V: schema.Version, ID: id, Task: g.task, Limits: schema.Limits{StepLimit: stepLimit}}
-	if err := st.Create(ctx, s, traj.StatusNeedsEnvStep, nil); err != nil {
-		t.Fatal(err)
-	}
-	c := traj.Commit{ID: id, Seq: 0}
-	c.Append(g.tokensAt(k, len(afterEnv) > 0 && afterEnv[0]), nil, 0, -1)
-	if err := st.Commit(ctx, c); err != nil {
+	toks := g.tokensAt(k, len(afterEnv) > 0 && afterEnv[0])
+	if err := st.Put(ctx, &traj.Trajectory{ID: id, Status: traj.StatusNeedsEnvStep, Seq: 1, Sample: s, Tokens: toks,
+		Logprobs: make([]float32, len(toks)), Mask: make([]int8, len(toks)), Versions: make([]int32, len(toks))}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -238,7 +235,7 @@ func TestOracleScriptedSample(t *testing.T) {
 	rdb, _ := testkit.StartRedis(t, testkit.PreferredRedis(t))
 	st := traj.New(rdb, nil)
 	s := schema.Sample{V: schema.Version, ID: "scripted", Task: "x", Script: []string{"```bash\nls\n```"}}
-	if err := st.Create(context.Background(), s, traj.StatusNeedsEnvStep, nil); err != nil {
+	if err := st.Put(context.Background(), &traj.Trajectory{ID: s.ID, Status: traj.StatusNeedsEnvStep, Sample: s}); err != nil {
 		t.Fatal(err)
 	}
 	o := predict.NewOracle(st, chat, simURL, time.Minute)

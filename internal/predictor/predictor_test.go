@@ -121,12 +121,10 @@ func TestOracleBackend(t *testing.T) {
 	// The store holds the trajectory after its first turn.
 	st := traj.New(e.rdb, nil)
 	ctx := context.Background()
-	if err := st.Create(ctx, schema.Sample{V: schema.Version, ID: "o-0", Task: "Make the tests pass."}, traj.StatusNeedsEnvStep, nil); err != nil {
-		t.Fatal(err)
-	}
-	c := traj.Commit{ID: "o-0"}
-	c.Append(slices.Concat(prompt, chat.GenerationPrompt(), outs[0], chat.CloseTurn(outs[0])), nil, 0, -1)
-	if err := st.Commit(ctx, c); err != nil {
+	toks := slices.Concat(prompt, chat.GenerationPrompt(), outs[0], chat.CloseTurn(outs[0]))
+	if err := st.Put(ctx, &traj.Trajectory{ID: "o-0", Status: traj.StatusNeedsEnvStep, Seq: 1,
+		Sample: schema.Sample{V: schema.Version, ID: "o-0", Task: "Make the tests pass."}, Tokens: toks,
+		Logprobs: make([]float32, len(toks)), Mask: make([]int8, len(toks)), Versions: make([]int32, len(toks))}); err != nil {
 		t.Fatal(err)
 	}
 	want := schema.PredictReply{V: schema.Version, RemainingTurns: float64(len(outs) - 1), Source: predict.SourceOracle}

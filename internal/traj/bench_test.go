@@ -6,18 +6,17 @@ import (
 
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/traj"
-	"github.com/actloop/actloop/pkg/schema"
 )
 
 // BenchmarkCommit is one step's seq-checked commit (a turn: 200 generated
-// tokens and a message) and the Load that precedes it, on each Redis kind.
+// tokens and a message, ending in a format error so that the status stays) and the Load that precedes it, on each Redis kind.
 func BenchmarkCommit(b *testing.B) {
 	for _, kind := range testkit.RedisKinds(b) {
 		b.Run(kind, func(b *testing.B) {
 			rdb, _ := testkit.StartRedis(b, kind)
 			s := traj.New(rdb, nil)
 			ctx := context.Background()
-			if err := s.Create(ctx, sample("bench"), traj.StatusNeedsGeneration, nil); err != nil {
+			if err := s.Put(ctx, &traj.Trajectory{ID: "bench", Status: traj.StatusNeedsGeneration, Sample: sample("bench")}); err != nil {
 				b.Fatal(err)
 			}
 			toks := make([]int32, 200)
@@ -28,10 +27,8 @@ func BenchmarkCommit(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				c := traj.Commit{ID: "bench", Seq: t.Seq, Set: map[string]string{traj.FieldStatus: string(traj.StatusNeedsGeneration)},
-					Messages: []schema.Message{{Role: schema.RoleAssistant, Content: "THOUGHT: x\n\n```bash\nls\n```"}}}
-				c.Append(toks, lps, 1, 0)
-				if err := s.Commit(ctx, c); err != nil {
+				if err := s.Commit(ctx, t, traj.FormatErrored{Turn: traj.Turn{Output: toks, Logprobs: lps,
+					Text: "THOUGHT: x\n\n```bash\nls\n```"}}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,19 @@
-// Package store keeps trajectory state in Redis.
+// Package traj is a trajectory's state machine: its statuses and the
+// transitions between them as Go types (transition.go), its state in Redis
+// with one codec for every hash field (codec.go), the seq-checked commit
+// that applies a transition, the message that follows each committed state
+// (route.go) and the step driver every worker runs (driver.go).
+//
+// Statuses (siiRL-agentic's StepStatus, plus a start and a finish phase):
+//
+//	starting ─Started→ needs_generation ─Generated→ needs_env_step ─Observed→ needs_generation …
+//	needs_generation ─FormatErrored / Interrupted→ needs_generation
+//	needs_generation ─LimitReached→ finishing;  needs_env_step ─Submitted→ finishing
+//	needs_generation ─Restarted→ starting (stale tokens under stale_policy restart)
+//	finishing ─Finished→ terminated;  any live status ─Aborted→ aborted
+//
+// Workers and the coordinator change a trajectory only by committing a
+// transition (Store.Commit); none sets a field by name.
 //
 // Layout (every key of one trajectory shares the hash tag {<id>}, so one Lua
 // script may touch them all on Redis Cluster):

@@ -32,11 +32,11 @@ type Driver struct {
 type Step struct {
 	Parts Parts  // what the step reads beyond the hash
 	Want  Status // the status a trajectory waiting for this step has
-	// Run does the step's work and returns its commit.
-	Run func(ctx context.Context, t *Trajectory) (Commit, error)
-	// Discard, when set, is told of a commit that did not apply (another
-	// delivery won, or the commit failed), to undo side effects.
-	Discard func(ctx context.Context, c Commit)
+	// Run does the step's work and returns its transition.
+	Run func(ctx context.Context, t *Trajectory) (Transition, error)
+	// Discard, when set, is told of a transition that did not commit
+	// (another delivery won, or the commit failed), to undo side effects.
+	Discard func(ctx context.Context, tr Transition)
 }
 
 // ErrBusy is returned for a step of a trajectory that has a step running
@@ -91,17 +91,16 @@ func (d *Driver) do(ctx context.Context, id string, seq int64, s Step) error {
 		}
 		return bus.Malformed(fmt.Errorf("step %d of trajectory %s wants status %s, found %s", seq, t.ID, s.Want, t.Status))
 	}
-	c, err := s.Run(ctx, t)
+	tr, err := s.Run(ctx, t)
 	if errors.Is(err, ErrSkip) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	replica, err := d.Store.CommitReplica(ctx, c)
-	if err != nil {
+	if err := d.Store.Commit(ctx, t, tr); err != nil {
 		if s.Discard != nil {
-			s.Discard(ctx, c)
+			s.Discard(ctx, tr)
 		}
 		if errors.Is(err, ErrStale) {
 			d.Log.InfoContext(ctx, dupMsg, "traj_id", id, "seq", seq, "lost_race", true)
@@ -109,8 +108,6 @@ func (d *Driver) do(ctx context.Context, id string, seq int64, s Step) error {
 		}
 		return err
 	}
-	t.Apply(c)
-	t.Replica = replica // the coordinator may have moved it meanwhile
 	return d.PublishNext(ctx, t)
 }
 

@@ -21,7 +21,7 @@ func TestDriverOneStepPerTrajectory(t *testing.T) {
 	ctx := context.Background()
 	s := schema.Sample{V: schema.Version, ID: "t1", Task: "task", Env: schema.Env{Backend: schema.BackendSim}}
 	s.Normalize()
-	if err := st.Create(ctx, s, traj.StatusNeedsEnvStep, nil); err != nil {
+	if err := st.Put(ctx, &traj.Trajectory{ID: s.ID, Status: traj.StatusNeedsEnvStep, Sample: s}); err != nil {
 		t.Fatal(err)
 	}
 	published := 0
@@ -29,11 +29,11 @@ func TestDriverOneStepPerTrajectory(t *testing.T) {
 		PublishNext: func(context.Context, *traj.Trajectory) error { published++; return nil }}
 	entered, release := make(chan struct{}), make(chan struct{})
 	runs := 0
-	step := traj.Step{Want: traj.StatusNeedsEnvStep, Run: func(_ context.Context, t *traj.Trajectory) (traj.Commit, error) {
+	step := traj.Step{Want: traj.StatusNeedsEnvStep, Run: func(_ context.Context, t *traj.Trajectory) (traj.Transition, error) {
 		runs++
 		close(entered)
 		<-release
-		return traj.Commit{ID: t.ID, Seq: t.Seq, Set: map[string]string{traj.FieldStatus: string(traj.StatusNeedsGeneration)}}, nil
+		return traj.Observed{Observation: traj.UserTurn{Content: "ok", Tokens: []int32{1}}}, nil
 	}}
 	first := make(chan error, 1)
 	go func() { first <- d.Do(ctx, "t1", 0, step) }()

@@ -31,35 +31,6 @@ const (
 // Terminal reports whether no step follows.
 func (s Status) Terminal() bool { return s == StatusTerminated || s == StatusAborted }
 
-// Hash fields of actloop:traj:{id}.
-const (
-	FieldStatus      = "status"
-	FieldSeq         = "seq"
-	FieldReplica     = "replica"
-	FieldOwner       = "owner"
-	FieldHandle      = "handle"
-	FieldAction      = "action"
-	FieldReason      = "reason"
-	FieldDiff        = "diff"
-	FieldTests       = "tests" // JSON object: each listed test's outcome in the eval
-	FieldReward      = "reward"
-	FieldTrace       = "trace"
-	FieldSample      = "sample"
-	FieldCalls       = "calls"
-	FieldCommands    = "commands"
-	FieldGenTokens   = "gen_tokens"
-	FieldPromptLen   = "prompt_len"
-	FieldGenCtx      = "gen_ctx"      // context length the server saw at the end of the last generation
-	FieldRID         = "rid"          // request id of an interrupted generation, kept for its resume
-	FieldTurnGen     = "turn_gen"     // tokens generated in the current turn before an interruption
-	FieldPreempts    = "preempts"     // times the trajectory's generations were preempted
-	FieldPreemptedAt = "preempted_at" // when last preempted (unix ms)
-	FieldRestarts    = "restarts"     // times started again because it went stale
-	FieldAdmittedAt  = "admitted_at"
-	FieldUpdatedAt   = "updated_at"
-	FieldFinishedAt  = "finished_at"
-)
-
 // Errors.
 var (
 	ErrNotFound = errors.New("trajectory not found")
@@ -68,7 +39,9 @@ var (
 	ErrExists = errors.New("trajectory exists")
 )
 
-// Trajectory is the state of one trajectory as Load returns it.
+// Trajectory is the state of one trajectory as Load returns it. Only
+// transitions change it (Store.Commit); its hash fields are in fields
+// (codec.go).
 type Trajectory struct {
 	ID        string
 	Status    Status
@@ -142,25 +115,27 @@ func keysOf(id string) keys {
 
 func (k keys) all() []string { return []string{k.hash, k.msgs, k.tok, k.lp, k.mask, k.ver} }
 
-// Create stores a new trajectory at seq 0 with the given status, sample and
-// fields. It returns ErrExists, changing nothing, if the trajectory exists.
-func (s *Store) Create(ctx context.Context, sample schema.Sample, status Status, fields map[string]string) error {
-	if !schema.ValidID(sample.ID) {
-		return fmt.Errorf("create: invalid trajectory id %q", sample.ID)
+// Admission is a new trajectory: its sample, the replica it is assigned
+// to and the traceparent of its root span.
+type Admission struct {
+	Sample  schema.Sample
+	Replica string
+	Trace   string
+}
+
+// Create stores a new trajectory at seq 0, starting. It returns ErrExists,
+// changing nothing, if the trajectory exists.
+func (s *Store) Create(ctx context.Context, a Admission) error {
+	if !schema.ValidID(a.Sample.ID) {
+		return fmt.Errorf("create: invalid trajectory id %q", a.Sample.ID)
 	}
-	sj, err := json.Marshal(sample)
+	now := s.now()
+	t := &Trajectory{ID: a.Sample.ID, Status: StatusStarting, Sample: a.Sample, Replica: a.Replica, Trace: a.Trace,
+		AdmittedAt: now, UpdatedAt: now}
+	args := append([]any{fieldSeq, "0"}, encodeFields(&Trajectory{}, t, false)...)
+	n, err := createScript.Run(ctx, s.rdb, keysOf(t.ID).all()[:1], args...).Int()
 	if err != nil {
-		return fmt.Errorf("create %s: %w", sample.ID, err)
-	}
-	now := strconv.FormatInt(s.now().UnixMilli(), 10)
-	args := []any{FieldStatus, string(status), FieldSeq, "0", FieldSample, string(sj),
-		FieldAdmittedAt, now, FieldUpdatedAt, now}
-	for k, v := range fields {
-		args = append(args, k, v)
-	}
-	n, err := createScript.Run(ctx, s.rdb, keysOf(sample.ID).all()[:1], args...).Int()
-	if err != nil {
-		return fmt.Errorf("create %s: %w", sample.ID, err)
+		return fmt.Errorf("create %s: %w", t.ID, err)
 	}
 	if n == 0 {
 		return ErrExists
@@ -173,6 +148,37 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1
 `)
+
+// Put stores t whole, messages and tokens included, replacing whatever was
+// stored under its id: a state seeded by a test or a tool, not a step.
+func (s *Store) Put(ctx context.Context, t *Trajectory) error {
+	n := len(t.Tokens)
+	if len(t.Logprobs) != n || len(t.Mask) != n || len(t.Versions) != n {
+		return fmt.Errorf("put %s: token arrays differ in length (%d, %d, %d, %d)",
+			t.ID, n, len(t.Logprobs), len(t.Mask), len(t.Versions))
+	}
+	k := keysOf(t.ID)
+	pipe := s.rdb.TxPipeline()
+	pipe.Del(ctx, k.all()...)
+	pipe.HSet(ctx, k.hash, encodeFields(&Trajectory{Seq: -1}, t, false)...)
+	for _, m := range t.Messages {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("put %s: %w", t.ID, err)
+		}
+		pipe.RPush(ctx, k.msgs, string(b))
+	}
+	if n > 0 {
+		pipe.Set(ctx, k.tok, packInt32(t.Tokens), 0)
+		pipe.Set(ctx, k.lp, packFloat32(t.Logprobs), 0)
+		pipe.Set(ctx, k.mask, packInt8(t.Mask), 0)
+		pipe.Set(ctx, k.ver, packInt32(t.Versions), 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("put %s: %w", t.ID, err)
+	}
+	return nil
+}
 
 // Load reads a trajectory in one round trip: the hash, plus the parts asked
 // for, in one MULTI so a concurrent commit is seen whole or not at all.
@@ -198,7 +204,7 @@ func (s *Store) Load(ctx context.Context, id string, parts Parts) (*Trajectory, 
 	if len(h) == 0 {
 		return nil, fmt.Errorf("load %s: %w", id, ErrNotFound)
 	}
-	t, err := parseHash(id, h)
+	t, err := decodeHash(id, h)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", id, err)
 	}
@@ -226,157 +232,80 @@ func (s *Store) Load(ctx context.Context, id string, parts Parts) (*Trajectory, 
 	return t, nil
 }
 
-// decodeTests reads FieldTests; what this package wrote always decodes, so
-// anything else reads as no outcomes.
-func decodeTests(v string) map[string]string {
-	if v == "" {
-		return nil
-	}
-	var m map[string]string
-	if json.Unmarshal([]byte(v), &m) != nil {
-		return nil
-	}
-	return m
-}
-
-func parseHash(id string, h map[string]string) (*Trajectory, error) {
-	t := &Trajectory{
-		ID: id, Status: Status(h[FieldStatus]), Replica: h[FieldReplica], Owner: h[FieldOwner],
-		Handle: h[FieldHandle], Action: h[FieldAction], Reason: h[FieldReason], Diff: h[FieldDiff],
-		Trace: h[FieldTrace], RID: h[FieldRID], Tests: decodeTests(h[FieldTests]),
-	}
-	var err error
-	intField := func(name string) int64 {
-		v, ok := h[name]
-		if !ok || err != nil {
-			return 0
-		}
-		n, e := strconv.ParseInt(v, 10, 64)
-		if e != nil {
-			err = fmt.Errorf("field %s: %w", name, e)
-		}
-		return n
-	}
-	t.Seq = intField(FieldSeq)
-	t.Calls = int(intField(FieldCalls))
-	t.Commands = int(intField(FieldCommands))
-	t.GenTokens = int(intField(FieldGenTokens))
-	t.PromptLen = int(intField(FieldPromptLen))
-	t.TurnGen = int(intField(FieldTurnGen))
-	t.GenCtx = int(intField(FieldGenCtx))
-	t.Preempts = int(intField(FieldPreempts))
-	t.Restarts = int(intField(FieldRestarts))
-	t.PreemptedAt = msTime(intField(FieldPreemptedAt))
-	t.AdmittedAt = msTime(intField(FieldAdmittedAt))
-	t.UpdatedAt = msTime(intField(FieldUpdatedAt))
-	t.FinishedAt = msTime(intField(FieldFinishedAt))
+// Commit applies transition tr to t atomically: only if the stored
+// trajectory is still at t.Seq, moving it to t.Seq+1. On success t is the
+// new state: its fields, its messages and tokens (those it was loaded
+// with) and its replica as of the commit (the coordinator may have moved
+// it, SetReplica, since it was loaded: its next gen step goes to the new
+// one). It returns ErrStale, changing nothing, if the trajectory is no
+// longer at t.Seq, ErrNotFound if it does not exist, and ErrTransition if
+// t's status does not allow tr.
+func (s *Store) Commit(ctx context.Context, t *Trajectory, tr Transition) error {
+	now := s.now()
+	after := *t
+	a, err := tr.apply(&after, now)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("commit %s seq %d: %w", t.ID, t.Seq, err)
 	}
-	if v, ok := h[FieldReward]; ok {
-		if t.Reward, err = strconv.ParseFloat(v, 64); err != nil {
-			return nil, fmt.Errorf("field %s: %w", FieldReward, err)
-		}
+	if a.uneven {
+		return fmt.Errorf("commit %s seq %d: %T: log-probs and tokens differ in length", t.ID, t.Seq, tr)
 	}
-	if err := json.Unmarshal([]byte(h[FieldSample]), &t.Sample); err != nil {
-		return nil, fmt.Errorf("field %s: %w", FieldSample, err)
-	}
-	return t, nil
-}
-
-func msTime(ms int64) time.Time {
-	if ms == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
-}
-
-// Commit is one step's change to a trajectory: it applies only if the
-// trajectory is at Seq, and moves it to Seq+1.
-type Commit struct {
-	ID  string
-	Seq int64
-	// Set overwrites hash fields (see the Field constants).
-	Set map[string]string
-	// Reset empties the message list and the token arrays before Messages
-	// and Tokens are appended: the trajectory starts again.
-	Reset bool
-	// Messages are appended to the message list.
-	Messages []schema.Message
-	// Tokens are appended with one entry each in Logprobs, Mask and
-	// Versions.
-	Tokens   []int32
-	Logprobs []float32
-	Mask     []int8
-	Versions []int32
-}
-
-// Append adds tokens with their log-probs, mask and versions to c.
-func (c *Commit) Append(tokens []int32, logprobs []float32, mask int8, version int32) {
-	c.Tokens = append(c.Tokens, tokens...)
-	for i := range tokens {
-		var lp float32
-		if logprobs != nil {
-			lp = logprobs[i]
-		}
-		c.Logprobs = append(c.Logprobs, lp)
-		c.Mask = append(c.Mask, mask)
-		c.Versions = append(c.Versions, version)
-	}
-}
-
-// Commit applies c atomically. It returns ErrStale, changing nothing, if the
-// trajectory is no longer at c.Seq, and ErrNotFound if it does not exist.
-func (s *Store) Commit(ctx context.Context, c Commit) error {
-	_, err := s.CommitReplica(ctx, c)
-	return err
-}
-
-// CommitReplica is Commit that also returns the replica the trajectory is on
-// as of the commit: the coordinator may have moved it (SetReplica) since it
-// was loaded, and its next gen step must go to the new one.
-func (s *Store) CommitReplica(ctx context.Context, c Commit) (string, error) {
-	n := len(c.Tokens)
-	if len(c.Logprobs) != n || len(c.Mask) != n || len(c.Versions) != n {
-		return "", fmt.Errorf("commit %s seq %d: token arrays differ in length (%d, %d, %d, %d)",
-			c.ID, c.Seq, n, len(c.Logprobs), len(c.Mask), len(c.Versions))
-	}
-	args := make([]any, 0, 9+2*len(c.Set)+len(c.Messages))
+	set := encodeFields(t, &after, true)
+	args := make([]any, 0, 8+len(set)+len(a.messages))
 	reset := 0
-	if c.Reset {
+	if a.reset {
 		reset = 1
 	}
-	args = append(args, c.Seq, s.now().UnixMilli(),
-		packInt32(c.Tokens), packFloat32(c.Logprobs), packInt8(c.Mask), packInt32(c.Versions),
-		len(c.Set), reset)
-	for k, v := range c.Set {
-		if k == FieldSeq {
-			return "", fmt.Errorf("commit %s seq %d: seq is set by the commit itself", c.ID, c.Seq)
-		}
-		args = append(args, k, v)
-	}
-	for _, m := range c.Messages {
+	args = append(args, t.Seq, now.UnixMilli(),
+		packInt32(a.tokens), packFloat32(a.logprobs), packInt8(a.mask), packInt32(a.versions),
+		len(set)/2, reset)
+	args = append(args, set...)
+	for _, m := range a.messages {
 		b, err := json.Marshal(m)
 		if err != nil {
-			return "", fmt.Errorf("commit %s seq %d: %w", c.ID, c.Seq, err)
+			return fmt.Errorf("commit %s seq %d: %w", t.ID, t.Seq, err)
 		}
 		args = append(args, string(b))
 	}
-	res, err := commitScript.Run(ctx, s.rdb, keysOf(c.ID).all(), args...).Slice()
+	res, err := commitScript.Run(ctx, s.rdb, keysOf(t.ID).all(), args...).Slice()
 	if err != nil || len(res) != 3 {
-		return "", fmt.Errorf("commit %s seq %d: %w (reply %v)", c.ID, c.Seq, err, res)
+		return fmt.Errorf("commit %s seq %d: %w (reply %v)", t.ID, t.Seq, err, res)
 	}
 	code, _ := res[0].(int64)
-	now, _ := res[1].(int64)
+	cur, _ := res[1].(int64)
 	replica, _ := res[2].(string)
 	switch code {
 	case 1:
-		return replica, nil
 	case 0:
-		return "", fmt.Errorf("commit %s seq %d (now %d): %w", c.ID, c.Seq, now, ErrStale)
+		return fmt.Errorf("commit %s seq %d (now %d): %w", t.ID, t.Seq, cur, ErrStale)
 	default:
-		return "", fmt.Errorf("commit %s seq %d: %w", c.ID, c.Seq, ErrNotFound)
+		return fmt.Errorf("commit %s seq %d: %w", t.ID, t.Seq, ErrNotFound)
 	}
+	after.Seq, after.UpdatedAt, after.Replica = t.Seq+1, now, replica
+	if a.reset {
+		if after.Messages != nil {
+			after.Messages = after.Messages[:0:0]
+		}
+		if after.Tokens != nil {
+			after.Tokens = after.Tokens[:0:0]
+			if after.Logprobs != nil {
+				after.Logprobs, after.Mask, after.Versions = after.Logprobs[:0:0], after.Mask[:0:0], after.Versions[:0:0]
+			}
+		}
+	}
+	if after.Messages != nil {
+		after.Messages = append(after.Messages, a.messages...)
+	}
+	if after.Tokens != nil {
+		after.Tokens = append(after.Tokens, a.tokens...)
+		if after.Logprobs != nil {
+			after.Logprobs = append(after.Logprobs, a.logprobs...)
+			after.Mask = append(after.Mask, a.mask...)
+			after.Versions = append(after.Versions, a.versions...)
+		}
+	}
+	*t = after
+	return nil
 }
 
 // commitScript checks everything before its first write: Lua in Redis has no
@@ -424,7 +353,7 @@ func (s *Store) Progress(ctx context.Context, ids []string) (map[string]Progress
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.HMGet(ctx, keysOf(id).hash, FieldSeq, FieldStatus, FieldUpdatedAt, FieldOwner)
+		cmds[i] = pipe.HMGet(ctx, keysOf(id).hash, fieldSeq, fieldStatus, fieldUpdatedAt, fieldOwner)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("progress: %w", err)
@@ -497,73 +426,4 @@ func unpackInt8(s string) []int8 {
 		v[i] = int8(s[i])
 	}
 	return v
-}
-
-// Apply updates a loaded trajectory with what c committed, so a worker can
-// derive the follow-up (or the result) without loading again. Messages and
-// tokens are appended only if they were loaded.
-func (t *Trajectory) Apply(c Commit) {
-	t.Seq = c.Seq + 1
-	h := map[string]string{}
-	for k, v := range c.Set {
-		h[k] = v
-	}
-	num := func(name string, dst *int) {
-		if v, ok := h[name]; ok {
-			*dst, _ = strconv.Atoi(v)
-		}
-	}
-	for k, v := range h {
-		switch k {
-		case FieldStatus:
-			t.Status = Status(v)
-		case FieldReason:
-			t.Reason = v
-		case FieldOwner:
-			t.Owner = v
-		case FieldHandle:
-			t.Handle = v
-		case FieldAction:
-			t.Action = v
-		case FieldRID:
-			t.RID = v
-		case FieldPreemptedAt:
-			ms, _ := strconv.ParseInt(v, 10, 64)
-			t.PreemptedAt = msTime(ms)
-		case FieldDiff:
-			t.Diff = v
-		case FieldTests:
-			t.Tests = decodeTests(v)
-		case FieldReward:
-			t.Reward, _ = strconv.ParseFloat(v, 64)
-		case FieldFinishedAt:
-			ms, _ := strconv.ParseInt(v, 10, 64)
-			t.FinishedAt = msTime(ms)
-		}
-	}
-	num(FieldCalls, &t.Calls)
-	num(FieldCommands, &t.Commands)
-	num(FieldGenTokens, &t.GenTokens)
-	num(FieldPromptLen, &t.PromptLen)
-	num(FieldTurnGen, &t.TurnGen)
-	num(FieldGenCtx, &t.GenCtx)
-	num(FieldPreempts, &t.Preempts)
-	num(FieldRestarts, &t.Restarts)
-	if c.Reset {
-		if t.Messages != nil {
-			t.Messages = t.Messages[:0]
-		}
-		if t.Tokens != nil {
-			t.Tokens, t.Logprobs, t.Mask, t.Versions = t.Tokens[:0], t.Logprobs[:0], t.Mask[:0], t.Versions[:0]
-		}
-	}
-	if t.Messages != nil {
-		t.Messages = append(t.Messages, c.Messages...)
-	}
-	if t.Tokens != nil {
-		t.Tokens = append(t.Tokens, c.Tokens...)
-		t.Logprobs = append(t.Logprobs, c.Logprobs...)
-		t.Mask = append(t.Mask, c.Mask...)
-		t.Versions = append(t.Versions, c.Versions...)
-	}
 }

@@ -3,6 +3,7 @@ package traj_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -28,41 +29,55 @@ func sample(id string) schema.Sample {
 	return schema.Sample{V: schema.Version, ID: id, Task: "t", Env: schema.Env{Backend: schema.BackendSim}}
 }
 
+// create stores a new trajectory for sample(id) on replica r0.
+func create(t *testing.T, s *traj.Store, id string) {
+	t.Helper()
+	if err := s.Create(context.Background(), traj.Admission{Sample: sample(id), Replica: "r0"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func load(t *testing.T, s *traj.Store, id string, parts traj.Parts) *traj.Trajectory {
+	t.Helper()
+	tr, err := s.Load(context.Background(), id, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
 func TestCreateLoadCommit(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, s *traj.Store) {
 		ctx := context.Background()
-		if err := s.Create(ctx, sample("a"), traj.StatusStarting, map[string]string{traj.FieldReplica: "r0"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Create(ctx, sample("a"), traj.StatusStarting, nil); !errors.Is(err, traj.ErrExists) {
+		create(t, s, "a")
+		if err := s.Create(ctx, traj.Admission{Sample: sample("a")}); !errors.Is(err, traj.ErrExists) {
 			t.Fatalf("second create: %v", err)
 		}
-		c := traj.Commit{ID: "a", Seq: 0, Set: map[string]string{traj.FieldStatus: string(traj.StatusNeedsGeneration)},
-			Messages: []schema.Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u\x00é"}}}
-		c.Append([]int32{1, 2, 3}, nil, 0, -1)
-		if err := s.Commit(ctx, c); err != nil {
+		mem := load(t, s, "a", traj.WithAll)
+		if err := s.Commit(ctx, mem, traj.Started{Owner: "w1", Handle: "h1",
+			Messages: []schema.Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u\x00é"}},
+			Prompt:   []int32{1, 2, 3}}); err != nil {
 			t.Fatal(err)
 		}
-		c2 := traj.Commit{ID: "a", Seq: 1, Set: map[string]string{traj.FieldCalls: "1"}}
-		c2.Append([]int32{-7, 1 << 30}, []float32{-0.25, -3.5}, 1, 4)
-		if err := s.Commit(ctx, c2); err != nil {
+		if err := s.Commit(ctx, mem, traj.Generated{Action: "ls", Turn: traj.Turn{
+			Output: []int32{-7, 1 << 30}, Logprobs: []float32{-0.25, -3.5}, Version: 4, CloseTurn: []int32{5}, Text: "x"}}); err != nil {
 			t.Fatal(err)
 		}
-		tr, err := s.Load(ctx, "a", traj.WithAll)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tr.Seq != 2 || tr.Status != traj.StatusNeedsGeneration || tr.Replica != "r0" || tr.Calls != 1 || tr.Sample.ID != "a" {
-			t.Fatalf("hash: %+v", tr)
-		}
-		if !slices.Equal(tr.Tokens, []int32{1, 2, 3, -7, 1 << 30}) ||
-			!slices.Equal(tr.Logprobs, []float32{0, 0, 0, -0.25, -3.5}) ||
-			!slices.Equal(tr.Mask, []int8{0, 0, 0, 1, 1}) ||
-			!slices.Equal(tr.Versions, []int32{-1, -1, -1, 4, 4}) {
-			t.Fatalf("arrays: %+v", tr)
-		}
-		if len(tr.Messages) != 2 || tr.Messages[1].Content != "u\x00é" {
-			t.Fatalf("messages: %+v", tr.Messages)
+		got := load(t, s, "a", traj.WithAll)
+		for _, tr := range []*traj.Trajectory{got, mem} {
+			if tr.Seq != 2 || tr.Status != traj.StatusNeedsEnvStep || tr.Replica != "r0" || tr.Calls != 1 || tr.Sample.ID != "a" ||
+				tr.Owner != "w1" || tr.Handle != "h1" || tr.Action != "ls" || tr.PromptLen != 3 || tr.GenTokens != 2 || tr.GenCtx != 5 {
+				t.Fatalf("hash: %+v", tr)
+			}
+			if !slices.Equal(tr.Tokens, []int32{1, 2, 3, -7, 1 << 30, 5}) ||
+				!slices.Equal(tr.Logprobs, []float32{0, 0, 0, -0.25, -3.5, 0}) ||
+				!slices.Equal(tr.Mask, []int8{0, 0, 0, 1, 1, 0}) ||
+				!slices.Equal(tr.Versions, []int32{-1, -1, -1, 4, 4, -1}) {
+				t.Fatalf("arrays: %+v", tr)
+			}
+			if len(tr.Messages) != 3 || tr.Messages[1].Content != "u\x00é" || tr.Messages[2].Role != schema.RoleAssistant {
+				t.Fatalf("messages: %+v", tr.Messages)
+			}
 		}
 		if _, err := s.Load(ctx, "missing", 0); !errors.Is(err, traj.ErrNotFound) {
 			t.Fatalf("load missing: %v", err)
@@ -75,17 +90,14 @@ func TestCreateLoadCommit(t *testing.T) {
 func TestCommitAppliesOnce(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, s *traj.Store) {
 		ctx := context.Background()
-		if err := s.Create(ctx, sample("b"), traj.StatusStarting, nil); err != nil {
-			t.Fatal(err)
-		}
+		create(t, s, "b")
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		applied, stale := 0, 0
 		for range 8 {
 			wg.Go(func() {
-				c := traj.Commit{ID: "b", Seq: 0, Messages: []schema.Message{{Role: "user", Content: "x"}}}
-				c.Append([]int32{9}, []float32{-1}, 1, 0)
-				err := s.Commit(ctx, c)
+				mine := &traj.Trajectory{ID: "b", Status: traj.StatusStarting}
+				err := s.Commit(ctx, mine, traj.Started{Messages: []schema.Message{{Role: "user", Content: "x"}}, Prompt: []int32{9}})
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -102,64 +114,73 @@ func TestCommitAppliesOnce(t *testing.T) {
 		if applied != 1 || stale != 7 {
 			t.Fatalf("applied %d stale %d, want 1 and 7", applied, stale)
 		}
-		tr, err := s.Load(ctx, "b", traj.WithAll)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tr := load(t, s, "b", traj.WithAll)
 		if len(tr.Tokens) != 1 || len(tr.Messages) != 1 || tr.Seq != 1 {
 			t.Fatalf("after racing commits: %+v", tr)
 		}
-		ids, err := s.Load(ctx, "b", traj.WithTokenIDs)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ids := load(t, s, "b", traj.WithTokenIDs)
 		if len(ids.Tokens) != 1 || ids.Tokens[0] != tr.Tokens[0] || ids.Logprobs != nil || ids.Mask != nil ||
 			ids.Versions != nil || ids.Messages != nil {
 			t.Fatalf("loaded with the ids only: %+v", ids)
 		}
-		if err := s.Commit(ctx, traj.Commit{ID: "nope", Seq: 0}); !errors.Is(err, traj.ErrNotFound) {
+		gone := &traj.Trajectory{ID: "nope", Status: traj.StatusStarting}
+		if err := s.Commit(ctx, gone, traj.Started{}); !errors.Is(err, traj.ErrNotFound) {
 			t.Fatalf("commit missing: %v", err)
 		}
-		bad := traj.Commit{ID: "b", Seq: 1, Tokens: []int32{1}}
-		if err := s.Commit(ctx, bad); err == nil {
+		if err := s.Commit(ctx, tr, traj.Submitted{}); !errors.Is(err, traj.ErrTransition) || tr.Seq != 1 {
+			t.Fatalf("submitted from needs_generation: %v (seq %d), want ErrTransition and nothing changed", err, tr.Seq)
+		}
+		if err := s.Commit(ctx, tr, traj.Generated{Turn: traj.Turn{Output: []int32{1, 2}, Logprobs: []float32{-1}}}); err == nil {
 			t.Fatal("commit with uneven arrays succeeded")
 		}
 	})
 }
 
-// A reset commit empties messages and token arrays before appending, in
-// Redis and in Apply alike.
+// A restart empties messages and token arrays before the next start
+// appends, in Redis and in the committed state alike.
 func TestCommitReset(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, s *traj.Store) {
 		ctx := context.Background()
-		if err := s.Create(ctx, sample("r"), traj.StatusStarting, nil); err != nil {
-			t.Fatal(err)
+		create(t, s, "r")
+		mem := load(t, s, "r", traj.WithAll)
+		steps := []traj.Transition{
+			traj.Started{Messages: []schema.Message{{Role: "user", Content: "old"}}, Prompt: []int32{1, 2}},
+			traj.Interrupted{Output: []int32{3}, Logprobs: []float32{-3}, RID: "rid"},
+			traj.Restarted{},
+			traj.Started{Messages: []schema.Message{{Role: "system", Content: "new"}}, Prompt: []int32{7}},
 		}
-		c := traj.Commit{ID: "r", Seq: 0, Messages: []schema.Message{{Role: "user", Content: "old"}}}
-		c.Append([]int32{1, 2, 3}, []float32{-1, -2, -3}, 1, 0)
-		if err := s.Commit(ctx, c); err != nil {
-			t.Fatal(err)
+		for _, st := range steps {
+			if err := s.Commit(ctx, mem, st); err != nil {
+				t.Fatal(err)
+			}
 		}
-		mem, err := s.Load(ctx, "r", traj.WithAll)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reset := traj.Commit{ID: "r", Seq: 1, Reset: true, Set: map[string]string{traj.FieldRestarts: "1"},
-			Messages: []schema.Message{{Role: "system", Content: "new"}}}
-		reset.Append([]int32{7}, nil, 0, -1)
-		if err := s.Commit(ctx, reset); err != nil {
-			t.Fatal(err)
-		}
-		mem.Apply(reset)
-		got, err := s.Load(ctx, "r", traj.WithAll)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := load(t, s, "r", traj.WithAll)
 		for _, tr := range []*traj.Trajectory{got, mem} {
 			if !slices.Equal(tr.Tokens, []int32{7}) || !slices.Equal(tr.Mask, []int8{0}) || !slices.Equal(tr.Versions, []int32{-1}) ||
-				len(tr.Logprobs) != 1 || len(tr.Messages) != 1 || tr.Messages[0].Content != "new" || tr.Restarts != 1 || tr.Seq != 2 {
+				len(tr.Logprobs) != 1 || len(tr.Messages) != 1 || tr.Messages[0].Content != "new" || tr.Restarts != 1 || tr.Seq != 4 ||
+				tr.RID != "" || tr.TurnGen != 0 || tr.GenTokens != 0 || tr.PromptLen != 1 {
 				t.Fatalf("after reset: %+v", tr)
 			}
+		}
+	})
+}
+
+// Put stores a whole state that Load reads back as it was.
+func TestPutLoad(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, s *traj.Store) {
+		ctx := context.Background()
+		want := &traj.Trajectory{ID: "p", Status: traj.StatusFinishing, Seq: 7, Replica: "r1", Owner: "w", Handle: "h",
+			Reason: "step limit", Diff: "d", Tests: map[string]string{"t1": "PASSED"}, Reward: 0.5, Trace: "tp", Sample: sample("p"),
+			Calls: 3, Commands: 2, GenTokens: 9, PromptLen: 4, RID: "rid", TurnGen: 1, GenCtx: 13, Preempts: 1, Restarts: 2,
+			PreemptedAt: time.UnixMilli(1000), AdmittedAt: time.UnixMilli(2000), UpdatedAt: time.UnixMilli(3000),
+			FinishedAt: time.UnixMilli(4000), Messages: []schema.Message{{Role: "user", Content: "m"}},
+			Tokens: []int32{1, 2}, Logprobs: []float32{0, -1}, Mask: []int8{0, 1}, Versions: []int32{-1, 3}}
+		if err := s.Put(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		got := load(t, s, "p", traj.WithAll)
+		if fmt.Sprint(*got) != fmt.Sprint(*want) {
+			t.Fatalf("Load after Put:\n got %+v\nwant %+v", *got, *want)
 		}
 	})
 }
@@ -209,9 +230,7 @@ func TestActiveIndexAndExpire(t *testing.T) {
 		if w, err := s.Waiting(ctx); err != nil || len(w) != 0 {
 			t.Fatalf("waiting after remove %v %v", w, err)
 		}
-		if err := s.Create(ctx, sample("e"), traj.StatusStarting, nil); err != nil {
-			t.Fatal(err)
-		}
+		create(t, s, "e")
 		if err := s.Expire(ctx, "e", time.Hour); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,293 @@
+package traj
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// A Transition is one step's change to a trajectory: the only way a worker
+// or the coordinator changes one (Store.Commit). Each checks the status it
+// starts from, sets the fields it owns, and says what the step appends to
+// the messages and token arrays.
+type Transition interface {
+	// apply changes t, a copy of the loaded state, at now, and returns
+	// what the step appends. t's token ids are those loaded, if any.
+	apply(t *Trajectory, now time.Time) (appended, error)
+}
+
+// ErrTransition is a transition from a status that does not allow it.
+var ErrTransition = errors.New("transition not allowed from this status")
+
+// appended is what a transition adds to the message list and the token
+// arrays (after emptying them, with reset).
+type appended struct {
+	reset    bool
+	messages []schema.Message
+	tokens   []int32
+	logprobs []float32
+	mask     []int8
+	versions []int32
+	uneven   bool // log-probs given for a different number of tokens
+}
+
+// add appends tokens with their log-probs (nil: 0), loss mask and weight
+// version.
+func (a *appended) add(tokens []int32, logprobs []float32, mask int8, version int32) {
+	if logprobs != nil && len(logprobs) != len(tokens) {
+		a.uneven = true
+		return
+	}
+	a.tokens = append(a.tokens, tokens...)
+	for i := range tokens {
+		var lp float32
+		if logprobs != nil {
+			lp = logprobs[i]
+		}
+		a.logprobs = append(a.logprobs, lp)
+		a.mask = append(a.mask, mask)
+		a.versions = append(a.versions, version)
+	}
+}
+
+// user appends a user message and its prompt tokens (untrained).
+func (a *appended) user(u UserTurn) {
+	a.messages = append(a.messages, schema.Message{Role: schema.RoleUser, Content: u.Content})
+	a.add(u.Tokens, nil, 0, -1)
+}
+
+func from(t *Trajectory, tr Transition, allowed ...Status) error {
+	if slices.Contains(allowed, t.Status) {
+		return nil
+	}
+	return fmt.Errorf("%T from %s: %w", tr, t.Status, ErrTransition)
+}
+
+// UserTurn is a user message (a task, an observation, a format error's
+// feedback) and its tokens: the message as the chat template renders it,
+// then the generation prompt that follows it.
+type UserTurn struct {
+	Content string
+	Tokens  []int32
+}
+
+// Started: the sandbox is up (starting → needs_generation). Messages are
+// the system prompt and the task; Prompt their tokens up to the first
+// generation prompt.
+type Started struct {
+	Owner, Handle string
+	Messages      []schema.Message
+	Prompt        []int32
+}
+
+func (s Started) apply(t *Trajectory, _ time.Time) (appended, error) {
+	if err := from(t, s, StatusStarting); err != nil {
+		return appended{}, err
+	}
+	t.Status, t.Owner, t.Handle, t.PromptLen = StatusNeedsGeneration, s.Owner, s.Handle, len(s.Prompt)
+	a := appended{messages: s.Messages}
+	a.add(s.Prompt, nil, 0, -1)
+	return a, nil
+}
+
+// Turn is a model's whole turn: its output tokens with their log-probs and
+// the weight version that produced them, the tokens that close the turn
+// (untrained), and the output as text (the assistant message).
+type Turn struct {
+	Output    []int32
+	Logprobs  []float32
+	Version   int32
+	CloseTurn []int32
+	Text      string
+}
+
+// add appends the turn and counts it; t holds the context it continued.
+func (u Turn) add(t *Trajectory, a *appended) {
+	a.add(u.Output, u.Logprobs, 1, u.Version)
+	a.add(u.CloseTurn, nil, 0, -1)
+	a.messages = append(a.messages, schema.Message{Role: schema.RoleAssistant, Content: u.Text})
+	t.Calls++
+	t.GenTokens += len(u.Output)
+	t.GenCtx = len(t.Tokens) + len(u.Output)
+	t.RID, t.TurnGen = "", 0
+}
+
+// Generated: the model's turn holds an action (needs_generation →
+// needs_env_step).
+type Generated struct {
+	Turn
+	Action string
+}
+
+func (g Generated) apply(t *Trajectory, _ time.Time) (appended, error) {
+	if err := from(t, g, StatusNeedsGeneration); err != nil {
+		return appended{}, err
+	}
+	var a appended
+	g.Turn.add(t, &a)
+	t.Status, t.Action = StatusNeedsEnvStep, g.Action
+	return a, nil
+}
+
+// FormatErrored: the model's turn holds no valid action; Feedback tells it
+// so, and it generates again (needs_generation → needs_generation).
+type FormatErrored struct {
+	Turn
+	Feedback UserTurn
+}
+
+func (f FormatErrored) apply(t *Trajectory, _ time.Time) (appended, error) {
+	if err := from(t, f, StatusNeedsGeneration); err != nil {
+		return appended{}, err
+	}
+	var a appended
+	f.Turn.add(t, &a)
+	a.user(f.Feedback)
+	return a, nil
+}
+
+// Interrupted: a generation aborted for a preemption or a pause keeps what
+// it produced (possibly nothing, when the abort came before prefill) and
+// its request id, for the resume; the status stays needs_generation.
+type Interrupted struct {
+	Output    []int32
+	Logprobs  []float32
+	Version   int32
+	RID       string
+	Preempted bool // for a higher-priority step (else a pause)
+}
+
+func (i Interrupted) apply(t *Trajectory, now time.Time) (appended, error) {
+	if err := from(t, i, StatusNeedsGeneration); err != nil {
+		return appended{}, err
+	}
+	n := len(i.Output)
+	var a appended
+	a.add(i.Output, i.Logprobs, 1, i.Version)
+	t.RID = i.RID
+	t.TurnGen += n
+	t.GenTokens += n
+	t.GenCtx = len(t.Tokens) + n
+	if i.Preempted {
+		t.Preempts++
+		t.PreemptedAt = now
+	}
+	return a, nil
+}
+
+// LimitReached: a limit ends the trajectory before its next model call
+// (needs_generation → finishing).
+type LimitReached struct{ Reason string }
+
+func (l LimitReached) apply(t *Trajectory, _ time.Time) (appended, error) {
+	if err := from(t, l, StatusNeedsGeneration); err != nil {
+		return appended{}, err
+	}
+	t.Status, t.Reason = StatusFinishing, l.Reason
+	return appended{}, nil
+}
+
+// Restarted: a trajectory whose tokens went stale starts again: its
+// messages, tokens and counts go, and a fresh sandbox starts (the env
+// start closes the old one) (needs_generation → starting).
+type Restarted struct{}
+
+func (r Restarted) apply(t *Trajectory, _ time.Time) (appended, error) {
+	if err := from(t, r, StatusNeedsGeneration); err != nil {
+		return appended{}, err
+	}
+	t.Calls, t.GenTokens, t.Commands, t.TurnGen, t.GenCtx, t.PromptLen = 0, 0, 0, 0, 0, 0
+	t.RID, t.Action, t.Reason = "", "", ""
+	t.Status = StatusStarting
+	t.Restarts++
+	return appended{reset: true}, nil
+}
+
+// Observed: the action ran; its observation goes to the model
+// (needs_env_step → needs_generation). Handle, when set, is the sandbox's
+// new handle (rebuilt by replay).
+type Observed struct {
+	Handle      string
+	Observation UserTurn
+}
+
+func (o Observed) apply(t *Trajectory, _ time.Time) (appended, error) {
+	if err := from(t, o, StatusNeedsEnvStep); err != nil {
+		return appended{}, err
+	}
+	ranAction(t, o.Handle)
+	t.Status = StatusNeedsGeneration
+	var a appended
+	a.user(o.Observation)
+	return a, nil
+}
+
+// Submitted: the action submitted the work (needs_env_step → finishing).
+// Handle as for Observed.
+type Submitted struct{ Handle string }
+
+func (s Submitted) apply(t *Trajectory, _ time.Time) (appended, error) {
+	if err := from(t, s, StatusNeedsEnvStep); err != nil {
+		return appended{}, err
+	}
+	ranAction(t, s.Handle)
+	t.Status, t.Reason = StatusFinishing, ReasonSubmitted
+	return appended{}, nil
+}
+
+// ReasonSubmitted is the reason of a trajectory whose action submitted.
+const ReasonSubmitted = "submitted"
+
+func ranAction(t *Trajectory, handle string) {
+	t.Action = ""
+	t.Commands++
+	if handle != "" {
+		t.Handle = handle
+	}
+}
+
+// Finished: the diff is taken and scored (finishing → terminated); the
+// result follows.
+type Finished struct {
+	Reason string
+	Diff   string
+	Reward float64
+	Tests  map[string]string // each listed test's outcome, for samples that list tests
+}
+
+func (f Finished) apply(t *Trajectory, now time.Time) (appended, error) {
+	if err := from(t, f, StatusFinishing); err != nil {
+		return appended{}, err
+	}
+	t.Status, t.Reason, t.Diff, t.Reward, t.Tests, t.FinishedAt = StatusTerminated, f.Reason, f.Diff, f.Reward, f.Tests, now
+	return appended{}, nil
+}
+
+// Aborted: a trajectory that cannot finish ends (any live status →
+// aborted); the coordinator publishes its fallback result.
+type Aborted struct{ Reason string }
+
+func (ab Aborted) apply(t *Trajectory, now time.Time) (appended, error) {
+	if t.Status.Terminal() {
+		return appended{}, fmt.Errorf("%T from %s: %w", ab, t.Status, ErrTransition)
+	}
+	t.Status, t.Reason, t.FinishedAt = StatusAborted, ab.Reason, now
+	return appended{}, nil
+}
+
+// Stolen is Then, committed by a gen-worker that took the step from
+// another replica's queue: the trajectory moves to Replica atomically with
+// the step.
+type Stolen struct {
+	Replica string
+	Then    Transition
+}
+
+func (s Stolen) apply(t *Trajectory, now time.Time) (appended, error) {
+	a, err := s.Then.apply(t, now)
+	t.Replica = s.Replica
+	return a, err
+}

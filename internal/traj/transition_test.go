@@ -1,0 +1,178 @@
+package traj
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// Each transition from each status: the statuses it leaves, the fields it
+// sets and what it appends; every other status refuses it.
+func TestTransitions(t *testing.T) {
+	now := time.UnixMilli(5000)
+	base := Trajectory{ID: "x", Seq: 3, Calls: 2, Commands: 1, GenTokens: 10, PromptLen: 4, TurnGen: 2, RID: "r",
+		Preempts: 1, Restarts: 0, Tokens: make([]int32, 20), Action: "ls", Handle: "h0"}
+	obs := UserTurn{Content: "out", Tokens: []int32{7, 8}}
+	turn := Turn{Output: []int32{1, 2, 3}, Logprobs: []float32{-1, -2, -3}, Version: 9, CloseTurn: []int32{4}, Text: "t"}
+	tests := []struct {
+		name  string
+		tr    Transition
+		from  []Status
+		check func(t *Trajectory, a appended) string // "" = as wanted
+	}{
+		{"started", Started{Owner: "w", Handle: "h", Messages: []schema.Message{{Role: "system"}, {Role: "user"}}, Prompt: []int32{1, 2}},
+			[]Status{StatusStarting}, func(t *Trajectory, a appended) string {
+				if t.Status != StatusNeedsGeneration || t.Owner != "w" || t.Handle != "h" || t.PromptLen != 2 ||
+					len(a.messages) != 2 || !slices.Equal(a.mask, []int8{0, 0}) || !slices.Equal(a.versions, []int32{-1, -1}) {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"generated", Generated{Turn: turn, Action: "cat f"}, []Status{StatusNeedsGeneration},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusNeedsEnvStep || t.Action != "cat f" || t.Calls != 3 || t.GenTokens != 13 || t.GenCtx != 23 ||
+					t.RID != "" || t.TurnGen != 0 || !slices.Equal(a.tokens, []int32{1, 2, 3, 4}) ||
+					!slices.Equal(a.mask, []int8{1, 1, 1, 0}) || !slices.Equal(a.versions, []int32{9, 9, 9, -1}) ||
+					!slices.Equal(a.logprobs, []float32{-1, -2, -3, 0}) || len(a.messages) != 1 || a.messages[0].Role != schema.RoleAssistant {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"format error", FormatErrored{Turn: turn, Feedback: obs}, []Status{StatusNeedsGeneration},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusNeedsGeneration || t.Calls != 3 || !slices.Equal(a.tokens, []int32{1, 2, 3, 4, 7, 8}) ||
+					len(a.messages) != 2 || a.messages[1] != (schema.Message{Role: schema.RoleUser, Content: "out"}) {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"preempted", Interrupted{Output: []int32{5}, Version: 9, RID: "rid", Preempted: true}, []Status{StatusNeedsGeneration},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusNeedsGeneration || t.RID != "rid" || t.TurnGen != 3 || t.GenTokens != 11 || t.GenCtx != 21 ||
+					t.Preempts != 2 || !t.PreemptedAt.Equal(now) || t.Calls != 2 || len(a.messages) != 0 ||
+					!slices.Equal(a.mask, []int8{1}) {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"paused", Interrupted{RID: "rid"}, []Status{StatusNeedsGeneration},
+			func(t *Trajectory, a appended) string {
+				if t.RID != "rid" || t.TurnGen != 2 || t.Preempts != 1 || !t.PreemptedAt.IsZero() || len(a.tokens) != 0 {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"limit", LimitReached{Reason: "step limit"}, []Status{StatusNeedsGeneration},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusFinishing || t.Reason != "step limit" || len(a.tokens) != 0 {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"restarted", Restarted{}, []Status{StatusNeedsGeneration},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusStarting || t.Restarts != 1 || t.Calls != 0 || t.GenTokens != 0 || t.Commands != 0 ||
+					t.TurnGen != 0 || t.PromptLen != 0 || t.RID != "" || t.Action != "" || !a.reset {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"observed", Observed{Observation: obs}, []Status{StatusNeedsEnvStep},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusNeedsGeneration || t.Action != "" || t.Commands != 2 || t.Handle != "h0" ||
+					!slices.Equal(a.tokens, []int32{7, 8}) || len(a.messages) != 1 {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"observed after a replay", Observed{Handle: "h1", Observation: obs}, []Status{StatusNeedsEnvStep},
+			func(t *Trajectory, a appended) string {
+				if t.Handle != "h1" {
+					return fmt.Sprintf("%+v", t)
+				}
+				return ""
+			}},
+		{"submitted", Submitted{}, []Status{StatusNeedsEnvStep},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusFinishing || t.Reason != ReasonSubmitted || t.Commands != 2 || t.Action != "" || len(a.tokens) != 0 {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"finished", Finished{Reason: "submitted", Diff: "d", Reward: 1, Tests: map[string]string{"a": "PASSED"}},
+			[]Status{StatusFinishing}, func(t *Trajectory, a appended) string {
+				if t.Status != StatusTerminated || t.Diff != "d" || t.Reward != 1 || t.Tests["a"] != "PASSED" || !t.FinishedAt.Equal(now) {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"aborted", Aborted{Reason: "lost"}, []Status{StatusStarting, StatusNeedsGeneration, StatusNeedsEnvStep, StatusFinishing},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusAborted || t.Reason != "lost" || !t.FinishedAt.Equal(now) {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"stolen", Stolen{Replica: "r9", Then: Generated{Turn: turn}}, []Status{StatusNeedsGeneration},
+			func(t *Trajectory, a appended) string {
+				if t.Replica != "r9" || t.Status != StatusNeedsEnvStep {
+					return fmt.Sprintf("%+v", t)
+				}
+				return ""
+			}},
+	}
+	all := []Status{StatusStarting, StatusNeedsGeneration, StatusNeedsEnvStep, StatusFinishing, StatusTerminated, StatusAborted}
+	for _, tt := range tests {
+		for _, st := range all {
+			t.Run(tt.name+"/from "+string(st), func(t *testing.T) {
+				tr := base
+				tr.Status = st
+				a, err := tt.tr.apply(&tr, now)
+				if !slices.Contains(tt.from, st) {
+					if !errors.Is(err, ErrTransition) {
+						t.Fatalf("from %s: err %v, want ErrTransition", st, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if msg := tt.check(&tr, a); msg != "" {
+					t.Fatal(msg)
+				}
+			})
+		}
+	}
+}
+
+// The codec reads back what it writes, for every field.
+func TestCodecRoundTrip(t *testing.T) {
+	want := Trajectory{ID: "c", Status: StatusNeedsEnvStep, Seq: 9, Replica: "r", Owner: "o", Handle: "h", Action: "a",
+		Reason: "why", Diff: "d", Tests: map[string]string{"t": "FAILED"}, Reward: 0.25, Trace: "tp",
+		Sample: schema.Sample{V: schema.Version, ID: "c", Task: "task"}, Calls: 1, Commands: 2, GenTokens: 3, PromptLen: 4,
+		RID: "rid", TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
+		UpdatedAt: time.UnixMilli(3), FinishedAt: time.UnixMilli(4)}
+	h := map[string]string{}
+	args := encodeFields(&Trajectory{Seq: -1}, &want, false)
+	for i := 0; i < len(args); i += 2 {
+		h[args[i].(string)] = args[i+1].(string)
+	}
+	if len(h) != len(fields) {
+		t.Fatalf("encoded %d fields, want all %d", len(h), len(fields))
+	}
+	got, err := decodeHash("c", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(*got) != fmt.Sprint(want) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", *got, want)
+	}
+	h["calls"] = "x"
+	if _, err := decodeHash("c", h); err == nil {
+		t.Fatal("a bad counter decoded")
+	}
+}
