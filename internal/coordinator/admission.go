@@ -19,16 +19,6 @@ import (
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// waitingSample is a sample taken in from the stream and waiting for
-// admission; it is stored in Redis so a restarted coordinator keeps it.
-type waitingSample struct {
-	Sample    schema.Sample `json:"sample"`
-	ArrivedAt time.Time     `json:"arrived_at"`
-	// Predicted is the remaining tokens from predictor-gw or a sibling; 0 =
-	// unknown. Stored with the entry, so a restarted coordinator keeps it.
-	Predicted float64 `json:"predicted,omitempty"`
-}
-
 // load rebuilds the in-memory view from Redis.
 func (c *Coordinator) load(ctx context.Context) error {
 	act, err := c.d.Store.Active(ctx)
@@ -40,14 +30,14 @@ func (c *Coordinator) load(ctx context.Context) error {
 		if t, err := c.d.Store.Load(ctx, id, 0); err == nil {
 			f = factOf(t)
 		}
-		c.active[id] = &activeTraj{fact: f}
+		c.active.add(id, &activeTraj{fact: f})
 	}
 	counts, err := c.d.Store.Counts(ctx)
 	if err != nil {
 		return err
 	}
 	for _, n := range counts {
-		c.finished += n
+		c.active.countFinished(n)
 	}
 	waiting, err := c.d.Store.Waiting(ctx)
 	if err != nil {
@@ -60,7 +50,7 @@ func (c *Coordinator) load(ctx context.Context) error {
 			_ = c.d.Store.RemoveWaiting(ctx, id)
 			continue
 		}
-		c.waiting[id] = &w
+		c.waiting.add(id, &w)
 	}
 	return nil
 }
@@ -81,10 +71,7 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 		}
 		return bus.Malformed(err)
 	}
-	c.mu.Lock()
-	known := c.waiting[s.ID] != nil || c.active[s.ID] != nil
-	c.mu.Unlock()
-	if known {
+	if c.waiting.has(s.ID) || c.active.has(s.ID) {
 		return nil // a redelivery of a sample already waiting or admitted
 	}
 	w := &waitingSample{Sample: s, ArrivedAt: c.d.Now()}
@@ -95,13 +82,11 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 	if _, err := c.d.Store.AddWaiting(ctx, s.ID, b); err != nil {
 		return err
 	}
-	c.mu.Lock()
 	predicted := c.siblingPrediction(s.GroupID)
-	if c.waiting[s.ID] == nil && c.active[s.ID] == nil {
-		w.Predicted = predicted
-		c.waiting[s.ID] = w
+	w.Predicted = predicted
+	if !c.active.has(s.ID) {
+		c.waiting.add(s.ID, w)
 	}
-	c.mu.Unlock()
 	if predicted == 0 {
 		c.predictWaiting(ctx, w)
 	}
@@ -109,21 +94,13 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 	return nil
 }
 
-// siblingPrediction is a prediction already known for a group member, which
-// the group's siblings share until they have history of their own. Callers
-// hold c.mu.
+// siblingPrediction is a prediction already known for a group member,
+// which the group's siblings share until they have history of their own.
 func (c *Coordinator) siblingPrediction(group string) float64 {
-	for _, a := range c.active {
-		if a.fact.GroupID == group && a.fact.Predicted > 0 && a.fact.Turns == 0 {
-			return a.fact.Predicted
-		}
+	if p := c.active.siblingPrediction(group); p > 0 {
+		return p
 	}
-	for _, w := range c.waiting {
-		if w.Sample.GroupID == group && w.Predicted > 0 {
-			return w.Predicted
-		}
-	}
-	return 0
+	return c.waiting.siblingPrediction(group)
 }
 
 // predictWaiting asks predictor-gw for a fresh sample's length (nothing done
@@ -134,10 +111,7 @@ func (c *Coordinator) predictWaiting(ctx context.Context, w *waitingSample) {
 	if err != nil {
 		return
 	}
-	c.mu.Lock()
-	w.Predicted = rep.RemainingTokens
-	b, err := json.Marshal(w)
-	c.mu.Unlock()
+	b, err := c.waiting.predicted(w, rep.RemainingTokens)
 	if err == nil {
 		err = c.d.Store.UpdateWaiting(ctx, s.ID, b)
 	}
@@ -166,9 +140,7 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 		case <-t.C:
 		}
 		batch := c.admissible()
-		c.mu.Lock()
-		replicas := c.assignReplicas(len(batch))
-		c.mu.Unlock()
+		replicas := priority.AssignReplicas(c.members.liveReplicas(c.cfg.Replicas, c.d.Now()), c.active.load(), len(batch))
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, admitParallel)
 		for i, replica := range replicas {
@@ -185,39 +157,20 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 	}
 }
 
-// assignReplicas returns the replicas for n new trajectories, each the
-// least-loaded live one counting those before it; fewer when none is live.
-// Callers hold c.mu.
-func (c *Coordinator) assignReplicas(n int) []string {
-	return priority.AssignReplicas(c.liveReplicas(), c.replicaLoad(), n)
-}
-
 // admissible returns the waiting samples to admit now, best first.
 func (c *Coordinator) admissible() []*waitingSample {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	free := priority.Admissible(c.limit, len(c.active), c.stalenessRoom())
-	if free == 0 || len(c.waiting) == 0 || c.leastLoaded() == "" {
+	free := priority.Admissible(c.waiting.currentLimit(), c.active.count(), c.stalenessRoom())
+	if free == 0 || c.waiting.count() == 0 || c.leastLoaded(nil) == "" {
 		return nil // full, nothing waiting, or no live replica
 	}
-	facts := make([]priority.Fact, 0, len(c.waiting))
-	for id, w := range c.waiting {
-		facts = append(facts, priority.Fact{TrajID: id, GroupID: w.Sample.GroupID, Family: w.Sample.Family,
-			AdmittedAt: w.ArrivedAt, WaitingSince: w.ArrivedAt, Predicted: w.Predicted})
-	}
-	ranked := c.policy.Rank(facts, c.d.Now())
-	out := make([]*waitingSample, 0, min(free, len(ranked)))
-	for _, f := range ranked[:min(free, len(ranked))] {
-		out = append(out, c.waiting[f.TrajID])
-	}
-	return out
+	return c.waiting.ranked(c.policy, c.d.Now(), free)
 }
 
 // stalenessRoom is priority.StalenessRoom for the current control state and
-// the trajectories admitted so far (finished and active). Callers hold c.mu.
+// the trajectories admitted so far.
 func (c *Coordinator) stalenessRoom() int {
 	ctl := c.controlState()
-	return priority.StalenessRoom(ctl.MaxStaleness, ctl.WeightVersion, c.cfg.TrainBatchSize, c.finished+int64(len(c.active)))
+	return priority.StalenessRoom(ctl.MaxStaleness, ctl.WeightVersion, c.cfg.TrainBatchSize, c.active.admitted())
 }
 
 // admit creates a trajectory for a waiting sample on replica and publishes
@@ -252,15 +205,10 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 		return err
 	}
 	f := factOf(t)
-	c.mu.Lock()
 	f.Predicted = w.Predicted
-	if a := c.active[s.ID]; a != nil {
+	if !c.active.add(s.ID, &activeTraj{fact: f, span: span}) {
 		endSpan(span) // a retry: keep the span of the first try
-	} else {
-		c.active[s.ID] = &activeTraj{fact: f, span: span}
-		c.dirty = true
 	}
-	c.mu.Unlock()
 	n, err := traj.NextOf(t, traj.LowOnly{})
 	if err != nil {
 		return err
@@ -275,9 +223,7 @@ func (c *Coordinator) unwait(ctx context.Context, id string) error {
 	if err := c.d.Store.RemoveWaiting(ctx, id); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	delete(c.waiting, id)
-	c.mu.Unlock()
+	c.waiting.remove(id)
 	return nil
 }
 
@@ -303,10 +249,7 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 	if json.Unmarshal(data, &id) != nil || !schema.ValidID(id.ID) {
 		return nil // nothing to answer to
 	}
-	c.mu.Lock()
-	known := c.waiting[id.ID] != nil || c.active[id.ID] != nil
-	c.mu.Unlock()
-	if known {
+	if c.waiting.has(id.ID) || c.active.has(id.ID) {
 		return nil
 	}
 	switch _, err := c.d.Store.Load(ctx, id.ID, 0); {

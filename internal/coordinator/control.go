@@ -193,17 +193,7 @@ func (c *Coordinator) controlState() schema.Control {
 // pauseProgress sums the reports of live gen-workers paused for epoch (or
 // a later one) and names the live ones that have not reported so.
 func (c *Coordinator) pauseProgress(epoch int64) (schema.PauseReply, []string) {
-	now := c.d.Now()
-	c.mu.Lock()
-	var live []string
-	for replica, ws := range c.beats {
-		for worker, at := range ws {
-			if now.Sub(at) <= c.cfg.ReplicaTimeout {
-				live = append(live, "gen."+replica+"."+worker)
-			}
-		}
-	}
-	c.mu.Unlock()
+	live := c.members.liveGenWorkers(c.d.Now())
 	slices.Sort(live)
 	var reply schema.PauseReply
 	var missing []string

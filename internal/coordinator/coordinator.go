@@ -18,7 +18,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,7 +37,13 @@ import (
 // start-up (or replaced in tests) takes effect.
 func tracer() trace.Tracer { return otel.Tracer("github.com/actloop/actloop/internal/coordinator") }
 
-// Coordinator is the admission, scheduling and bookkeeping service.
+// Coordinator is the admission, scheduling and bookkeeping service. Its
+// state lives in components that each own theirs under their own lock:
+// membership (liveness of the workers), active (the admitted
+// trajectories), waiting (the samples waiting and the admission limit),
+// ctl (weight-sync control), util (slot-use history) and the counters of
+// repair. The HTTP API and the metrics read the view that viewLoop
+// publishes, and take none of those locks.
 type Coordinator struct {
 	cfg     Config
 	d       *service.Deps
@@ -50,39 +56,18 @@ type Coordinator struct {
 
 	wake chan struct{} // admission has something to do
 
-	mu      sync.Mutex
-	active  map[string]*activeTraj
-	waiting map[string]*waitingSample
-	dirty   bool // facts changed since the last snapshot
-	snap    snapshotStats
-	stale   int64                           // predictions dropped as older than what was known
-	beats   map[string]map[string]time.Time // replica -> worker -> last heartbeat seen
-	hearts  map[string]schema.Heartbeat     // worker key -> its last heartbeat
-	limit   int                             // admission limit, adapting between floor and ceiling
-	adapt   adaptState
-	started time.Time
-	moved   int64 // trajectories moved off replicas that went down
-	// republishedTotal counts work messages published again for lack of
-	// progress.
-	republishedTotal int64
-	envSeen          map[string]time.Time // env-worker -> its last heartbeat (or stop)
-	envMoved         int64                // trajectories moved off env-workers that went away
-	// finished counts trajectories whose result was seen, ever (Redis
-	// counters at start, then each result): the staleness bound needs it.
-	finished int64
-	m        *coordMetrics
-	util     []utilSample // slot utilisation, newest last (see sampleUtil)
-}
+	members *membership
+	active  *activeSet
+	waiting *waitingSet
+	snaps   snapshotLog
+	util    utilHistory
+	// Counters of repair: trajectories moved off replicas that went down
+	// and off env-workers that went away; work messages published again
+	// for lack of progress.
+	moved, envMoved, republished atomic.Int64
 
-type activeTraj struct {
-	fact    priority.Fact
-	turnSeq int64      // newest prediction's seq
-	span    trace.Span // nil when admitted before this process started
-	movedAt time.Time  // when moved off a replica that went down
-	// republishedAt is when its pending work message was last published
-	// again (see Config.RepublishAfter); republished counts how often.
-	republishedAt time.Time
-	republished   int
+	view atomic.Pointer[view] // what the HTTP API and the metrics read
+	m    *coordMetrics
 }
 
 // New declares the coordinator's consumers and loads its view of the active
@@ -93,10 +78,8 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 		return nil, fmt.Errorf("ACTLOOP_POLICY: %w", err)
 	}
 	c := &Coordinator{cfg: cfg, d: d, policy: policy, wake: make(chan struct{}, 1),
-		active: map[string]*activeTraj{}, waiting: map[string]*waitingSample{}, dirty: true,
-		beats: map[string]map[string]time.Time{}, started: d.Now(), hearts: map[string]schema.Heartbeat{},
-		envSeen: map[string]time.Time{},
-		limit:   cfg.ActiveFloor(),
+		members: newMembership(cfg.ReplicaTimeout, cfg.EnvWorkerTimeout, d.Now()),
+		active:  newActiveSet(), waiting: newWaitingSet(cfg.ActiveFloor()),
 		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	if cfg.Policy == "fcfs" {
 		c.predict.Timeout = 0 // fcfs needs no predictions
@@ -123,13 +106,14 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	if err := c.initControl(ctx); err != nil {
 		return nil, err
 	}
+	c.publishView(ctx)
 	// Continue the snapshot versions where the last coordinator left them:
 	// workers ignore a version older than the one they hold, whatever the
 	// clock of this host says.
 	for _, r := range cfg.Replicas {
 		if e, err := c.kv.Get(ctx, r); err == nil {
 			if snap, err := priority.DecodeSnapshot(e.Value()); err == nil {
-				c.snap.Version = max(c.snap.Version, snap.Version)
+				c.snaps.continueFrom(snap.Version)
 			}
 		}
 	}
@@ -149,7 +133,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			PullWait: common.PullWait, StopTimeout: common.ShutdownTimeout}
 	}
 	intake := runner("coordinator-samples", c.samples, 8, c.handleSample)
-	intake.Ready = func() bool { return c.waitingCount() < c.cfg.MaxWaiting }
+	intake.Ready = func() bool { return c.waiting.count() < c.cfg.MaxWaiting }
 	g.Go(func() error { return intake.Run(ctx) })
 	g.Go(func() error { return runner("coordinator-results", c.results, 16, c.handleResult).Run(ctx) })
 	g.Go(func() error { return runner("coordinator-events", c.events, 16, c.handleEvent).Run(ctx) })
@@ -157,11 +141,12 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g.Go(func() error { return c.admitLoop(ctx) })
 	g.Go(func() error { return c.snapshotLoop(ctx) })
 	g.Go(func() error { return c.sweep(ctx) })
-	g.Go(func() error { return c.watchHeartbeats(ctx) })
+	g.Go(func() error { return c.members.watch(ctx, c.d.JS, c.d.Now, c.poke) })
 	g.Go(func() error { return c.watchReports(ctx) })
 	g.Go(func() error { return c.serveControlNATS(ctx) })
 	g.Go(func() error { return every(ctx, c.cfg.AdaptInterval, c.adaptLimit) })
 	g.Go(func() error { return every(ctx, utilEvery, c.sampleUtil) })
+	g.Go(func() error { return every(ctx, viewEvery, func() { c.publishView(ctx) }) })
 	g.Go(func() error {
 		return every(ctx, max(c.cfg.ReplicaTimeout/4, 100*time.Millisecond), func() { c.rebalance(ctx) })
 	})
@@ -173,17 +158,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 }
 
 // ActiveCount is the number of admitted, unfinished trajectories.
-func (c *Coordinator) ActiveCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.active)
-}
-
-func (c *Coordinator) waitingCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.waiting)
-}
+func (c *Coordinator) ActiveCount() int { return c.active.count() }
 
 // poke wakes the admission loop.
 func (c *Coordinator) poke() {
@@ -193,41 +168,14 @@ func (c *Coordinator) poke() {
 	}
 }
 
-// leastLoaded returns the live replica with the fewest active trajectories,
-// or "" when none is live. Callers hold c.mu.
-func (c *Coordinator) leastLoaded() string { return c.leastLoadedPlus(nil) }
-
-// leastLoadedPlus is leastLoaded counting extra trajectories per replica.
-// Callers hold c.mu.
-func (c *Coordinator) leastLoadedPlus(extra map[string]int) string {
-	load := c.replicaLoad()
+// leastLoaded returns the live replica with the fewest active trajectories
+// counting extra ones per replica, or "" when none is live.
+func (c *Coordinator) leastLoaded(extra map[string]int) string {
+	load := c.active.load()
 	for r, n := range extra {
 		load[r] += n
 	}
-	return priority.LeastLoaded(c.liveReplicas(), load)
-}
-
-// replicaLoad counts the active trajectories of each replica. Callers hold
-// c.mu.
-func (c *Coordinator) replicaLoad() map[string]int {
-	load := make(map[string]int, len(c.cfg.Replicas))
-	for _, a := range c.active {
-		load[a.fact.Replica]++
-	}
-	return load
-}
-
-// liveReplicas lists the configured replicas that are live now, in
-// configuration order. Callers hold c.mu.
-func (c *Coordinator) liveReplicas() []string {
-	now := c.d.Now()
-	var live []string
-	for _, r := range c.cfg.Replicas {
-		if c.live(r, now) {
-			live = append(live, r)
-		}
-	}
-	return live
+	return priority.LeastLoaded(c.members.liveReplicas(c.cfg.Replicas, c.d.Now()), load)
 }
 
 // every runs f every d until ctx ends.

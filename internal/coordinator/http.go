@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"time"
 
 	"github.com/actloop/actloop/pkg/schema"
 
@@ -75,21 +76,18 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Control = c.controlState()
-	load := map[string]int{}
-	c.mu.Lock()
-	st.Active, st.MaxActive = len(c.active), c.limit
+	now := c.d.Now()
+	load := c.active.load()
+	st.Active, st.MaxActive = c.active.count(), c.waiting.currentLimit()
 	st.StalenessRoom = c.stalenessRoom()
-	st.Queued += uint64(len(c.waiting))
-	for _, a := range c.active {
-		load[a.fact.Replica]++
-	}
-	st.Snapshot, st.StalePredictions, st.Moved, st.Republished, st.EnvMoved = c.snap, c.stale, c.moved, c.republishedTotal, c.envMoved
+	st.Queued += uint64(c.waiting.count())
+	st.Snapshot, st.StalePredictions = c.snaps.get(), c.active.stalePredictions()
+	st.Moved, st.Republished, st.EnvMoved = c.moved.Load(), c.republished.Load(), c.envMoved.Load()
 	live := map[string]bool{}
-	for _, r := range c.cfg.Replicas {
-		live[r] = c.live(r, c.d.Now())
+	for _, r := range c.members.liveReplicas(c.cfg.Replicas, now) {
+		live[r] = true
 	}
-	busy := c.busyLocked(c.d.Now())
-	c.mu.Unlock()
+	busy := c.members.busy(now)
 	if !st.Snapshot.At.IsZero() {
 		st.SnapshotAgeS = c.d.Now().Sub(st.Snapshot.At).Seconds()
 	}
@@ -112,6 +110,36 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
+// viewEvery is how often the view the HTTP API reads is published, and
+// viewTimeout bounds the NATS and Redis calls of one.
+const (
+	viewEvery   = time.Second
+	viewTimeout = 5 * time.Second
+)
+
+// view is the coordinator as the HTTP API and the metrics see it: built by
+// publishView from the components, read without taking their locks.
+type view struct {
+	status Status
+	err    error // the status could not be read (NATS or Redis away)
+	util   []utilSample
+}
+
+// publishView builds the view from the components and publishes it; a
+// status that cannot be read keeps the last one with the error.
+func (c *Coordinator) publishView(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, viewTimeout)
+	defer cancel()
+	v := &view{util: c.util.samples()}
+	v.status, v.err = c.Status(ctx)
+	if v.err != nil {
+		if old := c.view.Load(); old != nil {
+			v.status = old.status
+		}
+	}
+	c.view.Store(v)
+}
+
 // Handler serves the status page at /, /v1/status, the trainer API (POST
 // /v1/pause, POST /v1/resume, GET /v1/control), /healthz, /readyz and
 // /metrics.
@@ -125,13 +153,13 @@ func (c *Coordinator) Handler() http.Handler {
 	}
 	mux.Handle("GET /{$}", read(c.servePage))
 	mux.Handle("GET /v1/status", read(func(w http.ResponseWriter, r *http.Request) {
-		st, err := c.Status(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		v := c.view.Load()
+		if v.err != nil {
+			http.Error(w, v.err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(st)
+		_ = json.NewEncoder(w).Encode(v.status)
 	}))
 	mux.Handle("POST /v1/pause", bearer(c.cfg.APIToken, c.handleControl("pause")))
 	mux.Handle("POST /v1/resume", bearer(c.cfg.APIToken, c.handleControl("resume")))

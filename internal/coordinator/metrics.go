@@ -33,11 +33,7 @@ func (c *Coordinator) registerMetrics() *metrics.Scope {
 		duration:  metrics.Histogram(reg, "actloop_trajectory_seconds", nil),
 		staleness: metrics.Histogram(reg, "actloop_staleness_versions", nil, 0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
 	}
-	metrics.CounterFunc(reg, "actloop_republished_total", nil, func() float64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return float64(c.republishedTotal)
-	})
+	metrics.CounterFunc(reg, "actloop_republished_total", nil, func() float64 { return float64(c.republished.Load()) })
 	reg.MustRegister(&collector{c: c})
 	return reg
 }
@@ -84,9 +80,6 @@ var (
 	queueStreams = []string{schema.StreamSamples, bus.StreamGen, bus.StreamEnv}
 )
 
-// scrapeTimeout bounds the JetStream calls of one scrape.
-const scrapeTimeout = 5 * time.Second
-
 func (k *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descActive, descLimit, descWaiting, descUp, descReplica, descDepth, descAge,
 		descPaused, descVersion, descMoved} {
@@ -95,17 +88,15 @@ func (k *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (k *collector) Collect(ch chan<- prometheus.Metric) {
-	c := k.c
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
-	defer cancel()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(descActive, err)
+	v := k.c.view.Load()
+	if v.err != nil {
+		ch <- prometheus.NewInvalidMetric(descActive, v.err)
 		return
 	}
+	st := v.status
 	gauge(descActive, float64(st.Active))
 	gauge(descLimit, float64(st.MaxActive))
 	gauge(descWaiting, float64(st.Queued))

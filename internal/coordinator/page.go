@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,34 +26,39 @@ type utilSample struct {
 	Used map[string]float64 // replica -> busy / slots, 0..1
 }
 
-// busyLocked sums the running generations of each replica's gen-workers
-// heard from within ReplicaTimeout; callers hold c.mu.
-func (c *Coordinator) busyLocked(now time.Time) map[string]int {
-	busy := map[string]int{}
-	for _, h := range c.hearts {
-		if at, ok := c.beats[h.Replica][h.Worker]; ok && now.Sub(at) <= c.cfg.ReplicaTimeout {
-			busy[h.Replica] += h.Running
-		}
+// utilHistory keeps the slot utilisation of the last minutes, under its
+// own lock.
+type utilHistory struct {
+	mu  sync.Mutex
+	buf []utilSample // newest last
+}
+
+func (h *utilHistory) add(s utilSample) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.buf = append(h.buf, s)
+	if len(h.buf) > utilKeep {
+		h.buf = append(h.buf[:0], h.buf[len(h.buf)-utilKeep:]...)
 	}
-	return busy
+}
+
+func (h *utilHistory) samples() []utilSample {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.buf)
 }
 
 // sampleUtil records the slot utilisation of every configured replica.
 func (c *Coordinator) sampleUtil() {
 	now := c.d.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	busy := c.busyLocked(now)
+	busy := c.members.busy(now)
 	s := utilSample{At: now, Used: map[string]float64{}}
 	for _, r := range c.cfg.Replicas {
 		if c.cfg.Slots > 0 {
 			s.Used[r] = min(float64(busy[r])/float64(c.cfg.Slots), 1)
 		}
 	}
-	c.util = append(c.util, s)
-	if len(c.util) > utilKeep {
-		c.util = append(c.util[:0], c.util[len(c.util)-utilKeep:]...)
-	}
+	c.util.add(s)
 }
 
 //go:embed page.html
@@ -82,10 +89,7 @@ type chartLine struct {
 
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
 
-func (c *Coordinator) chart() chart {
-	c.mu.Lock()
-	samples := append([]utilSample(nil), c.util...)
-	c.mu.Unlock()
+func (c *Coordinator) chart(samples []utilSample) chart {
 	ch := chart{Width: 720, Height: 200, Span: (utilEvery * utilKeep).String()}
 	replicas := append([]string(nil), c.cfg.Replicas...)
 	sort.Strings(replicas)
@@ -108,18 +112,19 @@ func (c *Coordinator) chart() chart {
 // it, and the slot utilisation of the last minutes. It is one HTML page
 // with no scripts and no external assets, and reloads itself.
 func (c *Coordinator) servePage(w http.ResponseWriter, r *http.Request) {
-	st, err := c.Status(r.Context())
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	v := c.view.Load()
+	if v.err != nil {
+		http.Error(w, v.err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	st := v.status
 	finished := make([]string, 0, len(st.Finished))
 	for k := range st.Finished {
 		finished = append(finished, k)
 	}
 	sort.Strings(finished)
 	var b bytes.Buffer
-	err = pageTmpl.Execute(&b, map[string]any{"S": st, "Chart": c.chart(), "FinishedKeys": finished,
+	err := pageTmpl.Execute(&b, map[string]any{"S": st, "Chart": c.chart(v.util), "FinishedKeys": finished,
 		"Now": c.d.Now().UTC().Format(time.RFC3339), "Refresh": int(utilEvery.Seconds())})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

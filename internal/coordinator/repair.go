@@ -29,14 +29,7 @@ func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
 	if was {
 		c.observeResult(r)
 	}
-	c.mu.Lock()
-	if was {
-		c.finished++
-	}
-	a := c.active[r.TrajID]
-	delete(c.active, r.TrajID)
-	c.dirty = true
-	c.mu.Unlock()
+	a := c.active.remove(r.TrajID, was)
 	c.poke()
 	if a != nil && a.span != nil {
 		a.span.SetAttributes(attribute.String("status", r.Status), attribute.Float64("reward", r.Reward),
@@ -149,16 +142,10 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 // would be dropped by the stream's duplicate window); the seq check makes
 // it harmless when the first was not lost after all.
 func (c *Coordinator) republish(ctx context.Context, id string, updatedAt, now time.Time) {
-	c.mu.Lock()
-	a := c.active[id]
-	if a == nil || now.Sub(a.republishedAt) <= c.cfg.RepublishAfter {
-		c.mu.Unlock()
+	n, due := c.active.republishDue(id, now, c.cfg.RepublishAfter)
+	if !due {
 		return
 	}
-	a.republishedAt = now
-	a.republished++
-	n := a.republished
-	c.mu.Unlock()
 	t, err := c.d.Store.Load(ctx, id, 0)
 	if err != nil {
 		c.d.Log.Warn("republish", "traj_id", id, "error", err)
@@ -174,9 +161,7 @@ func (c *Coordinator) republish(ctx context.Context, id string, updatedAt, now t
 	if err := traj.Publish(ctx, c.d.Pub, t.Trace, next); err != nil {
 		c.d.Log.Warn("republish", "traj_id", id, "error", err)
 	}
-	c.mu.Lock()
-	c.republishedTotal++
-	c.mu.Unlock()
+	c.republished.Add(1)
 }
 
 // forget drops a trajectory whose state is gone from the active set.
@@ -185,10 +170,7 @@ func (c *Coordinator) forget(ctx context.Context, id string) {
 		c.d.Log.Warn("forget", "traj_id", id, "error", err)
 		return
 	}
-	c.mu.Lock()
-	delete(c.active, id)
-	c.dirty = true
-	c.mu.Unlock()
+	c.active.remove(id, false)
 	c.poke()
 }
 
@@ -200,12 +182,7 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 		every4 = min(every4, c.cfg.RepublishAfter)
 	}
 	return every(ctx, max(every4/4, 250*time.Millisecond), func() {
-		c.mu.Lock()
-		ids := make([]string, 0, len(c.active))
-		for id := range c.active {
-			ids = append(ids, id)
-		}
-		c.mu.Unlock()
+		ids := c.active.ids()
 		prog, err := c.d.Store.Progress(ctx, ids)
 		if err != nil {
 			c.d.Log.Warn("stall sweep", "error", err)

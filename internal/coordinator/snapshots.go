@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,31 +21,47 @@ type snapshotStats struct {
 	Published int64          `json:"published"`
 }
 
+// snapshotLog remembers the snapshots published, under its own lock.
+type snapshotLog struct {
+	mu   sync.Mutex
+	last snapshotStats
+}
+
+// continueFrom makes the next version follow v (a previous leader's).
+func (l *snapshotLog) continueFrom(v int64) {
+	l.mu.Lock()
+	l.last.Version = max(l.last.Version, v)
+	l.mu.Unlock()
+}
+
+func (l *snapshotLog) get() snapshotStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
+}
+
+// nextVersion is a version above every one published, increasing across
+// restarts too.
+func (l *snapshotLog) nextVersion(now time.Time) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(now.UnixNano(), l.last.Version+1)
+}
+
+func (l *snapshotLog) published(version int64, at time.Time, high map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last = snapshotStats{Version: version, At: at, High: high, Published: l.last.Published + 1}
+}
+
 // handlePrediction updates the live view with a gen-worker's prediction,
-// dropping one older than what is already known of the trajectory. A
-// prediction for a newer turn also says which replica ran it.
+// dropping one older than what is already known of the trajectory.
 func (c *Coordinator) handlePrediction(_ context.Context, m jetstream.Msg) error {
 	p, err := schema.Decode[schema.Prediction](m.Data())
 	if err != nil {
 		return bus.Malformed(fmt.Errorf("prediction: %w", err))
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	a := c.active[p.TrajID]
-	if a == nil {
-		return nil // finished meanwhile
-	}
-	if p.TurnSeq < a.turnSeq {
-		c.stale++
-		return nil
-	}
-	if p.TurnSeq > a.turnSeq && p.Replica != "" {
-		a.fact.Replica = p.Replica // a newer turn ran there: stolen by that replica
-	}
-	a.turnSeq = p.TurnSeq
-	a.fact.Predicted, a.fact.Turns, a.fact.Tokens = p.RemainingTokens, p.Turns, p.GenTokens
-	a.fact.WaitingSince = p.At
-	c.dirty = true
+	c.active.predicted(p)
 	return nil
 }
 
@@ -54,28 +71,20 @@ func (c *Coordinator) handlePrediction(_ context.Context, m jetstream.Msg) error
 func (c *Coordinator) snapshotLoop(ctx context.Context) error {
 	refresh := max(5*c.cfg.SnapshotInterval, 2*time.Second)
 	return every(ctx, c.cfg.SnapshotInterval, func() {
-		c.mu.Lock()
-		due := c.dirty || c.d.Now().Sub(c.snap.At) >= refresh
-		c.mu.Unlock()
-		if due {
-			if err := c.publishSnapshots(ctx); err != nil && ctx.Err() == nil {
-				c.d.Log.Warn("publish priority snapshots", "error", err)
-			}
+		facts, due := c.active.facts(c.d.Now().Sub(c.snaps.get().At) >= refresh)
+		if !due {
+			return
+		}
+		if err := c.publishSnapshots(ctx, facts); err != nil && ctx.Err() == nil {
+			c.active.touch() // try again next time
+			c.d.Log.Warn("publish priority snapshots", "error", err)
 		}
 	})
 }
 
-func (c *Coordinator) publishSnapshots(ctx context.Context) error {
+func (c *Coordinator) publishSnapshots(ctx context.Context, facts []priority.Fact) error {
 	now := c.d.Now()
-	c.mu.Lock()
-	facts := make([]priority.Fact, 0, len(c.active))
-	for _, a := range c.active {
-		facts = append(facts, a.fact)
-	}
-	version := max(now.UnixNano(), c.snap.Version+1) // increasing across restarts too
-	c.dirty = false
-	c.mu.Unlock()
-
+	version := c.snaps.nextVersion(now)
 	snaps := priority.Snapshots(c.policy, facts, c.cfg.highSlots(), version, now)
 	high := map[string]int{}
 	for _, r := range c.cfg.Replicas {
@@ -88,15 +97,10 @@ func (c *Coordinator) publishSnapshots(ctx context.Context) error {
 			return err
 		}
 		if _, err := c.kv.Put(ctx, r, b); err != nil {
-			c.mu.Lock()
-			c.dirty = true
-			c.mu.Unlock()
 			return fmt.Errorf("snapshot of %s: %w", r, err)
 		}
 		high[r] = len(s.High)
 	}
-	c.mu.Lock()
-	c.snap = snapshotStats{Version: version, At: now, High: high, Published: c.snap.Published + 1}
-	c.mu.Unlock()
+	c.snaps.published(version, now, high)
 	return nil
 }

@@ -1,0 +1,233 @@
+package coordinator
+
+import (
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// activeSet is the admitted, unfinished trajectories and what scheduling
+// knows of each (its priority.Fact). It owns them under its own lock; every
+// method is one short critical section.
+type activeSet struct {
+	mu       sync.Mutex
+	m        map[string]*activeTraj
+	dirty    bool  // facts changed since the last snapshot
+	stale    int64 // predictions dropped as older than what was known
+	finished int64 // trajectories whose result was seen, ever
+}
+
+type activeTraj struct {
+	fact    priority.Fact
+	turnSeq int64      // newest prediction's seq
+	span    trace.Span // nil when admitted before this process started
+	movedAt time.Time  // when moved off a replica that went down
+	// republishedAt is when its pending work message was last published
+	// again (see Config.RepublishAfter); republished counts how often.
+	republishedAt time.Time
+	republished   int
+}
+
+func newActiveSet() *activeSet {
+	return &activeSet{m: map[string]*activeTraj{}, dirty: true}
+}
+
+// add records an admitted trajectory; it reports false, changing nothing,
+// when id is active already.
+func (s *activeSet) add(id string, a *activeTraj) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[id] != nil {
+		return false
+	}
+	s.m[id] = a
+	s.dirty = true
+	return true
+}
+
+// remove forgets id, counting it finished when counted; it returns what
+// was known of it (nil when it was not active).
+func (s *activeSet) remove(id string, counted bool) *activeTraj {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if counted {
+		s.finished++
+	}
+	a := s.m[id]
+	delete(s.m, id)
+	s.dirty = true
+	return a
+}
+
+// countFinished adds n trajectories finished before this process started.
+func (s *activeSet) countFinished(n int64) {
+	s.mu.Lock()
+	s.finished += n
+	s.mu.Unlock()
+}
+
+func (s *activeSet) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id] != nil
+}
+
+func (s *activeSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// admitted is how many trajectories were admitted so far: finished and
+// active.
+func (s *activeSet) admitted() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finished + int64(len(s.m))
+}
+
+func (s *activeSet) ids() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.m))
+	for id := range s.m {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// load counts the active trajectories of each replica.
+func (s *activeSet) load() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	load := map[string]int{}
+	for _, a := range s.m {
+		load[a.fact.Replica]++
+	}
+	return load
+}
+
+// onReplicas returns the active trajectories on replicas that dead says
+// are down, with the replica of each.
+func (s *activeSet) onReplicas(down func(replica string) bool) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	for id, a := range s.m {
+		if a.fact.Replica != "" && down(a.fact.Replica) {
+			out[id] = a.fact.Replica
+		}
+	}
+	return out
+}
+
+// moved records that id moved to replica at now; it reports whether id is
+// still active.
+func (s *activeSet) moved(id, replica string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.m[id]
+	if a == nil {
+		return false
+	}
+	a.fact.Replica, a.movedAt = replica, now
+	s.dirty = true
+	return true
+}
+
+// movedSince lists the trajectories moved off a replica since t.
+func (s *activeSet) movedSince(t time.Time) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, a := range s.m {
+		if !a.movedAt.IsZero() && !a.movedAt.Before(t) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// siblingPrediction is a prediction known for a group member that has no
+// history of its own yet, which its siblings share; 0 when none.
+func (s *activeSet) siblingPrediction(group string) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.m {
+		if a.fact.GroupID == group && a.fact.Predicted > 0 && a.fact.Turns == 0 {
+			return a.fact.Predicted
+		}
+	}
+	return 0
+}
+
+// predicted applies a gen-worker's prediction, dropping one older than
+// what is known of the trajectory. A prediction for a newer turn also says
+// which replica ran it.
+func (s *activeSet) predicted(p schema.Prediction) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.m[p.TrajID]
+	if a == nil {
+		return // finished meanwhile
+	}
+	if p.TurnSeq < a.turnSeq {
+		s.stale++
+		return
+	}
+	if p.TurnSeq > a.turnSeq && p.Replica != "" {
+		a.fact.Replica = p.Replica // a newer turn ran there: stolen by that replica
+	}
+	a.turnSeq = p.TurnSeq
+	a.fact.Predicted, a.fact.Turns, a.fact.Tokens = p.RemainingTokens, p.Turns, p.GenTokens
+	a.fact.WaitingSince = p.At
+	s.dirty = true
+}
+
+// republishDue reports whether id's pending work message may be published
+// again at now (not within after of the last time), and if so records it
+// and returns how many times it was.
+func (s *activeSet) republishDue(id string, now time.Time, after time.Duration) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.m[id]
+	if a == nil || now.Sub(a.republishedAt) <= after {
+		return 0, false
+	}
+	a.republishedAt = now
+	a.republished++
+	return a.republished, true
+}
+
+// facts returns every active trajectory's fact for a snapshot when due
+// (dirty, or force) and marks the set clean.
+func (s *activeSet) facts(force bool) ([]priority.Fact, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.dirty && !force {
+		return nil, false
+	}
+	facts := make([]priority.Fact, 0, len(s.m))
+	for _, a := range s.m {
+		facts = append(facts, a.fact)
+	}
+	s.dirty = false
+	return facts, true
+}
+
+// touch marks the facts changed (a snapshot that was not published).
+func (s *activeSet) touch() {
+	s.mu.Lock()
+	s.dirty = true
+	s.mu.Unlock()
+}
+
+func (s *activeSet) stalePredictions() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stale
+}

@@ -1,0 +1,171 @@
+package coordinator
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// membership knows which gen-workers and env-workers are alive, from their
+// heartbeats in NATS KV. Liveness is judged by when a heartbeat arrived
+// here, so clocks on other hosts do not matter. It owns its state under its
+// own lock.
+type membership struct {
+	replicaTimeout, envTimeout time.Duration
+	started                    time.Time
+
+	mu      sync.Mutex
+	beats   map[string]map[string]time.Time // replica -> worker -> last heartbeat seen
+	hearts  map[string]schema.Heartbeat     // "gen.<replica>.<worker>" -> its last heartbeat
+	envSeen map[string]time.Time            // env-worker -> its last heartbeat (or stop)
+}
+
+func newMembership(replicaTimeout, envTimeout time.Duration, started time.Time) *membership {
+	return &membership{replicaTimeout: replicaTimeout, envTimeout: envTimeout, started: started,
+		beats: map[string]map[string]time.Time{}, hearts: map[string]schema.Heartbeat{}, envSeen: map[string]time.Time{}}
+}
+
+// watch follows the heartbeats bucket until ctx ends; changed is called
+// after each gen-worker heartbeat or departure.
+func (m *membership) watch(ctx context.Context, js jetstream.JetStream, now func() time.Time, changed func()) error {
+	return bus.WatchKV(ctx, js, bus.BucketHeartbeats, func(e jetstream.KeyValueEntry, initial bool) {
+		at := now()
+		if id, ok := strings.CutPrefix(e.Key(), "env."); ok {
+			if initial && at.Sub(e.Created()) > m.envTimeout {
+				at = e.Created() // an old entry: not a sign of life
+			}
+			// A removed entry (the worker stopped) counts as its last sign
+			// of life: it may come back under the same id within
+			// EnvWorkerTimeout and keep its sandboxes.
+			m.mu.Lock()
+			m.envSeen[id] = at
+			m.mu.Unlock()
+			return
+		}
+		parts := strings.SplitN(e.Key(), ".", 3)
+		if len(parts) != 3 || parts[0] != "gen" {
+			return
+		}
+		replica, worker := parts[1], parts[2]
+		m.mu.Lock()
+		if e.Operation() == jetstream.KeyValuePut {
+			if h, err := schema.Decode[schema.Heartbeat](e.Value()); err == nil {
+				if m.beats[replica] == nil {
+					m.beats[replica] = map[string]time.Time{}
+				}
+				if initial && at.Sub(e.Created()) > m.replicaTimeout {
+					// An old entry, perhaps of a worker that died without
+					// removing its key: not a sign of life. (A live worker's
+					// next beat arrives as an update.)
+					at = e.Created()
+				}
+				m.beats[replica][worker] = at
+				m.hearts[e.Key()] = h
+			}
+		} else {
+			if ws := m.beats[replica]; ws != nil {
+				delete(ws, worker) // the worker stopped
+			}
+			delete(m.hearts, e.Key())
+		}
+		m.mu.Unlock()
+		changed()
+	})
+}
+
+// liveLocked reports whether replica has a gen-worker whose heartbeat is
+// recent. A replica never heard from is live during the first
+// replicaTimeout after start, while its workers come up.
+func (m *membership) liveLocked(replica string, now time.Time) bool {
+	ws, heard := m.beats[replica]
+	if !heard {
+		return now.Sub(m.started) < m.replicaTimeout
+	}
+	for _, at := range ws {
+		if now.Sub(at) <= m.replicaTimeout {
+			return true
+		}
+	}
+	return false
+}
+
+// live reports whether replica is live now (see liveLocked).
+func (m *membership) live(replica string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.liveLocked(replica, now)
+}
+
+// liveReplicas lists the replicas of all that are live now, in their order.
+func (m *membership) liveReplicas(all []string, now time.Time) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var live []string
+	for _, r := range all {
+		if m.liveLocked(r, now) {
+			live = append(live, r)
+		}
+	}
+	return live
+}
+
+// genWorkers returns the heartbeats of the gen-workers heard from within
+// replicaTimeout, by key "gen.<replica>.<worker>".
+func (m *membership) genWorkers(now time.Time) map[string]schema.Heartbeat {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]schema.Heartbeat, len(m.hearts))
+	for key, h := range m.hearts {
+		if at, ok := m.beats[h.Replica][h.Worker]; ok && now.Sub(at) <= m.replicaTimeout {
+			out[key] = h
+		}
+	}
+	return out
+}
+
+// liveGenWorkers names the gen-workers whose heartbeat is recent, as
+// "gen.<replica>.<worker>" (the key of their pause reports).
+func (m *membership) liveGenWorkers(now time.Time) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var live []string
+	for replica, ws := range m.beats {
+		for worker, at := range ws {
+			if now.Sub(at) <= m.replicaTimeout {
+				live = append(live, "gen."+replica+"."+worker)
+			}
+		}
+	}
+	return live
+}
+
+// busy sums the running generations of each replica's live gen-workers.
+func (m *membership) busy(now time.Time) map[string]int {
+	busy := map[string]int{}
+	for _, h := range m.genWorkers(now) {
+		busy[h.Replica] += h.Running
+	}
+	return busy
+}
+
+// envWorkers splits the env-workers heard from into the dead (not heard
+// from for envTimeout) and the live, each live one with a count of 0.
+func (m *membership) envWorkers(now time.Time) (dead map[string]bool, live map[string]int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dead, live = map[string]bool{}, map[string]int{}
+	for id, at := range m.envSeen {
+		if now.Sub(at) > m.envTimeout {
+			dead[id] = true
+		} else {
+			live[id] = 0
+		}
+	}
+	return dead, live
+}

@@ -1,0 +1,131 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// waitingSample is a sample taken in from the stream and waiting for
+// admission; it is stored in Redis so a restarted coordinator keeps it.
+type waitingSample struct {
+	Sample    schema.Sample `json:"sample"`
+	ArrivedAt time.Time     `json:"arrived_at"`
+	// Predicted is the remaining tokens from predictor-gw or a sibling; 0 =
+	// unknown. Stored with the entry, so a restarted coordinator keeps it.
+	Predicted float64 `json:"predicted,omitempty"`
+}
+
+// waitingSet is the samples waiting for admission and the admission limit,
+// which adapts between a floor and a ceiling. It owns them under its own
+// lock.
+type waitingSet struct {
+	mu    sync.Mutex
+	m     map[string]*waitingSample
+	limit int
+	// generated and reprefilled are the gen-workers' counters at the last
+	// adaptation, by worker key.
+	generated, reprefilled map[string]int64
+}
+
+func newWaitingSet(limit int) *waitingSet {
+	return &waitingSet{m: map[string]*waitingSample{}, limit: limit,
+		generated: map[string]int64{}, reprefilled: map[string]int64{}}
+}
+
+// add records w under id unless it is waiting already; it reports whether
+// it added.
+func (s *waitingSet) add(id string, w *waitingSample) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[id] != nil {
+		return false
+	}
+	s.m[id] = w
+	return true
+}
+
+func (s *waitingSet) remove(id string) {
+	s.mu.Lock()
+	delete(s.m, id)
+	s.mu.Unlock()
+}
+
+func (s *waitingSet) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id] != nil
+}
+
+func (s *waitingSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// siblingPrediction is a prediction known for a waiting sample of group;
+// 0 when none.
+func (s *waitingSet) siblingPrediction(group string) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.m {
+		if w.Sample.GroupID == group && w.Predicted > 0 {
+			return w.Predicted
+		}
+	}
+	return 0
+}
+
+// predicted records w's predicted length and returns the entry to store.
+func (s *waitingSet) predicted(w *waitingSample, remaining float64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.Predicted = remaining
+	return json.Marshal(w)
+}
+
+// ranked returns the best n waiting samples by policy at now.
+func (s *waitingSet) ranked(policy priority.Policy, now time.Time, n int) []*waitingSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	facts := make([]priority.Fact, 0, len(s.m))
+	for id, w := range s.m {
+		facts = append(facts, priority.Fact{TrajID: id, GroupID: w.Sample.GroupID, Family: w.Sample.Family,
+			AdmittedAt: w.ArrivedAt, WaitingSince: w.ArrivedAt, Predicted: w.Predicted})
+	}
+	ranked := policy.Rank(facts, now)
+	out := make([]*waitingSample, 0, min(n, len(ranked)))
+	for _, f := range ranked[:min(n, len(ranked))] {
+		out = append(out, s.m[f.TrajID])
+	}
+	return out
+}
+
+func (s *waitingSet) currentLimit() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limit
+}
+
+// adapt moves the limit by priority.NextLimit over the gen-workers' counters
+// since the last call (workers by key); active is how many trajectories are
+// active. It returns the load seen and the limit before and after.
+func (s *waitingSet) adapt(workers map[string]schema.Heartbeat, active, floor, ceiling int, reprefillLimit float64) (priority.Load, int, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var l priority.Load
+	for key, h := range workers {
+		l.Slots += h.Slots
+		l.Running += h.Running
+		l.Generated += priority.Grown(h.GeneratedTokens, s.generated[key])
+		l.Reprefilled += priority.Grown(h.ReprefilledTokens, s.reprefilled[key])
+		s.generated[key], s.reprefilled[key] = h.GeneratedTokens, h.ReprefilledTokens
+	}
+	binding := len(s.m) > 0 && active >= s.limit
+	from := s.limit
+	s.limit = priority.NextLimit(s.limit, floor, ceiling, l, binding, reprefillLimit)
+	return l, from, s.limit
+}
