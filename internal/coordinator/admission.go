@@ -265,10 +265,10 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 		id.Family = ""
 	}
 	now := c.d.Now().UTC()
-	r := schema.Result{V: schema.Version, TrajID: id.ID, SampleID: id.ID, GroupID: id.GroupID, GroupIndex: id.GroupIndex,
-		GroupSize: id.GroupSize, Family: id.Family, Status: schema.StatusFallback, Reason: "rejected: " + reason.Error(),
-		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{},
-		MinVersion: -1, MaxVersion: -1, AdmittedAt: now, FinishedAt: now}
+	r := schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id.ID, SampleID: id.ID, GroupID: id.GroupID,
+		GroupIndex: id.GroupIndex, GroupSize: id.GroupSize, Family: id.Family, Status: schema.StatusFallback,
+		Reason: "rejected: " + reason.Error(), MinVersion: -1, MaxVersion: -1, AdmittedAt: now, FinishedAt: now},
+		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{}}
 	c.d.Log.Warn("sample rejected with a fallback result", "traj_id", id.ID, "reason", reason)
 	if err := c.d.Pub.Publish(ctx, schema.SubjectResults, schema.MsgID(id.ID, 0, "rejected"), r); err != nil {
 		return err

@@ -177,9 +177,9 @@ func TestGroupDoneOncePerGroup(t *testing.T) {
 func TestGroupDoneAfterCoordinatorCrash(t *testing.T) {
 	e := newEnv(t, 1)
 	result := func(id, group string, index, size int) schema.Result {
-		return schema.Result{V: schema.Version, TrajID: id, SampleID: id, GroupID: group, GroupIndex: index,
-			GroupSize: size, Status: schema.StatusFallback, Reason: "test", Tokens: []int32{}, Logprobs: []float32{},
-			LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{}, MinVersion: -1, MaxVersion: -1}
+		return schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id, SampleID: id, GroupID: group,
+			GroupIndex: index, GroupSize: size, Status: schema.StatusFallback, Reason: "test", MinVersion: -1, MaxVersion: -1},
+			Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{}}
 	}
 	// What the crashed coordinators left: members recorded, "sent" also
 	// marked published; results still in the stream, unacked.

@@ -18,7 +18,6 @@ package envworker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -120,28 +119,10 @@ func (w *Worker) Run(ctx context.Context) error {
 // not heard from for the coordinator's ACTLOOP_ENV_WORKER_TIMEOUT loses its
 // trajectories to live ones.
 func (w *Worker) heartbeat(ctx context.Context) error {
-	kv, err := w.d.JS.KeyValue(ctx, bus.BucketHeartbeats)
-	if err != nil {
-		return fmt.Errorf("kv %s: %w", bus.BucketHeartbeats, err)
-	}
-	key := bus.EnvHeartbeatKey(w.cfg.ID)
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		h := schema.Heartbeat{V: schema.Version, Worker: w.cfg.ID, Slots: w.cfg.Slots, At: w.d.Now().UTC()}
-		b, _ := json.Marshal(h)
-		if _, err := kv.Put(ctx, key, b); err != nil && ctx.Err() == nil {
-			w.d.Log.Warn("heartbeat", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = kv.Delete(dctx, key)
-			return nil
-		case <-t.C:
-		}
-	}
+	return service.Heartbeat(ctx, w.d.JS, bus.EnvHeartbeatKey(w.cfg.ID), w.cfg.HeartbeatInterval, nil,
+		func() (schema.Heartbeat, bool) {
+			return schema.Heartbeat{V: schema.Version, Worker: w.cfg.ID, Slots: w.cfg.Slots, At: w.d.Now().UTC()}, true
+		}, w.d.Log)
 }
 
 // realBackend builds the backend that runs real commands (samples with

@@ -274,56 +274,16 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 }
 
 // heartbeat keeps the worker's entry in the heartbeats bucket fresh until
-// ctx ends, then removes it so the coordinator knows at once.
+// ctx ends; while the replica's server is down there is no entry, so the
+// coordinator moves the replica's work at once.
 func (w *Worker) heartbeat(ctx context.Context) error {
-	kv, err := w.d.JS.KeyValue(ctx, bus.BucketHeartbeats)
-	if err != nil {
-		return fmt.Errorf("kv %s: %w", bus.BucketHeartbeats, err)
-	}
-	key := "gen." + w.cfg.Replica + "." + w.id
-	beat := func() {
-		st := w.tracker.stats()
-		h := schema.Heartbeat{V: schema.Version, Worker: w.id, Replica: w.cfg.Replica, Slots: w.cfg.Slots,
-			Running: int(st.Running), GeneratedTokens: st.GeneratedTokens, ReprefilledTokens: st.ReprefilledTokens,
-			At: w.d.Now().UTC()}
-		b, _ := json.Marshal(h)
-		if _, err := kv.Put(ctx, key, b); err != nil && ctx.Err() == nil {
-			w.d.Log.Warn("heartbeat", "error", err)
-		}
-	}
-	removed := false // the entry was removed while down
-	if !w.health.isDown() {
-		beat()
-	}
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = kv.Delete(dctx, key)
-			return nil
-		case <-t.C:
-		case <-w.health.changed:
-		}
-		if !w.health.isDown() {
-			beat()
-			removed = false
-			continue
-		}
-		if removed {
-			continue
-		}
-		// Down: no entry, so the coordinator moves the replica's work at once.
-		if err := kv.Delete(ctx, key); err != nil {
-			if ctx.Err() == nil {
-				w.d.Log.Warn("heartbeat: remove entry", "error", err)
-			}
-			continue
-		}
-		removed = true
-	}
+	return service.Heartbeat(ctx, w.d.JS, "gen."+w.cfg.Replica+"."+w.id, w.cfg.HeartbeatInterval, w.health.changed,
+		func() (schema.Heartbeat, bool) {
+			st := w.tracker.stats()
+			return schema.Heartbeat{V: schema.Version, Worker: w.id, Replica: w.cfg.Replica, Slots: w.cfg.Slots,
+				Running: int(st.Running), GeneratedTokens: st.GeneratedTokens, ReprefilledTokens: st.ReprefilledTokens,
+				At: w.d.Now().UTC()}, !w.health.isDown()
+		}, w.d.Log)
 }
 
 // Stats reports the worker's preemption counters.

@@ -92,15 +92,15 @@ func TestOracleConformance(t *testing.T) {
 func observe(t testing.TB, h *predict.History, rs ...schema.Result) {
 	t.Helper()
 	for _, r := range rs {
-		if err := h.Observe(context.Background(), r.Head()); err != nil {
+		if err := h.Observe(context.Background(), r.ResultHead); err != nil {
 			t.Fatalf("Observe(%s): %v", r.TrajID, err)
 		}
 	}
 }
 
 func result(id, group, family string, tokens, turns int) schema.Result {
-	return schema.Result{V: schema.Version, TrajID: id, GroupID: group, Family: family,
-		Status: schema.StatusCompleted, GenTokens: tokens, Turns: turns}
+	return schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id, GroupID: group, Family: family,
+		Status: schema.StatusCompleted, GenTokens: tokens, Turns: turns}}
 }
 
 func request(id, group, family string, turns, tokens int) schema.PredictRequest {

@@ -138,7 +138,7 @@ func TestHistoryObserveIdempotent(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 8 {
 			wg.Go(func() {
-				if err := h.Observe(ctx, r.Head()); err != nil {
+				if err := h.Observe(ctx, r.ResultHead); err != nil {
 					t.Error(err)
 				}
 			})
@@ -218,7 +218,7 @@ func TestHistoryObserveInvalid(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, rdb *redis.Client) {
 		h := predict.NewHistory(rdb, predict.HistoryConfig{})
 		bad := result("no spaces allowed", "g", "", 10, 1)
-		if err := h.Observe(context.Background(), bad.Head()); err == nil || !strings.Contains(err.Error(), "traj_id") {
+		if err := h.Observe(context.Background(), bad.ResultHead); err == nil || !strings.Contains(err.Error(), "traj_id") {
 			t.Fatalf("Observe(invalid id): %v", err)
 		}
 	})

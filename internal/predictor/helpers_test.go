@@ -122,6 +122,6 @@ func request(id, group string, turns, tokens int) schema.PredictRequest {
 }
 
 func result(id, group, status string, tokens, turns int) schema.Result {
-	return schema.Result{V: schema.Version, TrajID: id, GroupID: group, Status: status, GenTokens: tokens, Turns: turns,
-		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}}
+	return schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id, GroupID: group, Status: status,
+		GenTokens: tokens, Turns: turns}, Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}}
 }

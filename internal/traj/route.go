@@ -107,12 +107,12 @@ func PublishResult(ctx context.Context, st *Store, pub *bus.Publisher, t *Trajec
 func Result(t *Trajectory, ctl schema.Control) schema.Result {
 	s := t.Sample
 	r := schema.Result{
-		V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID, GroupIndex: s.GroupIndex,
-		GroupSize: s.GroupSize, Family: s.Family, Reason: t.Reason, Reward: t.Reward, Diff: t.Diff, Tests: t.Tests, Turns: t.Calls,
-		Commands: t.Commands, GenTokens: t.GenTokens, PromptLen: t.PromptLen, Metadata: s.Metadata,
-		AdmittedAt: t.AdmittedAt.UTC(), FinishedAt: t.FinishedAt.UTC(),
-		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{},
-		Messages: t.Messages, MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts,
+		ResultHead: schema.ResultHead{V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID,
+			GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family, Reason: t.Reason, Reward: t.Reward,
+			Turns: t.Calls, Commands: t.Commands, GenTokens: t.GenTokens, AdmittedAt: t.AdmittedAt.UTC(),
+			FinishedAt: t.FinishedAt.UTC(), MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts},
+		Diff: t.Diff, Tests: t.Tests, PromptLen: t.PromptLen, Metadata: s.Metadata,
+		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: t.Messages,
 	}
 	if r.Messages == nil {
 		r.Messages = []schema.Message{}

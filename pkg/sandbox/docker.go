@@ -326,18 +326,8 @@ func (d *Docker) start(ctx context.Context, id string, spec Spec) (*dockerSandbo
 			return nil, fmt.Errorf("start sandbox %s: %w", id, err)
 		}
 	}
-	timeout := spec.SetupTimeout
-	if timeout <= 0 {
-		timeout = DefaultSetupTimeout
-	}
-	for i, cmd := range spec.Setup {
-		res, err := sb.Exec(ctx, cmd, timeout)
-		if err != nil {
-			return nil, fmt.Errorf("start sandbox %s: setup command %d: %w", id, i, err)
-		}
-		if res.TimedOut || res.ReturnCode != 0 {
-			return nil, fmt.Errorf("start sandbox %s: %w", id, &SetupError{Index: i, Command: cmd, Result: res})
-		}
+	if err := runSetup(ctx, sb, spec); err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
 	return sb, nil
 }

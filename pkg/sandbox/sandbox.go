@@ -86,3 +86,24 @@ func ValidateID(id string) error {
 	}
 	return nil
 }
+
+// runSetup runs spec's setup commands in sb in order, each within the
+// setup timeout (DefaultSetupTimeout when unset): the one every backend
+// runs after its sandbox is up. The first command that fails or times out
+// is a *SetupError.
+func runSetup(ctx context.Context, sb Sandbox, spec Spec) error {
+	timeout := spec.SetupTimeout
+	if timeout <= 0 {
+		timeout = DefaultSetupTimeout
+	}
+	for i, cmd := range spec.Setup {
+		res, err := sb.Exec(ctx, cmd, timeout)
+		if err != nil {
+			return fmt.Errorf("setup command %d: %w", i, err)
+		}
+		if res.TimedOut || res.ReturnCode != 0 {
+			return &SetupError{Index: i, Command: cmd, Result: res}
+		}
+	}
+	return nil
+}

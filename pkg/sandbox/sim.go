@@ -110,20 +110,7 @@ func (m *Sim) setup(ctx context.Context, sb *simSandbox, spec Spec) error {
 	if err := m.wait(ctx, sb.done, m.latency(m.cfg.StartLatency, sb.id, "")); err != nil {
 		return err
 	}
-	timeout := spec.SetupTimeout
-	if timeout <= 0 {
-		timeout = DefaultSetupTimeout
-	}
-	for i, cmd := range spec.Setup {
-		res, err := sb.Exec(ctx, cmd, timeout)
-		if err != nil {
-			return fmt.Errorf("setup command %d: %w", i, err)
-		}
-		if res.TimedOut || res.ReturnCode != 0 {
-			return &SetupError{Index: i, Command: cmd, Result: res}
-		}
-	}
-	return nil
+	return runSetup(ctx, sb, spec)
 }
 
 // Attach returns a sandbox started by this Sim and not yet closed.

@@ -9,10 +9,10 @@ import (
 // benchResult is a result of a 20-turn trajectory: 8,000 tokens.
 func benchResult() Result {
 	const n = 8000
-	r := Result{V: Version, TrajID: "swe-0001-2", SampleID: "swe-0001-2", GroupID: "swe-0001", GroupSize: 4,
-		Status: StatusCompleted, Reason: "submitted", Reward: 1, Tokens: make([]int32, n), Logprobs: make([]float32, n),
-		LossMask: make([]int8, n), Versions: make([]int32, n), MinVersion: 3, MaxVersion: 4, Turns: 20,
-		AdmittedAt: time.Unix(1, 0).UTC(), FinishedAt: time.Unix(2, 0).UTC()}
+	r := Result{ResultHead: ResultHead{V: Version, TrajID: "swe-0001-2", SampleID: "swe-0001-2", GroupID: "swe-0001",
+		GroupSize: 4, Status: StatusCompleted, Reason: "submitted", Reward: 1, MinVersion: 3, MaxVersion: 4, Turns: 20,
+		AdmittedAt: time.Unix(1, 0).UTC(), FinishedAt: time.Unix(2, 0).UTC()},
+		Tokens: make([]int32, n), Logprobs: make([]float32, n), LossMask: make([]int8, n), Versions: make([]int32, n)}
 	for i := range n {
 		r.Tokens[i], r.Logprobs[i], r.LossMask[i], r.Versions[i] = int32(i%150000), -0.25, int8(i%2), 3
 	}

@@ -83,6 +83,33 @@ const (
 
 // Result is a finished trajectory, published on actloop.results.
 type Result struct {
+	ResultHead
+	// Tokens is the whole conversation as token ids; LossMask is 1 exactly
+	// on generated tokens; Logprobs and Versions are 0 and -1 elsewhere.
+	Tokens   []int32   `json:"tokens"`
+	Logprobs []float32 `json:"logprobs"`
+	LossMask []int8    `json:"loss_mask"`
+	Versions []int32   `json:"versions"`
+	// StaleTokens counts the generated tokens more than max_staleness
+	// weight versions behind (see Stale; under stale_policy mask their
+	// loss mask is 0).
+	StaleTokens int `json:"stale_tokens,omitempty"`
+	// PromptLen is the number of tokens before the first generated one.
+	PromptLen int       `json:"prompt_len"`
+	Messages  []Message `json:"messages"`
+	Diff      string    `json:"diff,omitempty"`
+	// Tests holds each test the sample lists (env.tests) with its outcome in
+	// the eval: PASSED, FAILED, ERROR, SKIPPED or MISSING (not in the eval's
+	// output). Absent for samples scored by exit code.
+	Tests    map[string]string `json:"tests,omitempty"`
+	Metadata json.RawMessage   `json:"metadata,omitempty"`
+}
+
+// ResultHead is a Result without its token arrays, messages, diff and
+// metadata: what the coordinator, the history predictor and a progress
+// display act on. Decoding a head skips the arrays instead of building
+// them, which is most of a result's decoding cost.
+type ResultHead struct {
 	V          int    `json:"v"`
 	TrajID     string `json:"traj_id"`
 	SampleID   string `json:"sample_id"`
@@ -93,61 +120,14 @@ type Result struct {
 	Status     string `json:"status"`
 	// Reason says why the trajectory ended: "submitted", "limits: …", or
 	// for a fallback what went wrong.
-	Reason string  `json:"reason"`
-	Reward float64 `json:"reward"`
-	// Tokens is the whole conversation as token ids; LossMask is 1 exactly
-	// on generated tokens; Logprobs and Versions are 0 and -1 elsewhere.
-	Tokens     []int32   `json:"tokens"`
-	Logprobs   []float32 `json:"logprobs"`
-	LossMask   []int8    `json:"loss_mask"`
-	Versions   []int32   `json:"versions"`
-	MinVersion int32     `json:"min_version"`
-	MaxVersion int32     `json:"max_version"`
+	Reason     string  `json:"reason"`
+	Reward     float64 `json:"reward"`
+	MinVersion int32   `json:"min_version"`
+	MaxVersion int32   `json:"max_version"`
 	// Stale: some generated token is more than max_staleness weight
-	// versions behind the version current when the result was made;
-	// StaleTokens counts them (under stale_policy mask their loss mask is
-	// 0). Restarts counts how often the trajectory started again because it
+	// versions behind the version current when the result was made.
+	// Restarts counts how often the trajectory started again because it
 	// went stale (stale_policy restart).
-	Stale       bool `json:"stale,omitempty"`
-	StaleTokens int  `json:"stale_tokens,omitempty"`
-	Restarts    int  `json:"restarts,omitempty"`
-	// PromptLen is the number of tokens before the first generated one.
-	PromptLen int       `json:"prompt_len"`
-	Messages  []Message `json:"messages"`
-	Diff      string    `json:"diff,omitempty"`
-	// Tests holds each test the sample lists (env.tests) with its outcome in
-	// the eval: PASSED, FAILED, ERROR, SKIPPED or MISSING (not in the eval's
-	// output). Absent for samples scored by exit code.
-	Tests      map[string]string `json:"tests,omitempty"`
-	Turns      int               `json:"turns"`
-	Commands   int               `json:"commands"`
-	GenTokens  int               `json:"gen_tokens"`
-	Metadata   json.RawMessage   `json:"metadata,omitempty"`
-	AdmittedAt time.Time         `json:"admitted_at"`
-	FinishedAt time.Time         `json:"finished_at"`
-}
-
-// Solved reports whether the eval passed.
-func (r *Result) Solved() bool { return r.Status == StatusCompleted && r.Reward >= 1 }
-
-// ResultHead is a Result without its token arrays and messages: what the
-// coordinator, the history predictor and a progress display act on.
-// Decoding a head skips the arrays instead of building them, which is most
-// of a result's decoding cost. Every field has the JSON name it has in
-// Result.
-type ResultHead struct {
-	V          int       `json:"v"`
-	TrajID     string    `json:"traj_id"`
-	SampleID   string    `json:"sample_id"`
-	GroupID    string    `json:"group_id"`
-	GroupIndex int       `json:"group_index"`
-	GroupSize  int       `json:"group_size,omitempty"`
-	Family     string    `json:"family,omitempty"`
-	Status     string    `json:"status"`
-	Reason     string    `json:"reason"`
-	Reward     float64   `json:"reward"`
-	MinVersion int32     `json:"min_version"`
-	MaxVersion int32     `json:"max_version"`
 	Stale      bool      `json:"stale,omitempty"`
 	Restarts   int       `json:"restarts,omitempty"`
 	Turns      int       `json:"turns"`
@@ -155,14 +135,6 @@ type ResultHead struct {
 	GenTokens  int       `json:"gen_tokens"`
 	AdmittedAt time.Time `json:"admitted_at"`
 	FinishedAt time.Time `json:"finished_at"`
-}
-
-// Head returns r's head.
-func (r *Result) Head() ResultHead {
-	return ResultHead{V: r.V, TrajID: r.TrajID, SampleID: r.SampleID, GroupID: r.GroupID, GroupIndex: r.GroupIndex,
-		GroupSize: r.GroupSize, Family: r.Family, Status: r.Status, Reason: r.Reason, Reward: r.Reward,
-		MinVersion: r.MinVersion, MaxVersion: r.MaxVersion, Stale: r.Stale, Restarts: r.Restarts, Turns: r.Turns,
-		Commands: r.Commands, GenTokens: r.GenTokens, AdmittedAt: r.AdmittedAt, FinishedAt: r.FinishedAt}
 }
 
 // Solved reports whether the eval passed.
