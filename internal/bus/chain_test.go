@@ -51,6 +51,7 @@ func TestRunnerChainOutcomes(t *testing.T) {
 		stopping    bool
 		dlFail      error
 		reportErr   error
+		reportPanic bool
 		want        string
 		wantLetters int
 		wantReports int
@@ -67,6 +68,8 @@ func TestRunnerChainOutcomes(t *testing.T) {
 		{name: "deliveries ran out", h: returning(errTransient), delivered: 3, want: "term:gave up", wantReports: 1, wantErr: errTransient},
 		{name: "deliveries ran out, report fails", h: returning(errTransient), delivered: 3, reportErr: errEventsDown,
 			want: "nak_delay", wantReports: 1, wantErr: errEventsDown},
+		{name: "deliveries ran out, report panics", h: returning(errTransient), delivered: 3, reportPanic: true,
+			want: "nak_delay", wantReports: 1, wantErr: ErrPanic},
 		{name: "fatal", h: returning(Fatal(errTransient)), delivered: 1, want: "term:gave up", wantReports: 1, wantErr: errTransient},
 		{name: "panic", h: func(context.Context, jetstream.Msg) error { panic("boom") }, delivered: 1, want: "nak_delay", wantErr: ErrPanic},
 		{name: "panic on the last delivery", h: func(context.Context, jetstream.Msg) error { panic("boom") }, delivered: 3,
@@ -85,6 +88,9 @@ func TestRunnerChainOutcomes(t *testing.T) {
 					mu.Lock()
 					defer mu.Unlock()
 					reports++
+					if tt.reportPanic {
+						panic("report bug")
+					}
 					return tt.reportErr
 				}}
 			dl := &fakeDeadLetters{fail: tt.dlFail}

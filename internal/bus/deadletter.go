@@ -29,7 +29,7 @@ func DeadLetter(dl deadLetterer, consumer string) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m jetstream.Msg) error {
 			err := next(ctx, m)
-			if err == nil || !IsMalformed(err) {
+			if !IsMalformed(err) {
 				return err
 			}
 			if derr := dl.DeadLetter(ctx, consumer, m, err.Error()); derr != nil {

@@ -16,6 +16,7 @@ import (
 //
 //	Tracing(Name)                  one span per message, log attributes
 //	Acker(Log)                     the only layer that acks: maps the outcome (see Acker)
+//	Recover()                      a panic below (a GiveUp report's) → an error: a retry
 //	InProgress(AckWait/3)          ack timer reset while the message is held
 //	DeadLetter(Publisher, Name)    Malformed → actloop.dlq
 //	GiveUp(MaxDeliver, GiveUp)     Fatal, or deliveries ran out → GiveUp
@@ -26,8 +27,9 @@ import (
 // Tracing is outside Acker so that the ack, and the line Acker logs, are in
 // the message's span and carry the trajectory's ids; it changes no outcome.
 // InProgress is outside DeadLetter and GiveUp, so the message stays held
-// while they publish; Recover is inside GiveUp, so a panic counts as a
-// failed delivery.
+// while they publish. Recover is there twice: inside GiveUp, so a
+// handler's panic counts as a failed delivery, and just inside Acker, so
+// a panic in the layers between never crashes the process either.
 //
 // In short: nil → Ack. Malformed(err) → the original bytes go to
 // actloop.dlq with the reason, then Term. Any other error → NakWithDelay
@@ -81,6 +83,7 @@ func (r *Runner) chain(dl deadLetterer) Handler {
 	mw := []Middleware{
 		Tracing(r.Name),
 		Acker(r.Log.With("consumer", r.Name)),
+		Recover(),
 		InProgress(r.AckWait / 3),
 		DeadLetter(dl, r.Name),
 		GiveUp(r.MaxDeliver, r.GiveUp),
@@ -122,7 +125,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		context.AfterFunc(hctx, func() { t.Stop() })
 	})
 	defer stop()
-	hctx = withStopping(hctx, ctx.Done())
+	mctx := withStopping(hctx, ctx.Done())
 	h := r.chain(r.Publisher)
 
 	slots := make(chan struct{}, r.Slots)
@@ -132,7 +135,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	dispatch := func(m jetstream.Msg) {
 		wg.Go(func() {
 			defer func() { <-slots }()
-			_ = h(hctx, m) // settled by the Acker
+			_ = h(mctx, m) // settled by the Acker
 		})
 	}
 	for ctx.Err() == nil {
