@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -81,8 +83,8 @@ func streamMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, name 
 }
 
 // Each handler outcome maps to its ack: ok → ack; Malformed → dead letter
-// with the original bytes; transient → retried; retries exhausted or Fatal
-// → GiveUp; a panic is an error, not a crash.
+// with the original bytes; transient (traj.ErrBusy too) → retried; retries
+// exhausted or Fatal → GiveUp; a panic is an error, not a crash.
 func TestRunnerOutcomes(t *testing.T) {
 	ctx, js, topo := setup(t)
 	c, err := topo.Consumer(ctx, js, schema.StreamSamples, "outcomes", schema.SubjectSamples)
@@ -110,6 +112,11 @@ func TestRunnerOutcomes(t *testing.T) {
 			return nil
 		case "fatal":
 			return bus.Fatal(errors.New("cannot ever work"))
+		case "busy": // another copy of the step runs here: tried again later, as any failure
+			if n < 3 {
+				return fmt.Errorf("trajectory t1, step 2: %w", traj.ErrBusy)
+			}
+			return nil
 		case "panic":
 			panic("boom")
 		}
@@ -129,7 +136,7 @@ func TestRunnerOutcomes(t *testing.T) {
 		return nil
 	}
 	pub := bus.NewPublisher(js)
-	bodies := []string{"ok", "bad", "flaky", "fatal", "panic", "doomed"}
+	bodies := []string{"ok", "bad", "flaky", "fatal", "panic", "doomed", "busy"}
 	for _, b := range bodies {
 		if err := pub.PublishRaw(ctx, schema.SubjectSamples, "", []byte(b)); err != nil {
 			t.Fatal(err)
@@ -150,7 +157,7 @@ func TestRunnerOutcomes(t *testing.T) {
 			t.Errorf("gave up on %q at delivery %d, want %d", k, gaveUp[k], v)
 		}
 	}
-	if calls["ok"] != 1 || calls["flaky"] != 3 || calls["bad"] != 1 {
+	if calls["ok"] != 1 || calls["flaky"] != 3 || calls["bad"] != 1 || calls["busy"] != 3 {
 		t.Errorf("calls %v", calls)
 	}
 	dc, err := js.OrderedConsumer(ctx, schema.StreamDLQ, jetstream.OrderedConsumerConfig{})

@@ -1,0 +1,41 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// deadLetterer publishes a message no consumer can take, with the reason.
+type deadLetterer interface {
+	DeadLetter(ctx context.Context, consumer string, m jetstream.Msg, reason string) error
+}
+
+var _ deadLetterer = (*Publisher)(nil)
+
+// DeadLetterRetry is how long a malformed message waits for another try
+// when its dead letter could not be published.
+const DeadLetterRetry = time.Second
+
+// DeadLetter publishes a message whose handler returned Malformed to
+// actloop.dlq (original bytes, headers and the error as the reason, for
+// consumer), and passes the error on for Acker to terminate the message.
+// When the publish fails the message is handed back for another try after
+// DeadLetterRetry instead: it is never terminated without its dead letter.
+// Other outcomes pass through untouched.
+func DeadLetter(dl deadLetterer, consumer string) Middleware {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, m jetstream.Msg) error {
+			err := next(ctx, m)
+			if !IsMalformed(err) {
+				return err
+			}
+			if derr := dl.DeadLetter(ctx, consumer, m, err.Error()); derr != nil {
+				return retryAfter(DeadLetterRetry, fmt.Errorf("dead-letter: %w (message malformed: %w)", derr, err))
+			}
+			return err
+		}
+	}
+}

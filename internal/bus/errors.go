@@ -1,0 +1,53 @@
+package bus
+
+import (
+	"errors"
+	"time"
+)
+
+// malformedError marks a message no retry can fix.
+type malformedError struct{ err error }
+
+func (e *malformedError) Error() string { return e.err.Error() }
+func (e *malformedError) Unwrap() error { return e.err }
+
+// Malformed marks err as a property of the message itself (undecodable,
+// invalid): the message is dead-lettered and terminated (DeadLetter, Acker).
+func Malformed(err error) error { return &malformedError{err} }
+
+// IsMalformed reports whether err was marked with Malformed.
+func IsMalformed(err error) bool {
+	var m *malformedError
+	return errors.As(err, &m)
+}
+
+// fatalError marks a step that can never succeed for this trajectory.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+// Fatal marks err as final for the message's work (a retry cannot help, but
+// the message itself is sound): the message is given up on at once
+// (GiveUp) and terminated (Acker).
+func Fatal(err error) error { return &fatalError{err} }
+
+// IsFatal reports whether err was marked with Fatal.
+func IsFatal(err error) bool {
+	var f *fatalError
+	return errors.As(err, &f)
+}
+
+// retryError asks the Acker to hand the message back for a delivery after
+// a set delay: a middleware that could not settle the message (the dead
+// letter or the give-up report failed) returns it.
+type retryError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *retryError) Error() string { return e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }
+
+// retryAfter marks err to be retried after d.
+func retryAfter(d time.Duration, err error) error { return &retryError{after: d, err: err} }
