@@ -25,8 +25,8 @@ const (
 	StreamEnv    = "ACTLOOP_ENV"
 )
 
-// SubjectGen is the subject of gen steps for replica in class (priority.ClassHigh
-// or priority.ClassLow).
+// SubjectGen is the subject of gen steps for replica in class (sched.ClassHigh
+// or sched.ClassLow).
 func SubjectGen(replica, class string) string { return "actloop.gen." + replica + "." + class }
 
 // SubjectEnv is the subject of env steps for the env-worker owner.

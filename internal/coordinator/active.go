@@ -6,12 +6,12 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
 // activeSet is the admitted, unfinished trajectories and what scheduling
-// knows of each (its priority.Fact). It owns them under its own lock; every
+// knows of each (its sched.Fact). It owns them under its own lock; every
 // method is one short critical section.
 type activeSet struct {
 	mu       sync.Mutex
@@ -22,7 +22,7 @@ type activeSet struct {
 }
 
 type activeTraj struct {
-	fact    priority.Fact
+	fact    sched.Fact
 	turnSeq int64      // newest prediction's seq
 	span    trace.Span // nil when admitted before this process started
 	movedAt time.Time  // when moved off a replica that went down
@@ -205,13 +205,13 @@ func (s *activeSet) republishDue(id string, now time.Time, after time.Duration) 
 
 // facts returns every active trajectory's fact for a snapshot when due
 // (dirty, or force) and marks the set clean.
-func (s *activeSet) facts(force bool) ([]priority.Fact, bool) {
+func (s *activeSet) facts(force bool) ([]sched.Fact, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.dirty && !force {
 		return nil, false
 	}
-	facts := make([]priority.Fact, 0, len(s.m))
+	facts := make([]sched.Fact, 0, len(s.m))
 	for _, a := range s.m {
 		facts = append(facts, a.fact)
 	}

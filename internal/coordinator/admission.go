@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/telemetry"
 	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
@@ -26,7 +26,7 @@ func (c *Coordinator) load(ctx context.Context) error {
 		return err
 	}
 	for id, replica := range act {
-		f := priority.Fact{TrajID: id, Replica: replica}
+		f := sched.Fact{TrajID: id, Replica: replica}
 		if t, err := c.d.Store.Load(ctx, id, 0); err == nil {
 			f = factOf(t)
 		}
@@ -55,8 +55,8 @@ func (c *Coordinator) load(ctx context.Context) error {
 	return nil
 }
 
-func factOf(t *traj.Trajectory) priority.Fact {
-	return priority.Fact{TrajID: t.ID, Replica: t.Replica, GroupID: t.Sample.GroupID, Family: t.Sample.Family,
+func factOf(t *traj.Trajectory) sched.Fact {
+	return sched.Fact{TrajID: t.ID, Replica: t.Replica, GroupID: t.Sample.GroupID, Family: t.Sample.Family,
 		AdmittedAt: t.AdmittedAt, Turns: t.Calls, Tokens: t.GenTokens, WaitingSince: t.UpdatedAt}
 }
 
@@ -140,7 +140,7 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 		case <-t.C:
 		}
 		batch := c.admissible()
-		replicas := priority.AssignReplicas(c.members.liveReplicas(c.cfg.Replicas, c.d.Now()), c.active.load(), len(batch))
+		replicas := sched.AssignReplicas(c.members.liveReplicas(c.cfg.Replicas, c.d.Now()), c.active.load(), len(batch))
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, admitParallel)
 		for i, replica := range replicas {
@@ -159,18 +159,18 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 
 // admissible returns the waiting samples to admit now, best first.
 func (c *Coordinator) admissible() []*waitingSample {
-	free := priority.Admissible(c.waiting.currentLimit(), c.active.count(), c.stalenessRoom())
+	free := sched.Admissible(c.waiting.currentLimit(), c.active.count(), c.stalenessRoom())
 	if free == 0 || c.waiting.count() == 0 || c.leastLoaded(nil) == "" {
 		return nil // full, nothing waiting, or no live replica
 	}
 	return c.waiting.ranked(c.policy, c.d.Now(), free)
 }
 
-// stalenessRoom is priority.StalenessRoom for the current control state and
+// stalenessRoom is sched.StalenessRoom for the current control state and
 // the trajectories admitted so far.
 func (c *Coordinator) stalenessRoom() int {
 	ctl := c.controlState()
-	return priority.StalenessRoom(ctl.MaxStaleness, ctl.WeightVersion, c.cfg.TrainBatchSize, c.active.admitted())
+	return sched.StalenessRoom(ctl.MaxStaleness, ctl.WeightVersion, c.cfg.TrainBatchSize, c.active.admitted())
 }
 
 // admit creates a trajectory for a waiting sample on replica and publishes

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -125,7 +125,7 @@ func (c *Config) Validate() error {
 	if c.MaxActive < 0 {
 		errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE: must be >= 0 (0 = slots x replicas x 1.5)"))
 	}
-	if _, err := priority.New(c.Policy, priority.Config{AgeLimit: c.AgeLimit}); err != nil {
+	if _, err := sched.New(c.Policy, sched.Config{AgeLimit: c.AgeLimit}); err != nil {
 		errs = append(errs, fmt.Errorf("ACTLOOP_POLICY: %w", err))
 	}
 	if c.AgeLimit <= 0 {

@@ -28,7 +28,7 @@ import (
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/predict"
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -47,7 +47,7 @@ func tracer() trace.Tracer { return otel.Tracer("github.com/actloop/actloop/inte
 type Coordinator struct {
 	cfg     Config
 	d       *service.Deps
-	policy  priority.Policy
+	policy  sched.Policy
 	predict *predict.Client
 	kv      jetstream.KeyValue
 	ctl     *control
@@ -73,7 +73,7 @@ type Coordinator struct {
 // New declares the coordinator's consumers and loads its view of the active
 // and waiting trajectories from Redis.
 func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error) {
-	policy, err := priority.New(cfg.Policy, priority.Config{AgeLimit: cfg.AgeLimit})
+	policy, err := sched.New(cfg.Policy, sched.Config{AgeLimit: cfg.AgeLimit})
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_POLICY: %w", err)
 	}
@@ -112,7 +112,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	// clock of this host says.
 	for _, r := range cfg.Replicas {
 		if e, err := c.kv.Get(ctx, r); err == nil {
-			if snap, err := priority.DecodeSnapshot(e.Value()); err == nil {
+			if snap, err := sched.DecodeSnapshot(e.Value()); err == nil {
 				c.snaps.continueFrom(snap.Version)
 			}
 		}
@@ -175,7 +175,7 @@ func (c *Coordinator) leastLoaded(extra map[string]int) string {
 	for r, n := range extra {
 		load[r] += n
 	}
-	return priority.LeastLoaded(c.members.liveReplicas(c.cfg.Replicas, c.d.Now()), load)
+	return sched.LeastLoaded(c.members.liveReplicas(c.cfg.Replicas, c.d.Now()), load)
 }
 
 // every runs f every d until ctx ends.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/traj"
@@ -204,7 +204,7 @@ func TestPredictionsDriveSnapshots(t *testing.T) {
 			if err != nil {
 				return false
 			}
-			snap, err := priority.DecodeSnapshot(e.Value())
+			snap, err := sched.DecodeSnapshot(e.Value())
 			return err == nil && len(snap.High) == 1 && snap.High[want]
 		}
 	}

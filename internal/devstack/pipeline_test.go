@@ -17,7 +17,7 @@ import (
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
@@ -538,7 +538,7 @@ func TestIdleReplicaStealsWaitingSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range e.stack.Replicas {
-		b, err := (&priority.Snapshot{Replica: r, Version: math.MaxInt64, High: map[string]bool{}}).Marshal()
+		b, err := (&sched.Snapshot{Replica: r, Version: math.MaxInt64, High: map[string]bool{}}).Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}

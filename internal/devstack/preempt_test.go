@@ -8,7 +8,7 @@ import (
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/schema"
@@ -28,7 +28,7 @@ func TestPreemptionKeepsTheTokenStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := &priority.Snapshot{Replica: "r0", Version: math.MaxInt64, High: map[string]bool{"hi-a": true}}
+	snap := &sched.Snapshot{Replica: "r0", Version: math.MaxInt64, High: map[string]bool{"hi-a": true}}
 	b, err := snap.Marshal()
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ import (
 
 	"github.com/actloop/actloop/internal/agent"
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/telemetry"
 	"github.com/actloop/actloop/internal/testlog"
@@ -50,7 +50,7 @@ type Worker struct {
 	backends map[string]sandbox.Backend
 	tmpl     tokenize.ChatTemplate
 	agent    agent.Config
-	board    *priority.Board
+	board    *sched.Board
 	control  bus.ControlView // the newest control state: staleness of results
 
 	own, start jetstream.Consumer
@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_AGENT_CONFIG: %w", err)
 	}
-	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agent: ac, board: &priority.Board{},
+	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agent: ac, board: &sched.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics()}
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -31,7 +30,7 @@ import (
 	"github.com/actloop/actloop/internal/agent"
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/predict"
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/telemetry"
 	"github.com/actloop/actloop/internal/tokenize"
@@ -135,7 +134,7 @@ type Worker struct {
 	tmpl    tokenize.ChatTemplate
 	tok     tokenize.Tokenizer
 	agent   agent.Config
-	board   *priority.Board
+	board   *sched.Board
 	predict *predict.Client
 	id      string
 	// ridPrefix starts the request ids this worker creates, so a pause
@@ -188,7 +187,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, d: d, gen: gen, m: newGenMetrics(cfg.Replica), tmpl: tmpl, tok: tmpl.Tokenizer(), agent: ac,
-		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
+		board: &sched.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
 		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log.With("replica", cfg.Replica)}
@@ -196,10 +195,10 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
 		interval: min(max(cfg.StealAfter/4, 50*time.Millisecond), time.Second)}
 	name := "gen-" + cfg.Replica
-	if w.hi, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-hi", bus.SubjectGen(cfg.Replica, priority.ClassHigh)); err != nil {
+	if w.hi, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-hi", bus.SubjectGen(cfg.Replica, sched.ClassHigh)); err != nil {
 		return nil, err
 	}
-	if w.lo, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-lo", bus.SubjectGen(cfg.Replica, priority.ClassLow)); err != nil {
+	if w.lo, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-lo", bus.SubjectGen(cfg.Replica, sched.ClassLow)); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -244,7 +243,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
 	telemetry.AddLogAttrs(ctx, "traj_id", step.TrajID, "seq", step.Seq)
-	low := strings.HasSuffix(m.Subject(), "."+priority.ClassLow)
+	low := strings.HasSuffix(m.Subject(), "."+sched.ClassLow)
 	g := newGeneration()
 	if meta, err := m.Metadata(); err == nil {
 		g.queuedAt = meta.Timestamp
@@ -317,7 +316,9 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 	lim := agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, w.agent.StepLimit), TokenBudget: s.Limits.TokenBudget,
 		WallClock: s.Limits.WallClock()}
 	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt)}
-	if ctl := w.control.Get(); ctl.StalePolicy == schema.StaleRestart && oldestVersion(t) < ctl.StaleBefore() {
+	// Loaded without its versions (the policy changed meanwhile), t has
+	// no oldest version: the next step checks.
+	if sched.MustRestart(w.control.Get(), sched.OldestVersion(t.Mask, t.Versions)) {
 		return w.restart(t), nil // a partial turn too: its tokens would mix versions
 	}
 	if t.TurnGen == 0 { // limits are checked before each model call, not before a resume
@@ -446,19 +447,6 @@ func finishedAnyway(out, stops []int32, maxNew int) bool {
 		return false
 	}
 	return len(out) >= maxNew || slices.Contains(stops, out[len(out)-1])
-}
-
-// oldestVersion is the weight version of t's oldest generated token;
-// math.MaxInt64 when it has none (or t was loaded without its versions,
-// the policy having changed meanwhile: the next step checks).
-func oldestVersion(t *traj.Trajectory) int64 {
-	oldest := int64(math.MaxInt64)
-	for i, m := range t.Mask {
-		if m == 1 {
-			oldest = min(oldest, int64(t.Versions[i]))
-		}
-	}
-	return oldest
 }
 
 // restart discards what t has generated: its messages and tokens go, and it

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/sched"
 )
 
 // generation is one LLM call of a gen step.
@@ -32,7 +33,7 @@ func newGeneration() *generation {
 }
 
 // tracker knows the running generations: the low-priority ones in dispatch
-// order, so the newest one (least work lost) is found in O(1) and preempted
+// order, so sched.Victim finds the newest one (least work lost) to preempt
 // by aborting its request on the inference server; and all of them, so a
 // pause finds every one. It is also the gate a generation passes to start:
 // closed while paused.
@@ -151,14 +152,17 @@ func (k *tracker) isPaused() bool {
 	return k.paused
 }
 
-// newestEligible returns the newest low generation that may be preempted
-// now. Callers hold k.mu.
+// newestEligible returns the low generation sched.Victim picks now, or
+// nil. Callers hold k.mu.
 func (k *tracker) newestEligible() *list.Element {
-	now := k.now()
-	for e := k.low.Back(); e != nil; e = e.Prev() {
-		if g := e.Value.(*generation); !now.Before(g.notBefore) {
-			return e
-		}
+	elems := make([]*list.Element, 0, k.low.Len())
+	notBefore := make([]time.Time, 0, k.low.Len())
+	for e := k.low.Front(); e != nil; e = e.Next() {
+		elems = append(elems, e)
+		notBefore = append(notBefore, e.Value.(*generation).notBefore)
+	}
+	if i := sched.Victim(notBefore, k.now()); i >= 0 {
+		return elems[i]
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/priority"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/telemetry"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -31,7 +31,7 @@ type Classifier interface {
 type LowOnly struct{}
 
 // Class implements Classifier.
-func (LowOnly) Class(string, string) string { return priority.ClassLow }
+func (LowOnly) Class(string, string) string { return sched.ClassLow }
 
 // ErrNoNext: the trajectory is terminal; its follow-up is a result, which
 // only Result builds.

@@ -1,4 +1,18 @@
-// Package priority decides which trajectories' generations go first.
+// Package sched is actloop's scheduling core: every scheduling decision as
+// plain functions and types with no I/O and no clock of their own, so the
+// coordinator, the gen-workers and a virtual-time simulator call the same
+// code. The decisions:
+//
+//   - the rank of trajectories and waiting samples (Policy.Rank);
+//   - the dispatch class of a gen step (Snapshots, Board.Class);
+//   - how many samples to admit, under the admission limit and the
+//     staleness bound (Admissible, StalenessRoom), and how the limit adapts
+//     (NextLimit);
+//   - the replica of a new trajectory (AssignReplicas, LeastLoaded);
+//   - the generation a high-priority step preempts (Victim);
+//   - whether a trajectory's tokens are too stale to go on (MustRestart).
+//
+// Ranking decides which trajectories' generations go first.
 //
 // A Policy ranks trajectory facts, most urgent first. It is pure code over a
 // slice of Facts and an instant, so it is tested without I/O and gives the
@@ -36,4 +50,4 @@
 // leaders (the KV revision or a clock reading, not a counter that restarts at
 // zero). A class is advice for ordering only: a stale or missing snapshot
 // (everything low) delays a generation but never loses or repeats one.
-package priority
+package sched
