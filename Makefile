@@ -1,7 +1,7 @@
 # The two front-door commands: `make run` and `make test`.
 GO ?= go
 
-.PHONY: run test build fuzz bench vet chaos
+.PHONY: run test build fuzz bench vet chaos docs
 
 run:
 	$(GO) run ./cmd/actloop dev
@@ -21,9 +21,14 @@ vet:
 	cd deploy && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 
+# docs/configuration.md's settings tables, from the settings structs' tags
+# and doc comments (a test fails while the committed file differs).
+docs:
+	$(GO) run ./internal/launch/docgen
+
 # The scheduling benchmark on every scenario, the weight-sync one, and the
 # pipeline's own cost with 1, 2 and 4 workers of each kind (one JSON object a
-# line); figures in bench/ (see BENCHMARKS.md). They report; they do not fail
+# line); figures in bench/ (see docs/benchmarks.md). They report; they do not fail
 # on a number.
 bench:
 	@mkdir -p bench

@@ -577,7 +577,7 @@ func TestChecksCatch(t *testing.T) {
 		{name: "a service logs in as another's user", vals: perService, mutate: func(m *manifests) {
 			setEnv(first(m, coord), corev1.EnvVar{Name: "ACTLOOP_NATS_USER", Value: "predictor-gw"})
 		}, wantErr: "Deployment " + coord + ": logs in as predictor-gw with Secret key nats-password-coordinator, not the password"},
-		{name: "a user allowed more than the README's table", vals: perService, mutate: func(m *manifests) {
+		{name: "a user allowed more than docs/security.md's table", vals: perService, mutate: func(m *manifests) {
 			cm := m.configMap(release + "-actloop-nats")
 			cm.Data["nats.conf"] = strings.Replace(cm.Data["nats.conf"], `"actloop.predict"]}`, `"actloop.predict", "actloop.>"]}`, 1)
 		}, wantErr: "logs in as predictor-gw: publish"},
@@ -1299,7 +1299,7 @@ func passwordKey(t reporter, vals chartutil.Values) string {
 	return "nats-password"
 }
 
-// natsPerms is one client's row of the README's NATS permissions table.
+// natsPerms is one client's row of the NATS permissions table in docs/security.md.
 type natsPerms struct {
 	pub, sub  []string
 	responses bool // allow_responses
@@ -1333,21 +1333,21 @@ func (p natsPerms) String() string {
 	return fmt.Sprintf("publish %q, subscribe %q, allow_responses %v", p.pub, p.sub, p.responses)
 }
 
-// readmePermissions reads the NATS permissions table of the repository
-// README's Security section, by client ("every service", "coordinator",
-// ..., "CLI (trainer)").
-func readmePermissions(t reporter) map[string]natsPerms {
+// documentedPermissions reads the table of the repository's
+// docs/security.md, section "NATS permissions", by client ("every service",
+// "coordinator", ..., "CLI (trainer)").
+func documentedPermissions(t reporter) map[string]natsPerms {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/security.md")
 	if err != nil {
 		t.Errorf("%v", err)
 		return nil
 	}
-	_, sec, ok := strings.Cut(string(b), "\n## Security\n")
+	_, sec, ok := strings.Cut(string(b), "\n## NATS permissions\n")
 	sec, _, _ = strings.Cut(sec, "\n## ")
 	_, table, ok2 := strings.Cut(sec, "| client | publish | subscribe |\n|---|---|---|\n")
 	if !ok || !ok2 {
-		t.Errorf("README: no NATS permissions table in the Security section")
+		t.Errorf("docs/security.md: no table in a NATS permissions section")
 		return nil
 	}
 	code := regexp.MustCompile("`([^`]+)`")
@@ -1358,7 +1358,7 @@ func readmePermissions(t reporter) map[string]natsPerms {
 		}
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
 		if len(cells) != 3 {
-			t.Errorf("README permissions row %q: want 3 cells", line)
+			t.Errorf("docs/security.md permissions row %q: want 3 cells", line)
 			return nil
 		}
 		var p natsPerms
@@ -1376,7 +1376,7 @@ func readmePermissions(t reporter) map[string]natsPerms {
 	}
 	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)"} {
 		if _, ok := out[c]; !ok {
-			t.Errorf("README permissions table: no row %q", c)
+			t.Errorf("docs/security.md permissions table: no row %q", c)
 			return nil
 		}
 	}
@@ -1407,13 +1407,13 @@ func serverPerms(u *server.User) natsPerms {
 
 // checkNATSUsers: with a user per service, the bundled servers have one
 // user per service and the CLI's, each with exactly its row (and every
-// service's) of the README's permissions table; each Deployment logs in as
+// service's) of docs/security.md's permissions table; each Deployment logs in as
 // the user of its service (its replica's, for a gen-worker) with the
 // password the servers expect (the same Secret key); the chart's own
 // passwords differ from each other.
 func checkNATSUsers(t reporter, m *manifests, opts *server.Options, vals chartutil.Values) {
 	t.Helper()
-	table := readmePermissions(t)
+	table := documentedPermissions(t)
 	if table == nil {
 		return
 	}
@@ -1434,7 +1434,7 @@ func checkNATSUsers(t reporter, m *manifests, opts *server.Options, vals chartut
 	} else {
 		used[cli] = true
 		if got, want := serverPerms(u), table["CLI (trainer)"]; !got.equal(want) {
-			t.Errorf("nats.conf: user %s: %v, want the README's CLI (trainer) row: %v", cli, got, want)
+			t.Errorf("nats.conf: user %s: %v, want docs/security.md's CLI (trainer) row: %v", cli, got, want)
 		}
 		if want := secretValue(m, natsPasswordRef(t, vals)); u.Password != want {
 			t.Errorf("nats.conf: user %s: password %q, want %q (the Secret's)", cli, u.Password, want)
@@ -1462,7 +1462,7 @@ func checkNATSUsers(t reporter, m *manifests, opts *server.Options, vals chartut
 		subst := map[string]string{"<replica>": envValue(c, "ACTLOOP_REPLICA"), "<id>": "*"}
 		want := table["every service"].add(table[svc], subst)
 		if got := serverPerms(u); !got.equal(want) {
-			t.Errorf("%s: logs in as %s: %v; want the README's rows for every service and %s: %v", at, name, got, svc, want)
+			t.Errorf("%s: logs in as %s: %v; want docs/security.md's rows for every service and %s: %v", at, name, got, svc, want)
 		}
 		if name == cli {
 			t.Errorf("%s: logs in as the CLI's user %s", at, name)

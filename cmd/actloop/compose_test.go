@@ -258,14 +258,14 @@ func sameSubjects(a, b []string) bool {
 
 // checkComposeCredentials: NATS and Redis want passwords; every actloop
 // service logs in to NATS as a user of deploy/nats.conf with the password
-// the server has for it, and that user has exactly the README's
+// the server has for it, and that user has exactly docs/security.md's
 // permissions for the service (its replica's or id's); the CLI's user
 // (trainer) has the CLI's; no other user. Every actloop service gives
 // Redis its requirepass password, and so does the health check's
 // redis-cli.
 func checkComposeCredentials(t *testing.T, doc composeDoc, opts *server.Options) {
 	t.Helper()
-	perms := readmePermissions(t)
+	perms := documentedPermissions(t)
 	users := map[string]*server.User{}
 	for _, u := range opts.Users {
 		users[u.Username] = u
@@ -295,7 +295,7 @@ func checkComposeCredentials(t *testing.T, doc composeDoc, opts *server.Options)
 		}
 		responses := u.Permissions != nil && u.Permissions.Response != nil
 		if !sameSubjects(pub, want.pub) || !sameSubjects(sub, want.sub) || responses != want.responses {
-			t.Errorf("%s: NATS user %s: publish %q subscribe %q allow_responses %v; want the README's: publish %q subscribe %q allow_responses %v",
+			t.Errorf("%s: NATS user %s: publish %q subscribe %q allow_responses %v; want docs/security.md's: publish %q subscribe %q allow_responses %v",
 				at, name, pub, sub, responses, want.pub, want.sub, want.responses)
 		}
 	}

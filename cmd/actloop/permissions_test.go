@@ -27,28 +27,28 @@ import (
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// clientPerms is one row of the README's NATS permissions table.
+// clientPerms is one row of the NATS permissions table in docs/security.md.
 type clientPerms struct {
 	pub, sub  []string
 	responses bool // allow_responses
 }
 
-// readmePermissions reads the NATS permissions table of the README's
-// Security section, by client.
-func readmePermissions(t *testing.T) map[string]clientPerms {
+// documentedPermissions reads the table of docs/security.md's "NATS
+// permissions" section, by client.
+func documentedPermissions(t *testing.T) map[string]clientPerms {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, ok := strings.Cut(string(b), "\n## Security\n")
+	_, sec, ok := strings.Cut(string(b), "\n## NATS permissions\n")
 	if !ok {
-		t.Fatal("README: no Security section")
+		t.Fatal("docs/security.md: no NATS permissions section")
 	}
 	sec, _, _ = strings.Cut(sec, "\n## ")
 	_, table, ok := strings.Cut(sec, "| client | publish | subscribe |\n|---|---|---|\n")
 	if !ok {
-		t.Fatal("README: no NATS permissions table in the Security section")
+		t.Fatal("docs/security.md: no table in the NATS permissions section")
 	}
 	code := regexp.MustCompile("`([^`]+)`")
 	out := map[string]clientPerms{}
@@ -58,7 +58,7 @@ func readmePermissions(t *testing.T) map[string]clientPerms {
 		}
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
 		if len(cells) != 3 {
-			t.Fatalf("README permissions row %q: want 3 cells", line)
+			t.Fatalf("docs/security.md permissions row %q: want 3 cells", line)
 		}
 		var p clientPerms
 		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
@@ -75,7 +75,7 @@ func readmePermissions(t *testing.T) map[string]clientPerms {
 	}
 	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)"} {
 		if _, ok := out[c]; !ok {
-			t.Fatalf("README permissions table: no row %q (rows %v)", c, out)
+			t.Fatalf("docs/security.md permissions table: no row %q (rows %v)", c, out)
 		}
 	}
 	return out
@@ -137,12 +137,12 @@ func (v *violations) get() []string {
 }
 
 // The services and the CLI run a batch end to end on a NATS server that
-// wants TLS and a password and grants each client only the README's
+// wants TLS and a password and grants each client only docs/security.md's
 // permissions: every service connects with the ACTLOOP_NATS_ settings
 // (service.Connect), the CLI with the same variables from its environment,
 // and the server reports no permission violation.
 func TestLeastPrivilegeNATSPermissions(t *testing.T) {
-	perms := readmePermissions(t)
+	perms := documentedPermissions(t)
 	base := perms["every service"]
 	pki := servicetest.NewPKI(t, "nats")
 	const password = "perm-test-pass"
@@ -174,7 +174,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	fatalf := func(format string, a ...any) {
 		t.Helper()
 		if v := viol.get(); len(v) > 0 {
-			t.Errorf("permission violations with the README's permissions:\n%s", strings.Join(v, "\n"))
+			t.Errorf("permission violations with docs/security.md's permissions:\n%s", strings.Join(v, "\n"))
 		}
 		t.Fatalf(format, a...)
 	}
@@ -316,7 +316,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		t.Error(err)
 	}
 	if v := viol.get(); len(v) > 0 {
-		t.Fatalf("permission violations with the README's permissions:\n%s", strings.Join(v, "\n"))
+		t.Fatalf("permission violations with docs/security.md's permissions:\n%s", strings.Join(v, "\n"))
 	}
 
 	// A wrong password is refused, and the error does not show it.

@@ -3,6 +3,9 @@
 // share it.
 package launch
 
+// docs/configuration.md's settings tables come from the settings structs.
+//go:generate go run ./docgen
+
 import (
 	"context"
 	"fmt"

@@ -26,9 +26,13 @@ const (
 // Config is predictor-gw's settings (ACTLOOP_ prefix).
 type Config struct {
 	service.Common
-	// Addr serves /healthz and /readyz ("" = none).
+	// Addr serves /healthz, /readyz and /metrics ("" = none).
 	Addr string `envconfig:"PREDICTOR_ADDR" default:":8083"`
-	// Backend is history, http or oracle.
+	// Backend is history (learned online from finished trajectories: a
+	// trajectory's group siblings, then its task family, then every
+	// trajectory, conditioned on how far it has come), http (an external
+	// model server) or oracle (the simulator's planned lengths; for
+	// benchmarks only, refused by anything but the simulator).
 	Backend string `envconfig:"PREDICTOR" default:"history"`
 	// URL is the http backend's model server: it gets the PredictRequest
 	// as a JSON POST and answers {"remaining_tokens", "remaining_turns"}.

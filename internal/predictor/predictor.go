@@ -114,7 +114,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // build returns the backend cfg names (or the one set for tests), the
 // History when that is it, and what closes the backend.
-// Handler serves /healthz and /readyz.
+// Handler serves /healthz, /readyz and /metrics.
 func (g *Gateway) Handler() http.Handler { return service.HealthMux(g.d) }
 
 func (g *Gateway) build() (predict.Predictor, *predict.History, func(), error) {

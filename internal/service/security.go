@@ -21,22 +21,49 @@ import (
 type Security struct {
 	// NATS authentication: at most one of user and password, token, nkey
 	// seed file, credentials file, or user info in ACTLOOP_NATS_URL.
-	NATSUser     string `envconfig:"NATS_USER"`
+
+	// NATSUser is the NATS user; it needs ACTLOOP_NATS_PASSWORD.
+	NATSUser string `envconfig:"NATS_USER"`
+	// NATSPassword is that user's password.
 	NATSPassword string `envconfig:"NATS_PASSWORD"`
-	NATSToken    string `envconfig:"NATS_TOKEN"`
-	NATSCreds    string `envconfig:"NATS_CREDS"`
-	NATSNKey     string `envconfig:"NATS_NKEY"`
+	// NATSToken is a NATS authentication token.
+	NATSToken string `envconfig:"NATS_TOKEN"`
+	// NATSCreds is a .creds file (user JWT and nkey seed) for a server in
+	// operator (JWT) mode.
+	NATSCreds string `envconfig:"NATS_CREDS"`
+	// NATSNKey is a file holding an nkey user seed (SU…).
+	NATSNKey string `envconfig:"NATS_NKEY"`
+
 	// NATS TLS: any of these turns TLS on (as a tls:// URL does).
-	NATSTLSCA   string `envconfig:"NATS_TLS_CA"`
+
+	// NATSTLSCA is a PEM file of the authorities the NATS server's
+	// certificate must chain to; unset, the system's.
+	NATSTLSCA string `envconfig:"NATS_TLS_CA"`
+	// NATSTLSCert is a client certificate (PEM), for a server that verifies
+	// clients; it needs ACTLOOP_NATS_TLS_KEY.
 	NATSTLSCert string `envconfig:"NATS_TLS_CERT"`
-	NATSTLSKey  string `envconfig:"NATS_TLS_KEY"`
+	// NATSTLSKey is the client certificate's private key (PEM).
+	NATSTLSKey string `envconfig:"NATS_TLS_KEY"`
+
 	// Redis ACL user and password; each, when set, wins over the URL's.
+
+	// RedisUsername is the Redis ACL user; it needs a password.
 	RedisUsername string `envconfig:"REDIS_USERNAME"`
+	// RedisPassword is the Redis password: the ACL user's, or without a
+	// user the one of requirepass.
 	RedisPassword string `envconfig:"REDIS_PASSWORD"`
+
 	// Redis TLS: any of these turns TLS on (as a rediss:// URL does).
-	RedisTLSCA   string `envconfig:"REDIS_TLS_CA"`
+
+	// RedisTLSCA is a PEM file of the authorities the Redis server's
+	// certificate must chain to; unset, the system's. The certificate must
+	// name the URL's host.
+	RedisTLSCA string `envconfig:"REDIS_TLS_CA"`
+	// RedisTLSCert is a client certificate (PEM), for a server that
+	// verifies clients (tls-auth-clients); it needs ACTLOOP_REDIS_TLS_KEY.
 	RedisTLSCert string `envconfig:"REDIS_TLS_CERT"`
-	RedisTLSKey  string `envconfig:"REDIS_TLS_KEY"`
+	// RedisTLSKey is the client certificate's private key (PEM).
+	RedisTLSKey string `envconfig:"REDIS_TLS_KEY"`
 }
 
 // validateSecurity joins every problem with c's credentials and TLS

@@ -30,19 +30,45 @@ import (
 	"github.com/actloop/actloop/internal/traj"
 )
 
-// Common holds the settings every service reads (ACTLOOP_ prefix).
+// Common holds the settings every service reads (ACTLOOP_ prefix). The
+// CLI's trainer commands read them too, for their NATS connection and the
+// streams they declare.
 type Common struct {
-	NATSURL         string        `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
-	RedisURL        string        `envconfig:"REDIS_URL" default:"redis://127.0.0.1:6379/0"`
-	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s"`
-	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"10"`
-	StreamReplicas  int           `envconfig:"STREAM_REPLICAS" default:"1"`
-	ResultsMaxAge   time.Duration `envconfig:"RESULTS_MAX_AGE" default:"168h"`
-	DLQMaxAge       time.Duration `envconfig:"DLQ_MAX_AGE" default:"168h"`
-	ResultTTL       time.Duration `envconfig:"RESULT_TTL" default:"1h"`
-	PullWait        time.Duration `envconfig:"PULL_WAIT" default:"1s"`
+	// NATSURL is the NATS server (nats:// or tls://); user info in it is one
+	// way to authenticate.
+	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
+	// RedisURL is the Redis server (redis://, or rediss:// for TLS).
+	RedisURL string `envconfig:"REDIS_URL" default:"redis://127.0.0.1:6379/0"`
+	// AckWait: a work message not acknowledged this long after its delivery
+	// is delivered again; a long step resets the timer (InProgress) every
+	// third of it. At least 1s.
+	AckWait time.Duration `envconfig:"ACK_WAIT" default:"30s"`
+	// MaxDeliver is how many deliveries of a step a worker takes before it
+	// reports the step failed; the coordinator then ends the trajectory
+	// with a fallback result.
+	MaxDeliver int `envconfig:"MAX_DELIVER" default:"10"`
+	// StreamReplicas is the replicas of every stream and KV bucket: 1 on
+	// one server, 3 on a cluster (1 to 5).
+	StreamReplicas int `envconfig:"STREAM_REPLICAS" default:"1"`
+	// ResultsMaxAge is how long results stay in their stream.
+	ResultsMaxAge time.Duration `envconfig:"RESULTS_MAX_AGE" default:"168h"`
+	// DLQMaxAge is how long dead letters stay in theirs.
+	DLQMaxAge time.Duration `envconfig:"DLQ_MAX_AGE" default:"168h"`
+	// ResultTTL: a finished trajectory's Redis keys expire this long after
+	// its result is stored in the results stream.
+	ResultTTL time.Duration `envconfig:"RESULT_TTL" default:"1h"`
+	// PullWait is how long an idle pull waits at the server. Workers with
+	// several sources in priority order (the gen-worker's .hi and .lo, the
+	// env-worker's own steps and sandbox starts) do not wait in a pull:
+	// they hear publishes on their subjects and pull at once, and look
+	// again at least this often for redeliveries (and, with stealing on,
+	// for other replicas' work). At least 10ms.
+	PullWait time.Duration `envconfig:"PULL_WAIT" default:"1s"`
+	// ShutdownTimeout: on SIGTERM, how long in-flight steps may finish
+	// before the rest are handed back (nak).
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
-	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
 	telemetry.Config
 	Security
 }

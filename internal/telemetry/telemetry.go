@@ -27,8 +27,8 @@ const (
 
 // Config selects the trace exporter.
 type Config struct {
-	// Exporter is none, stdout or otlp. OTLP reads the standard
-	// OTEL_EXPORTER_OTLP_* variables (endpoint, headers).
+	// Exporter is where trace spans go: none, stdout or otlp. OTLP reads
+	// the standard `OTEL_EXPORTER_OTLP_*` variables (endpoint, headers).
 	Exporter string `envconfig:"OTEL_EXPORTER" default:"none"`
 }
 

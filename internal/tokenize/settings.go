@@ -9,9 +9,13 @@ import (
 // env-workers and predictor-gw of a deployment read the same two settings
 // and must agree on both, and with the model.
 type Chat struct {
-	// Tokenizer is bytes, qwen or the path of a tokenizer.json.
+	// Tokenizer is the model's tokenizer: qwen (the Qwen3 tokenizer built
+	// in; also Qwen2/2.5's vocabulary), bytes (one token per byte; tests and
+	// benchmarks), or the path of a Hugging Face tokenizer.json (.gz
+	// allowed) with byte-level BPE (Qwen2/2.5/3, Llama 3).
 	Tokenizer string `envconfig:"TOKENIZER" default:"qwen"`
-	// ChatTemplate is chatml or llama3.
+	// ChatTemplate is chatml (Qwen2.5, Qwen3) or llama3; the tokenizer must
+	// have the template's special tokens.
 	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
 }
 

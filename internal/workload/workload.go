@@ -89,7 +89,7 @@ type Scenario struct {
 	Eval        Dist // the eval command's run time, seconds
 }
 
-// Scenarios are the named workloads; BENCHMARKS.md says where each shape
+// Scenarios are the named workloads; docs/benchmarks.md says where each shape
 // comes from.
 var Scenarios = []Scenario{
 	{

@@ -10,7 +10,7 @@
 // languages.
 //
 // Messages carry ids, never trajectory state: the state lives in Redis
-// (internal/store). Every work message names its trajectory and the step (seq) it
+// (internal/traj). Every work message names its trajectory and the step (seq) it
 // is for, and is published with Nats-Msg-Id "<traj_id>:<seq>:<kind>", so a
 // redelivered or re-published message applies nothing twice.
 package schema

@@ -148,7 +148,7 @@ sandboxes see /etc (read-only), so the model's commands could read them.
 {{- end }}
 
 {{/*
-The NATS permissions of README.md's "Security" table, by client: what the
+The NATS permissions of docs/security.md's table, by client: what the
 bundled servers grant each user when nats.auth.perService is on. <replica>
 is a gen-worker group's replica; <id> an env-worker's id, which is its pod
 name, unknown here: `*`.
@@ -894,8 +894,8 @@ cluster {
 }
 {{- if include "actloop.natsPerService" . }}
 {{- $perms := include "actloop.natsPermissions" . | fromJson }}
-# Each service logs in as its own user, allowed only what it needs (README
-# "Security", "NATS permissions"); the env-workers' ids are their pod names,
+# Each service logs in as its own user, allowed only what it needs
+# (docs/security.md, "NATS permissions"); the env-workers' ids are their pod names,
 # so their user has every env-worker's subjects. nats.auth.user is the
 # CLI's. Passwords from the environment (NATS_PASSWORD_*, the Secret).
 authorization {
