@@ -176,3 +176,30 @@ func TestCodecRoundTrip(t *testing.T) {
 		t.Fatal("a bad counter decoded")
 	}
 }
+
+// Any hash decodes to a trajectory or a clear error naming the field,
+// never a panic; what decodes encodes back to the same state.
+func FuzzDecodeHash(f *testing.F) {
+	f.Add("needs_generation", "3", "7", "1700000000000", "{\"a\":\"PASSED\"}", "0.5", `{"v":1,"id":"x"}`)
+	f.Add("", "x", "-1", "0", "{", "NaN", "")
+	f.Fuzz(func(t *testing.T, status, seq, calls, at, tests, reward, sample string) {
+		h := map[string]string{fieldStatus: status, fieldSeq: seq, "calls": calls, "admitted_at": at, "tests": tests,
+			"reward": reward, "sample": sample}
+		got, err := decodeHash("x", h)
+		if err != nil {
+			return
+		}
+		h2 := map[string]string{}
+		args := encodeFields(&Trajectory{Seq: -1}, got, false)
+		for i := 0; i < len(args); i += 2 {
+			h2[args[i].(string)] = args[i+1].(string)
+		}
+		again, err := decodeHash("x", h2)
+		if err != nil {
+			t.Fatalf("re-decoding what was encoded: %v", err)
+		}
+		if fmt.Sprint(*again) != fmt.Sprint(*got) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v", *again, *got)
+		}
+	})
+}
