@@ -1,17 +1,14 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"log/slog"
 	"math"
-	"os"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,15 +17,13 @@ import (
 
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/predictor"
-	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/workload"
-	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// benchMode is one way of running the batch.
-type benchMode struct {
+// Mode is one way of running the batch.
+type Mode struct {
 	Name string
 	// Kind: "trajectory" (a trajectory holds a slot for its whole life:
 	// admission limited to the slots), "async" (every trajectory in flight,
@@ -36,13 +31,14 @@ type benchMode struct {
 	// limit) or "action" (actloop's action-level scheduling).
 	Kind              string
 	Policy, Predictor string
-	// Sync: the trainer updates the weights every --sync-every simulated
+	// Sync: the trainer updates the weights every SyncEvery simulated
 	// seconds (pause in abort mode, flush the prefix caches, resume with
 	// the next version).
 	Sync bool
 }
 
-var benchModes = []benchMode{
+// Modes are every mode the scheduling bench knows.
+var Modes = []Mode{
 	{"trajectory", "trajectory", "fcfs", "", false},
 	{"async", "async", "fcfs", "", false},
 	{"action-fcfs", "action", "fcfs", "", false},
@@ -52,18 +48,39 @@ var benchModes = []benchMode{
 	{"action-lpt-history-sync", "action", "lpt", predictor.BackendHistory, true},
 }
 
-func lookupMode(name string) (benchMode, bool) {
-	for _, m := range benchModes {
+// DefaultModes are the modes `actloop bench` runs unless told otherwise.
+const DefaultModes = "trajectory,async,action-fcfs,action-lpt-history,action-lpt-oracle,action-lpt-history-sync"
+
+// ModeNames are the names of Modes.
+func ModeNames() []string {
+	names := make([]string, 0, len(Modes))
+	for _, m := range Modes {
+		names = append(names, m.Name)
+	}
+	return names
+}
+
+// ScenarioNames are the names of the workload's scenarios.
+func ScenarioNames() []string {
+	names := make([]string, 0, len(workload.Scenarios))
+	for _, s := range workload.Scenarios {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+func lookupMode(name string) (Mode, bool) {
+	for _, m := range Modes {
 		if m.Name == name {
 			return m, true
 		}
 	}
-	return benchMode{}, false
+	return Mode{}, false
 }
 
-// benchResult is one mode's measurements on one scenario, in simulated
+// Result is one mode's measurements on one scenario, in simulated
 // seconds.
-type benchResult struct {
+type Result struct {
 	Scenario     string  `json:"scenario"`
 	Mode         string  `json:"mode"`
 	Trajectories int     `json:"trajectories"`
@@ -102,77 +119,93 @@ type benchResult struct {
 	MeanStretch    float64 `json:"mean_stretch"`
 }
 
-// benchOpts are the knobs shared by every run.
-type benchOpts struct {
-	tasks, replicas, slots, cacheTokens int
-	timeScale, syncEvery                float64
-	seed                                int64
-	log                                 *slog.Logger
+// Scheduling is what `actloop bench` runs: one simulated workload per
+// scenario under several scheduling modes, each on a fresh in-process
+// stack.
+type Scheduling struct {
+	Scenarios string // comma-separated scenario names, or "all"
+	Modes     string // comma-separated mode names
+	Tasks     int    // trajectories per scenario
+	Replicas  int    // inference replicas
+	Slots     int    // requests each replica decodes at once (its running limit)
+	// CacheTokens is each replica's prefix cache, in tokens.
+	CacheTokens int
+	// TimeScale is wall seconds per simulated second.
+	TimeScale float64
+	// SyncEvery is simulated seconds between weight syncs in the -sync
+	// modes.
+	SyncEvery float64
+	Seed      int64  // workload and simulator seed: same seed, same batch
+	JSON      bool   // one JSON array instead of a table
+	Charts    string // a directory for a PNG chart per scenario ("": none)
+	Outputs   Outputs
 }
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var names []string
-	for _, m := range benchModes {
-		names = append(names, m.Name)
+// plan resolves the modes and scenarios named, and checks the numbers.
+func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
+	var errs []error
+	var modes []Mode
+	for _, n := range strings.Split(s.Modes, ",") {
+		m, ok := lookupMode(strings.TrimSpace(n))
+		if !ok {
+			errs = append(errs, fmt.Errorf("--modes: unknown mode %q (want some of %s)", n, strings.Join(ModeNames(), ", ")))
+			continue
+		}
+		modes = append(modes, m)
 	}
-	var scNames []string
-	for _, s := range workload.Scenarios {
-		scNames = append(scNames, s.Name)
+	var scs []workload.Scenario
+	if s.Scenarios == "all" {
+		scs = workload.Scenarios
+	} else {
+		for _, n := range strings.Split(s.Scenarios, ",") {
+			sc, ok := workload.Lookup(strings.TrimSpace(n))
+			if !ok {
+				errs = append(errs, fmt.Errorf("--scenarios: unknown scenario %q (want all or some of %s)", n, strings.Join(ScenarioNames(), ", ")))
+				continue
+			}
+			scs = append(scs, sc)
+		}
 	}
-	scenarios := fs.String("scenarios", "swe-longtail", "comma-separated scenarios, or all: "+strings.Join(scNames, ", "))
-	modes := fs.String("modes", "trajectory,async,action-fcfs,action-lpt-history,action-lpt-oracle,action-lpt-history-sync", "comma-separated: "+strings.Join(names, ", "))
-	var o benchOpts
-	fs.IntVar(&o.tasks, "tasks", 96, "trajectories per scenario")
-	fs.IntVar(&o.replicas, "replicas", 2, "inference replicas")
-	fs.IntVar(&o.slots, "slots", 8, "requests each replica decodes at once (its running limit)")
-	fs.IntVar(&o.cacheTokens, "cache-tokens", 1<<16, "each replica's prefix cache, in tokens")
-	fs.Float64Var(&o.timeScale, "time-scale", 0.02, "wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
-	fs.Int64Var(&o.seed, "seed", 1, "workload and simulator seed: same seed, same batch")
-	fs.Float64Var(&o.syncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
-	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
-	charts := fs.String("charts", "", "write a PNG chart per scenario (slot use over time, makespan by mode) into this directory")
-	var out benchOutputs
-	out.register(fs, "the whole bench")
-	if err := fs.Parse(args); err != nil {
+	for _, c := range []struct {
+		flag string
+		ok   bool
+	}{{"--tasks", s.Tasks >= 1}, {"--replicas", s.Replicas >= 1}, {"--slots", s.Slots >= 1}, {"--time-scale", s.TimeScale > 0}} {
+		if !c.ok {
+			errs = append(errs, fmt.Errorf("%s: must be positive", c.flag))
+		}
+	}
+	return modes, scs, errors.Join(errs...)
+}
+
+// Validate joins every problem with s, each naming its flag.
+func (s Scheduling) Validate() error {
+	_, _, err := s.plan()
+	return err
+}
+
+// RunScheduling runs s and writes the results to stdout (a table, or one
+// JSON array with s.JSON) and its progress to stderr. It fails if two modes
+// produced other tokens for a trajectory: scheduling changes when, never
+// what.
+func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) error {
+	chosen, scs, err := s.plan()
+	if err != nil {
 		return err
 	}
-	log, closeLog, err := out.logger()
+	o := runOpts{tasks: s.Tasks, replicas: s.Replicas, slots: s.Slots, cacheTokens: s.CacheTokens,
+		timeScale: s.TimeScale, syncEvery: s.SyncEvery, seed: s.Seed}
+	log, closeLog, err := s.Outputs.logger()
 	if err != nil {
 		return err
 	}
 	defer closeLog()
 	o.log = log
-	stopProfile, err := out.profile()
+	stopProfile, err := s.Outputs.profile()
 	if err != nil {
 		return err
 	}
 	defer stopProfile()
-	var chosen []benchMode
-	for _, n := range strings.Split(*modes, ",") {
-		m, ok := lookupMode(strings.TrimSpace(n))
-		if !ok {
-			return &exitError{2, fmt.Errorf("bench: unknown mode %q", n)}
-		}
-		chosen = append(chosen, m)
-	}
-	var scs []workload.Scenario
-	if *scenarios == "all" {
-		scs = workload.Scenarios
-	} else {
-		for _, n := range strings.Split(*scenarios, ",") {
-			sc, ok := workload.Lookup(strings.TrimSpace(n))
-			if !ok {
-				return &exitError{2, fmt.Errorf("bench: unknown scenario %q", n)}
-			}
-			scs = append(scs, sc)
-		}
-	}
-	if o.tasks < 1 || o.replicas < 1 || o.slots < 1 || o.timeScale <= 0 {
-		return &exitError{2, errors.New("bench: tasks, replicas, slots and time-scale must be positive")}
-	}
-	var results []benchResult
+	var results []Result
 	for _, sc := range scs {
 		plans := sc.Generate(o.seed, o.tasks)
 		bound := workload.LowerBound(plans, workload.Machine{Replicas: o.replicas, MaxRunning: o.slots,
@@ -181,10 +214,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		var refFull map[string]schema.Result
 		refMode := ""
 		for _, m := range chosen {
-			if !*asJSON {
+			if !s.JSON {
 				fmt.Fprintf(stderr, "bench: %s / %s ...\n", sc.Name, m.Name)
 			}
-			r, prints, full, err := benchOne(ctx, m, plans, o)
+			r, prints, full, err := runOne(ctx, m, plans, o)
 			if err != nil {
 				return fmt.Errorf("bench %s/%s: %w", sc.Name, m.Name, err)
 			}
@@ -203,8 +236,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
-	if *charts != "" {
-		files, err := writeCharts(*charts, results)
+	if s.Charts != "" {
+		files, err := writeCharts(s.Charts, results)
 		if err != nil {
 			return err
 		}
@@ -212,7 +245,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, "bench: wrote %s\n", f)
 		}
 	}
-	if *asJSON {
+	if s.JSON {
 		b, _ := json.Marshal(results)
 		_, err := fmt.Fprintln(stdout, string(b))
 		return err
@@ -228,10 +261,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return tw.Flush()
 }
 
-// benchOne runs the batch under one mode on a fresh stack. It returns the
+// runOpts are the knobs shared by every run of one scheduling bench.
+type runOpts struct {
+	tasks, replicas, slots, cacheTokens int
+	timeScale, syncEvery                float64
+	seed                                int64
+	log                                 *slog.Logger
+}
+
+// runOne runs the batch under one mode on a fresh stack. It returns the
 // measurements and a fingerprint of each completed trajectory's tokens,
 // log-probs and loss mask.
-func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o benchOpts) (benchResult, map[string]uint64, map[string]schema.Result, error) {
+func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts) (Result, map[string]uint64, map[string]schema.Result, error) {
 	tasks := len(plans)
 	genSlots := o.slots
 	if m.Kind == "async" {
@@ -241,7 +282,7 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: o.replicas, Slots: genSlots,
 		EnvSlots: 2 * tasks, Sim: simCfg, Common: benchCommon(), Log: o.log})
 	if err != nil {
-		return benchResult{}, nil, nil, err
+		return Result{}, nil, nil, err
 	}
 	defer stop()
 
@@ -262,7 +303,7 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 		cc.MaxActiveCeiling = tasks
 	}
 	if _, err := st.StartCoordinator(sctx, cc); err != nil {
-		return benchResult{}, nil, nil, err
+		return Result{}, nil, nil, err
 	}
 	for _, r := range st.Replicas {
 		gc := st.GenWorkerConfig(r)
@@ -272,31 +313,31 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 			gc.PredictTimeout = 0
 		}
 		if _, err := st.StartGenWorkerWith(sctx, gc, nil); err != nil {
-			return benchResult{}, nil, nil, err
+			return Result{}, nil, nil, err
 		}
 	}
 	ec := st.EnvWorkerConfig("env-0")
 	ec.SimStartLatency, ec.SimExecLatency = 0, 0 // the workload's own times only
 	if _, err := st.StartEnvWorker(sctx, ec); err != nil {
-		return benchResult{}, nil, nil, err
+		return Result{}, nil, nil, err
 	}
 	if m.Predictor != "" {
 		pc := st.PredictorConfig()
 		pc.Backend, pc.OracleURL = m.Predictor, st.SimURLs[st.Replicas[0]]
 		if err := st.StartPredictorWith(sctx, pc); err != nil {
-			return benchResult{}, nil, nil, err
+			return Result{}, nil, nil, err
 		}
 	}
 	d, err := st.Deps(ctx, "bench")
 	if err != nil {
-		return benchResult{}, nil, nil, err
+		return Result{}, nil, nil, err
 	}
 	defer d.Close()
 	start := time.Now()
 	for _, p := range plans {
 		s := p.Sample()
 		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
-			return benchResult{}, nil, nil, err
+			return Result{}, nil, nil, err
 		}
 	}
 	syncs := make(chan int, 1)
@@ -314,9 +355,9 @@ func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o b
 	nSyncs := <-syncs
 	series := <-use
 	if err != nil {
-		return benchResult{}, nil, nil, err
+		return Result{}, nil, nil, err
 	}
-	r := benchResult{Mode: m.Name, Trajectories: tasks, WallS: time.Since(start).Seconds(), Syncs: nSyncs}
+	r := Result{Mode: m.Name, Trajectories: tasks, WallS: time.Since(start).Seconds(), Syncs: nSyncs}
 	prints := make(map[string]uint64, len(results))
 	var lat []float64
 	var last time.Time
@@ -404,11 +445,6 @@ func sampleSlotUse(ctx context.Context, sims map[string]*sim.Server, slots int, 
 	return out
 }
 
-// collectFull reads n distinct results, tokens included.
-func collectFull(ctx context.Context, d *service.Deps, n int) (map[string]schema.Result, error) {
-	return collectAs[schema.Result](ctx, d.JS, n, func(int) {}, func(r schema.Result) string { return r.TrajID })
-}
-
 // fingerprint hashes what a trajectory produced: tokens, log-probs, mask.
 func fingerprint(r schema.Result) uint64 {
 	h := fnv.New64a()
@@ -439,108 +475,4 @@ func firstDifference(a, b schema.Result) string {
 	}
 	return fmt.Sprintf("%d and %d tokens (%d and %d turns), first difference at token %d: %s against %s",
 		len(a.Tokens), len(b.Tokens), a.Turns, b.Turns, i, window(a), window(b))
-}
-
-// benchOutputs are the flags every bench command shares: where the
-// services' log goes, and a CPU profile.
-type benchOutputs struct{ logPath, profilePath string }
-
-func (b *benchOutputs) register(fs *flag.FlagSet, profiled string) {
-	fs.StringVar(&b.logPath, "log", "", "write the services' log to this file")
-	fs.StringVar(&b.profilePath, "cpuprofile", "", "write a CPU profile of "+profiled+" to this file")
-}
-
-// logger returns a logger writing the services' log to the --log file, or
-// one that discards it.
-func (b *benchOutputs) logger() (*slog.Logger, func(), error) {
-	if b.logPath == "" {
-		return slog.New(slog.DiscardHandler), func() {}, nil
-	}
-	f, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return nil, nil, err
-	}
-	return slog.New(slog.NewTextHandler(f, nil)), func() { f.Close() }, nil
-}
-
-// benchCommon are the settings every bench run's services share: short
-// pulls, and an ack wait long enough for the longest simulated step.
-func benchCommon() service.Common {
-	c := service.CommonDefaults()
-	c.PullWait = 100 * time.Millisecond
-	c.AckWait = time.Minute
-	return c
-}
-
-// startBench starts an in-process stack (opts.Dir is filled in; a nil
-// opts.Log discards the log) for one bench run. Its services run under the returned context; the
-// returned stop ends them, closes the stack and removes its directory.
-func startBench(ctx context.Context, opts devstack.Options) (*devstack.Stack, context.Context, func(), error) {
-	dir, err := os.MkdirTemp("", "actloop-bench-")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	// Searchable by the unprivileged user sandbox commands run as under bwrap.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, nil, nil, err
-	}
-	opts.Dir = dir
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	st, err := devstack.StartInfra(sctx, opts)
-	if err != nil {
-		cancel()
-		_ = os.RemoveAll(dir)
-		return nil, nil, nil, err
-	}
-	return st, sctx, func() {
-		cancel()
-		_ = st.Wait()
-		st.Close()
-		_ = os.RemoveAll(dir)
-	}, nil
-}
-
-// profile starts the --cpuprofile (if any) and returns its stop.
-func (b *benchOutputs) profile() (func(), error) {
-	if b.profilePath == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(b.profilePath)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
-// syncEvery plays a trainer updating the weights every period until ctx
-// ends, and returns how many syncs it completed.
-func syncEvery(ctx context.Context, d *service.Deps, sims map[string]string, period time.Duration) int {
-	c := control.Client{NC: d.NC}
-	t := time.NewTicker(period)
-	defer t.Stop()
-	n := 0
-	for v := int64(1); ; v++ {
-		select {
-		case <-ctx.Done():
-			return n
-		case <-t.C:
-		}
-		if _, err := c.Pause(ctx, schema.PauseRequest{Mode: schema.PauseAbort}); err != nil {
-			return n
-		}
-		for _, url := range sims {
-			_ = flushCache(ctx, url)
-		}
-		if _, err := c.Resume(ctx, &v); err != nil {
-			return n
-		}
-		n++
-	}
 }

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/actloop/actloop/internal/bench"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// outputFlags adds the flags every bench command shares.
+func outputFlags(f *pflag.FlagSet, o *bench.Outputs, profiled string) {
+	f.StringVar(&o.Log, "log", "", "write the services' log to this file")
+	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of "+profiled+" to this file")
+}
+
+// checked returns a usage error naming the command for a settings problem.
+func checked(name string, err error) error {
+	if err != nil {
+		return usageError(fmt.Errorf("%s: %w", name, err))
+	}
+	return nil
+}
+
+func newBenchCmd() *cobra.Command {
+	var s bench.Scheduling
+	cmd := &cobra.Command{
+		Use:   "bench [--scenarios LIST|all] [--modes LIST] [flags]",
+		Short: "Compare scheduling modes on simulated workloads",
+		Long: `Run one seeded simulated workload per scenario under several scheduling modes,
+each on a fresh in-process stack, and compare makespan (against the batch's
+lower bound), latency, throughput, slot and decode use, preemptions and
+re-prefilled tokens. Fails if two modes produced other tokens for a
+trajectory. --json prints one JSON array; --charts DIR writes a PNG per
+scenario (slot use over time, makespan by mode).`,
+		Example: "  actloop bench --scenarios all --json --charts bench",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checked("bench", s.Validate()); err != nil {
+				return err
+			}
+			return bench.RunScheduling(cmd.Context(), s, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&s.Scenarios, "scenarios", "swe-longtail", "comma-separated scenarios, or all: "+strings.Join(bench.ScenarioNames(), ", "))
+	f.StringVar(&s.Modes, "modes", bench.DefaultModes, "comma-separated: "+strings.Join(bench.ModeNames(), ", "))
+	f.IntVar(&s.Tasks, "tasks", 96, "trajectories per scenario")
+	f.IntVar(&s.Replicas, "replicas", 2, "inference replicas")
+	f.IntVar(&s.Slots, "slots", 8, "requests each replica decodes at once (its running limit)")
+	f.IntVar(&s.CacheTokens, "cache-tokens", 1<<16, "each replica's prefix cache, in tokens")
+	f.Float64Var(&s.TimeScale, "time-scale", 0.02, "wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
+	f.Int64Var(&s.Seed, "seed", 1, "workload and simulator seed: same seed, same batch")
+	f.Float64Var(&s.SyncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
+	f.BoolVar(&s.JSON, "json", false, "print one JSON array instead of a table")
+	f.StringVar(&s.Charts, "charts", "", "write a PNG chart per scenario (slot use over time, makespan by mode) into this directory")
+	outputFlags(f, &s.Outputs, "the whole bench")
+	return cmd
+}
+
+func newBenchSyncCmd() *cobra.Command {
+	var s bench.Sync
+	cmd := &cobra.Command{
+		Use:   "bench-sync [flags]",
+		Short: "Measure weight synchronisation: pause latency, tokens kept, throughput lost",
+		Long: `Pause and resume many times with generations in flight, then run the same
+workload without syncs: pause latency (trainer side), generations aborted and
+tokens kept, re-prefilled tokens, and the makespan lost per weight sync.
+--json prints one JSON object.`,
+		Example: "  actloop bench-sync --json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checked("bench-sync", s.Validate()); err != nil {
+				return err
+			}
+			return bench.RunSync(cmd.Context(), s, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&s.Tasks, "tasks", 2600, "trajectories (more than slots, so queued steps keep the slots busy)")
+	f.IntVar(&s.Replicas, "replicas", 4, "inference replicas")
+	f.IntVar(&s.Slots, "slots", 320, "generation slots per replica")
+	f.IntVar(&s.InFlight, "in-flight", 1000, "pause once this many generations are in flight")
+	f.IntVar(&s.Pauses, "pauses", 10, "weight syncs")
+	f.StringVar(&s.Mode, "mode", schema.PauseAbort, "pause mode: abort or drain")
+	f.IntVar(&s.MaxTurns, "max-turns", 6, "the simulator's most turns for a trajectory")
+	f.Float64Var(&s.TimeScale, "time-scale", 0.2, "wall seconds per simulated second")
+	f.Int64Var(&s.Seed, "seed", 1, "simulator seed")
+	f.BoolVar(&s.JSON, "json", false, "print one JSON object instead of a summary")
+	outputFlags(f, &s.Outputs, "the run with syncs")
+	return cmd
+}
+
+func newBenchPipelineCmd() *cobra.Command {
+	var p bench.Pipeline
+	cmd := &cobra.Command{
+		Use:   "bench-pipeline [flags]",
+		Short: "Measure the pipeline's own cost with backends that answer at once",
+		Long: `Drive a batch through the whole pipeline with backends that answer at once:
+actions per second, CPU per action, dispatch latency, Redis bytes per token,
+Go heap per trajectory held. With --processes every service runs as its own
+process ('actloop serve') and each one's resident memory and CPU are
+reported. --json prints one JSON object.`,
+		Example: "  actloop bench-pipeline --gen-workers 2 --env-workers 2 --json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checked("bench-pipeline", p.Validate()); err != nil {
+				return err
+			}
+			return bench.RunPipeline(cmd.Context(), p, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&p.Trajectories, "trajectories", 400, "trajectories")
+	f.IntVar(&p.Turns, "turns", 20, "turns per trajectory")
+	f.IntVar(&p.Tokens, "tokens", 50, "tokens per reply")
+	f.IntVar(&p.GenWorkers, "gen-workers", 1, "gen-workers (one replica each)")
+	f.IntVar(&p.EnvWorkers, "env-workers", 1, "env-workers")
+	f.IntVar(&p.Slots, "slots", 64, "slots per gen-worker")
+	f.StringVar(&p.Redis, "redis", "", "redis-server or in-process (default: redis-server when on PATH)")
+	f.BoolVar(&p.Processes, "processes", false, "run each service as its own process ('actloop serve') and report each one's peak resident memory and CPU")
+	f.BoolVar(&p.JSON, "json", false, "print one JSON object")
+	outputFlags(f, &p.Outputs, "the run")
+	return cmd
+}
