@@ -150,3 +150,26 @@ func TestPipeline(t *testing.T) {
 		})
 	}
 }
+
+// The weight-sync bench pauses and resumes as often as asked with
+// generations in flight, and every trajectory of both runs completes.
+func TestSync(t *testing.T) {
+	s := Sync{Tasks: 16, Replicas: 1, Slots: 8, InFlight: 2, Pauses: 2, Mode: schema.PauseAbort, MaxTurns: 2,
+		TimeScale: 0.05, Seed: 1, JSON: true}
+	var out, errOut bytes.Buffer
+	if err := RunSync(context.Background(), s, &out, &errOut); err != nil {
+		t.Fatalf("%+v: %v\n%s", s, err, errOut.String())
+	}
+	var r SyncReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("output %q: %v", out.String(), err)
+	}
+	if len(r.PauseMS) != 2 || len(r.InFlightAtPause) != 2 || r.WithSyncs.Syncs != 2 || r.PauseP99MS < r.PauseP50MS {
+		t.Errorf("syncs: %+v", r)
+	}
+	for _, run := range []SyncRun{r.WithSyncs, r.WithoutSyncs} {
+		if run.Completed != 16 || run.Trajectories != 16 || run.MakespanS <= 0 {
+			t.Errorf("run %+v: want 16 of 16 completed", run)
+		}
+	}
+}

@@ -47,17 +47,17 @@ func (c *Client) consumer(ctx context.Context, name, subject string) (*Consumer,
 	return &Consumer{c: cons, name: name}, nil
 }
 
-// Fetch pulls up to max deliveries, yielding each as it arrives, until max
-// have come or wait has passed. A failed pull, or ctx ending, yields a nil
+// Fetch pulls up to batch deliveries, yielding each as it arrives, until
+// that many have come or wait has passed. A failed pull, or ctx ending, yields a nil
 // Delivery and the error, last. Deliveries left when the loop stops early
 // are nak'd (delivered again at once) before Fetch returns, which may take
 // until wait has passed; those pending when ctx ends are delivered again
 // after AckWait.
-func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) iter.Seq2[*Delivery, error] {
+func (c *Consumer) Fetch(ctx context.Context, batch int, wait time.Duration) iter.Seq2[*Delivery, error] {
 	return func(yield func(*Delivery, error) bool) {
 		fctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
-		batch, err := c.c.Fetch(max, jetstream.FetchContext(fctx))
+		b, err := c.c.Fetch(batch, jetstream.FetchContext(fctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				err = ctx.Err()
@@ -65,7 +65,7 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) iter.
 			yield(nil, fmt.Errorf("fetch from %s: %w", c.name, err))
 			return
 		}
-		msgs := batch.Messages()
+		msgs := b.Messages()
 		for m := range msgs {
 			if ctx.Err() != nil {
 				break // the rest come again after AckWait
@@ -77,7 +77,7 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) iter.
 				return
 			}
 		}
-		switch err := batch.Error(); {
+		switch err := b.Error(); {
 		case ctx.Err() != nil:
 			yield(nil, fmt.Errorf("fetch from %s: %w", c.name, ctx.Err()))
 		case err != nil && !errors.Is(err, context.DeadlineExceeded): // wait has passed
