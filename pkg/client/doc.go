@@ -22,11 +22,12 @@
 //
 // # Results and groups
 //
-// Delivery is at least once. Every durable consumer name sees every result
-// once acknowledged, independently of other names; a result not
-// acknowledged within AckWait (or nak'd) is delivered again, to the same
-// name. Delivery.Ack waits for the server to confirm the acknowledgement:
-// once it returns, that consumer does not see the result again. A result
+// Delivery is at least once. Each durable consumer name has its own
+// position, kept by the server: it sees every result in the stream, and a
+// result it has not acknowledged within AckWait (or has nak'd) is
+// delivered to it again. Delivery.Ack waits for the server to confirm the
+// acknowledgement: once it returns, that name does not see the result
+// again. A result
 // can still be in the stream twice (published again after a crash, beyond
 // the duplicate window), so a trainer dedupes by traj_id, which is the
 // sample id. Every sample gets one result: a completed trajectory, or a
