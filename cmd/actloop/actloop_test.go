@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,14 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actloop/actloop/internal/bench"
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/launch"
 	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/internal/workload"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -270,95 +268,42 @@ func TestDocsListEverySetting(t *testing.T) {
 	}
 }
 
-// `actloop bench` runs every mode to completion on the same workload and
-// reports each; speed is what it measures, not what this test asserts.
-func TestBenchRunsEveryMode(t *testing.T) {
+// `actloop bench-pipeline` passes its flags to internal/bench and prints
+// its report as one JSON object (the harness's own tests are there).
+func TestBenchPipelineCommand(t *testing.T) {
+	args := []string{"bench-pipeline", "--trajectories", "4", "--turns", "2", "--tokens", "8", "--slots", "4",
+		"--gen-workers", "2", "--redis", "in-process", "-json"}
 	var out, errOut bytes.Buffer
-	var modes []string
-	for _, m := range benchModes {
-		modes = append(modes, m.Name)
+	if err := run(context.Background(), args, &out, &errOut); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, errOut.String())
 	}
-	// A tiny batch of the fast scenario: the smoke version of the bench,
-	// fidelity check included (every mode must produce the same tokens).
-	// Syncs every third of the batch's lower bound, so the sync mode has
-	// some whatever the machine's speed.
-	sc, _ := workload.Lookup("tool-fast")
-	charts := t.TempDir()
-	bound := workload.LowerBound(sc.Generate(1, 8), workload.Machine{Replicas: 2, MaxRunning: 8,
-		DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
-	err := run(context.Background(), []string{"bench", "--scenarios", "tool-fast", "--tasks", "8", "--time-scale", "0.002",
-		"--sync-every", fmt.Sprint(bound.S / 3), "--modes", strings.Join(modes, ","), "--json", "--charts", charts}, &out, &errOut)
-	if err != nil {
-		t.Fatalf("bench: %v\n%s", err, errOut.String())
+	var b bench.PipelineReport
+	if err := json.Unmarshal(out.Bytes(), &b); err != nil {
+		t.Fatalf("output %q: %v", out.String(), err)
 	}
-	var got []benchResult
-	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &got); err != nil {
-		t.Fatalf("bench output %q: %v", out.String(), err)
-	}
-	if len(got) != len(modes) {
-		t.Fatalf("%d modes reported, want %d", len(got), len(modes))
-	}
-	for _, r := range got {
-		if r.Completed != 8 || r.MakespanS <= 0 || r.P99LatencyS < r.MeanLatencyS || r.MeanLatencyS <= 0 ||
-			r.BoundS <= 0 || r.VsBound < 1 {
-			t.Errorf("%s: %+v", r.Mode, r)
-		}
-		if len(r.SlotUseSeries) == 0 || r.SlotUse <= 0 || r.SlotUse > 1 {
-			t.Errorf("%s: slot use %.2f from %d samples", r.Mode, r.SlotUse, len(r.SlotUseSeries))
-		}
-		if strings.HasSuffix(r.Mode, "-sync") != (r.Syncs > 0) {
-			t.Errorf("%s: %d weight syncs", r.Mode, r.Syncs)
-		}
-	}
-	f, err := os.Open(filepath.Join(charts, "tool-fast.png"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if img, err := png.Decode(f); err != nil || img.Bounds().Dx() < 1000 {
-		t.Fatalf("chart: %v", err)
-	}
-	for _, bad := range [][]string{{"bench", "--modes", "magic"}, {"bench", "--scenarios", "nope"}} {
-		if err := run(context.Background(), bad, &out, &errOut); exitCode(err) != 2 {
-			t.Fatalf("%v: %v", bad, err)
-		}
+	if b.Trajectories != 4 || b.Actions != 8 || b.GenWorkers != 2 || b.EnvWorkers != 1 || b.Redis != "in-process" {
+		t.Errorf("report %+v: want the flags' batch", b)
 	}
 }
 
-// `actloop bench-pipeline` drives a batch through the whole pipeline, in one
-// process and with every service in its own ('actloop serve'), and reports
-// each service process's memory and CPU.
-func TestBenchPipeline(t *testing.T) {
-	for _, processes := range []bool{false, true} {
-		args := []string{"bench-pipeline", "--trajectories", "6", "--turns", "3", "--tokens", "8", "--slots", "4",
-			"--redis", "in-process", "--json"}
-		if processes {
-			args = append(args, "--processes")
-		}
-		var out, errOut bytes.Buffer
-		if err := run(context.Background(), args, &out, &errOut); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, errOut.String())
-		}
-		var b pipeBench
-		if err := json.Unmarshal(out.Bytes(), &b); err != nil {
-			t.Fatalf("output %q: %v", out.String(), err)
-		}
-		if b.Actions != 18 || b.ActionsPerS <= 0 || b.CPUSPer1000 <= 0 || b.RedisBytesPer1kT <= 0 {
-			t.Errorf("processes=%v: %+v", processes, b)
-		}
-		if !processes {
-			if len(b.Services) != 0 {
-				t.Errorf("in one process, per-service figures: %+v", b.Services)
-			}
-			continue
-		}
-		if len(b.Services) != 3 {
-			t.Fatalf("services %+v, want coordinator, gen-worker and env-worker", b.Services)
-		}
-		for _, s := range b.Services {
-			if s.PeakRSSMB <= 0 || s.IdleRSSMB <= 0 || s.PeakRSSMB < s.IdleRSSMB || s.CPUSPer1000 <= 0 {
-				t.Errorf("%s: %+v", s.Name, s)
-			}
+// The bench commands refuse settings that cannot run, naming the flag,
+// before starting anything.
+func TestBenchUsageErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--modes", "magic"}, `--modes: unknown mode "magic"`},
+		{[]string{"bench", "--scenarios", "nope"}, `--scenarios: unknown scenario "nope"`},
+		{[]string{"bench", "--tasks", "0"}, "--tasks: must be positive"},
+		{[]string{"bench-sync", "--mode", "nap"}, `--mode: "nap"`},
+		{[]string{"bench-sync", "--in-flight", "5000"}, "--in-flight"},
+		{[]string{"bench-pipeline", "--gen-workers", "0"}, "--gen-workers"},
+		{[]string{"bench-pipeline", "--slots", "many"}, `"--slots"`},
+	} {
+		err := run(context.Background(), tt.args, io.Discard, io.Discard)
+		if exitCode(err) != 2 || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: exit %d (%v), want 2 and %q", tt.args, exitCode(err), err, tt.want)
 		}
 	}
 	if err := run(context.Background(), []string{"serve", "nope"}, io.Discard, io.Discard); exitCode(err) != 2 {

@@ -1,546 +1,128 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
-	"hash/fnv"
-	"io"
-	"log/slog"
-	"math"
-	"os"
-	"runtime/pprof"
-	"slices"
-	"strconv"
 	"strings"
-	"text/tabwriter"
-	"time"
 
-	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/predictor"
-	"github.com/actloop/actloop/internal/service"
-	"github.com/actloop/actloop/internal/sim"
-	"github.com/actloop/actloop/internal/workload"
-	"github.com/actloop/actloop/pkg/control"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/actloop/actloop/internal/bench"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// benchMode is one way of running the batch.
-type benchMode struct {
-	Name string
-	// Kind: "trajectory" (a trajectory holds a slot for its whole life:
-	// admission limited to the slots), "async" (every trajectory in flight,
-	// every generation sent at once; the server queues beyond its running
-	// limit) or "action" (actloop's action-level scheduling).
-	Kind              string
-	Policy, Predictor string
-	// Sync: the trainer updates the weights every --sync-every simulated
-	// seconds (pause in abort mode, flush the prefix caches, resume with
-	// the next version).
-	Sync bool
+// outputFlags adds the flags every bench command shares.
+func outputFlags(f *pflag.FlagSet, o *bench.Outputs, profiled string) {
+	f.StringVar(&o.Log, "log", "", "write the services' log to this file")
+	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of "+profiled+" to this file")
 }
 
-var benchModes = []benchMode{
-	{"trajectory", "trajectory", "fcfs", "", false},
-	{"async", "async", "fcfs", "", false},
-	{"action-fcfs", "action", "fcfs", "", false},
-	{"action-lpt-history", "action", "lpt", predictor.BackendHistory, false},
-	{"action-lpt-oracle", "action", "lpt", predictor.BackendOracle, false},
-	{"action-sjf-history", "action", "sjf", predictor.BackendHistory, false},
-	{"action-lpt-history-sync", "action", "lpt", predictor.BackendHistory, true},
-}
-
-func lookupMode(name string) (benchMode, bool) {
-	for _, m := range benchModes {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return benchMode{}, false
-}
-
-// benchResult is one mode's measurements on one scenario, in simulated
-// seconds.
-type benchResult struct {
-	Scenario     string  `json:"scenario"`
-	Mode         string  `json:"mode"`
-	Trajectories int     `json:"trajectories"`
-	Completed    int     `json:"completed"`
-	MakespanS    float64 `json:"makespan_s"`
-	BoundS       float64 `json:"bound_s"`
-	VsBound      float64 `json:"makespan_vs_bound"`
-	MeanLatencyS float64 `json:"mean_latency_s"`
-	P99LatencyS  float64 `json:"p99_latency_s"`
-	TokensPerS   float64 `json:"generated_tokens_per_s"`
-	DecodeUse    float64 `json:"decode_use"` // generated tokens over what the replicas could decode in the makespan
-	// SlotUse is the mean share of the replicas' slots (running limit)
-	// holding a request over the makespan; SlotUseSeries samples it every
-	// SlotUseStepS simulated seconds from the start.
-	SlotUse       float64   `json:"slot_use"`
-	SlotUseStepS  float64   `json:"slot_use_step_s"`
-	SlotUseSeries []float64 `json:"slot_use_series"`
-	Preemptions   int64     `json:"preemptions"`
-	ResumedTokens int64     `json:"resumed_tokens"`
-	WastedTokens  int64     `json:"wasted_tokens"`
-	Reprefilled   int64     `json:"reprefilled_tokens"`
-	// With weight syncs: how many, and per trajectory the spread of the
-	// weight versions its tokens came from (max − min), mean and largest.
-	Syncs          int     `json:"syncs,omitempty"`
-	VersionSpread  float64 `json:"version_spread_mean,omitempty"`
-	VersionSpreadX int32   `json:"version_spread_max,omitempty"`
-	WallS          float64 `json:"wall_s"`
-	// Where the makespan goes: the trajectory that finished last waited
-	// LastAdmitS for admission and then ran LastRunS against its own
-	// critical path LastPathS; over all trajectories, the mean admission
-	// wait and the mean stretch (run time over critical path).
-	LastAdmitS     float64 `json:"last_admit_wait_s"`
-	LastRunS       float64 `json:"last_run_s"`
-	LastPathS      float64 `json:"last_path_s"`
-	MeanAdmitWaitS float64 `json:"mean_admit_wait_s"`
-	MeanStretch    float64 `json:"mean_stretch"`
-}
-
-// benchOpts are the knobs shared by every run.
-type benchOpts struct {
-	tasks, replicas, slots, cacheTokens int
-	timeScale, syncEvery                float64
-	seed                                int64
-	log                                 *slog.Logger
-}
-
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var names []string
-	for _, m := range benchModes {
-		names = append(names, m.Name)
-	}
-	var scNames []string
-	for _, s := range workload.Scenarios {
-		scNames = append(scNames, s.Name)
-	}
-	scenarios := fs.String("scenarios", "swe-longtail", "comma-separated scenarios, or all: "+strings.Join(scNames, ", "))
-	modes := fs.String("modes", "trajectory,async,action-fcfs,action-lpt-history,action-lpt-oracle,action-lpt-history-sync", "comma-separated: "+strings.Join(names, ", "))
-	var o benchOpts
-	fs.IntVar(&o.tasks, "tasks", 96, "trajectories per scenario")
-	fs.IntVar(&o.replicas, "replicas", 2, "inference replicas")
-	fs.IntVar(&o.slots, "slots", 8, "requests each replica decodes at once (its running limit)")
-	fs.IntVar(&o.cacheTokens, "cache-tokens", 1<<16, "each replica's prefix cache, in tokens")
-	fs.Float64Var(&o.timeScale, "time-scale", 0.02, "wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
-	fs.Int64Var(&o.seed, "seed", 1, "workload and simulator seed: same seed, same batch")
-	fs.Float64Var(&o.syncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
-	asJSON := fs.Bool("json", false, "print one JSON array instead of a table")
-	charts := fs.String("charts", "", "write a PNG chart per scenario (slot use over time, makespan by mode) into this directory")
-	var out benchOutputs
-	out.register(fs, "the whole bench")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, closeLog, err := out.logger()
+// checked returns a usage error naming the command for a settings problem.
+func checked(name string, err error) error {
 	if err != nil {
-		return err
+		return usageError(fmt.Errorf("%s: %w", name, err))
 	}
-	defer closeLog()
-	o.log = log
-	stopProfile, err := out.profile()
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
-	var chosen []benchMode
-	for _, n := range strings.Split(*modes, ",") {
-		m, ok := lookupMode(strings.TrimSpace(n))
-		if !ok {
-			return &exitError{2, fmt.Errorf("bench: unknown mode %q", n)}
-		}
-		chosen = append(chosen, m)
-	}
-	var scs []workload.Scenario
-	if *scenarios == "all" {
-		scs = workload.Scenarios
-	} else {
-		for _, n := range strings.Split(*scenarios, ",") {
-			sc, ok := workload.Lookup(strings.TrimSpace(n))
-			if !ok {
-				return &exitError{2, fmt.Errorf("bench: unknown scenario %q", n)}
+	return nil
+}
+
+func newBenchCmd() *cobra.Command {
+	var s bench.Scheduling
+	cmd := &cobra.Command{
+		Use:   "bench [--scenarios LIST|all] [--modes LIST] [flags]",
+		Short: "Compare scheduling modes on simulated workloads",
+		Long: `Run one seeded simulated workload per scenario under several scheduling modes,
+each on a fresh in-process stack, and compare makespan (against the batch's
+lower bound), latency, throughput, slot and decode use, preemptions and
+re-prefilled tokens. Fails if two modes produced other tokens for a
+trajectory. --json prints one JSON array; --charts DIR writes a PNG per
+scenario (slot use over time, makespan by mode).`,
+		Example: "  actloop bench --scenarios all --json --charts bench",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checked("bench", s.Validate()); err != nil {
+				return err
 			}
-			scs = append(scs, sc)
-		}
+			return bench.RunScheduling(cmd.Context(), s, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
-	if o.tasks < 1 || o.replicas < 1 || o.slots < 1 || o.timeScale <= 0 {
-		return &exitError{2, errors.New("bench: tasks, replicas, slots and time-scale must be positive")}
-	}
-	var results []benchResult
-	for _, sc := range scs {
-		plans := sc.Generate(o.seed, o.tasks)
-		bound := workload.LowerBound(plans, workload.Machine{Replicas: o.replicas, MaxRunning: o.slots,
-			DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
-		var ref map[string]uint64
-		var refFull map[string]schema.Result
-		refMode := ""
-		for _, m := range chosen {
-			if !*asJSON {
-				fmt.Fprintf(stderr, "bench: %s / %s ...\n", sc.Name, m.Name)
+	f := cmd.Flags()
+	f.StringVar(&s.Scenarios, "scenarios", "swe-longtail", "comma-separated scenarios, or all: "+strings.Join(bench.ScenarioNames(), ", "))
+	f.StringVar(&s.Modes, "modes", bench.DefaultModes, "comma-separated: "+strings.Join(bench.ModeNames(), ", "))
+	f.IntVar(&s.Tasks, "tasks", 96, "trajectories per scenario")
+	f.IntVar(&s.Replicas, "replicas", 2, "inference replicas")
+	f.IntVar(&s.Slots, "slots", 8, "requests each replica decodes at once (its running limit)")
+	f.IntVar(&s.CacheTokens, "cache-tokens", 1<<16, "each replica's prefix cache, in tokens")
+	f.Float64Var(&s.TimeScale, "time-scale", 0.02, "wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
+	f.Int64Var(&s.Seed, "seed", 1, "workload and simulator seed: same seed, same batch")
+	f.Float64Var(&s.SyncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
+	f.BoolVar(&s.JSON, "json", false, "print one JSON array instead of a table")
+	f.StringVar(&s.Charts, "charts", "", "write a PNG chart per scenario (slot use over time, makespan by mode) into this directory")
+	outputFlags(f, &s.Outputs, "the whole bench")
+	return cmd
+}
+
+func newBenchSyncCmd() *cobra.Command {
+	var s bench.Sync
+	cmd := &cobra.Command{
+		Use:   "bench-sync [flags]",
+		Short: "Measure weight synchronisation: pause latency, tokens kept, throughput lost",
+		Long: `Pause and resume many times with generations in flight, then run the same
+workload without syncs: pause latency (trainer side), generations aborted and
+tokens kept, re-prefilled tokens, and the makespan lost per weight sync.
+--json prints one JSON object.`,
+		Example: "  actloop bench-sync --json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checked("bench-sync", s.Validate()); err != nil {
+				return err
 			}
-			r, prints, full, err := benchOne(ctx, m, plans, o)
-			if err != nil {
-				return fmt.Errorf("bench %s/%s: %w", sc.Name, m.Name, err)
+			return bench.RunSync(cmd.Context(), s, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&s.Tasks, "tasks", 2600, "trajectories (more than slots, so queued steps keep the slots busy)")
+	f.IntVar(&s.Replicas, "replicas", 4, "inference replicas")
+	f.IntVar(&s.Slots, "slots", 320, "generation slots per replica")
+	f.IntVar(&s.InFlight, "in-flight", 1000, "pause once this many generations are in flight")
+	f.IntVar(&s.Pauses, "pauses", 10, "weight syncs")
+	f.StringVar(&s.Mode, "mode", schema.PauseAbort, "pause mode: abort or drain")
+	f.IntVar(&s.MaxTurns, "max-turns", 6, "the simulator's most turns for a trajectory")
+	f.Float64Var(&s.TimeScale, "time-scale", 0.2, "wall seconds per simulated second")
+	f.Int64Var(&s.Seed, "seed", 1, "simulator seed")
+	f.BoolVar(&s.JSON, "json", false, "print one JSON object instead of a summary")
+	outputFlags(f, &s.Outputs, "the run with syncs")
+	return cmd
+}
+
+func newBenchPipelineCmd() *cobra.Command {
+	var p bench.Pipeline
+	cmd := &cobra.Command{
+		Use:   "bench-pipeline [flags]",
+		Short: "Measure the pipeline's own cost with backends that answer at once",
+		Long: `Drive a batch through the whole pipeline with backends that answer at once:
+actions per second, CPU per action, dispatch latency, Redis bytes per token,
+Go heap per trajectory held. With --processes every service runs as its own
+process ('actloop serve') and each one's resident memory and CPU are
+reported. --json prints one JSON object.`,
+		Example: "  actloop bench-pipeline --gen-workers 2 --env-workers 2 --json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checked("bench-pipeline", p.Validate()); err != nil {
+				return err
 			}
-			r.Scenario, r.BoundS, r.VsBound = sc.Name, bound.S, r.MakespanS/bound.S
-			results = append(results, r)
-			// Fidelity: scheduling changes when, never what.
-			if ref == nil {
-				ref, refFull, refMode = prints, full, m.Name
-				continue
-			}
-			for id, want := range ref {
-				if got, ok := prints[id]; ok && got != want {
-					return fmt.Errorf("bench %s: FIDELITY: trajectory %s has other tokens under %s than under %s: %s",
-						sc.Name, id, m.Name, refMode, firstDifference(refFull[id], full[id]))
-				}
-			}
-		}
+			return bench.RunPipeline(cmd.Context(), p, cmd.OutOrStdout())
+		},
 	}
-	if *charts != "" {
-		files, err := writeCharts(*charts, results)
-		if err != nil {
-			return err
-		}
-		for _, f := range files {
-			fmt.Fprintf(stderr, "bench: wrote %s\n", f)
-		}
-	}
-	if *asJSON {
-		b, _ := json.Marshal(results)
-		_, err := fmt.Fprintln(stdout, string(b))
-		return err
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tslot use\tdecode use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\tlast: wait+run / path s\tmean stretch\twall s\t")
-	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.1f / %d\t%.0f+%.0f / %.0f\t%.2f\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
-			r.Trajectories, r.MakespanS, r.VsBound, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.SlotUse, r.DecodeUse,
-			r.Preemptions, r.WastedTokens, r.Reprefilled, r.Syncs, r.VersionSpread, r.VersionSpreadX,
-			r.LastAdmitS, r.LastRunS, r.LastPathS, r.MeanStretch, r.WallS)
-	}
-	return tw.Flush()
-}
-
-// benchOne runs the batch under one mode on a fresh stack. It returns the
-// measurements and a fingerprint of each completed trajectory's tokens,
-// log-probs and loss mask.
-func benchOne(ctx context.Context, m benchMode, plans []workload.Trajectory, o benchOpts) (benchResult, map[string]uint64, map[string]schema.Result, error) {
-	tasks := len(plans)
-	genSlots := o.slots
-	if m.Kind == "async" {
-		genSlots = tasks // every generation goes to the server at once; it queues the rest
-	}
-	simCfg := sim.Config{TimeScale: o.timeScale, Seed: o.seed, MaxRunning: o.slots, CacheTokens: o.cacheTokens}
-	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: o.replicas, Slots: genSlots,
-		EnvSlots: 2 * tasks, Sim: simCfg, Common: benchCommon(), Log: o.log})
-	if err != nil {
-		return benchResult{}, nil, nil, err
-	}
-	defer stop()
-
-	cc := st.CoordinatorConfig()
-	cc.Policy, cc.Slots = m.Policy, o.slots
-	// Admission adapts on the simulated clock's scale: every few simulated
-	// seconds, not every few wall seconds.
-	cc.AdaptInterval = max(100*time.Millisecond, time.Duration(float64(5*time.Second)*o.timeScale))
-	if m.Predictor == "" {
-		cc.PredictTimeout = 0
-	}
-	switch m.Kind {
-	case "trajectory":
-		cc.MaxActive, cc.MaxActiveCeiling = o.replicas*o.slots, o.replicas*o.slots
-	case "async":
-		cc.MaxActive, cc.MaxActiveCeiling = tasks, tasks
-	default: // adapts from the default floor up to the whole batch
-		cc.MaxActiveCeiling = tasks
-	}
-	if _, err := st.StartCoordinator(sctx, cc); err != nil {
-		return benchResult{}, nil, nil, err
-	}
-	for _, r := range st.Replicas {
-		gc := st.GenWorkerConfig(r)
-		gc.Preempt = m.Kind == "action"
-		gc.HeartbeatInterval = cc.AdaptInterval // what admission adapts to
-		if m.Predictor == "" {
-			gc.PredictTimeout = 0
-		}
-		if _, err := st.StartGenWorkerWith(sctx, gc, nil); err != nil {
-			return benchResult{}, nil, nil, err
-		}
-	}
-	ec := st.EnvWorkerConfig("env-0")
-	ec.SimStartLatency, ec.SimExecLatency = 0, 0 // the workload's own times only
-	if _, err := st.StartEnvWorker(sctx, ec); err != nil {
-		return benchResult{}, nil, nil, err
-	}
-	if m.Predictor != "" {
-		pc := st.PredictorConfig()
-		pc.Backend, pc.OracleURL = m.Predictor, st.SimURLs[st.Replicas[0]]
-		if err := st.StartPredictorWith(sctx, pc); err != nil {
-			return benchResult{}, nil, nil, err
-		}
-	}
-	d, err := st.Deps(ctx, "bench")
-	if err != nil {
-		return benchResult{}, nil, nil, err
-	}
-	defer d.Close()
-	start := time.Now()
-	for _, p := range plans {
-		s := p.Sample()
-		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
-			return benchResult{}, nil, nil, err
-		}
-	}
-	syncs := make(chan int, 1)
-	syncCtx, stopSyncs := context.WithCancel(sctx)
-	if m.Sync {
-		go func() {
-			syncs <- syncEvery(syncCtx, d, st.SimURLs, time.Duration(o.syncEvery*o.timeScale*float64(time.Second)))
-		}()
-	} else {
-		syncs <- 0
-	}
-	use := sampleSlotUse(syncCtx, st.Sims, o.replicas*o.slots, slotUseStep*o.timeScale)
-	results, err := collectFull(ctx, d, tasks)
-	stopSyncs()
-	nSyncs := <-syncs
-	series := <-use
-	if err != nil {
-		return benchResult{}, nil, nil, err
-	}
-	r := benchResult{Mode: m.Name, Trajectories: tasks, WallS: time.Since(start).Seconds(), Syncs: nSyncs}
-	prints := make(map[string]uint64, len(results))
-	var lat []float64
-	var last time.Time
-	tokens := 0
-	paths := make(map[string]float64, len(plans))
-	for _, p := range plans {
-		paths[p.ID] = p.Path(sim.DefaultDecodeTokensPerSec)
-	}
-	simS := func(d time.Duration) float64 { return d.Seconds() / o.timeScale }
-	for _, res := range results {
-		wait, run := simS(res.AdmittedAt.Sub(start)), simS(res.FinishedAt.Sub(res.AdmittedAt))
-		r.MeanAdmitWaitS += wait / float64(len(results))
-		r.MeanStretch += run / paths[res.SampleID] / float64(len(results))
-		if res.FinishedAt.After(last) {
-			r.LastAdmitS, r.LastRunS, r.LastPathS = wait, run, paths[res.SampleID]
-		}
-		if res.Status == schema.StatusCompleted {
-			r.Completed++
-			prints[res.TrajID] = fingerprint(res)
-			if m.Sync {
-				spread := res.MaxVersion - res.MinVersion
-				r.VersionSpread += float64(spread) / float64(tasks)
-				r.VersionSpreadX = max(r.VersionSpreadX, spread)
-			}
-		}
-		tokens += res.GenTokens
-		lat = append(lat, res.FinishedAt.Sub(start).Seconds()/o.timeScale)
-		if res.FinishedAt.After(last) {
-			last = res.FinishedAt
-		}
-	}
-	slices.Sort(lat)
-	r.MakespanS = last.Sub(start).Seconds() / o.timeScale
-	for _, l := range lat {
-		r.MeanLatencyS += l / float64(len(lat))
-	}
-	r.P99LatencyS = lat[min(len(lat)-1, len(lat)*99/100)]
-	r.TokensPerS = float64(tokens) / r.MakespanS
-	capacity := workload.Machine{Replicas: o.replicas, MaxRunning: o.slots, DecodePerSec: sim.DefaultDecodeTokensPerSec,
-		BatchSlowdown: sim.DefaultBatchSlowdown}.Capacity()
-	r.DecodeUse = r.TokensPerS / capacity
-	r.SlotUseStepS = slotUseStep
-	r.SlotUseSeries = series[:min(len(series), int(math.Ceil(r.MakespanS/slotUseStep)))]
-	for _, u := range r.SlotUseSeries {
-		r.SlotUse += u / float64(len(r.SlotUseSeries))
-	}
-	for _, rep := range st.Replicas {
-		if w := st.GenWorker(rep); w != nil {
-			s := w.Stats()
-			r.Preemptions += s.Preemptions
-			r.ResumedTokens += s.ResumedTokens
-			r.WastedTokens += s.WastedTokens
-			r.Reprefilled += s.ReprefilledTokens
-		}
-	}
-	return r, prints, results, nil
-}
-
-// slotUseStep is how often, in simulated seconds, the bench samples the
-// replicas' slot use.
-const slotUseStep = 2.0
-
-// sampleSlotUse samples, every step wall seconds until ctx ends, the share
-// of the simulators' slots holding a request, and then sends the series.
-func sampleSlotUse(ctx context.Context, sims map[string]*sim.Server, slots int, step float64) <-chan []float64 {
-	out := make(chan []float64, 1)
-	go func() {
-		var series []float64
-		t := time.NewTicker(time.Duration(step * float64(time.Second)))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				out <- series
-				return
-			case <-t.C:
-			}
-			running := 0
-			for _, s := range sims {
-				running += s.Stats().Running
-			}
-			series = append(series, min(1, float64(running)/float64(slots)))
-		}
-	}()
-	return out
-}
-
-// collectFull reads n distinct results, tokens included.
-func collectFull(ctx context.Context, d *service.Deps, n int) (map[string]schema.Result, error) {
-	return collectAs[schema.Result](ctx, d.JS, n, func(int) {}, func(r schema.Result) string { return r.TrajID })
-}
-
-// fingerprint hashes what a trajectory produced: tokens, log-probs, mask.
-func fingerprint(r schema.Result) uint64 {
-	h := fnv.New64a()
-	for i, t := range r.Tokens {
-		var b [13]byte
-		b[0], b[1], b[2], b[3] = byte(t), byte(t>>8), byte(t>>16), byte(t>>24)
-		lp := math.Float32bits(r.Logprobs[i])
-		b[4], b[5], b[6], b[7] = byte(lp), byte(lp>>8), byte(lp>>16), byte(lp>>24)
-		b[8] = byte(r.LossMask[i])
-		_, _ = h.Write(b[:9])
-	}
-	return h.Sum64()
-}
-
-// firstDifference describes where two runs of a trajectory part.
-func firstDifference(a, b schema.Result) string {
-	n := min(len(a.Tokens), len(b.Tokens))
-	i := 0
-	for i < n && a.Tokens[i] == b.Tokens[i] && a.Logprobs[i] == b.Logprobs[i] && a.LossMask[i] == b.LossMask[i] {
-		i++
-	}
-	window := func(r schema.Result) string {
-		var sb strings.Builder
-		for _, t := range r.Tokens[max(0, i-40):min(len(r.Tokens), i+40)] {
-			sb.WriteRune(rune(t)) // the simulator's tokens are bytes
-		}
-		return strconv.Quote(sb.String())
-	}
-	return fmt.Sprintf("%d and %d tokens (%d and %d turns), first difference at token %d: %s against %s",
-		len(a.Tokens), len(b.Tokens), a.Turns, b.Turns, i, window(a), window(b))
-}
-
-// benchOutputs are the flags every bench command shares: where the
-// services' log goes, and a CPU profile.
-type benchOutputs struct{ logPath, profilePath string }
-
-func (b *benchOutputs) register(fs *flag.FlagSet, profiled string) {
-	fs.StringVar(&b.logPath, "log", "", "write the services' log to this file")
-	fs.StringVar(&b.profilePath, "cpuprofile", "", "write a CPU profile of "+profiled+" to this file")
-}
-
-// logger returns a logger writing the services' log to the --log file, or
-// one that discards it.
-func (b *benchOutputs) logger() (*slog.Logger, func(), error) {
-	if b.logPath == "" {
-		return slog.New(slog.DiscardHandler), func() {}, nil
-	}
-	f, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return nil, nil, err
-	}
-	return slog.New(slog.NewTextHandler(f, nil)), func() { f.Close() }, nil
-}
-
-// benchCommon are the settings every bench run's services share: short
-// pulls, and an ack wait long enough for the longest simulated step.
-func benchCommon() service.Common {
-	c := service.CommonDefaults()
-	c.PullWait = 100 * time.Millisecond
-	c.AckWait = time.Minute
-	return c
-}
-
-// startBench starts an in-process stack (opts.Dir is filled in; a nil
-// opts.Log discards the log) for one bench run. Its services run under the returned context; the
-// returned stop ends them, closes the stack and removes its directory.
-func startBench(ctx context.Context, opts devstack.Options) (*devstack.Stack, context.Context, func(), error) {
-	dir, err := os.MkdirTemp("", "actloop-bench-")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	// Searchable by the unprivileged user sandbox commands run as under bwrap.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, nil, nil, err
-	}
-	opts.Dir = dir
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	st, err := devstack.StartInfra(sctx, opts)
-	if err != nil {
-		cancel()
-		_ = os.RemoveAll(dir)
-		return nil, nil, nil, err
-	}
-	return st, sctx, func() {
-		cancel()
-		_ = st.Wait()
-		st.Close()
-		_ = os.RemoveAll(dir)
-	}, nil
-}
-
-// profile starts the --cpuprofile (if any) and returns its stop.
-func (b *benchOutputs) profile() (func(), error) {
-	if b.profilePath == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(b.profilePath)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
-// syncEvery plays a trainer updating the weights every period until ctx
-// ends, and returns how many syncs it completed.
-func syncEvery(ctx context.Context, d *service.Deps, sims map[string]string, period time.Duration) int {
-	c := control.Client{NC: d.NC}
-	t := time.NewTicker(period)
-	defer t.Stop()
-	n := 0
-	for v := int64(1); ; v++ {
-		select {
-		case <-ctx.Done():
-			return n
-		case <-t.C:
-		}
-		if _, err := c.Pause(ctx, schema.PauseRequest{Mode: schema.PauseAbort}); err != nil {
-			return n
-		}
-		for _, url := range sims {
-			_ = flushCache(ctx, url)
-		}
-		if _, err := c.Resume(ctx, &v); err != nil {
-			return n
-		}
-		n++
-	}
+	f := cmd.Flags()
+	f.IntVar(&p.Trajectories, "trajectories", 400, "trajectories")
+	f.IntVar(&p.Turns, "turns", 20, "turns per trajectory")
+	f.IntVar(&p.Tokens, "tokens", 50, "tokens per reply")
+	f.IntVar(&p.GenWorkers, "gen-workers", 1, "gen-workers (one replica each)")
+	f.IntVar(&p.EnvWorkers, "env-workers", 1, "env-workers")
+	f.IntVar(&p.Slots, "slots", 64, "slots per gen-worker")
+	f.StringVar(&p.Redis, "redis", "", "redis-server or in-process (default: redis-server when on PATH)")
+	f.BoolVar(&p.Processes, "processes", false, "run each service as its own process ('actloop serve') and report each one's peak resident memory and CPU")
+	f.BoolVar(&p.JSON, "json", false, "print one JSON object")
+	outputFlags(f, &p.Outputs, "the run")
+	return cmd
 }

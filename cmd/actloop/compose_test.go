@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -122,9 +121,9 @@ func checkCompose(data []byte, dir string) error {
 				}
 			default:
 				// Every subcommand but serve parses flags: -h after the
-				// service's arguments answers ErrHelp only when the
-				// subcommand exists and takes every flag given.
-				if err := run(context.Background(), append(slices.Clone(cmd), "-h"), io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
+				// service's arguments prints the help, and succeeds, only
+				// when the subcommand exists and takes every flag given.
+				if err := run(context.Background(), append(slices.Clone(cmd), "-h"), io.Discard, io.Discard); err != nil {
 					fail("%s.command: %q: %v", at, cmd, err)
 				}
 				if cmd[0] == "sim" {

@@ -4,20 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
+	"github.com/actloop/actloop/internal/bench"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/localnats"
@@ -25,7 +24,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/telemetry"
-	"github.com/actloop/actloop/pkg/control"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -54,7 +53,7 @@ type devSummary struct {
 // syncLoop plays a trainer that updates the weights every period: pause
 // (abort), flush every simulator's prefix cache (new weights invalidate
 // it), resume with the next version; until ctx ends.
-func syncLoop(ctx context.Context, c *control.Client, sims map[string]string, period time.Duration, sum *devSummary, log *slog.Logger) error {
+func syncLoop(ctx context.Context, c *client.Client, sims map[string]string, period time.Duration, sum *devSummary, log *slog.Logger) error {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	version := int64(0)
@@ -72,7 +71,7 @@ func syncLoop(ctx context.Context, c *control.Client, sims map[string]string, pe
 			return fmt.Errorf("weight sync: %w", err)
 		}
 		for name, url := range sims {
-			if err := flushCache(ctx, url); err != nil {
+			if err := bench.FlushCache(ctx, url); err != nil {
 				log.Warn("flush simulator cache", "replica", name, "error", err)
 			}
 		}
@@ -91,56 +90,66 @@ func syncLoop(ctx context.Context, c *control.Client, sims map[string]string, pe
 	}
 }
 
-func flushCache(ctx context.Context, base string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/flush_cache", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST /flush_cache: %s", resp.Status)
-	}
-	return nil
+// devOptions are `actloop dev`'s flags.
+type devOptions struct {
+	tasks, replicas, slots, envSlots int
+	asJSON                           bool
+	redisKind, dir, addr, natsSync   string
+	timeScale                        float64
+	syncEvery                        time.Duration
 }
 
-func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	tasks := fs.Int("tasks", 6, "demo trajectories to run")
-	asJSON := fs.Bool("json", false, "end with one JSON object on the last line instead of the summary")
-	replicas := fs.Int("replicas", 2, "inference replicas (one simulator and gen-worker each)")
-	slots := fs.Int("slots", 4, "generation slots per replica")
-	envSlots := fs.Int("env-slots", 8, "concurrent env steps")
-	redisKind := fs.String("redis", "auto", "auto (redis-server from PATH, else in-process), redis-server or in-process")
-	dir := fs.String("dir", "", "state directory (default: a temporary one, removed at exit)")
-	addr := fs.String("addr", "127.0.0.1:8080", "coordinator status address (a free port if taken)")
-	timeScale := fs.Float64("time-scale", 0.02, "simulator wall seconds per simulated second")
-	syncEvery := fs.Duration("weight-sync-every", 0, "pause, update the weights and resume this often (0: never)")
-	natsSync := fs.String("nats-sync", "", "how the embedded NATS server's JetStream store syncs to disk: always (every write), or an interval (default: the server's, 2m; an OS crash or power loss can lose messages acknowledged since the last sync)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func newDevCmd() *cobra.Command {
+	var o devOptions
+	cmd := &cobra.Command{
+		Use:   "dev [flags]",
+		Short: "Run everything in one process and drive a demo batch through it",
+		Long: `Run NATS, Redis, the inference simulator and all four services (coordinator,
+gen-workers, env-worker, predictor-gw) in one process, and drive a demo batch
+of coding tasks through them: a progress bar, then a summary (--json: one JSON
+object on the last line). Fails if a demo task is not solved; the state
+directory, with its log, is then kept.
+
+With --weight-sync-every it also plays a trainer that pauses, updates the
+weights and resumes that often.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDev(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
-	if *syncEvery < 0 {
-		return &exitError{2, errors.New("dev: --weight-sync-every must be >= 0")}
+	f := cmd.Flags()
+	f.IntVar(&o.tasks, "tasks", 6, "demo trajectories to run")
+	f.BoolVar(&o.asJSON, "json", false, "end with one JSON object on the last line instead of the summary")
+	f.IntVar(&o.replicas, "replicas", 2, "inference replicas (one simulator and gen-worker each)")
+	f.IntVar(&o.slots, "slots", 4, "generation slots per replica")
+	f.IntVar(&o.envSlots, "env-slots", 8, "concurrent env steps")
+	f.StringVar(&o.redisKind, "redis", "auto", "auto (redis-server from PATH, else in-process), redis-server or in-process")
+	f.StringVar(&o.dir, "dir", "", "state directory (default: a temporary one, removed at exit)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "coordinator status address (a free port if taken)")
+	f.Float64Var(&o.timeScale, "time-scale", 0.02, "simulator wall seconds per simulated second")
+	f.DurationVar(&o.syncEvery, "weight-sync-every", 0, "pause, update the weights and resume this often (0: never)")
+	f.StringVar(&o.natsSync, "nats-sync", "", "how the embedded NATS server's JetStream store syncs to disk: always (every write), or an interval (default: the server's, 2m; an OS crash or power loss can lose messages acknowledged since the last sync)")
+	return cmd
+}
+
+func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err error) {
+	if o.syncEvery < 0 {
+		return usageError(errors.New("dev: --weight-sync-every: must be >= 0"))
 	}
-	nsync, err := localnats.ParseSync(*natsSync)
+	nsync, err := localnats.ParseSync(o.natsSync)
 	if err != nil {
-		return &exitError{2, fmt.Errorf("dev: --nats-sync: %w", err)}
+		return usageError(fmt.Errorf("dev: --nats-sync: %w", err))
 	}
-	if *tasks < 1 {
-		return &exitError{2, errors.New("dev: --tasks must be >= 1")}
+	if o.tasks < 1 {
+		return usageError(errors.New("dev: --tasks: must be >= 1"))
 	}
-	kind := *redisKind
+	kind := o.redisKind
 	switch kind {
 	case "auto":
 		kind = ""
 	case localredis.KindReal, localredis.KindInProcess:
 	default:
-		return &exitError{2, fmt.Errorf("dev: --redis %q: want auto, %s or %s", kind, localredis.KindReal, localredis.KindInProcess)}
+		return usageError(fmt.Errorf("dev: --redis: %q: want auto, %s or %s", kind, localredis.KindReal, localredis.KindInProcess))
 	}
 	common := service.CommonDefaults()
 	if err := envconfig.Process("ACTLOOP", &common); err != nil {
@@ -149,7 +158,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	if err := common.Validate(); err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
-	if *dir == "" {
+	if o.dir == "" {
 		d, err := os.MkdirTemp("", "actloop-dev-")
 		if err != nil {
 			return err
@@ -160,21 +169,21 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 				_ = os.RemoveAll(d)
 			}
 		}()
-		*dir = d
+		o.dir = d
 	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return err
 	}
 	// Under bwrap, run as root, sandbox commands run as an unprivileged
 	// user, who must reach the sandboxes under the state directory.
-	if err := os.Chmod(*dir, 0o755); err != nil {
+	if err := os.Chmod(o.dir, 0o755); err != nil {
 		return err
 	}
 	if err := sandbox.ProbeBwrap(); err != nil {
 		fmt.Fprintf(stderr, "actloop dev: WARNING: bubblewrap isolation unavailable (%v);\n"+
 			"actloop dev: WARNING: the demo's sandbox commands run UNISOLATED on this host. Install bubblewrap to isolate them.\n", err)
 	}
-	logPath := filepath.Join(*dir, "actloop-dev.log")
+	logPath := filepath.Join(o.dir, "actloop-dev.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
@@ -191,7 +200,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		defer cancel()
 		_ = shutdownTel(sctx)
 	}()
-	coordAddr := *addr
+	coordAddr := o.addr
 	if l, err := net.Listen("tcp", coordAddr); err != nil {
 		coordAddr = "127.0.0.1:0"
 	} else {
@@ -201,8 +210,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	start := time.Now()
 	svcCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	st, err := devstack.StartInfra(svcCtx, devstack.Options{Dir: *dir, RedisKind: kind, Replicas: *replicas,
-		Slots: *slots, EnvSlots: *envSlots, Sim: sim.Config{TimeScale: *timeScale}, Common: common,
+	st, err := devstack.StartInfra(svcCtx, devstack.Options{Dir: o.dir, RedisKind: kind, Replicas: o.replicas,
+		Slots: o.slots, EnvSlots: o.envSlots, Sim: sim.Config{TimeScale: o.timeScale}, Common: common,
 		CoordinatorAddr: coordAddr, AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log})
 	if err != nil {
 		return err
@@ -217,7 +226,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 	if _, err := st.StartAll(svcCtx); err != nil {
 		return err
 	}
-	ws, err := demo.Workspace(*dir)
+	ws, err := demo.Workspace(o.dir)
 	if err != nil {
 		return err
 	}
@@ -226,26 +235,31 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		return err
 	}
 	defer d.Close()
-	if !*asJSON {
+	if !o.asJSON {
 		fmt.Fprintf(stderr, "actloop dev: NATS %s, Redis %s (%s), %d replicas x %d slots, logs in %s\n",
-			st.NATS.ClientURL(), st.Redis.Addr, st.Redis.Kind, *replicas, *slots, logPath)
+			st.NATS.ClientURL(), st.Redis.Addr, st.Redis.Kind, o.replicas, o.slots, logPath)
 	}
-	samples := demo.Samples(*tasks, ws, "demo")
+	samples := demo.Samples(o.tasks, ws, "demo")
 	for _, s := range samples {
 		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
 			return err
 		}
 	}
-	sum := devSummary{Trajectories: len(samples), Replicas: *replicas, Redis: st.Redis.Kind}
+	sum := devSummary{Trajectories: len(samples), Replicas: o.replicas, Redis: st.Redis.Kind}
 	syncCtx, stopSync := context.WithCancel(ctx)
 	syncErr := make(chan error, 1)
-	if *syncEvery > 0 {
-		go func() { syncErr <- syncLoop(syncCtx, &control.Client{NC: d.NC}, st.SimURLs, *syncEvery, &sum, log) }()
+	if o.syncEvery > 0 {
+		c, err := client.New(d.NC)
+		if err != nil {
+			stopSync()
+			return err
+		}
+		go func() { syncErr <- syncLoop(syncCtx, c, st.SimURLs, o.syncEvery, &sum, log) }()
 	} else {
 		syncErr <- nil
 	}
-	results, err := collect(syncCtx, d.JS, len(samples), func(done int) {
-		if !*asJSON {
+	results, err := bench.CollectHeads(syncCtx, d.JS, len(samples), func(done int) {
+		if !o.asJSON {
 			progress(stderr, done, len(samples), time.Since(start))
 		}
 	})
@@ -273,7 +287,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		sum.GenTokens += r.GenTokens
 		sum.MaxVersion = max(sum.MaxVersion, r.MaxVersion)
 	}
-	if *asJSON {
+	if o.asJSON {
 		b, _ := json.Marshal(sum)
 		fmt.Fprintln(stdout, string(b))
 	} else {
@@ -289,41 +303,6 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) (err e
 		return fmt.Errorf("%d of %d demo tasks not solved (see %s)", sum.Trajectories-sum.Solved, sum.Trajectories, logPath)
 	}
 	return nil
-}
-
-// collect reads n distinct results from the results stream, as heads.
-func collect(ctx context.Context, js jetstream.JetStream, n int, tick func(done int)) (map[string]schema.ResultHead, error) {
-	return collectAs[schema.ResultHead](ctx, js, n, tick, func(r schema.ResultHead) string { return r.TrajID })
-}
-
-// collectAs reads n distinct results (by key) from the results stream,
-// decoded as T, calling tick after each.
-func collectAs[T any, PT interface {
-	*T
-	Validate() error
-}](ctx context.Context, js jetstream.JetStream, n int, tick func(done int), key func(T) string) (map[string]T, error) {
-	c, err := js.OrderedConsumer(ctx, schema.StreamResults, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schema.SubjectResults}})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]T{}
-	tick(0)
-	for len(out) < n {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		m, err := c.Next(jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			continue
-		}
-		r, err := schema.Decode[T, PT](m.Data())
-		if err != nil {
-			return nil, fmt.Errorf("result: %w", err)
-		}
-		out[key(r)] = r
-		tick(len(out))
-	}
-	return out, nil
 }
 
 // progress draws a one-line progress bar.

@@ -1,68 +1,35 @@
 // Command actloop is actloop for people: `dev` runs everything in one
-// process with a demo batch; `submit`, `results` and `status` drive a running
-// deployment as a trainer would.
+// process with a demo batch; `submit`, `results`, `status`, `pause` and
+// `resume` drive a running deployment as a trainer would (over pkg/client);
+// `serve`, `sim` and `probe` run it in containers; `bench`, `bench-sync` and
+// `bench-pipeline` measure it (internal/bench).
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
-	"github.com/actloop/actloop/internal/launch"
+	"github.com/spf13/cobra"
 )
-
-const usage = `usage: actloop <command> [flags]
-
-commands:
-  dev       run NATS, Redis, the inference simulator and all four services in
-            one process, and drive a demo batch of coding tasks through them
-  submit    publish samples from a JSONL file (one sample per line)
-  results   print finished trajectories as JSONL and acknowledge them
-  status    print the coordinator's status: control state, trajectories,
-            replicas (--json: the whole /v1/status)
-  top       print the status again every few seconds until interrupted
-  pause     pause generation for a weight update (--mode abort|drain); returns
-            once every gen-worker has paused
-  resume    resume generation (--weight-version N)
-  control   print the control state and each gen-worker's pause report
-  schema    print the JSON Schema of a sample or a result
-  serve     run one service (coordinator, gen-worker, env-worker,
-            predictor-gw) with its ACTLOOP_* settings, as its own command does
-  sim       serve the inference simulator (SGLang's HTTP API and OpenAI
-            completions) on --addr, default :30000
-  probe     GET a URL; exit 0 if it answers 2xx within --timeout, else 1
-            with the reason (container health checks)
-  bench     run one simulated workload under several scheduling modes and
-            compare makespan, latency, slot use and preemptions
-  bench-sync
-            pause and resume many times with generations in flight: pause
-            latency, tokens kept, throughput lost per weight sync
-  bench-pipeline
-            the pipeline's own cost with backends that answer at once:
-            actions per second, CPU per action, dispatch latency, Redis bytes
-
-Run 'actloop <command> -h' for its flags. Settings come from ACTLOOP_*
-environment variables (see README.md).
-`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "actloop:", err)
-		}
+		fmt.Fprintln(os.Stderr, "actloop:", err)
 		os.Exit(exitCode(err))
 	}
 }
 
-// exitError carries an exit code other than 1.
+// exitError carries an exit code other than 1: 2 for a usage error (an
+// unknown command or flag, a bad flag value or argument).
 type exitError struct {
 	code int
 	err  error
@@ -70,57 +37,121 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError is err as a usage error (exit code 2).
+func usageError(err error) error { return &exitError{2, err} }
+
 func exitCode(err error) int {
 	var e *exitError
 	if errors.As(err, &e) {
 		return e.code
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		return 2
-	}
 	return 1
 }
 
+// run runs the command line args (without the program name) with its
+// output on stdout and stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return &exitError{2, errors.New("no command")}
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(normalizeArgs(root, args))
+	return root.ExecuteContext(ctx)
+}
+
+const rootLong = `actloop runs the rollout side of RL training for LLM agents.
+
+'actloop dev' runs NATS, Redis, the inference simulator and all four services
+in one process and drives a demo batch through them. The trainer-side
+commands (submit, results, status, top, pause, resume, control) drive a
+running deployment. Settings come from ACTLOOP_* environment variables (see
+README.md).`
+
+// newRootCmd builds the command tree writing to stdout and stderr.
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "actloop",
+		Short: "actloop: the rollout side of RL training for LLM agents",
+		Long:  rootLong,
+		// No command at all is a usage error, and so is an unknown one.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				msg := fmt.Sprintf("unknown command %q", args[0])
+				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+					msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+				}
+				return usageError(errors.New(msg))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
+			return usageError(errors.New("no command"))
+		},
+		SilenceErrors:              true, // main prints them, once
+		SilenceUsage:               true, // only usage errors show the usage
+		SuggestionsMinimumDistance: 2,
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "dev":
-		return runDev(ctx, rest, stdout, stderr)
-	case "submit":
-		return runSubmit(ctx, rest, stdout, stderr)
-	case "results":
-		return runResults(ctx, rest, stdout, stderr)
-	case "status":
-		return runStatus(ctx, rest, stdout, stderr)
-	case "top":
-		return runTop(ctx, rest, stdout, stderr)
-	case "pause", "resume", "control":
-		return runControl(ctx, cmd, rest, stdout, stderr)
-	case "schema":
-		return runSchema(rest, stdout, stderr)
-	case "serve":
-		if len(rest) != 1 || !launch.Known(rest[0]) {
-			return &exitError{2, fmt.Errorf("serve: name one service of %v", launch.Names)}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		fmt.Fprintf(cmd.ErrOrStderr(), "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return usageError(fmt.Errorf("%s: %w", cmd.Name(), err))
+	})
+	root.AddGroup(
+		&cobra.Group{ID: "run", Title: "Run actloop:"},
+		&cobra.Group{ID: "trainer", Title: "Drive a deployment (as a trainer):"},
+		&cobra.Group{ID: "bench", Title: "Measure it:"},
+	)
+	for _, c := range []*cobra.Command{newDevCmd(), newServeCmd(), newSimCmd(), newProbeCmd()} {
+		c.GroupID = "run"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newSubmitCmd(), newResultsCmd(), newStatusCmd(), newTopCmd(),
+		newPauseCmd(), newResumeCmd(), newControlCmd(), newSchemaCmd()} {
+		c.GroupID = "trainer"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newBenchCmd(), newBenchSyncCmd(), newBenchPipelineCmd()} {
+		c.GroupID = "bench"
+		root.AddCommand(c)
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	// Added now rather than when executing, so that normalizeArgs finds
+	// them (and after SetOut: the completion command keeps its writer).
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	return root
+}
+
+// normalizeArgs rewrites the single-dash long flags of Go's flag package
+// (-json, -tasks=3), which scripts written for earlier versions use, as
+// the double-dash ones pflag reads (--json, --tasks=3). Only names of the
+// command's own long flags are rewritten, and nothing after "--".
+func normalizeArgs(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil {
+		return args
+	}
+	out := make([]string, len(args))
+	copy(out, args)
+	for i, a := range out {
+		if a == "--" {
+			break
 		}
-		return launch.Run(rest[0])
-	case "sim":
-		return runSim(ctx, rest, stdout, stderr)
-	case "probe":
-		return runProbe(ctx, rest, stdout, stderr)
-	case "bench":
-		return runBench(ctx, rest, stdout, stderr)
-	case "bench-sync":
-		return runBenchSync(ctx, rest, stdout, stderr)
-	case "bench-pipeline":
-		return runBenchPipeline(ctx, rest, stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return nil
+		if len(a) < 3 || a[0] != '-' || a[1] == '-' {
+			continue
+		}
+		name, _, _ := strings.Cut(a[1:], "=")
+		if name == "help" || cmd.Flags().Lookup(name) != nil && len(name) > 1 {
+			out[i] = "-" + a
+		}
 	}
-	fmt.Fprint(stderr, usage)
-	return &exitError{2, fmt.Errorf("unknown command %q", cmd)}
+	return out
+}
+
+// noArgs refuses positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError(fmt.Errorf("%s: unexpected argument %q", cmd.Name(), args[0]))
+	}
+	return nil
 }

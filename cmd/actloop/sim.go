@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,88 +11,120 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/actloop/actloop/internal/launch"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/tokenize"
 )
 
-// runSim serves the inference simulator (SGLang's HTTP API and OpenAI
-// completions) until ctx ends: a stand-in for an inference server in a
-// deployment without GPUs.
-func runSim(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("addr", ":30000", "listen address")
-	timeScale := fs.Float64("time-scale", 1, "wall seconds per simulated second (0: answer at once)")
-	slots := fs.Int("slots", sim.DefaultMaxRunning, "requests running at once; more wait in a queue")
-	cacheTokens := fs.Int("cache-tokens", sim.DefaultCacheTokens, "prefix cache capacity in tokens (-1: no cache)")
-	seed := fs.Int64("seed", 0, "varies the unscripted replies")
-	tokenizer := fs.String("tokenizer", tokenize.TokenizerQwen, "the model's tokenizer: qwen or bytes (the gen-workers' ACTLOOP_TOKENIZER)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return err
+// simOptions are `actloop sim`'s flags.
+type simOptions struct {
+	addr                string
+	timeScale           float64
+	slots, cacheTokens  int
+	seed                int64
+	tokenizer, logLevel string
+}
+
+func newSimCmd() *cobra.Command {
+	var o simOptions
+	cmd := &cobra.Command{
+		Use:   "sim [--addr ADDR] [flags]",
+		Short: "Serve the inference simulator (SGLang's HTTP API and OpenAI completions)",
+		Long: `Serve the inference simulator on --addr: SGLang's HTTP API (/generate,
+/abort_request, /flush_cache, /update_weight_version, /health) and OpenAI
+completions, answering in simulated time. A stand-in for an inference server
+in a deployment without GPUs; SIGTERM stops it.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSim(cmd.Context(), o, cmd.ErrOrStderr())
+		},
 	}
-	if fs.NArg() > 0 {
-		return &exitError{2, fmt.Errorf("sim: unexpected argument %q", fs.Arg(0))}
-	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", ":30000", "listen address")
+	f.Float64Var(&o.timeScale, "time-scale", 1, "wall seconds per simulated second (0: answer at once)")
+	f.IntVar(&o.slots, "slots", sim.DefaultMaxRunning, "requests running at once; more wait in a queue")
+	f.IntVar(&o.cacheTokens, "cache-tokens", sim.DefaultCacheTokens, "prefix cache capacity in tokens (-1: no cache)")
+	f.Int64Var(&o.seed, "seed", 0, "varies the unscripted replies")
+	f.StringVar(&o.tokenizer, "tokenizer", tokenize.TokenizerQwen, "the model's tokenizer: qwen or bytes (the gen-workers' ACTLOOP_TOKENIZER)")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// runSim serves the inference simulator until ctx ends.
+func runSim(ctx context.Context, o simOptions, stderr io.Writer) error {
 	var errs []error
-	if *timeScale < 0 {
+	if o.timeScale < 0 {
 		errs = append(errs, errors.New("--time-scale: must be >= 0"))
 	}
-	if *slots < 1 {
+	if o.slots < 1 {
 		errs = append(errs, errors.New("--slots: must be >= 1"))
 	}
-	if *cacheTokens == 0 || *cacheTokens < -1 {
+	if o.cacheTokens == 0 || o.cacheTokens < -1 {
 		errs = append(errs, errors.New("--cache-tokens: must be > 0, or -1 for no cache"))
 	}
-	if *tokenizer != tokenize.TokenizerQwen && *tokenizer != tokenize.TokenizerBytes {
-		errs = append(errs, fmt.Errorf("--tokenizer: %q: want %s or %s", *tokenizer, tokenize.TokenizerQwen, tokenize.TokenizerBytes))
+	if o.tokenizer != tokenize.TokenizerQwen && o.tokenizer != tokenize.TokenizerBytes {
+		errs = append(errs, fmt.Errorf("--tokenizer: %q: want %s or %s", o.tokenizer, tokenize.TokenizerQwen, tokenize.TokenizerBytes))
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return &exitError{2, fmt.Errorf("sim: %w", err)}
+		return usageError(fmt.Errorf("sim: %w", err))
 	}
-	tok, err := tokenize.OpenTokenizer(*tokenizer)
+	tok, err := tokenize.OpenTokenizer(o.tokenizer)
 	if err != nil {
 		return fmt.Errorf("sim: --tokenizer: %w", err)
 	}
 	if err := sim.CheckTokenizer(tok); err != nil {
 		return fmt.Errorf("sim: --tokenizer: the simulator speaks ChatML: %w", err)
 	}
-	sv := sim.New(sim.Config{TimeScale: *timeScale, MaxRunning: *slots, CacheTokens: *cacheTokens,
-		Seed: *seed, Tokenizer: tok})
-	l, err := net.Listen("tcp", *addr)
+	sv := sim.New(sim.Config{TimeScale: o.timeScale, MaxRunning: o.slots, CacheTokens: o.cacheTokens,
+		Seed: o.seed, Tokenizer: tok})
+	l, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		return fmt.Errorf("sim: listen %s: %w", *addr, err)
+		return fmt.Errorf("sim: listen %s: %w", o.addr, err)
 	}
-	log := service.NewLogger(stderr, *logLevel).With("service", "sim")
+	log := service.NewLogger(stderr, o.logLevel).With("service", "sim")
 	return service.ServeListener(ctx, l, sv, log)
 }
 
-// runProbe GETs a URL and succeeds when it answers 2xx within the timeout:
-// a container health check for images without curl.
-func runProbe(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
-		return err
+func newProbeCmd() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "probe [--timeout D] URL",
+		Short: "GET a URL; exit 0 if it answers 2xx within --timeout, else 1 with the reason",
+		Long: `GET a URL and exit 0 if it answers 2xx within --timeout; otherwise exit 1 and
+say why (the first line of the answer, such as what a /readyz found down). A
+container health check for images without curl.`,
+		Example: "  actloop probe http://localhost:8080/readyz",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError(errors.New("probe: name one URL"))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout <= 0 {
+				return usageError(errors.New("probe: --timeout: must be > 0"))
+			}
+			return runProbe(cmd.Context(), args[0], timeout)
+		},
 	}
-	if fs.NArg() != 1 {
-		return &exitError{2, errors.New("probe: name one URL")}
-	}
-	if *timeout <= 0 {
-		return &exitError{2, errors.New("probe: --timeout: must be > 0")}
-	}
-	url := fs.Arg(0)
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for the answer")
+	return cmd
+}
+
+// runProbe GETs url and succeeds when it answers 2xx within timeout.
+func runProbe(ctx context.Context, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return &exitError{2, fmt.Errorf("probe: %w", err)}
+		return usageError(fmt.Errorf("probe: %w", err))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -110,4 +141,24 @@ func runProbe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("probe: GET %s: %s: %s", url, resp.Status, line)
 	}
 	return fmt.Errorf("probe: GET %s: %s", url, resp.Status)
+}
+
+func newServeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "serve SERVICE",
+		Short: "Run one service (" + strings.Join(launch.Names, ", ") + ")",
+		Long: `Run one service (` + strings.Join(launch.Names, ", ") + `) with its
+ACTLOOP_* settings from the environment, as its own command under services/
+does, until SIGINT or SIGTERM. The container images run their services this
+way.`,
+		Example:   "  actloop serve coordinator",
+		ValidArgs: launch.Names,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 || !launch.Known(args[0]) {
+				return usageError(fmt.Errorf("serve: name one service of %v", launch.Names))
+			}
+			return nil
+		},
+		RunE: func(_ *cobra.Command, args []string) error { return launch.Run(args[0]) },
+	}
 }

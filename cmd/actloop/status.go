@@ -4,27 +4,42 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/actloop/actloop/internal/coordinator"
+	"github.com/actloop/actloop/pkg/client"
 )
 
-// runStatus prints the coordinator's /v1/status as a compact table, or as
-// JSON with --json.
-func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the status as JSON")
-	if err := fs.Parse(args); err != nil {
-		return err
+func newStatusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "Print the coordinator's status: control state, trajectories, replicas",
+		Long: `Print the coordinator's status (GET /v1/status at ACTLOOP_COORDINATOR_URL, with
+ACTLOOP_API_TOKEN as the bearer token) as a compact table: the control state
+and weight version; active, waiting and finished trajectories and the
+admission limit; each replica's liveness, load and busy slots; each work
+subject's backlog and the age of its oldest message. --json prints the whole
+status.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runStatus(cmd.Context(), asJSON, cmd.OutOrStdout())
+		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
+
+// runStatus prints the coordinator's /v1/status as a compact table, or as
+// JSON.
+func runStatus(ctx context.Context, asJSON bool, stdout io.Writer) error {
 	c, err := loadTrainerConfig()
 	if err != nil {
 		return err
@@ -33,34 +48,43 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		_, err = fmt.Fprintln(stdout, strings.TrimSpace(string(body)))
 		return err
 	}
 	return writeStatus(stdout, st)
 }
 
-// runTop prints the status table again every --interval until interrupted.
-func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	interval := fs.Duration("interval", 2*time.Second, "how often to refresh")
-	if err := fs.Parse(args); err != nil {
-		return err
+func newTopCmd() *cobra.Command {
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "top [--interval D]",
+		Short: "Print the status again every few seconds until interrupted",
+		Long:  "Print the status table (as 'actloop status' does) again every --interval until interrupted.",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if interval <= 0 {
+				return usageError(errors.New("top: --interval: must be > 0"))
+			}
+			return runTop(cmd.Context(), interval, cmd.OutOrStdout())
+		},
 	}
-	if *interval <= 0 {
-		return &exitError{2, errors.New("top: --interval must be > 0")}
-	}
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often to refresh")
+	return cmd
+}
+
+// runTop prints the status table again every interval until interrupted.
+func runTop(ctx context.Context, interval time.Duration, stdout io.Writer) error {
 	c, err := loadTrainerConfig()
 	if err != nil {
 		return err
 	}
-	t := time.NewTicker(*interval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		var frame strings.Builder
 		frame.WriteString("\x1b[H\x1b[2J") // home, clear
-		fmt.Fprintf(&frame, "%s  (every %v; Ctrl-C quits)\n", time.Now().Format("15:04:05"), *interval)
+		fmt.Fprintf(&frame, "%s  (every %v; Ctrl-C quits)\n", time.Now().Format("15:04:05"), interval)
 		if _, st, err := fetchStatus(ctx, c); err != nil {
 			fmt.Fprintf(&frame, "%v\n", err)
 		} else if err := writeStatus(&frame, st); err != nil {
@@ -77,29 +101,16 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 }
 
+// fetchStatus reads the coordinator's status with pkg/client.
 func fetchStatus(ctx context.Context, c trainerConfig) ([]byte, coordinator.Status, error) {
 	var st coordinator.Status
-	base := c.CoordinatorURL
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/status", nil)
-	if err != nil {
-		return nil, st, fmt.Errorf("ACTLOOP_COORDINATOR_URL: %w", err)
+	body, err := (&client.Coordinator{URL: c.CoordinatorURL, Token: c.APIToken}).Status(ctx)
+	var he *client.HTTPError
+	if err != nil && !errors.As(err, &he) {
+		return nil, st, fmt.Errorf("%w (ACTLOOP_COORDINATOR_URL)", err)
 	}
-	if c.APIToken != "" {
-		req.Header.Set("Authorization", "Bearer "+c.APIToken)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, st, fmt.Errorf("status from %s (ACTLOOP_COORDINATOR_URL): %w", base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, st, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, st, fmt.Errorf("status: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
 		return nil, st, fmt.Errorf("status: %w", err)

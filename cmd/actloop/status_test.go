@@ -26,11 +26,11 @@ func TestStatusSendsTheToken(t *testing.T) {
 	defer srv.Close()
 	t.Setenv("ACTLOOP_COORDINATOR_URL", srv.URL)
 	var out strings.Builder
-	if err := runStatus(context.Background(), nil, &out, io.Discard); err == nil || !strings.Contains(err.Error(), "401") {
+	if err := run(context.Background(), []string{"status"}, &out, io.Discard); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("without the token: %v", err)
 	}
 	t.Setenv("ACTLOOP_API_TOKEN", "s3cret")
-	if err := runStatus(context.Background(), nil, &out, io.Discard); err != nil {
+	if err := run(context.Background(), []string{"status"}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"r0", "2/4", "actloop.gen.r0.hi", "12s"} {

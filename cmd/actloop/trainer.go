@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,10 +13,11 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
-	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/swebench"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -40,9 +40,9 @@ func loadTrainerConfig() (trainerConfig, error) {
 }
 
 // connect connects to NATS as the services do: ACTLOOP_NATS_URL with the
-// ACTLOOP_NATS_ credentials and TLS settings (service.Common), and declares
-// the streams.
-func connect(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+// ACTLOOP_NATS_ credentials and TLS settings (service.Common), declares the
+// streams, and returns a trainer's client over the connection.
+func connect(ctx context.Context) (*nats.Conn, *client.Client, error) {
 	common := service.CommonDefaults()
 	if err := envconfig.Process("ACTLOOP", &common); err != nil {
 		return nil, nil, fmt.Errorf("settings: %w", err)
@@ -60,33 +60,56 @@ func connect(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	return nc, js, nil
+	c, err := client.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, c, nil
 }
 
-func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	format := fs.String("format", "native", "`native` (actloop samples) or `swebench` (SWE-bench rows)")
+func newSubmitCmd() *cobra.Command {
+	var format string
 	var sw swebench.Options
-	fs.StringVar(&sw.Backend, "backend", schema.BackendLocal, "swebench: the samples' env backend")
-	fs.StringVar(&sw.Workspace, "workspace", "", "swebench: directory holding the repository, copied into a local sandbox; {repo} and {instance_id} are replaced")
-	fs.StringVar(&sw.TestCommand, "test-cmd", "", "swebench: command that runs the tests, replacing the repo's SWE-bench command (its log format stays)")
-	fs.IntVar(&sw.Limits.StepLimit, "step-limit", 0, "swebench: limits.step_limit of every sample (0 = none)")
-	fs.IntVar(&sw.Sampling.MaxNewTokens, "max-new-tokens", 0, "swebench: sampling.max_new_tokens of every sample (0 = default)")
-	fs.Float64Var(&sw.Sampling.Temperature, "temperature", 1, "swebench: sampling.temperature of every sample")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: actloop submit [--format native|swebench] [flags] FILE.jsonl   (- for standard input)\n\nValidates every sample first; publishes nothing if any line is invalid.")
-		fs.PrintDefaults()
+	cmd := &cobra.Command{
+		Use:   "submit [--format native|swebench] [flags] FILE.jsonl",
+		Short: "Publish samples from a JSONL file (one sample per line)",
+		Long: `Publish samples from a JSONL file, one sample per line (- for standard input).
+
+Validates every sample first; publishes nothing if any line is invalid. Each
+sample is published with its id as Nats-Msg-Id, so submitting a file again is
+harmless. With --format swebench the lines are SWE-bench rows, turned into
+samples with the swebench flags.`,
+		Example: "  actloop submit samples.jsonl\n  actloop submit --format swebench --workspace /repos/{repo} swe.jsonl",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
+				return usageError(errors.New("submit: one file"))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSubmit(cmd.Context(), cmd, format, sw, args[0])
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
+	f := cmd.Flags()
+	f.StringVar(&format, "format", "native", "`native` (actloop samples) or `swebench` (SWE-bench rows)")
+	f.StringVar(&sw.Backend, "backend", schema.BackendLocal, "swebench: the samples' env backend")
+	f.StringVar(&sw.Workspace, "workspace", "", "swebench: directory holding the repository, copied into a local sandbox; {repo} and {instance_id} are replaced")
+	f.StringVar(&sw.TestCommand, "test-cmd", "", "swebench: command that runs the tests, replacing the repo's SWE-bench command (its log format stays)")
+	f.IntVar(&sw.Limits.StepLimit, "step-limit", 0, "swebench: limits.step_limit of every sample (0 = none)")
+	f.IntVar(&sw.Sampling.MaxNewTokens, "max-new-tokens", 0, "swebench: sampling.max_new_tokens of every sample (0 = default)")
+	f.Float64Var(&sw.Sampling.Temperature, "temperature", 1, "swebench: sampling.temperature of every sample")
+	return cmd
+}
+
+func runSubmit(ctx context.Context, cmd *cobra.Command, format string, sw swebench.Options, name string) error {
+	if format != "native" && format != "swebench" {
+		fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
+		return usageError(fmt.Errorf("submit: --format: unknown format %q (want native or swebench)", format))
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return &exitError{2, errors.New("submit: one file")}
-	}
-	in := io.Reader(os.Stdin)
-	if name := fs.Arg(0); name != "-" {
+	in := cmd.InOrStdin()
+	if name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
 			return err
@@ -96,32 +119,23 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var samples []schema.Sample
 	var err error
-	switch *format {
-	case "native":
+	if format == "native" {
 		samples, err = readSamples(in)
-	case "swebench":
-		if samples, err = swebench.Read(in, sw); err != nil {
-			err = fmt.Errorf("nothing submitted:\n%w", err)
-		}
-	default:
-		fs.Usage()
-		return &exitError{2, fmt.Errorf("submit: --format: unknown format %q (want native or swebench)", *format)}
+	} else if samples, err = swebench.Read(in, sw); err != nil {
+		err = fmt.Errorf("nothing submitted:\n%w", err)
 	}
 	if err != nil {
 		return err
 	}
-	nc, js, err := connect(ctx)
+	nc, c, err := connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	pub := bus.NewPublisher(js)
-	for _, s := range samples {
-		if err := pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
-			return err
-		}
+	if err := c.Submit(ctx, samples...); err != nil {
+		return err
 	}
-	fmt.Fprintf(stdout, "submitted %d samples\n", len(samples))
+	fmt.Fprintf(cmd.OutOrStdout(), "submitted %d samples\n", len(samples))
 	return nil
 }
 
@@ -159,55 +173,76 @@ func readSamples(r io.Reader) ([]schema.Sample, error) {
 	return out, nil
 }
 
-func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("results", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	consumer := fs.String("consumer", "trainer", "durable consumer name: each name sees every result once")
-	n := fs.Int("n", 0, "stop after this many results (0: when none are pending)")
-	follow := fs.Bool("follow", false, "keep waiting for results")
-	if err := fs.Parse(args); err != nil {
-		return err
+func newResultsCmd() *cobra.Command {
+	var consumer string
+	var n int
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "results",
+		Short: "Print finished trajectories as JSONL and acknowledge them",
+		Long: `Print finished trajectories (results) as JSONL, one per line, acknowledging
+each once written.
+
+Each durable consumer name (--consumer) sees every result once: results
+acknowledged under a name are not printed again for it. Delivery is at least
+once, so a result can come twice (dedupe by traj_id). Without -n or --follow
+it stops when none are pending.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runResults(cmd.Context(), consumer, n, follow, cmd.OutOrStdout())
+		},
 	}
-	nc, js, err := connect(ctx)
+	f := cmd.Flags()
+	f.StringVar(&consumer, "consumer", "trainer", "durable consumer name: each name sees every result once")
+	f.IntVarP(&n, "n", "n", 0, "stop after this many results (0: when none are pending)")
+	f.BoolVar(&follow, "follow", false, "keep waiting for results")
+	return cmd
+}
+
+func runResults(ctx context.Context, consumer string, n int, follow bool, stdout io.Writer) error {
+	if n < 0 {
+		return usageError(fmt.Errorf("results: -n: must be >= 0, got %d", n))
+	}
+	nc, c, err := connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	c, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{
-		Durable: *consumer, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: schema.SubjectResults, AckWait: time.Minute})
+	res, err := c.Results(ctx, consumer)
 	if err != nil {
-		return fmt.Errorf("results consumer %s: %w", *consumer, err)
+		return fmt.Errorf("results: %w", err)
 	}
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
 	got := 0
-	for ctx.Err() == nil && (*n == 0 || got < *n) {
-		batch, err := c.Fetch(100, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			return err
+	for ctx.Err() == nil && (n == 0 || got < n) {
+		batch := 100
+		if n > 0 {
+			batch = min(batch, n-got)
 		}
 		k := 0
-		for m := range batch.Messages() {
-			if *n > 0 && got >= *n {
-				_ = m.Nak()
-				continue
+		for d, err := range res.Fetch(ctx, batch, time.Second) {
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil // interrupted: what was printed is acknowledged
+				}
+				return err
 			}
-			if _, err := w.Write(append(bytes.TrimSpace(m.Data()), '\n')); err != nil {
+			if _, err := w.Write(append(bytes.TrimSpace(d.Data()), '\n')); err != nil {
 				return err
 			}
 			if err := w.Flush(); err != nil {
 				return err
 			}
-			if err := m.DoubleAck(ctx); err != nil {
-				return fmt.Errorf("ack result: %w", err)
+			if err := d.Ack(ctx); err != nil {
+				return fmt.Errorf("result: %w", err)
 			}
 			got++
 			k++
 		}
-		if k == 0 && !*follow && *n == 0 {
-			info, err := c.Info(ctx)
-			if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+		if k == 0 && !follow && n == 0 {
+			b, err := res.Backlog(ctx)
+			if err == nil && b == (client.Backlog{}) {
 				break
 			}
 		}
@@ -215,15 +250,27 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-func runSchema(args []string, stdout, stderr io.Writer) error {
-	if len(args) != 1 || (args[0] != "sample" && args[0] != "result") {
-		fmt.Fprintln(stderr, "usage: actloop schema sample|result")
-		return &exitError{2, errors.New("schema: sample or result")}
+func newSchemaCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "schema sample|result",
+		Short: "Print the JSON Schema of a sample or a result",
+		Long: `Print the JSON Schema of a sample or of a result (pkg/schema), for trainers
+in other languages.`,
+		ValidArgs: []string{"sample", "result"},
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 || (args[0] != "sample" && args[0] != "result") {
+				fmt.Fprintln(cmd.ErrOrStderr(), "usage: actloop schema sample|result")
+				return usageError(errors.New("schema: sample or result"))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b := schema.SampleJSONSchema
+			if args[0] == "result" {
+				b = schema.ResultJSONSchema
+			}
+			_, err := cmd.OutOrStdout().Write(b)
+			return err
+		},
 	}
-	b := schema.SampleJSONSchema
-	if args[0] == "result" {
-		b = schema.ResultJSONSchema
-	}
-	_, err := stdout.Write(b)
-	return err
 }

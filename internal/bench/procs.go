@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -26,7 +26,7 @@ type serviceProcs struct {
 }
 
 type serviceProc struct {
-	use  serviceUse
+	use  ServiceUse
 	addr string // where it serves /readyz
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -58,7 +58,7 @@ func (p *serviceProcs) start(svc, name, addr string, settings any) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	sp := &serviceProc{use: serviceUse{Name: name}, addr: addr, cmd: cmd, done: make(chan struct{})}
+	sp := &serviceProc{use: ServiceUse{Name: name}, addr: addr, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(sp.done) }()
 	p.procs = append(p.procs, sp)
 	return nil

@@ -1,10 +1,9 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,8 +17,8 @@ import (
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// syncRun is one run of the weight-sync bench.
-type syncRun struct {
+// SyncRun is one run of the weight-sync bench.
+type SyncRun struct {
 	Syncs        int     `json:"syncs"`
 	MakespanS    float64 `json:"makespan_s"` // simulated seconds
 	TokensPerS   float64 `json:"generated_tokens_per_s"`
@@ -29,8 +28,8 @@ type syncRun struct {
 	WallS        float64 `json:"wall_s"`
 }
 
-// syncBench is what `actloop bench-sync` reports.
-type syncBench struct {
+// SyncReport is what `actloop bench-sync` reports.
+type SyncReport struct {
 	InFlightAtPause []int     `json:"in_flight_at_pause"`
 	PauseMS         []float64 `json:"pause_ms"` // trainer side: call to answer
 	PauseP50MS      float64   `json:"pause_p50_ms"`
@@ -41,57 +40,76 @@ type syncBench struct {
 	// since a resumed generation continues from its partial output; what a
 	// sync costs is re-prefilling the contexts its cache flush evicted.
 	RegeneratedTokens int64   `json:"regenerated_tokens"`
-	WithSyncs         syncRun `json:"with_syncs"`
-	WithoutSyncs      syncRun `json:"without_syncs"`
+	WithSyncs         SyncRun `json:"with_syncs"`
+	WithoutSyncs      SyncRun `json:"without_syncs"`
 	// LostPerSyncS is the makespan added per sync, in simulated seconds.
 	LostPerSyncS float64 `json:"lost_per_sync_s"`
 }
 
-func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench-sync", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	tasks := fs.Int("tasks", 2600, "trajectories (more than slots, so queued steps keep the slots busy)")
-	replicas := fs.Int("replicas", 4, "inference replicas")
-	slots := fs.Int("slots", 320, "generation slots per replica")
-	inFlight := fs.Int("in-flight", 1000, "pause once this many generations are in flight")
-	pauses := fs.Int("pauses", 10, "weight syncs")
-	mode := fs.String("mode", schema.PauseAbort, "pause mode: abort or drain")
-	maxTurns := fs.Int("max-turns", 6, "the simulator's most turns for a trajectory")
-	timeScale := fs.Float64("time-scale", 0.2, "wall seconds per simulated second")
-	seed := fs.Int64("seed", 1, "simulator seed")
-	asJSON := fs.Bool("json", false, "print one JSON object instead of a summary")
-	var outputs benchOutputs
-	outputs.register(fs, "the run with syncs")
-	if err := fs.Parse(args); err != nil {
+// Sync is what `actloop bench-sync` runs: pause and resume many times with
+// generations in flight, then the same workload without syncs.
+type Sync struct {
+	Tasks     int    // trajectories (more than slots, so queued steps keep the slots busy)
+	Replicas  int    // inference replicas
+	Slots     int    // generation slots per replica
+	InFlight  int    // pause once this many generations are in flight
+	Pauses    int    // weight syncs
+	Mode      string // pause mode: schema.PauseAbort or schema.PauseDrain
+	MaxTurns  int    // the simulator's most turns for a trajectory
+	TimeScale float64
+	Seed      int64 // simulator seed
+	JSON      bool  // one JSON object instead of a summary
+	Outputs   Outputs
+}
+
+// Validate joins every problem with s, each naming its flag.
+func (s Sync) Validate() error {
+	var errs []error
+	for _, c := range []struct {
+		flag string
+		ok   bool
+	}{{"--tasks", s.Tasks >= 1}, {"--replicas", s.Replicas >= 1}, {"--slots", s.Slots >= 1}, {"--in-flight", s.InFlight >= 1},
+		{"--max-turns", s.MaxTurns >= 1}, {"--time-scale", s.TimeScale > 0}} {
+		if !c.ok {
+			errs = append(errs, fmt.Errorf("%s: must be positive", c.flag))
+		}
+	}
+	if s.Pauses < 0 {
+		errs = append(errs, errors.New("--pauses: must be >= 0"))
+	}
+	if s.InFlight > min(s.Tasks, s.Replicas*s.Slots) {
+		errs = append(errs, fmt.Errorf("--in-flight: %d exceeds min(tasks, replicas x slots)", s.InFlight))
+	}
+	if s.Mode != schema.PauseAbort && s.Mode != schema.PauseDrain {
+		errs = append(errs, fmt.Errorf("--mode: %q: want abort or drain", s.Mode))
+	}
+	return errors.Join(errs...)
+}
+
+// RunSync runs s and writes its report to stdout and its progress to
+// stderr.
+func RunSync(ctx context.Context, s Sync, stdout, stderr io.Writer) error {
+	if err := s.Validate(); err != nil {
 		return err
 	}
-	log, closeLog, err := outputs.logger()
+	log, closeLog, err := s.Outputs.logger()
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	if *tasks < 1 || *replicas < 1 || *slots < 1 || *inFlight < 1 || *pauses < 0 || *maxTurns < 1 || *timeScale <= 0 {
-		return &exitError{2, errors.New("bench-sync: every number must be positive")}
+	run := func(syncs int, out *SyncReport) (SyncRun, error) {
+		return syncOnce(ctx, s, syncs, log, out)
 	}
-	if *inFlight > min(*tasks, *replicas**slots) {
-		return &exitError{2, fmt.Errorf("bench-sync: --in-flight %d exceeds min(tasks, replicas x slots)", *inFlight)}
-	}
-	if *mode != schema.PauseAbort && *mode != schema.PauseDrain {
-		return &exitError{2, fmt.Errorf("bench-sync: --mode %q: want abort or drain", *mode)}
-	}
-	run := func(syncs int, out *syncBench) (syncRun, error) {
-		return benchSyncOnce(ctx, *tasks, *replicas, *slots, *inFlight, syncs, *mode, *maxTurns, *timeScale, *seed, log, out)
-	}
-	var b syncBench
-	if !*asJSON {
+	var b SyncReport
+	if !s.JSON {
 		fmt.Fprintf(stderr, "bench-sync: %d trajectories, %d x %d slots, %d pauses at %d in flight ...\n",
-			*tasks, *replicas, *slots, *pauses, *inFlight)
+			s.Tasks, s.Replicas, s.Slots, s.Pauses, s.InFlight)
 	}
-	stopProfile, err := outputs.profile()
+	stopProfile, err := s.Outputs.profile()
 	if err != nil {
 		return err
 	}
-	b.WithSyncs, err = run(*pauses, &b)
+	b.WithSyncs, err = run(s.Pauses, &b)
 	stopProfile()
 	if err != nil {
 		return err
@@ -105,7 +123,7 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		b.PauseP99MS = s[min(len(s)-1, len(s)*99/100)]
 		b.LostPerSyncS = (b.WithSyncs.MakespanS - b.WithoutSyncs.MakespanS) / float64(len(s))
 	}
-	if *asJSON {
+	if s.JSON {
 		j, _ := json.Marshal(b)
 		_, err := fmt.Fprintln(stdout, string(j))
 		return err
@@ -115,7 +133,7 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "aborted %d generations; kept %d tokens, regenerated %d\n", b.Aborted, b.KeptTokens, b.RegeneratedTokens)
 	for _, r := range []struct {
 		name string
-		r    syncRun
+		r    SyncRun
 	}{{"with syncs", b.WithSyncs}, {"without", b.WithoutSyncs}} {
 		fmt.Fprintf(stdout, "%-10s  %d/%d completed  makespan %.0f s  %.0f tok/s  re-prefilled %d tok  wall %.1f s\n",
 			r.name, r.r.Completed, r.r.Trajectories, r.r.MakespanS, r.r.TokensPerS, r.r.Reprefilled, r.r.WallS)
@@ -124,36 +142,36 @@ func runBenchSync(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return nil
 }
 
-// benchSyncOnce runs the workload on a fresh stack; with syncs > 0 it
+// syncOnce runs the workload of cfg on a fresh stack; with syncs > 0 it
 // pauses (flushing every simulator's cache, as new weights do) and resumes
-// that many times, each once inFlight generations run, recording into out.
-func benchSyncOnce(ctx context.Context, tasks, replicas, slots, inFlight, syncs int, mode string, maxTurns int,
-	timeScale float64, seed int64, log *slog.Logger, out *syncBench) (syncRun, error) {
+// that many times, each once cfg.InFlight generations run, recording into out.
+func syncOnce(ctx context.Context, cfg Sync, syncs int, log *slog.Logger, out *SyncReport) (SyncRun, error) {
+	tasks, replicas, slots, inFlight, mode, timeScale := cfg.Tasks, cfg.Replicas, cfg.Slots, cfg.InFlight, cfg.Mode, cfg.TimeScale
 	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: replicas, Slots: slots, EnvSlots: 4 * tasks,
-		Sim: sim.Config{TimeScale: timeScale, MaxTurns: maxTurns, Seed: seed}, Tokenizer: tokenize.TokenizerBytes,
+		Sim: sim.Config{TimeScale: timeScale, MaxTurns: cfg.MaxTurns, Seed: cfg.Seed}, Tokenizer: tokenize.TokenizerBytes,
 		Common: benchCommon(), Log: log})
 	if err != nil {
-		return syncRun{}, err
+		return SyncRun{}, err
 	}
 	defer stop()
 	cc := st.CoordinatorConfig()
 	cc.PredictTimeout = 0
 	cc.MaxActive = tasks
 	if _, err := st.StartCoordinator(sctx, cc); err != nil {
-		return syncRun{}, err
+		return SyncRun{}, err
 	}
 	for _, r := range st.Replicas {
 		if _, err := st.StartGenWorker(sctx, r, nil); err != nil {
-			return syncRun{}, err
+			return SyncRun{}, err
 		}
 	}
 	ec := st.EnvWorkerConfig("env-0")
 	if _, err := st.StartEnvWorker(sctx, ec); err != nil {
-		return syncRun{}, err
+		return SyncRun{}, err
 	}
 	d, err := st.Deps(ctx, "bench")
 	if err != nil {
-		return syncRun{}, err
+		return SyncRun{}, err
 	}
 	defer d.Close()
 	running := func() int {
@@ -173,7 +191,7 @@ func benchSyncOnce(ctx context.Context, tasks, replicas, slots, inFlight, syncs 
 			Sampling: schema.Sampling{MaxNewTokens: 4096}}
 		s.Normalize()
 		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
-			return syncRun{}, err
+			return SyncRun{}, err
 		}
 	}
 	syncErr := make(chan error, 1)
@@ -196,7 +214,7 @@ func benchSyncOnce(ctx context.Context, tasks, replicas, slots, inFlight, syncs 
 				return
 			}
 			for _, url := range st.SimURLs {
-				if err := flushCache(sctx, url); err != nil {
+				if err := FlushCache(sctx, url); err != nil {
 					syncErr <- err
 					return
 				}
@@ -212,15 +230,15 @@ func benchSyncOnce(ctx context.Context, tasks, replicas, slots, inFlight, syncs 
 		}
 		syncErr <- nil
 	}()
-	results, err := collect(ctx, d.JS, tasks, func(int) {})
+	results, err := CollectHeads(ctx, d.JS, tasks, func(int) {})
 	stop()
 	if serr := <-syncErr; serr != nil && ctx.Err() == nil {
-		return syncRun{}, fmt.Errorf("weight sync: %w", serr)
+		return SyncRun{}, fmt.Errorf("weight sync: %w", serr)
 	}
 	if err != nil {
-		return syncRun{}, err
+		return SyncRun{}, err
 	}
-	r := syncRun{Trajectories: tasks, WallS: time.Since(start).Seconds()}
+	r := SyncRun{Trajectories: tasks, WallS: time.Since(start).Seconds()}
 	if out != nil {
 		r.Syncs = len(out.PauseMS)
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -17,12 +17,12 @@ import (
 // writeCharts writes one PNG per scenario into dir: the replicas' slot use
 // over simulated time for every mode (left), and each mode's makespan
 // against the batch's lower bound (right). It returns the files written.
-func writeCharts(dir string, results []benchResult) ([]string, error) {
+func writeCharts(dir string, results []Result) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var order []string
-	by := map[string][]benchResult{}
+	by := map[string][]Result{}
 	for _, r := range results {
 		if _, ok := by[r.Scenario]; !ok {
 			order = append(order, r.Scenario)
@@ -66,7 +66,7 @@ func writeCharts(dir string, results []benchResult) ([]string, error) {
 
 // slotUseChart draws each mode's slot use over simulated time, smoothed
 // over a few samples so that the lines can be told apart.
-func slotUseChart(scenario string, rs []benchResult) (*plot.Plot, error) {
+func slotUseChart(scenario string, rs []Result) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = scenario + ": slot use over time"
 	p.X.Label.Text = "simulated seconds"
@@ -100,7 +100,7 @@ func slotUseChart(scenario string, rs []benchResult) (*plot.Plot, error) {
 
 // makespanChart draws each mode's makespan as a bar, with the lower bound
 // as a horizontal line.
-func makespanChart(scenario string, rs []benchResult) (*plot.Plot, error) {
+func makespanChart(scenario string, rs []Result) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = scenario + ": makespan by mode"
 	p.Y.Label.Text = "simulated seconds"

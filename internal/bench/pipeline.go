@@ -1,10 +1,9 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -23,9 +22,9 @@ import (
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// pipeBench is what `actloop bench-pipeline` reports: the pipeline's own
-// cost, with backends that answer at once.
-type pipeBench struct {
+// PipelineReport is what `actloop bench-pipeline` reports: the pipeline's
+// own cost, with backends that answer at once.
+type PipelineReport struct {
 	Redis            string  `json:"redis"`
 	GenWorkers       int     `json:"gen_workers"`
 	EnvWorkers       int     `json:"env_workers"`
@@ -38,13 +37,13 @@ type pipeBench struct {
 	DispatchP99MS    float64 `json:"dispatch_p99_ms"`
 	RedisBytesPer1kT float64 `json:"redis_bytes_per_1000_tokens"`
 	HeapMBPer1000    float64 `json:"heap_mb_per_1000_active"` // Go heap of the whole process at the end, per 1,000 trajectories held
-	// Services: with --processes, each service process's peak resident
+	// Services: with Processes, each service process's peak resident
 	// memory and CPU time.
-	Services []serviceUse `json:"services,omitempty"`
+	Services []ServiceUse `json:"services,omitempty"`
 }
 
-// serviceUse is one service process's resources over a run.
-type serviceUse struct {
+// ServiceUse is one service process's resources over a run.
+type ServiceUse struct {
 	Name                 string  `json:"name"`
 	PeakRSSMB            float64 `json:"peak_rss_mb"`
 	IdleRSSMB            float64 `json:"idle_rss_mb"`            // resident once ready, before any work
@@ -54,42 +53,59 @@ type serviceUse struct {
 	baseRSSKB, peakRSSKB int64
 }
 
-func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench-pipeline", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	trajectories := fs.Int("trajectories", 400, "trajectories")
-	turns := fs.Int("turns", 20, "turns per trajectory")
-	tokens := fs.Int("tokens", 50, "tokens per reply")
-	genWorkers := fs.Int("gen-workers", 1, "gen-workers (one replica each)")
-	envWorkers := fs.Int("env-workers", 1, "env-workers")
-	slots := fs.Int("slots", 64, "slots per gen-worker")
-	redisKind := fs.String("redis", "", "redis-server or in-process (default: redis-server when on PATH)")
-	processes := fs.Bool("processes", false, "run each service as its own process ('actloop serve') and report each one's peak resident memory and CPU")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	var outputs benchOutputs
-	outputs.register(fs, "the run")
-	if err := fs.Parse(args); err != nil {
+// Pipeline is what `actloop bench-pipeline` runs: a batch through the
+// whole pipeline with backends that answer at once.
+type Pipeline struct {
+	Trajectories int
+	Turns        int // turns per trajectory
+	Tokens       int // tokens per reply
+	GenWorkers   int // gen-workers, one replica each
+	EnvWorkers   int
+	Slots        int    // slots per gen-worker
+	Redis        string // redis-server or in-process ("": redis-server when on PATH)
+	// Processes runs each service as its own process ('actloop serve',
+	// from this executable) and reports each one's memory and CPU.
+	Processes bool
+	JSON      bool // one JSON object instead of a summary
+	Outputs   Outputs
+}
+
+// Validate joins every problem with p, each naming its flag.
+func (p Pipeline) Validate() error {
+	var errs []error
+	for _, c := range []struct {
+		flag string
+		n    int
+	}{{"--trajectories", p.Trajectories}, {"--turns", p.Turns}, {"--tokens", p.Tokens}, {"--gen-workers", p.GenWorkers},
+		{"--env-workers", p.EnvWorkers}, {"--slots", p.Slots}} {
+		if c.n < 1 {
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", c.flag, c.n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RunPipeline runs p and writes its report to stdout.
+func RunPipeline(ctx context.Context, p Pipeline, stdout io.Writer) error {
+	if err := p.Validate(); err != nil {
 		return err
 	}
-	log, closeLog, err := outputs.logger()
+	log, closeLog, err := p.Outputs.logger()
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	if *trajectories < 1 || *turns < 1 || *tokens < 1 || *genWorkers < 1 || *envWorkers < 1 || *slots < 1 {
-		return &exitError{2, errors.New("bench-pipeline: every number must be positive")}
-	}
 	common := benchCommon()
 	common.ResultTTL = time.Hour // keep the state to measure it
-	st, sctx, stop, err := startBench(ctx, devstack.Options{RedisKind: *redisKind, Replicas: *genWorkers, Slots: *slots,
-		EnvSlots: 4 * *slots * *genWorkers, Sim: sim.Config{MaxRunning: *slots}, Tokenizer: tokenize.TokenizerBytes, Common: common, Log: log})
+	st, sctx, stop, err := startBench(ctx, devstack.Options{RedisKind: p.Redis, Replicas: p.GenWorkers, Slots: p.Slots,
+		EnvSlots: 4 * p.Slots * p.GenWorkers, Sim: sim.Config{MaxRunning: p.Slots}, Tokenizer: tokenize.TokenizerBytes, Common: common, Log: log})
 	if err != nil {
 		return err
 	}
 	defer stop()
 	var children *serviceProcs
-	if *processes {
-		children = &serviceProcs{log: outputs.logPath}
+	if p.Processes {
+		children = &serviceProcs{log: p.Outputs.Log}
 		defer children.stop()
 	}
 	// launch runs a service in this process, or with --processes in a
@@ -107,7 +123,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 		return children.start(svc, name, a, settings)
 	}
 	cc := st.CoordinatorConfig()
-	cc.PredictTimeout, cc.MaxActive, cc.MaxActiveCeiling = 0, *trajectories, *trajectories
+	cc.PredictTimeout, cc.MaxActive, cc.MaxActiveCeiling = 0, p.Trajectories, p.Trajectories
 	if err := launch("coordinator", "coordinator", &cc.Addr, &cc, func() error {
 		_, err := st.StartCoordinator(sctx, cc)
 		return err
@@ -126,7 +142,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		statsURLs[r] = "http://" + gc.Addr + "/v1/stats"
 	}
-	for i := range *envWorkers {
+	for i := range p.EnvWorkers {
 		ec := st.EnvWorkerConfig(fmt.Sprintf("env-%d", i))
 		ec.SimStartLatency, ec.SimExecLatency, ec.SimEnvTimeScale = 0, 0, 0
 		if err := launch("env-worker", "env-worker "+ec.ID, &ec.Addr, &ec, func() error {
@@ -142,7 +158,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer d.Close()
 	rdb := st.RedisClient()
-	stopProfile, err := outputs.profile()
+	stopProfile, err := p.Outputs.profile()
 	if err != nil {
 		return err
 	}
@@ -154,11 +170,11 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	cpu0, rcpu0 := processCPU(), redisCPU(ctx, rdb)
 	start := time.Now()
-	for i := range *trajectories {
+	for i := range p.Trajectories {
 		t := workload.Trajectory{ID: fmt.Sprintf("p%05d", i), GroupID: fmt.Sprintf("p%05d", i), GroupSize: 1}
-		for k := range *turns {
-			t.Tokens = append(t.Tokens, *tokens)
-			if k < *turns-1 {
+		for k := range p.Turns {
+			t.Tokens = append(t.Tokens, p.Tokens)
+			if k < p.Turns-1 {
 				t.Exec = append(t.Exec, 0)
 			}
 		}
@@ -168,7 +184,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 			return err
 		}
 	}
-	results, err := collect(ctx, d.JS, *trajectories, func(int) {})
+	results, err := CollectHeads(ctx, d.JS, p.Trajectories, func(int) {})
 	if err != nil {
 		return err
 	}
@@ -187,7 +203,7 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 			stats[r] = st.GenWorker(r).Stats()
 		}
 	}
-	b := pipeBench{Redis: st.Redis.Kind, GenWorkers: *genWorkers, EnvWorkers: *envWorkers, Trajectories: *trajectories,
+	b := PipelineReport{Redis: st.Redis.Kind, GenWorkers: p.GenWorkers, EnvWorkers: p.EnvWorkers, Trajectories: p.Trajectories,
 		WallS: wall.Seconds()}
 	for _, r := range results {
 		b.Actions += r.Turns
@@ -215,24 +231,24 @@ func runBenchPipeline(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	b.HeapMBPer1000 = float64(ms.HeapInuse) / (1 << 20) / float64(*trajectories) * 1000
+	b.HeapMBPer1000 = float64(ms.HeapInuse) / (1 << 20) / float64(p.Trajectories) * 1000
 	if children != nil {
 		for _, c := range children.procs {
 			u := c.use
 			u.PeakRSSMB, u.IdleRSSMB = float64(u.peakRSSKB)/1024, float64(u.baseRSSKB)/1024
-			u.RSSMBPer1000 = (u.PeakRSSMB - u.IdleRSSMB) / float64(*trajectories) * 1000
+			u.RSSMBPer1000 = (u.PeakRSSMB - u.IdleRSSMB) / float64(p.Trajectories) * 1000
 			u.CPUSPer1000 = u.cpu.Seconds() / float64(b.Actions) * 1000
 			b.CPUSPer1000 += u.CPUSPer1000
 			b.Services = append(b.Services, u)
 		}
 	}
-	if *asJSON {
+	if p.JSON {
 		j, _ := json.Marshal(b)
 		_, err := fmt.Fprintln(stdout, string(j))
 		return err
 	}
 	fmt.Fprintf(stdout, "%d actions (%d trajectories × %d turns) in %.1f s: %.0f actions/s; %.2f CPU s per 1,000 actions (Redis: %s)\n",
-		b.Actions, b.Trajectories, *turns, b.WallS, b.ActionsPerS, b.CPUSPer1000, b.Redis)
+		b.Actions, b.Trajectories, p.Turns, b.WallS, b.ActionsPerS, b.CPUSPer1000, b.Redis)
 	fmt.Fprintf(stdout, "dispatch latency p50 %.2f ms, p99 %.2f ms; Redis %.0f bytes per 1,000 tokens; Go heap %.1f MB per 1,000 trajectories held\n",
 		b.DispatchP50MS, b.DispatchP99MS, b.RedisBytesPer1kT, b.HeapMBPer1000)
 	for _, u := range b.Services {

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/actloop/actloop/internal/launch"
+	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/workload"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// TestMain lets the test binary stand in for actloop when a test starts
+// services as child processes ('actloop serve NAME', as RunPipeline does
+// with Processes).
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == "serve" {
+		if err := launch.Run(os.Args[2]); err != nil {
+			os.Stderr.WriteString("actloop: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// The scheduling bench runs every mode to completion on the same workload
+// and reports each; speed is what it measures, not what this test asserts.
+func TestSchedulingRunsEveryMode(t *testing.T) {
+	// A tiny batch of the fast scenario: the smoke version of the bench,
+	// fidelity check included (every mode must produce the same tokens).
+	// Syncs every third of the batch's lower bound, so the sync mode has
+	// some whatever the machine's speed.
+	sc, _ := workload.Lookup("tool-fast")
+	charts := t.TempDir()
+	bound := workload.LowerBound(sc.Generate(1, 8), workload.Machine{Replicas: 2, MaxRunning: 8,
+		DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
+	s := Scheduling{Scenarios: "tool-fast", Modes: strings.Join(ModeNames(), ","), Tasks: 8, Replicas: 2, Slots: 8,
+		CacheTokens: 1 << 16, TimeScale: 0.002, SyncEvery: bound.S / 3, Seed: 1, JSON: true, Charts: charts}
+	var out, errOut bytes.Buffer
+	if err := RunScheduling(context.Background(), s, &out, &errOut); err != nil {
+		t.Fatalf("bench: %v\n%s", err, errOut.String())
+	}
+	var got []Result
+	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &got); err != nil {
+		t.Fatalf("bench output %q: %v", out.String(), err)
+	}
+	if len(got) != len(Modes) {
+		t.Fatalf("%d modes reported, want %d", len(got), len(Modes))
+	}
+	for _, r := range got {
+		if r.Completed != 8 || r.MakespanS <= 0 || r.P99LatencyS < r.MeanLatencyS || r.MeanLatencyS <= 0 ||
+			r.BoundS <= 0 || r.VsBound < 1 {
+			t.Errorf("%s: %+v", r.Mode, r)
+		}
+		if len(r.SlotUseSeries) == 0 || r.SlotUse <= 0 || r.SlotUse > 1 {
+			t.Errorf("%s: slot use %.2f from %d samples", r.Mode, r.SlotUse, len(r.SlotUseSeries))
+		}
+		if strings.HasSuffix(r.Mode, "-sync") != (r.Syncs > 0) {
+			t.Errorf("%s: %d weight syncs", r.Mode, r.Syncs)
+		}
+	}
+	f, err := os.Open(filepath.Join(charts, "tool-fast.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if img, err := png.Decode(f); err != nil || img.Bounds().Dx() < 1000 {
+		t.Fatalf("chart: %v", err)
+	}
+}
+
+// Settings that cannot run are refused before anything starts, each
+// problem naming its flag.
+func TestValidate(t *testing.T) {
+	okScheduling := Scheduling{Scenarios: "all", Modes: DefaultModes, Tasks: 1, Replicas: 1, Slots: 1, TimeScale: 1}
+	okSync := Sync{Tasks: 10, Replicas: 1, Slots: 10, InFlight: 5, Pauses: 1, Mode: schema.PauseAbort, MaxTurns: 1, TimeScale: 1}
+	okPipeline := Pipeline{Trajectories: 1, Turns: 1, Tokens: 1, GenWorkers: 1, EnvWorkers: 1, Slots: 1}
+	tests := []struct {
+		name string
+		v    interface{ Validate() error }
+		want []string // "" for valid
+	}{
+		{"scheduling", okScheduling, nil},
+		{"unknown mode", func() Scheduling { s := okScheduling; s.Modes = "async,magic"; return s }(), []string{`--modes: unknown mode "magic"`}},
+		{"unknown scenario", func() Scheduling { s := okScheduling; s.Scenarios = "nope"; return s }(), []string{`--scenarios: unknown scenario "nope"`}},
+		{"scheduling numbers", func() Scheduling { s := okScheduling; s.Tasks, s.TimeScale = 0, 0; return s }(), []string{"--tasks", "--time-scale"}},
+		{"sync", okSync, nil},
+		{"sync mode", func() Sync { s := okSync; s.Mode = "nap"; return s }(), []string{`--mode: "nap"`}},
+		{"sync in flight", func() Sync { s := okSync; s.InFlight = 11; return s }(), []string{"--in-flight: 11 exceeds"}},
+		{"sync pauses", func() Sync { s := okSync; s.Pauses = -1; return s }(), []string{"--pauses"}},
+		{"pipeline", okPipeline, nil},
+		{"pipeline numbers", func() Pipeline { p := okPipeline; p.Turns, p.EnvWorkers = 0, -1; return p }(), []string{"--turns", "--env-workers"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.v.Validate()
+			if (err != nil) != (len(tt.want) > 0) {
+				t.Fatalf("Validate() = %v, want problems %q", err, tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// The pipeline bench drives a batch through the whole pipeline, in one
+// process and with every service in its own ('actloop serve'), and reports
+// each service process's memory and CPU.
+func TestPipeline(t *testing.T) {
+	for _, processes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("processes=%v", processes), func(t *testing.T) {
+			p := Pipeline{Trajectories: 6, Turns: 3, Tokens: 8, GenWorkers: 1, EnvWorkers: 1, Slots: 4,
+				Redis: "in-process", Processes: processes, JSON: true}
+			var out bytes.Buffer
+			if err := RunPipeline(context.Background(), p, &out); err != nil {
+				t.Fatalf("%+v: %v", p, err)
+			}
+			var b PipelineReport
+			if err := json.Unmarshal(out.Bytes(), &b); err != nil {
+				t.Fatalf("output %q: %v", out.String(), err)
+			}
+			if b.Actions != 18 || b.ActionsPerS <= 0 || b.CPUSPer1000 <= 0 || b.RedisBytesPer1kT <= 0 {
+				t.Errorf("%+v", b)
+			}
+			if !processes {
+				if len(b.Services) != 0 {
+					t.Errorf("in one process, per-service figures: %+v", b.Services)
+				}
+				return
+			}
+			if len(b.Services) != 3 {
+				t.Fatalf("services %+v, want coordinator, gen-worker and env-worker", b.Services)
+			}
+			for _, s := range b.Services {
+				if s.PeakRSSMB <= 0 || s.IdleRSSMB <= 0 || s.PeakRSSMB < s.IdleRSSMB || s.CPUSPer1000 <= 0 {
+					t.Errorf("%s: %+v", s.Name, s)
+				}
+			}
+		})
+	}
+}
+
+// The weight-sync bench pauses and resumes as often as asked with
+// generations in flight, and every trajectory of both runs completes.
+func TestSync(t *testing.T) {
+	s := Sync{Tasks: 16, Replicas: 1, Slots: 8, InFlight: 2, Pauses: 2, Mode: schema.PauseAbort, MaxTurns: 2,
+		TimeScale: 0.05, Seed: 1, JSON: true}
+	var out, errOut bytes.Buffer
+	if err := RunSync(context.Background(), s, &out, &errOut); err != nil {
+		t.Fatalf("%+v: %v\n%s", s, err, errOut.String())
+	}
+	var r SyncReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("output %q: %v", out.String(), err)
+	}
+	if len(r.PauseMS) != 2 || len(r.InFlightAtPause) != 2 || r.WithSyncs.Syncs != 2 || r.PauseP99MS < r.PauseP50MS {
+		t.Errorf("syncs: %+v", r)
+	}
+	for _, run := range []SyncRun{r.WithSyncs, r.WithoutSyncs} {
+		if run.Completed != 16 || run.Trajectories != 16 || run.MakespanS <= 0 {
+			t.Errorf("run %+v: want 16 of 16 completed", run)
+		}
+	}
+}

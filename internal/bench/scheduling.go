@@ -1,0 +1,478 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/predictor"
+	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/workload"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// Mode is one way of running the batch.
+type Mode struct {
+	Name string
+	// Kind: "trajectory" (a trajectory holds a slot for its whole life:
+	// admission limited to the slots), "async" (every trajectory in flight,
+	// every generation sent at once; the server queues beyond its running
+	// limit) or "action" (actloop's action-level scheduling).
+	Kind              string
+	Policy, Predictor string
+	// Sync: the trainer updates the weights every SyncEvery simulated
+	// seconds (pause in abort mode, flush the prefix caches, resume with
+	// the next version).
+	Sync bool
+}
+
+// Modes are every mode the scheduling bench knows.
+var Modes = []Mode{
+	{"trajectory", "trajectory", "fcfs", "", false},
+	{"async", "async", "fcfs", "", false},
+	{"action-fcfs", "action", "fcfs", "", false},
+	{"action-lpt-history", "action", "lpt", predictor.BackendHistory, false},
+	{"action-lpt-oracle", "action", "lpt", predictor.BackendOracle, false},
+	{"action-sjf-history", "action", "sjf", predictor.BackendHistory, false},
+	{"action-lpt-history-sync", "action", "lpt", predictor.BackendHistory, true},
+}
+
+// DefaultModes are the modes `actloop bench` runs unless told otherwise.
+const DefaultModes = "trajectory,async,action-fcfs,action-lpt-history,action-lpt-oracle,action-lpt-history-sync"
+
+// ModeNames are the names of Modes.
+func ModeNames() []string {
+	names := make([]string, 0, len(Modes))
+	for _, m := range Modes {
+		names = append(names, m.Name)
+	}
+	return names
+}
+
+// ScenarioNames are the names of the workload's scenarios.
+func ScenarioNames() []string {
+	names := make([]string, 0, len(workload.Scenarios))
+	for _, s := range workload.Scenarios {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+func lookupMode(name string) (Mode, bool) {
+	for _, m := range Modes {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Mode{}, false
+}
+
+// Result is one mode's measurements on one scenario, in simulated
+// seconds.
+type Result struct {
+	Scenario     string  `json:"scenario"`
+	Mode         string  `json:"mode"`
+	Trajectories int     `json:"trajectories"`
+	Completed    int     `json:"completed"`
+	MakespanS    float64 `json:"makespan_s"`
+	BoundS       float64 `json:"bound_s"`
+	VsBound      float64 `json:"makespan_vs_bound"`
+	MeanLatencyS float64 `json:"mean_latency_s"`
+	P99LatencyS  float64 `json:"p99_latency_s"`
+	TokensPerS   float64 `json:"generated_tokens_per_s"`
+	DecodeUse    float64 `json:"decode_use"` // generated tokens over what the replicas could decode in the makespan
+	// SlotUse is the mean share of the replicas' slots (running limit)
+	// holding a request over the makespan; SlotUseSeries samples it every
+	// SlotUseStepS simulated seconds from the start.
+	SlotUse       float64   `json:"slot_use"`
+	SlotUseStepS  float64   `json:"slot_use_step_s"`
+	SlotUseSeries []float64 `json:"slot_use_series"`
+	Preemptions   int64     `json:"preemptions"`
+	ResumedTokens int64     `json:"resumed_tokens"`
+	WastedTokens  int64     `json:"wasted_tokens"`
+	Reprefilled   int64     `json:"reprefilled_tokens"`
+	// With weight syncs: how many, and per trajectory the spread of the
+	// weight versions its tokens came from (max − min), mean and largest.
+	Syncs          int     `json:"syncs,omitempty"`
+	VersionSpread  float64 `json:"version_spread_mean,omitempty"`
+	VersionSpreadX int32   `json:"version_spread_max,omitempty"`
+	WallS          float64 `json:"wall_s"`
+	// Where the makespan goes: the trajectory that finished last waited
+	// LastAdmitS for admission and then ran LastRunS against its own
+	// critical path LastPathS; over all trajectories, the mean admission
+	// wait and the mean stretch (run time over critical path).
+	LastAdmitS     float64 `json:"last_admit_wait_s"`
+	LastRunS       float64 `json:"last_run_s"`
+	LastPathS      float64 `json:"last_path_s"`
+	MeanAdmitWaitS float64 `json:"mean_admit_wait_s"`
+	MeanStretch    float64 `json:"mean_stretch"`
+}
+
+// Scheduling is what `actloop bench` runs: one simulated workload per
+// scenario under several scheduling modes, each on a fresh in-process
+// stack.
+type Scheduling struct {
+	Scenarios string // comma-separated scenario names, or "all"
+	Modes     string // comma-separated mode names
+	Tasks     int    // trajectories per scenario
+	Replicas  int    // inference replicas
+	Slots     int    // requests each replica decodes at once (its running limit)
+	// CacheTokens is each replica's prefix cache, in tokens.
+	CacheTokens int
+	// TimeScale is wall seconds per simulated second.
+	TimeScale float64
+	// SyncEvery is simulated seconds between weight syncs in the -sync
+	// modes.
+	SyncEvery float64
+	Seed      int64  // workload and simulator seed: same seed, same batch
+	JSON      bool   // one JSON array instead of a table
+	Charts    string // a directory for a PNG chart per scenario ("": none)
+	Outputs   Outputs
+}
+
+// plan resolves the modes and scenarios named, and checks the numbers.
+func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
+	var errs []error
+	var modes []Mode
+	for _, n := range strings.Split(s.Modes, ",") {
+		m, ok := lookupMode(strings.TrimSpace(n))
+		if !ok {
+			errs = append(errs, fmt.Errorf("--modes: unknown mode %q (want some of %s)", n, strings.Join(ModeNames(), ", ")))
+			continue
+		}
+		modes = append(modes, m)
+	}
+	var scs []workload.Scenario
+	if s.Scenarios == "all" {
+		scs = workload.Scenarios
+	} else {
+		for _, n := range strings.Split(s.Scenarios, ",") {
+			sc, ok := workload.Lookup(strings.TrimSpace(n))
+			if !ok {
+				errs = append(errs, fmt.Errorf("--scenarios: unknown scenario %q (want all or some of %s)", n, strings.Join(ScenarioNames(), ", ")))
+				continue
+			}
+			scs = append(scs, sc)
+		}
+	}
+	for _, c := range []struct {
+		flag string
+		ok   bool
+	}{{"--tasks", s.Tasks >= 1}, {"--replicas", s.Replicas >= 1}, {"--slots", s.Slots >= 1}, {"--time-scale", s.TimeScale > 0}} {
+		if !c.ok {
+			errs = append(errs, fmt.Errorf("%s: must be positive", c.flag))
+		}
+	}
+	return modes, scs, errors.Join(errs...)
+}
+
+// Validate joins every problem with s, each naming its flag.
+func (s Scheduling) Validate() error {
+	_, _, err := s.plan()
+	return err
+}
+
+// RunScheduling runs s and writes the results to stdout (a table, or one
+// JSON array with s.JSON) and its progress to stderr. It fails if two modes
+// produced other tokens for a trajectory: scheduling changes when, never
+// what.
+func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) error {
+	chosen, scs, err := s.plan()
+	if err != nil {
+		return err
+	}
+	o := runOpts{tasks: s.Tasks, replicas: s.Replicas, slots: s.Slots, cacheTokens: s.CacheTokens,
+		timeScale: s.TimeScale, syncEvery: s.SyncEvery, seed: s.Seed}
+	log, closeLog, err := s.Outputs.logger()
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	o.log = log
+	stopProfile, err := s.Outputs.profile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	var results []Result
+	for _, sc := range scs {
+		plans := sc.Generate(o.seed, o.tasks)
+		bound := workload.LowerBound(plans, workload.Machine{Replicas: o.replicas, MaxRunning: o.slots,
+			DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
+		var ref map[string]uint64
+		var refFull map[string]schema.Result
+		refMode := ""
+		for _, m := range chosen {
+			if !s.JSON {
+				fmt.Fprintf(stderr, "bench: %s / %s ...\n", sc.Name, m.Name)
+			}
+			r, prints, full, err := runOne(ctx, m, plans, o)
+			if err != nil {
+				return fmt.Errorf("bench %s/%s: %w", sc.Name, m.Name, err)
+			}
+			r.Scenario, r.BoundS, r.VsBound = sc.Name, bound.S, r.MakespanS/bound.S
+			results = append(results, r)
+			// Fidelity: scheduling changes when, never what.
+			if ref == nil {
+				ref, refFull, refMode = prints, full, m.Name
+				continue
+			}
+			for id, want := range ref {
+				if got, ok := prints[id]; ok && got != want {
+					return fmt.Errorf("bench %s: FIDELITY: trajectory %s has other tokens under %s than under %s: %s",
+						sc.Name, id, m.Name, refMode, firstDifference(refFull[id], full[id]))
+				}
+			}
+		}
+	}
+	if s.Charts != "" {
+		files, err := writeCharts(s.Charts, results)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			fmt.Fprintf(stderr, "bench: wrote %s\n", f)
+		}
+	}
+	if s.JSON {
+		b, _ := json.Marshal(results)
+		_, err := fmt.Fprintln(stdout, string(b))
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tslot use\tdecode use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\tlast: wait+run / path s\tmean stretch\twall s\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.1f / %d\t%.0f+%.0f / %.0f\t%.2f\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
+			r.Trajectories, r.MakespanS, r.VsBound, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.SlotUse, r.DecodeUse,
+			r.Preemptions, r.WastedTokens, r.Reprefilled, r.Syncs, r.VersionSpread, r.VersionSpreadX,
+			r.LastAdmitS, r.LastRunS, r.LastPathS, r.MeanStretch, r.WallS)
+	}
+	return tw.Flush()
+}
+
+// runOpts are the knobs shared by every run of one scheduling bench.
+type runOpts struct {
+	tasks, replicas, slots, cacheTokens int
+	timeScale, syncEvery                float64
+	seed                                int64
+	log                                 *slog.Logger
+}
+
+// runOne runs the batch under one mode on a fresh stack. It returns the
+// measurements and a fingerprint of each completed trajectory's tokens,
+// log-probs and loss mask.
+func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts) (Result, map[string]uint64, map[string]schema.Result, error) {
+	tasks := len(plans)
+	genSlots := o.slots
+	if m.Kind == "async" {
+		genSlots = tasks // every generation goes to the server at once; it queues the rest
+	}
+	simCfg := sim.Config{TimeScale: o.timeScale, Seed: o.seed, MaxRunning: o.slots, CacheTokens: o.cacheTokens}
+	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: o.replicas, Slots: genSlots,
+		EnvSlots: 2 * tasks, Sim: simCfg, Common: benchCommon(), Log: o.log})
+	if err != nil {
+		return Result{}, nil, nil, err
+	}
+	defer stop()
+
+	cc := st.CoordinatorConfig()
+	cc.Policy, cc.Slots = m.Policy, o.slots
+	// Admission adapts on the simulated clock's scale: every few simulated
+	// seconds, not every few wall seconds.
+	cc.AdaptInterval = max(100*time.Millisecond, time.Duration(float64(5*time.Second)*o.timeScale))
+	if m.Predictor == "" {
+		cc.PredictTimeout = 0
+	}
+	switch m.Kind {
+	case "trajectory":
+		cc.MaxActive, cc.MaxActiveCeiling = o.replicas*o.slots, o.replicas*o.slots
+	case "async":
+		cc.MaxActive, cc.MaxActiveCeiling = tasks, tasks
+	default: // adapts from the default floor up to the whole batch
+		cc.MaxActiveCeiling = tasks
+	}
+	if _, err := st.StartCoordinator(sctx, cc); err != nil {
+		return Result{}, nil, nil, err
+	}
+	for _, r := range st.Replicas {
+		gc := st.GenWorkerConfig(r)
+		gc.Preempt = m.Kind == "action"
+		gc.HeartbeatInterval = cc.AdaptInterval // what admission adapts to
+		if m.Predictor == "" {
+			gc.PredictTimeout = 0
+		}
+		if _, err := st.StartGenWorkerWith(sctx, gc, nil); err != nil {
+			return Result{}, nil, nil, err
+		}
+	}
+	ec := st.EnvWorkerConfig("env-0")
+	ec.SimStartLatency, ec.SimExecLatency = 0, 0 // the workload's own times only
+	if _, err := st.StartEnvWorker(sctx, ec); err != nil {
+		return Result{}, nil, nil, err
+	}
+	if m.Predictor != "" {
+		pc := st.PredictorConfig()
+		pc.Backend, pc.OracleURL = m.Predictor, st.SimURLs[st.Replicas[0]]
+		if err := st.StartPredictorWith(sctx, pc); err != nil {
+			return Result{}, nil, nil, err
+		}
+	}
+	d, err := st.Deps(ctx, "bench")
+	if err != nil {
+		return Result{}, nil, nil, err
+	}
+	defer d.Close()
+	start := time.Now()
+	for _, p := range plans {
+		s := p.Sample()
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
+			return Result{}, nil, nil, err
+		}
+	}
+	syncs := make(chan int, 1)
+	syncCtx, stopSyncs := context.WithCancel(sctx)
+	if m.Sync {
+		go func() {
+			syncs <- syncEvery(syncCtx, d, st.SimURLs, time.Duration(o.syncEvery*o.timeScale*float64(time.Second)))
+		}()
+	} else {
+		syncs <- 0
+	}
+	use := sampleSlotUse(syncCtx, st.Sims, o.replicas*o.slots, slotUseStep*o.timeScale)
+	results, err := collectFull(ctx, d, tasks)
+	stopSyncs()
+	nSyncs := <-syncs
+	series := <-use
+	if err != nil {
+		return Result{}, nil, nil, err
+	}
+	r := Result{Mode: m.Name, Trajectories: tasks, WallS: time.Since(start).Seconds(), Syncs: nSyncs}
+	prints := make(map[string]uint64, len(results))
+	var lat []float64
+	var last time.Time
+	tokens := 0
+	paths := make(map[string]float64, len(plans))
+	for _, p := range plans {
+		paths[p.ID] = p.Path(sim.DefaultDecodeTokensPerSec)
+	}
+	simS := func(d time.Duration) float64 { return d.Seconds() / o.timeScale }
+	for _, res := range results {
+		wait, run := simS(res.AdmittedAt.Sub(start)), simS(res.FinishedAt.Sub(res.AdmittedAt))
+		r.MeanAdmitWaitS += wait / float64(len(results))
+		r.MeanStretch += run / paths[res.SampleID] / float64(len(results))
+		if res.FinishedAt.After(last) {
+			r.LastAdmitS, r.LastRunS, r.LastPathS = wait, run, paths[res.SampleID]
+		}
+		if res.Status == schema.StatusCompleted {
+			r.Completed++
+			prints[res.TrajID] = fingerprint(res)
+			if m.Sync {
+				spread := res.MaxVersion - res.MinVersion
+				r.VersionSpread += float64(spread) / float64(tasks)
+				r.VersionSpreadX = max(r.VersionSpreadX, spread)
+			}
+		}
+		tokens += res.GenTokens
+		lat = append(lat, res.FinishedAt.Sub(start).Seconds()/o.timeScale)
+		if res.FinishedAt.After(last) {
+			last = res.FinishedAt
+		}
+	}
+	slices.Sort(lat)
+	r.MakespanS = last.Sub(start).Seconds() / o.timeScale
+	for _, l := range lat {
+		r.MeanLatencyS += l / float64(len(lat))
+	}
+	r.P99LatencyS = lat[min(len(lat)-1, len(lat)*99/100)]
+	r.TokensPerS = float64(tokens) / r.MakespanS
+	capacity := workload.Machine{Replicas: o.replicas, MaxRunning: o.slots, DecodePerSec: sim.DefaultDecodeTokensPerSec,
+		BatchSlowdown: sim.DefaultBatchSlowdown}.Capacity()
+	r.DecodeUse = r.TokensPerS / capacity
+	r.SlotUseStepS = slotUseStep
+	r.SlotUseSeries = series[:min(len(series), int(math.Ceil(r.MakespanS/slotUseStep)))]
+	for _, u := range r.SlotUseSeries {
+		r.SlotUse += u / float64(len(r.SlotUseSeries))
+	}
+	for _, rep := range st.Replicas {
+		if w := st.GenWorker(rep); w != nil {
+			s := w.Stats()
+			r.Preemptions += s.Preemptions
+			r.ResumedTokens += s.ResumedTokens
+			r.WastedTokens += s.WastedTokens
+			r.Reprefilled += s.ReprefilledTokens
+		}
+	}
+	return r, prints, results, nil
+}
+
+// slotUseStep is how often, in simulated seconds, the bench samples the
+// replicas' slot use.
+const slotUseStep = 2.0
+
+// sampleSlotUse samples, every step wall seconds until ctx ends, the share
+// of the simulators' slots holding a request, and then sends the series.
+func sampleSlotUse(ctx context.Context, sims map[string]*sim.Server, slots int, step float64) <-chan []float64 {
+	out := make(chan []float64, 1)
+	go func() {
+		var series []float64
+		t := time.NewTicker(time.Duration(step * float64(time.Second)))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				out <- series
+				return
+			case <-t.C:
+			}
+			running := 0
+			for _, s := range sims {
+				running += s.Stats().Running
+			}
+			series = append(series, min(1, float64(running)/float64(slots)))
+		}
+	}()
+	return out
+}
+
+// fingerprint hashes what a trajectory produced: tokens, log-probs, mask.
+func fingerprint(r schema.Result) uint64 {
+	h := fnv.New64a()
+	for i, t := range r.Tokens {
+		var b [13]byte
+		b[0], b[1], b[2], b[3] = byte(t), byte(t>>8), byte(t>>16), byte(t>>24)
+		lp := math.Float32bits(r.Logprobs[i])
+		b[4], b[5], b[6], b[7] = byte(lp), byte(lp>>8), byte(lp>>16), byte(lp>>24)
+		b[8] = byte(r.LossMask[i])
+		_, _ = h.Write(b[:9])
+	}
+	return h.Sum64()
+}
+
+// firstDifference describes where two runs of a trajectory part.
+func firstDifference(a, b schema.Result) string {
+	n := min(len(a.Tokens), len(b.Tokens))
+	i := 0
+	for i < n && a.Tokens[i] == b.Tokens[i] && a.Logprobs[i] == b.Logprobs[i] && a.LossMask[i] == b.LossMask[i] {
+		i++
+	}
+	window := func(r schema.Result) string {
+		var sb strings.Builder
+		for _, t := range r.Tokens[max(0, i-40):min(len(r.Tokens), i+40)] {
+			sb.WriteRune(rune(t)) // the simulator's tokens are bytes
+		}
+		return strconv.Quote(sb.String())
+	}
+	return fmt.Sprintf("%d and %d tokens (%d and %d turns), first difference at token %d: %s against %s",
+		len(a.Tokens), len(b.Tokens), a.Turns, b.Turns, i, window(a), window(b))
+}

@@ -1,0 +1,461 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/client"
+	"github.com/actloop/actloop/pkg/control"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// wait bounds every poll: generous, for loaded machines.
+const wait = time.Minute
+
+// env is an in-process NATS server with actloop's streams, a connection
+// for the test and a Client over another.
+type env struct {
+	ctx context.Context
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	c   *client.Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ns := testkit.StartNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	t.Cleanup(cancel)
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	e := &env{ctx: ctx, nc: connect()}
+	var err error
+	if e.js, err = jetstream.New(e.nc); err != nil {
+		t.Fatal(err)
+	}
+	common := service.CommonDefaults()
+	if err := common.Topology().EnsureStreams(ctx, e.js); err != nil {
+		t.Fatal(err)
+	}
+	if e.c, err = client.New(connect()); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func sample(id string) schema.Sample {
+	return schema.Sample{V: schema.Version, ID: id, Task: "task " + id, Env: schema.Env{Backend: schema.BackendSim}}
+}
+
+// streamed returns every message in stream, in order.
+func (e *env) streamed(t *testing.T, stream string) []jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := e.js.Stream(e.ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(e.ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, *m)
+	}
+	return out
+}
+
+// Submit publishes each sample with its id as Nats-Msg-Id, so submitting
+// the same samples again stores nothing new.
+func TestSubmitIsIdempotent(t *testing.T) {
+	e := newEnv(t)
+	samples := []schema.Sample{sample("a"), sample("b"), sample("c")}
+	for range 2 {
+		if err := e.c.Submit(e.ctx, samples...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := e.streamed(t, schema.StreamSamples)
+	if len(got) != len(samples) {
+		t.Fatalf("stream holds %d samples, want %d", len(got), len(samples))
+	}
+	for i, m := range got {
+		if m.Subject != schema.SubjectSamples || m.Header.Get(jetstream.MsgIDHeader) != samples[i].ID {
+			t.Errorf("message %d: subject %s, Nats-Msg-Id %q, want %s and %q", i, m.Subject,
+				m.Header.Get(jetstream.MsgIDHeader), schema.SubjectSamples, samples[i].ID)
+		}
+		s, err := schema.DecodeSample(m.Data)
+		if err != nil || s.ID != samples[i].ID {
+			t.Errorf("message %d: %v, id %q", i, err, s.ID)
+		}
+	}
+}
+
+// Submit checks every sample first: one bad sample, a repeated id or an
+// oversized sample publishes nothing, and the error names each.
+func TestSubmitValidatesFirst(t *testing.T) {
+	bad := sample("bad")
+	bad.Task = ""
+	big := sample("big")
+	big.Metadata = json.RawMessage(`"` + strings.Repeat("x", schema.MaxSampleBytes) + `"`)
+	tests := []struct {
+		name    string
+		samples []schema.Sample
+		want    []string
+	}{
+		{"invalid", []schema.Sample{sample("a"), bad}, []string{"sample 1 (bad)", "task: missing"}},
+		{"repeated id", []schema.Sample{sample("a"), sample("b"), sample("a")}, []string{"sample 2", `"a" repeats sample 0`}},
+		{"oversized", []schema.Sample{big}, []string{"sample 0 (big)", "exceeds the sample limit"}},
+		{"all reported", []schema.Sample{bad, sample("a"), sample("a")}, []string{"sample 0 (bad)", "sample 2"}},
+	}
+	e := newEnv(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := e.c.Submit(e.ctx, tt.samples...)
+			if !errors.Is(err, schema.ErrInvalid) {
+				t.Fatalf("error %v, want one wrapping schema.ErrInvalid", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	if got := e.streamed(t, schema.StreamSamples); len(got) != 0 {
+		t.Fatalf("stream holds %d samples after invalid submits, want 0", len(got))
+	}
+}
+
+// A Submit that cannot reach the stream says how far it got.
+func TestSubmitError(t *testing.T) {
+	e := newEnv(t)
+	if err := e.js.DeleteStream(e.ctx, schema.StreamSamples); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 500*time.Millisecond)
+	defer cancel()
+	err := e.c.Submit(ctx, sample("a"), sample("b"))
+	var se *client.SubmitError
+	if !errors.As(err, &se) || se.Submitted != 0 || se.ID != "a" {
+		t.Fatalf("error %v, want a SubmitError at sample a", err)
+	}
+}
+
+func result(id string) schema.Result {
+	return schema.Result{V: schema.Version, TrajID: id, SampleID: id, GroupID: "g", GroupSize: 2,
+		Status: schema.StatusCompleted, Tokens: []int32{1, 2}, Logprobs: []float32{0, -0.5}, LossMask: []int8{0, 1},
+		Versions: []int32{-1, 0}}
+}
+
+// publish stores v on subject as a service would.
+func (e *env) publish(t *testing.T, subject, msgID string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.Publish(e.ctx, subject, b, jetstream.WithMsgID(msgID)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fetchAll fetches from c until want deliveries have come (or the deadline
+// passes), calling f on each.
+func fetchAll(t *testing.T, ctx context.Context, c *client.Consumer, want int, f func(*client.Delivery)) {
+	t.Helper()
+	got := 0
+	deadline := time.Now().Add(wait)
+	for got < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries after %v, want %d", got, wait, want)
+		}
+		for d, err := range c.Fetch(ctx, want-got, 100*time.Millisecond) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			f(d)
+			got++
+		}
+	}
+}
+
+// Results delivers every result, not groups, at least once per consumer
+// name: a nak'd one comes again, an acknowledged one does not, and another
+// name sees them all.
+func TestResultsAtLeastOnce(t *testing.T) {
+	e := newEnv(t)
+	e.publish(t, schema.SubjectResults, "a:9:result", result("a"))
+	e.publish(t, schema.SubjectResults, "b:9:result", result("b"))
+	e.publish(t, schema.SubjectGroups, "group:g", schema.GroupDone{V: schema.Version, GroupID: "g", Size: 2, TrajIDs: []string{"a", "b"}})
+
+	res, err := e.c.Results(e.ctx, "trainer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []string
+	fetchAll(t, e.ctx, res, 2, func(d *client.Delivery) {
+		r, err := d.Result()
+		if err != nil {
+			t.Fatalf("result %s: %v", d.Data(), err)
+		}
+		if d.Subject() != schema.SubjectResults {
+			t.Errorf("subject %s", d.Subject())
+		}
+		first = append(first, r.TrajID)
+		if r.TrajID == "a" {
+			if err := d.Ack(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := d.Nak(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if strings.Join(first, ",") != "a,b" {
+		t.Fatalf("first deliveries %v, want a,b in stream order", first)
+	}
+	// Taken up again by name: only the nak'd result comes back.
+	res, err = e.c.Results(e.ctx, "trainer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetchAll(t, e.ctx, res, 1, func(d *client.Delivery) {
+		if r, _ := d.Result(); r.TrajID != "b" {
+			t.Errorf("redelivered %s, want b", r.TrajID)
+		}
+		if err := d.Ack(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	testkit.Eventually(t, wait, "an empty backlog", func() bool {
+		b, err := res.Backlog(e.ctx)
+		return err == nil && b == client.Backlog{}
+	})
+	for d, err := range res.Fetch(e.ctx, 10, 100*time.Millisecond) {
+		t.Fatalf("after every ack: delivery %v, %v", d, err)
+	}
+	// Another name has its own position.
+	other, err := e.c.Results(e.ctx, "evaluator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := other.Backlog(e.ctx); err != nil || b.Pending != 2 {
+		t.Fatalf("evaluator backlog %+v, %v: want 2 pending", b, err)
+	}
+}
+
+// Deliveries left when a Fetch loop stops early are handed back at once,
+// not after AckWait.
+func TestFetchStoppedEarlyNaksTheRest(t *testing.T) {
+	e := newEnv(t)
+	for _, id := range []string{"a", "b", "c"} {
+		e.publish(t, schema.SubjectResults, id+":9:result", result(id))
+	}
+	res, err := e.c.Results(e.ctx, "trainer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, wait, "the first result", func() bool {
+		for d, err := range res.Fetch(e.ctx, 3, time.Second) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Ack(e.ctx); err != nil {
+				t.Fatal(err)
+			}
+			return true // the loop stops after one
+		}
+		return false
+	})
+	var rest []string
+	fetchAll(t, e.ctx, res, 2, func(d *client.Delivery) {
+		r, _ := d.Result()
+		rest = append(rest, r.TrajID)
+		_ = d.Ack(e.ctx)
+	})
+	if strings.Join(rest, ",") != "b,c" {
+		t.Fatalf("after stopping early: %v, want b,c", rest)
+	}
+}
+
+// A Fetch whose ctx ends yields the context's error.
+func TestFetchCancelled(t *testing.T) {
+	e := newEnv(t)
+	res, err := e.c.Results(e.ctx, "trainer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	var got error
+	for d, err := range res.Fetch(ctx, 10, wait) {
+		if d != nil {
+			t.Fatalf("delivery from an empty stream: %s", d.Data())
+		}
+		got = err
+	}
+	if !errors.Is(got, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", got)
+	}
+}
+
+// Groups delivers completed groups only.
+func TestGroups(t *testing.T) {
+	e := newEnv(t)
+	e.publish(t, schema.SubjectResults, "a:9:result", result("a"))
+	want := schema.GroupDone{V: schema.Version, GroupID: "g", Size: 1, TrajIDs: []string{"a"}}
+	e.publish(t, schema.SubjectGroups, "group:g", want)
+	groups, err := e.c.Groups(e.ctx, "trainer-groups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetchAll(t, e.ctx, groups, 1, func(d *client.Delivery) {
+		g, err := d.Group()
+		if err != nil || g.GroupID != "g" || strings.Join(g.TrajIDs, ",") != "a" {
+			t.Errorf("group %+v, %v; want %+v", g, err, want)
+		}
+		if err := d.Ack(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if b, err := groups.Backlog(e.ctx); err != nil || b != (client.Backlog{}) {
+		t.Fatalf("backlog %+v, %v: want none", b, err)
+	}
+}
+
+// fakeCoordinator answers the control subjects as the coordinator does:
+// pause, resume (a version may not go back) and get.
+func fakeCoordinator(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	ctl := schema.Control{V: schema.Version, WeightVersion: 3}
+	reply := func(m *nats.Msg, v any) {
+		b, _ := json.Marshal(v)
+		_ = m.Respond(b)
+	}
+	sub, err := nc.Subscribe("actloop.control.*", func(m *nats.Msg) {
+		switch m.Subject {
+		case schema.SubjectControlPause:
+			req, err := schema.DecodeRequest[schema.PauseRequest](m.Data)
+			if err != nil {
+				reply(m, schema.APIError{Error: err.Error()})
+				return
+			}
+			if req.TimeoutMS == 1 {
+				reply(m, schema.APIError{Error: "timed out", Missing: []string{"gen-r1"}})
+				return
+			}
+			ctl.Paused, ctl.Mode = true, req.Mode
+			ctl.Epoch++
+			reply(m, schema.PauseReply{Epoch: ctl.Epoch, Mode: req.Mode, Workers: 2})
+		case schema.SubjectControlResume:
+			req, _ := schema.DecodeRequest[schema.ResumeRequest](m.Data)
+			if req.WeightVersion != nil && *req.WeightVersion < ctl.WeightVersion {
+				reply(m, schema.APIError{Error: fmt.Sprintf("weight version %d: may not go back from %d", *req.WeightVersion, ctl.WeightVersion)})
+				return
+			}
+			if req.WeightVersion != nil {
+				ctl.WeightVersion = *req.WeightVersion
+			}
+			ctl.Paused, ctl.Mode = false, ""
+			reply(m, ctl)
+		case schema.SubjectControlGet:
+			reply(m, schema.ControlStatus{Control: ctl})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Pause, Resume and Control are the coordinator's request-reply calls; a
+// refusal is a *control.Error, and no coordinator at all is said so.
+func TestControl(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.c.Control(e.ctx); !errors.Is(err, nats.ErrNoResponders) || !strings.Contains(err.Error(), "no coordinator") {
+		t.Fatalf("without a coordinator: %v", err)
+	}
+	fakeCoordinator(t, e.nc)
+	p, err := e.c.Pause(e.ctx, schema.PauseRequest{Mode: schema.PauseDrain})
+	if err != nil || p.Epoch != 1 || p.Mode != schema.PauseDrain || p.Workers != 2 {
+		t.Fatalf("pause: %+v, %v", p, err)
+	}
+	if st, err := e.c.Control(e.ctx); err != nil || !st.Control.Paused || st.Control.Epoch != 1 {
+		t.Fatalf("control while paused: %+v, %v", st, err)
+	}
+	var ce *control.Error
+	if _, err := e.c.Pause(e.ctx, schema.PauseRequest{Mode: schema.PauseAbort, TimeoutMS: 1}); !errors.As(err, &ce) ||
+		len(ce.Missing) != 1 || !strings.Contains(err.Error(), "gen-r1") {
+		t.Fatalf("pause that timed out: %v", err)
+	}
+	old := int64(2)
+	if _, err := e.c.Resume(e.ctx, &old); !errors.As(err, &ce) || !strings.Contains(ce.Message, "go back") {
+		t.Fatalf("resume to an older version: %v", err)
+	}
+	v := int64(4)
+	c, err := e.c.Resume(e.ctx, &v)
+	if err != nil || c.Paused || c.WeightVersion != 4 {
+		t.Fatalf("resume: %+v, %v", c, err)
+	}
+}
+
+// Status sends the token and returns the body; an answer other than 200
+// is an *HTTPError.
+func TestStatus(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/status" {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			http.Error(w, "unauthorized\nmore", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprintln(w, `{"active":3}`)
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	var he *client.HTTPError
+	_, err := (&client.Coordinator{URL: srv.URL}).Status(ctx)
+	if !errors.As(err, &he) || he.StatusCode != http.StatusUnauthorized || he.Body != "unauthorized" {
+		t.Fatalf("without the token: %v", err)
+	}
+	body, err := (&client.Coordinator{URL: srv.URL, Token: "s3cret"}).Status(ctx)
+	var st struct{ Active int }
+	if err != nil || json.Unmarshal(body, &st) != nil || st.Active != 3 {
+		t.Fatalf("status %s, %v", body, err)
+	}
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	if _, err := (&client.Coordinator{URL: closed.URL}).Status(ctx); err == nil || !strings.Contains(err.Error(), closed.URL) {
+		t.Fatalf("unreachable: %v", err)
+	}
+}

@@ -1,0 +1,142 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// AckWait is how long a delivery may go unacknowledged before the server
+// delivers it again (Delivery.InProgress resets the clock).
+const AckWait = time.Minute
+
+// Consumer is a durable consumer on the results stream: one name, one
+// position, kept by the server across connections.
+type Consumer struct {
+	c    jetstream.Consumer
+	name string
+}
+
+// Results creates, or takes up again, the durable consumer name of
+// finished trajectories (schema.Result on actloop.results), starting at the
+// oldest result the stream keeps.
+func (c *Client) Results(ctx context.Context, name string) (*Consumer, error) {
+	return c.consumer(ctx, name, schema.SubjectResults)
+}
+
+// Groups creates, or takes up again, the durable consumer name of
+// completed groups (schema.GroupDone on actloop.groups). Give it a name of
+// its own: a consumer's name is its position.
+func (c *Client) Groups(ctx context.Context, name string) (*Consumer, error) {
+	return c.consumer(ctx, name, schema.SubjectGroups)
+}
+
+func (c *Client) consumer(ctx context.Context, name, subject string) (*Consumer, error) {
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{
+		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: subject, AckWait: AckWait})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)
+	}
+	return &Consumer{c: cons, name: name}, nil
+}
+
+// Fetch pulls up to batch deliveries, yielding each as it arrives, until
+// that many have come or wait has passed. A failed pull, or ctx ending, yields a nil
+// Delivery and the error, last. Deliveries left when the loop stops early
+// are nak'd (delivered again at once) before Fetch returns, which may take
+// until wait has passed; those pending when ctx ends are delivered again
+// after AckWait.
+func (c *Consumer) Fetch(ctx context.Context, batch int, wait time.Duration) iter.Seq2[*Delivery, error] {
+	return func(yield func(*Delivery, error) bool) {
+		fctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		b, err := c.c.Fetch(batch, jetstream.FetchContext(fctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			yield(nil, fmt.Errorf("fetch from %s: %w", c.name, err))
+			return
+		}
+		msgs := b.Messages()
+		for m := range msgs {
+			if ctx.Err() != nil {
+				break // the rest come again after AckWait
+			}
+			if !yield(&Delivery{m: m}, nil) {
+				for m := range msgs {
+					_ = m.Nak()
+				}
+				return
+			}
+		}
+		switch err := b.Error(); {
+		case ctx.Err() != nil:
+			yield(nil, fmt.Errorf("fetch from %s: %w", c.name, ctx.Err()))
+		case err != nil && !errors.Is(err, context.DeadlineExceeded): // wait has passed
+			yield(nil, fmt.Errorf("fetch from %s: %w", c.name, err))
+		}
+	}
+}
+
+// Backlog is what a consumer has yet to finish.
+type Backlog struct {
+	Pending uint64 // in the stream, not yet delivered to it
+	Unacked uint64 // delivered, not yet acknowledged
+}
+
+// Backlog asks the server how far the consumer is behind.
+func (c *Consumer) Backlog(ctx context.Context) (Backlog, error) {
+	info, err := c.c.Info(ctx)
+	if err != nil {
+		return Backlog{}, fmt.Errorf("consumer %s: %w", c.name, err)
+	}
+	return Backlog{Pending: info.NumPending, Unacked: uint64(info.NumAckPending)}, nil
+}
+
+// Delivery is one message from a Consumer. Acknowledge it (Ack), hand it
+// back (Nak), or take longer (InProgress) within AckWait.
+type Delivery struct {
+	m jetstream.Msg
+}
+
+// Subject is the subject it was published on.
+func (d *Delivery) Subject() string { return d.m.Subject() }
+
+// Data is the message as published: one JSON object.
+func (d *Delivery) Data() []byte { return d.m.Data() }
+
+// Result decodes and validates the message as a result.
+func (d *Delivery) Result() (schema.Result, error) { return schema.Decode[schema.Result](d.m.Data()) }
+
+// Group decodes and validates the message as a completed group.
+func (d *Delivery) Group() (schema.GroupDone, error) {
+	return schema.Decode[schema.GroupDone](d.m.Data())
+}
+
+// Ack acknowledges the delivery and waits for the server to confirm it:
+// once Ack returns nil this consumer does not see the message again.
+func (d *Delivery) Ack(ctx context.Context) error {
+	if err := d.m.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	return nil
+}
+
+// Nak hands the delivery back to be delivered again at once.
+func (d *Delivery) Nak() error { return d.m.Nak() }
+
+// InProgress tells the server the delivery is still being worked on,
+// restarting its AckWait.
+func (d *Delivery) InProgress() error { return d.m.InProgress() }
+
+// Term tells the server never to deliver the message again to this
+// consumer (one that cannot be decoded, say).
+func (d *Delivery) Term() error { return d.m.Term() }

@@ -1,0 +1,57 @@
+// Package client is the trainer's side of actloop: submit samples, take
+// finished trajectories and completed groups, and synchronise weights
+// (pause, resume, read the control state) over NATS; read the
+// coordinator's status over HTTP.
+//
+// A Client works on the streams of a running deployment (the coordinator
+// and `actloop` create them); it creates only its own durable consumers.
+// The wire names are in package schema (schema.SubjectSamples,
+// schema.StreamResults, ...).
+//
+// # Submitting
+//
+// Submit checks every sample first and publishes none if one is invalid
+// (the error wraps schema.ErrInvalid and names the sample and the field).
+// Each sample goes to actloop.samples with Nats-Msg-Id set to its id, and
+// Submit returns once the stream has stored it: JetStream drops a second
+// copy within its duplicate window (2 minutes), and beyond it the
+// coordinator drops a sample whose trajectory it already holds (waiting,
+// running, or finished within ACTLOOP_RESULT_TTL). So a Submit that failed
+// part-way (a *SubmitError says how far it got) can be repeated whole. A
+// sample id is a trajectory id: reuse one only to retry.
+//
+// # Results and groups
+//
+// Delivery is at least once. Each durable consumer name has its own
+// position, kept by the server: it sees every result in the stream, and a
+// result it has not acknowledged within AckWait (or has nak'd) is
+// delivered to it again. Delivery.Ack waits for the server to confirm the
+// acknowledgement: once it returns, that name does not see the result
+// again. A result
+// can still be in the stream twice (published again after a crash, beyond
+// the duplicate window), so a trainer dedupes by traj_id, which is the
+// sample id. Every sample gets one result: a completed trajectory, or a
+// fallback (status "fallback", reward 0, no trainable tokens, a reason), so
+// no batch waits forever.
+//
+// Results arrive in the order trajectories finished, not in the order
+// samples were submitted; a redelivery comes after newer results. When
+// every rollout of a group has a result, a schema.GroupDone follows its
+// members on actloop.groups (a consumer from Groups), at least once: dedupe
+// by group_id.
+//
+// # Weight synchronisation
+//
+// Pause, Resume and Control are NATS request-reply calls the coordinator
+// answers (package control). Pause returns once every live gen-worker has
+// paused; a repeated pause in the same mode is the same pause, a resume to
+// the current weight version is harmless, and a version may not go back.
+// A refusal is a *control.Error.
+//
+// # Sizes
+//
+// A sample is at most schema.MaxSampleBytes (512 KiB) as JSON. A result
+// carries its whole trajectory (tokens, log-probs, messages): the NATS
+// server's max_payload bounds it and must be raised past its 1 MiB default
+// for long trajectories.
+package client

@@ -1,0 +1,151 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// SubmitError is a Submit that stopped part-way: the first Submitted
+// samples are stored; the one with ID may or may not be, and the rest are
+// not. Submitting the same samples again is safe.
+type SubmitError struct {
+	Submitted int
+	ID        string
+	Err       error
+}
+
+func (e *SubmitError) Error() string {
+	return fmt.Sprintf("submit sample %s (after %d stored): %v", e.ID, e.Submitted, e.Err)
+}
+
+func (e *SubmitError) Unwrap() error { return e.Err }
+
+// publishAttempt bounds one attempt of a publish: an acknowledgement lost
+// with a stream leader that died is not waited for longer; the publish is
+// sent again under the same message id, so the stream stores it once.
+const publishAttempt = 3 * time.Second
+
+// Submit checks every sample and, if all are valid and their ids distinct,
+// publishes them in order on actloop.samples, each with Nats-Msg-Id set to
+// its id, returning once the stream has stored the last. A publish the
+// stream does not answer (a leader election, a restarting server) is tried
+// again under the same id until ctx ends, or for 30 s a sample when ctx
+// has no deadline. Samples are sent as given; the coordinator fills defaults
+// (schema.Sample.Normalize).
+func (c *Client) Submit(ctx context.Context, samples ...schema.Sample) error {
+	data, err := encodeSamples(samples)
+	if err != nil {
+		return err
+	}
+	for i, b := range data {
+		if err := c.publish(ctx, schema.SubjectSamples, samples[i].ID, b); err != nil {
+			return &SubmitError{Submitted: i, ID: samples[i].ID, Err: err}
+		}
+	}
+	return nil
+}
+
+// encodeSamples validates and marshals every sample, reporting every
+// problem; nothing is returned unless all are fine.
+func encodeSamples(samples []schema.Sample) ([][]byte, error) {
+	var errs []error
+	out := make([][]byte, len(samples))
+	seen := make(map[string]int, len(samples))
+	for i := range samples {
+		s := &samples[i]
+		if err := s.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("sample %d (%s): %w", i, s.ID, err))
+			continue
+		}
+		if prev, dup := seen[s.ID]; dup {
+			errs = append(errs, fmt.Errorf("sample %d: %w", i,
+				&schema.FieldError{Field: "id", Reason: fmt.Sprintf("%q repeats sample %d", s.ID, prev)}))
+			continue
+		}
+		seen[s.ID] = i
+		b, err := json.Marshal(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sample %d (%s): %w", i, s.ID, err))
+			continue
+		}
+		if len(b) > schema.MaxSampleBytes {
+			errs = append(errs, fmt.Errorf("sample %d (%s): %w", i, s.ID, &schema.FieldError{Field: "(message)",
+				Reason: fmt.Sprintf("%d bytes exceeds the sample limit of %d", len(b), schema.MaxSampleBytes)}))
+			continue
+		}
+		out[i] = b
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("nothing submitted:\n%w", errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// publish publishes data on subject with Nats-Msg-Id msgID and the trace
+// context of ctx, trying again while the stream does not answer.
+func (c *Client) publish(ctx context.Context, subject, msgID string, data []byte) error {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	otel.GetTextMapPropagator().Inject(ctx, headerCarrier(m.Header))
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	wait := 20 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, publishAttempt)
+		_, err := c.js.PublishMsg(actx, m, jetstream.WithMsgID(msgID))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !unanswered(err) {
+			return fmt.Errorf("publish %s: %w", subject, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("publish %s: %w", subject, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// unanswered reports a publish whose stream did not answer: worth sending
+// again.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// headerCarrier adapts nats.Header to OpenTelemetry's TextMapCarrier
+// without canonicalising keys, so "traceparent" stays lower-case for
+// readers in other languages.
+type headerCarrier nats.Header
+
+func (h headerCarrier) Get(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (h headerCarrier) Set(key, value string) { h[key] = []string{value} }
+
+func (h headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}
