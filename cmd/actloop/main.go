@@ -64,7 +64,7 @@ const rootLong = `actloop runs the rollout side of RL training for LLM agents.
 in one process and drives a demo batch through them. The trainer-side
 commands (submit, results, status, top, pause, resume, control) drive a
 running deployment. Settings come from ACTLOOP_* environment variables (see
-README.md).`
+docs/configuration.md).`
 
 // newRootCmd builds the command tree writing to stdout and stderr.
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
