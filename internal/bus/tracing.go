@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/actloop/actloop/internal/telemetry"
+	"github.com/actloop/actloop/pkg/client"
 )
 
 // Tracing runs the chain inside it in one consumer span named name per
@@ -21,7 +22,7 @@ import (
 func Tracing(name string) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m jetstream.Msg) error {
-			ctx = otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier(m.Headers()))
+			ctx = otel.GetTextMapPropagator().Extract(ctx, client.HeaderCarrier(m.Headers()))
 			ctx, span := tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer),
 				trace.WithAttributes(attribute.String("messaging.destination.name", m.Subject())))
 			defer span.End()

@@ -40,6 +40,7 @@ import (
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/predict"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -234,7 +235,7 @@ func tracer() trace.Tracer { return otel.Tracer("github.com/actloop/actloop/inte
 // with an error when it fails or ctx's deadline passes first (a backend
 // that ignores its context still holds its slot until it returns).
 func (s *responder) handle(ctx context.Context, m *nats.Msg) {
-	ctx = otel.GetTextMapPropagator().Extract(ctx, bus.HeaderCarrier(m.Header))
+	ctx = otel.GetTextMapPropagator().Extract(ctx, client.HeaderCarrier(m.Header))
 	ctx, span := tracer().Start(ctx, "predict", trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("messaging.destination.name", m.Subject)))
 	defer span.End()

@@ -5,11 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel"
 
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -29,11 +24,6 @@ func (e *SubmitError) Error() string {
 
 func (e *SubmitError) Unwrap() error { return e.Err }
 
-// publishAttempt bounds one attempt of a publish: an acknowledgement lost
-// with a stream leader that died is not waited for longer; the publish is
-// sent again under the same message id, so the stream stores it once.
-const publishAttempt = 3 * time.Second
-
 // Submit checks every sample and, if all are valid and their ids distinct,
 // publishes them in order on actloop.samples, each with Nats-Msg-Id set to
 // its id, returning once the stream has stored the last. A publish the
@@ -47,7 +37,7 @@ func (c *Client) Submit(ctx context.Context, samples ...schema.Sample) error {
 		return err
 	}
 	for i, b := range data {
-		if err := c.publish(ctx, schema.SubjectSamples, samples[i].ID, b); err != nil {
+		if err := Publish(ctx, c.js, schema.SubjectSamples, samples[i].ID, b); err != nil {
 			return &SubmitError{Submitted: i, ID: samples[i].ID, Err: err}
 		}
 	}
@@ -88,64 +78,4 @@ func encodeSamples(samples []schema.Sample) ([][]byte, error) {
 		return nil, fmt.Errorf("nothing submitted:\n%w", errors.Join(errs...))
 	}
 	return out, nil
-}
-
-// publish publishes data on subject with Nats-Msg-Id msgID and the trace
-// context of ctx, trying again while the stream does not answer.
-func (c *Client) publish(ctx context.Context, subject, msgID string, data []byte) error {
-	m := nats.NewMsg(subject)
-	m.Data = data
-	otel.GetTextMapPropagator().Inject(ctx, headerCarrier(m.Header))
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-	}
-	wait := 20 * time.Millisecond
-	for {
-		actx, cancel := context.WithTimeout(ctx, publishAttempt)
-		_, err := c.js.PublishMsg(actx, m, jetstream.WithMsgID(msgID))
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil || !unanswered(err) {
-			return fmt.Errorf("publish %s: %w", subject, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("publish %s: %w", subject, err)
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// unanswered reports a publish whose stream did not answer: worth sending
-// again.
-func unanswered(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
-}
-
-// headerCarrier adapts nats.Header to OpenTelemetry's TextMapCarrier
-// without canonicalising keys, so "traceparent" stays lower-case for
-// readers in other languages.
-type headerCarrier nats.Header
-
-func (h headerCarrier) Get(key string) string {
-	if v := h[key]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
-func (h headerCarrier) Set(key, value string) { h[key] = []string{value} }
-
-func (h headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	return keys
 }

@@ -1,0 +1,87 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+)
+
+// PublishAttempt bounds one attempt of a publish: an acknowledgement lost
+// with a stream leader that died (or the server the client was on) is not
+// waited for longer; the publish is sent again under the same message id,
+// so the stream stores it once.
+const PublishAttempt = 3 * time.Second
+
+// Publish publishes data on subject with Nats-Msg-Id msgID and the trace
+// context of ctx (a W3C traceparent header), and returns once the stream
+// has stored it. It tries again, under the same message id, while the
+// stream does not answer (a leader election, a restarting server), until
+// ctx ends or, when ctx has no deadline, for 30 s: the stream's duplicate
+// window keeps a retry of a publish that did land from being stored twice.
+// It is how Submit publishes, and how actloop's services do.
+func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, data []byte) error {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(m.Header))
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	wait := 20 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, PublishAttempt)
+		_, err := js.PublishMsg(actx, m, jetstream.WithMsgID(msgID))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !unanswered(err) {
+			return fmt.Errorf("publish %s: %w", subject, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("publish %s: %w", subject, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// unanswered reports a publish whose stream did not answer: worth sending
+// again.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// HeaderCarrier adapts nats.Header to OpenTelemetry's TextMapCarrier
+// without canonicalising keys, so "traceparent" stays lower-case for
+// readers in other languages (propagation.HeaderCarrier would write
+// "Traceparent").
+type HeaderCarrier nats.Header
+
+// Get returns the first value of key.
+func (h HeaderCarrier) Get(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Set sets key to value.
+func (h HeaderCarrier) Set(key, value string) { h[key] = []string{value} }
+
+// Keys lists the keys.
+func (h HeaderCarrier) Keys() []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}
