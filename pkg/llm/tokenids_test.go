@@ -114,7 +114,7 @@ func BenchmarkParseTokenIDs(b *testing.B) {
 		ids[i] = int32(i * 37 % 151000)
 	}
 	raw := AppendTokenIDs(nil, ids)
-	b.Run("jsonids", func(b *testing.B) {
+	b.Run("TokenIDs", func(b *testing.B) {
 		b.SetBytes(int64(len(raw)))
 		for b.Loop() {
 			if _, err := ParseTokenIDs(raw); err != nil {
