@@ -26,8 +26,8 @@ import (
 //     another worker takes the message at once.
 //   - Fatal (final for its work, or its deliveries ran out: GiveUp has
 //     reported it) → Term.
-//   - any other error (transient: Redis or NATS away, a trajectory busy
-//     with another copy of its step, a panic) → NakWithDelay(backoff):
+//   - any other error (transient: Redis or NATS away, a panic; Redundant: a
+//     copy of work running here already) → NakWithDelay(backoff):
 //     exponential from 250ms by delivery, capped at 30s, with full jitter;
 //     each of these deliveries counts towards GiveUp's MaxDeliver.
 //
@@ -49,18 +49,23 @@ func Acker(log *slog.Logger) Middleware {
 				_ = m.Nak()
 			case ackNakDelay:
 				var retry *retryError
-				if errors.As(err, &retry) {
+				switch {
+				case IsRedundant(err):
+					log.InfoContext(ctx, "step runs here already; will look again", "subject", m.Subject(), "delivered", n,
+						"retry_in", s.delay)
+				case errors.As(err, &retry):
 					log.ErrorContext(ctx, "message not settled; will retry", "subject", m.Subject(), "delivered", n,
 						"error", err, "retry_in", s.delay)
-				} else {
+				default:
 					log.WarnContext(ctx, "step failed; will retry", "subject", m.Subject(), "delivered", n,
 						"error", err, "retry_in", s.delay)
 				}
 				_ = m.NakWithDelay(s.delay)
 			case ackTerm:
-				if s.reason == termMalformed {
+				switch s.reason {
+				case termMalformed:
 					log.WarnContext(ctx, "malformed message terminated", "subject", m.Subject(), "delivered", n, "error", err)
-				} else {
+				default:
 					log.ErrorContext(ctx, "giving up on message", "subject", m.Subject(), "delivered", n, "error", err)
 				}
 				_ = m.TermWithReason(s.reason)

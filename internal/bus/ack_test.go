@@ -12,8 +12,8 @@ import (
 var (
 	errTransient = errors.New("redis: connection refused")
 	// errBusy stands for traj.ErrBusy (traj imports bus): a second copy of
-	// a step whose first copy runs here. It is transient like any other.
-	errBusy = fmt.Errorf("trajectory t1, step 3: %w", errors.New("a step of this trajectory is running here"))
+	// a step whose first copy runs here.
+	errBusy = Redundant(fmt.Errorf("trajectory t1, step 3: %w", errors.New("a step of this trajectory is running here")))
 )
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -43,7 +43,7 @@ func TestAcker(t *testing.T) {
 			wantDelay: [2]time.Duration{125 * time.Millisecond, 250 * time.Millisecond}},
 		{name: "transient, capped", err: errTransient, delivered: 50, want: "nak_delay",
 			wantDelay: [2]time.Duration{15 * time.Second, 30 * time.Second}},
-		{name: "busy trajectory: transient", err: errBusy, delivered: 2, want: "nak_delay",
+		{name: "a copy of a step running here: looked at again later", err: errBusy, delivered: 2, want: "nak_delay",
 			wantDelay: [2]time.Duration{250 * time.Millisecond, 500 * time.Millisecond}},
 		{name: "retry asked for", err: retryAfter(3*time.Second, errTransient), delivered: 1, want: "nak_delay",
 			wantDelay: [2]time.Duration{3 * time.Second, 3 * time.Second}},

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -37,14 +38,15 @@ func (f *fakeDeadLetters) count() int {
 var errDLQDown = errors.New("actloop.dlq: no responders")
 
 // A malformed message's dead letter is published before it is terminated;
-// when it cannot be, the message is retried instead; nothing else is
-// touched.
+// when it cannot be, the message is retried instead, up to MaxDeliver, and
+// at once terminated when no retry can help; nothing else is touched.
 func TestDeadLetter(t *testing.T) {
 	malformed := Malformed(errors.New("field x: missing"))
 	tests := []struct {
 		name      string
 		err       error
 		dlFail    error
+		delivered uint64
 		want      string // the dead letter
 		wantErr   error
 		wantRetry bool
@@ -54,13 +56,17 @@ func TestDeadLetter(t *testing.T) {
 		{name: "fatal", err: Fatal(errTransient), wantErr: errTransient},
 		{name: "malformed", err: malformed, want: "c1|body|field x: missing", wantErr: malformed},
 		{name: "malformed, dead letter fails", err: malformed, dlFail: errDLQDown, wantErr: errDLQDown, wantRetry: true},
+		{name: "malformed, dead letter fails on the last delivery: terminated", err: malformed, dlFail: errDLQDown,
+			delivered: 3, wantErr: malformed},
+		{name: "malformed, dead letter too large: terminated at once", err: malformed, dlFail: nats.ErrMaxPayload,
+			wantErr: malformed},
 		{name: "transient, dead letters down", err: errTransient, dlFail: errDLQDown, wantErr: errTransient},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dl := &fakeDeadLetters{fail: tt.dlFail}
-			m := newFakeMsg(1)
-			err := DeadLetter(dl, "c1")(returning(tt.err))(context.Background(), m)
+			m := newFakeMsg(max(tt.delivered, 1))
+			err := DeadLetter(dl, "c1", 3)(returning(tt.err))(context.Background(), m)
 			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
 				t.Fatalf("returned %v, want %v", err, tt.wantErr)
 			}

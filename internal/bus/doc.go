@@ -37,8 +37,11 @@
 //     delivery → the Runner's GiveUp report (the trajectory ends with a
 //     fallback result), then Term; if the report fails, NakWithDelay and
 //     try again.
-//   - any other error (transient: Redis or NATS away, a second copy of a
-//     step running here, traj.ErrBusy) → NakWithDelay(back-off):
+//   - Redundant (a second copy of a step whose first copy runs here,
+//     traj.ErrBusy) → NakWithDelay(back-off), never given up on: once the
+//     running copy commits, the copy finds nothing to do, so a step is
+//     never ended for being long.
+//   - any other error (transient: Redis or NATS away) → NakWithDelay(back-off):
 //     exponential from 250ms by delivery, capped at 30s, with jitter; the
 //     delivery counts towards MaxDeliver.
 //   - any error other than Malformed once the Runner is shutting down →

@@ -38,6 +38,28 @@ func IsFatal(err error) bool {
 	return errors.As(err, &f)
 }
 
+// redundantError marks a copy of work that is being done already.
+type redundantError struct{ err error }
+
+func (e *redundantError) Error() string { return e.err.Error() }
+func (e *redundantError) Unwrap() error { return e.err }
+
+// Redundant marks err as "this message's work is running already" (a
+// second copy of a step whose first copy runs in this process: one
+// published again, or the same message redelivered, while the first is
+// still running). The copy is handed back with a back-off, and never given
+// up on for it, so a long step is not ended for being long: once the
+// running copy has committed, the copy finds nothing left to do. (It is
+// not terminated: a redelivery of the very message that runs would take
+// it away from the running copy, should that one fail.)
+func Redundant(err error) error { return &redundantError{err} }
+
+// IsRedundant reports whether err was marked with Redundant.
+func IsRedundant(err error) bool {
+	var r *redundantError
+	return errors.As(err, &r)
+}
+
 // retryError asks the Acker to hand the message back for a delivery after
 // a set delay: a middleware that could not settle the message (the dead
 // letter or the give-up report failed) returns it.

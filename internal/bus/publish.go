@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
@@ -45,17 +47,41 @@ func (p *Publisher) PublishRaw(ctx context.Context, subject, msgID string, data 
 	return client.Publish(ctx, p.js, subject, msgID, data)
 }
 
+// maxReason bounds a dead letter's reason (an error can quote its input).
+const maxReason = 4 << 10
+
 // DeadLetter publishes the original bytes of a message no consumer can take,
-// with the reason, on actloop.dlq.
+// with the reason, on actloop.dlq. The envelope always fits the server's
+// max_payload: an original too large for it (base64 in JSON grows by a
+// third) is cut, and the envelope keeps its size and SHA-256.
 func (p *Publisher) DeadLetter(ctx context.Context, consumer string, m jetstream.Msg, reason string) error {
+	data := m.Data()
+	sum := sha256.Sum256(data)
+	if len(reason) > maxReason {
+		reason = reason[:maxReason] + "…"
+	}
 	e := schema.DLQEntry{V: schema.Version, Subject: m.Subject(), Consumer: consumer, Reason: reason,
-		Data: m.Data(), Headers: m.Headers(), At: time.Now().UTC()}
+		Size: len(data), SHA256: hex.EncodeToString(sum[:]), Headers: m.Headers(), At: time.Now().UTC()}
+	head, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("dead letter: %w", err)
+	}
+	// What the data may take: the payload limit less the rest of the
+	// envelope and room for the publish's own headers, in base64.
+	room := max((int(p.js.Conn().MaxPayload())-len(head)-dlqHeaderRoom)/4*3, 0)
+	if e.Data = data; len(data) > room {
+		e.Data, e.Truncated = data[:room], true
+	}
 	if err := p.Publish(ctx, schema.SubjectDLQ, "", e); err != nil {
 		return err
 	}
 	p.deadLettered.Add(1)
 	return nil
 }
+
+// dlqHeaderRoom is what a dead letter leaves for the NATS headers of its
+// publish (message id, trace context) and the protocol line.
+const dlqHeaderRoom = 1 << 10
 
 // DeadLettered counts the messages DeadLetter has published.
 func (p *Publisher) DeadLettered() int64 { return p.deadLettered.Load() }

@@ -85,7 +85,7 @@ func (r *Runner) chain(dl deadLetterer) Handler {
 		Acker(r.Log.With("consumer", r.Name)),
 		Recover(),
 		InProgress(r.AckWait / 3),
-		DeadLetter(dl, r.Name),
+		DeadLetter(dl, r.Name, r.MaxDeliver),
 		GiveUp(r.MaxDeliver, r.GiveUp),
 		Recover(),
 	}

@@ -1,7 +1,10 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -83,7 +87,8 @@ func streamMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, name 
 }
 
 // Each handler outcome maps to its ack: ok → ack; Malformed → dead letter
-// with the original bytes; transient (traj.ErrBusy too) → retried; retries
+// with the original bytes; transient → retried; a copy of a step running
+// here (traj.ErrBusy) → retried, never given up on; retries
 // exhausted or Fatal → GiveUp; a panic is an error, not a crash.
 func TestRunnerOutcomes(t *testing.T) {
 	ctx, js, topo := setup(t)
@@ -112,9 +117,9 @@ func TestRunnerOutcomes(t *testing.T) {
 			return nil
 		case "fatal":
 			return bus.Fatal(errors.New("cannot ever work"))
-		case "busy": // another copy of the step runs here: tried again later, as any failure
+		case "busy": // another copy of the step runs here: looked at again later, never given up on
 			if n < 3 {
-				return fmt.Errorf("trajectory t1, step 2: %w", traj.ErrBusy)
+				return bus.Redundant(fmt.Errorf("trajectory t1, step 2: %w", traj.ErrBusy))
 			}
 			return nil
 		case "panic":
@@ -407,4 +412,80 @@ func TestRunnerDoorbell(t *testing.T) {
 		}
 	}
 	testkit.Eventually(t, within, "all three handled", func() bool { return got.Load() == 3 })
+}
+
+// A malformed message close to the server's max_payload (a sample over
+// actloop's limit but under NATS's) is dead-lettered once, with its
+// original cut to fit and its size and digest kept, and terminated: its
+// envelope (base64, a third larger) never exceeds the limit, so it never
+// loops.
+func TestPoisonMessageNearMaxPayload(t *testing.T) {
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	s, err := server.NewServer(opts) // max_payload as nats-server ships it: 1 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if nc.MaxPayload() != 1<<20 {
+		t.Fatalf("max_payload %d, want the default 1 MiB", nc.MaxPayload())
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	topo := bus.Topology{Replicas: 1, AckWait: 2 * time.Second, MaxDeliver: 3, ResultsAge: time.Hour, DLQAge: time.Hour, Memory: true}
+	if err := topo.EnsureStreams(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	c, err := topo.Consumer(ctx, js, schema.StreamSamples, "poison", schema.SubjectSamples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	h := func(context.Context, jetstream.Msg) error {
+		calls.Add(1)
+		return bus.Malformed(errors.New("sample: over 524288 bytes"))
+	}
+	body := bytes.Repeat([]byte("x"), 900_000)
+	if err := bus.NewPublisher(js).PublishRaw(ctx, schema.SubjectSamples, "", body); err != nil {
+		t.Fatal(err)
+	}
+	start(t, newRunner(js, topo, "poison", 2, h, c))
+	testkit.Eventually(t, within, "the poison message to be settled", func() bool {
+		return streamMsgs(t, ctx, js, schema.StreamSamples) == 0
+	})
+	dc, err := js.OrderedConsumer(ctx, schema.StreamDLQ, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dc.Next(jetstream.FetchMaxWait(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e schema.DLQEntry
+	if err := json.Unmarshal(m.Data(), &e); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	if !e.Truncated || e.Size != len(body) || e.SHA256 != hex.EncodeToString(sum[:]) || len(e.Data) == 0 ||
+		!bytes.HasPrefix(body, e.Data) || len(m.Data()) > 1<<20 {
+		t.Fatalf("dead letter: truncated %v size %d sha256 %s, %d bytes kept, envelope %d bytes", e.Truncated, e.Size, e.SHA256,
+			len(e.Data), len(m.Data()))
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handled %d times, want once", n)
+	}
+	if n := streamMsgs(t, ctx, js, schema.StreamDLQ); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
 }

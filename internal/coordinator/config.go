@@ -52,7 +52,8 @@ type Config struct {
 	// long gets the work message its state calls for published again (once
 	// per RepublishAfter), in case the one sent was lost (a lost ack of the
 	// stream, a purged message); the seq check makes a second copy harmless.
-	// 0 = never. Longer than any one step should take.
+	// 0 = never. A step that runs holds a lease (ACTLOOP_STEP_LEASE), and
+	// neither this nor StallTimeout applies while it does.
 	RepublishAfter time.Duration `envconfig:"REPUBLISH_AFTER" default:"10m"`
 	// ResultGrace is how long an ended trajectory may wait for its result
 	// to be seen before the coordinator publishes the result again.

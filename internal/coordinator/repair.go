@@ -194,6 +194,9 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 			switch {
 			case !ok:
 				c.forget(ctx, id)
+			case p.LeaseUntil.After(now):
+				// A step runs and renews its lease: it is slow, not stalled
+				// or lost, and a copy of it would only be terminated.
 			case p.Status.Terminal():
 				// Normally its result is on the way and its consumer removes
 				// it; still here after a while, the result was never sent.

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -45,13 +46,11 @@ func TestLimitsAndFallbacks(t *testing.T) {
 	budget.Limits.TokenBudget = 50
 	setup := simSample("setup")
 	setup.Env.Setup = []string{"exit 3"}
-	stall := simSample("stall", "THOUGHT: wait.\n\n```bash\nsleep 600\n```")
-	stall.Env.StepTimeoutMS = 3_600_000
 	slow := simSample("slow", "THOUGHT: this takes long.\n\n```bash\nsleep 30\n```", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
 	slow.Env.StepTimeoutMS = 200
-	e.submit(steps, budget, setup, stall, slow)
+	e.submit(steps, budget, setup, slow)
 
-	got := e.results(5)
+	got := e.results(4)
 	// A command's timeout is an observation for the model, not a failure.
 	if r := got["slow"]; !r.Solved() || r.Turns != 2 || !strings.Contains(r.Messages[3].Content, "timed out") {
 		t.Errorf("slow: %s %q turns %d; observation %q", r.Status, r.Reason, r.Turns, r.Messages[3].Content)
@@ -63,7 +62,6 @@ func TestLimitsAndFallbacks(t *testing.T) {
 		"steps":  {schema.StatusCompleted, "limits exceeded: step_limit 2 reached", 2},
 		"budget": {schema.StatusCompleted, "limits exceeded: token_budget 50 reached", 1},
 		"setup":  {schema.StatusFallback, "setup command 0", 0},
-		"stall":  {schema.StatusFallback, "stalled: no progress", 1},
 	} {
 		r := got[id]
 		if r.Status != want.status || !strings.Contains(r.Reason, want.reason) || r.Turns != want.turns {
@@ -89,6 +87,85 @@ func TestLimitsAndFallbacks(t *testing.T) {
 	}
 }
 
+// A step that runs longer than ACTLOOP_REPUBLISH_AFTER, ACTLOOP_STALL_TIMEOUT
+// and MAX_DELIVER back-offs put together, within its own timeout, holds its
+// lease and finishes: it is not published again, not given up on and not
+// ended as stalled. (A copy of it reaching the worker that runs it would
+// be terminated without counting.)
+func TestLongStepIsNotEnded(t *testing.T) {
+	e := newEnvWith(t, 1, func(o *devstack.Options) {
+		o.Common.MaxDeliver = 2
+		o.Common.StepLease = time.Second
+	})
+	cfg := e.stack.CoordinatorConfig()
+	cfg.RepublishAfter, cfg.StallTimeout = time.Second, time.Second
+	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	envCfg := e.stack.EnvWorkerConfig("env-0")
+	envCfg.SimStartLatency, envCfg.SimExecLatency, envCfg.SimEnvTimeScale = 0, 0, 1 // only `sleep` takes time
+	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
+		t.Fatal(err)
+	}
+	long := simSample("long", "THOUGHT: the tests take a while.\n\n```bash\nsleep 6\n```",
+		"```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
+	long.Env.StepTimeoutMS = 60_000
+	e.submit(long)
+	r := e.results(1)["long"]
+	if !r.Solved() || r.Turns != 2 || strings.Contains(r.Messages[3].Content, "timed out") {
+		t.Fatalf("long: %s %q turns %d", r.Status, r.Reason, r.Turns)
+	}
+	st, err := coord.Status(e.ctx)
+	if err != nil || st.Republished != 0 {
+		t.Fatalf("status %+v %v: the running step was published again", st, err)
+	}
+}
+
+// A trajectory that stops advancing with no step running (its work
+// message lost, republishing off) ends with a fallback once
+// ACTLOOP_STALL_TIMEOUT passes.
+func TestStalledTrajectoryFallsBack(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.stack.CoordinatorConfig()
+	cfg.RepublishAfter, cfg.StallTimeout = 0, 2*time.Second
+	if _, err := e.stack.StartCoordinator(e.ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	e.submit(simSample("stall", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"))
+	purgeStart(t, e)
+	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
+		t.Fatal(err)
+	}
+	r := e.results(1)["stall"]
+	if r.Status != schema.StatusFallback || !strings.Contains(r.Reason, "stalled: no progress") || r.Reward != 0 || len(r.Tokens) != 0 {
+		t.Fatalf("stall: %s %q reward %g, %d tokens", r.Status, r.Reason, r.Reward, len(r.Tokens))
+	}
+}
+
+// purgeStart waits for the sandbox start of the one sample submitted and
+// removes it from its stream, as if it had been lost.
+func purgeStart(t *testing.T, e *env) {
+	t.Helper()
+	stream, err := e.js.Stream(e.ctx, bus.StreamEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, wait, "the sandbox start to be published", func() bool {
+		info, err := stream.Info(e.ctx, jetstream.WithSubjectFilter(bus.SubjectEnvStart))
+		return err == nil && info.State.Subjects[bus.SubjectEnvStart] > 0
+	})
+	if err := stream.Purge(e.ctx, jetstream.WithPurgeSubject(bus.SubjectEnvStart)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A work message lost after its trajectory's state was committed (here the
 // sandbox start, purged from its stream before any env-worker ran) is
 // published again from the state in Redis once the trajectory has not
@@ -105,17 +182,7 @@ func TestLostWorkMessageIsPublishedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.submit(simSample("lost", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"))
-	stream, err := e.js.Stream(e.ctx, bus.StreamEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, wait, "the sandbox start to be published", func() bool {
-		info, err := stream.Info(e.ctx, jetstream.WithSubjectFilter(bus.SubjectEnvStart))
-		return err == nil && info.State.Subjects[bus.SubjectEnvStart] > 0
-	})
-	if err := stream.Purge(e.ctx, jetstream.WithPurgeSubject(bus.SubjectEnvStart)); err != nil {
-		t.Fatal(err)
-	}
+	purgeStart(t, e)
 	if _, err := e.stack.StartEnvWorker(e.ctx, e.stack.EnvWorkerConfig("env-0")); err != nil {
 		t.Fatal(err)
 	}

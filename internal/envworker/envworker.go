@@ -87,7 +87,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agent: ac, board: &sched.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics()}
-	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log}
+	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log, Lease: d.Common.StepLease}
 	if w.own, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-"+cfg.ID, bus.SubjectEnv(cfg.ID)); err != nil {
 		return nil, err
 	}

@@ -64,6 +64,12 @@ type Common struct {
 	// again at least this often for redeliveries (and, with stealing on,
 	// for other replicas' work). At least 10ms.
 	PullWait time.Duration `envconfig:"PULL_WAIT" default:"1s"`
+	// StepLease: a running step holds a lease on its trajectory, renewed
+	// every third of this, and the coordinator neither publishes the step
+	// again nor ends the trajectory as stalled while the lease holds, so a
+	// step is never ended for being long. A worker that dies lets its lease
+	// lapse within this. Every service must use the same. At least 1s.
+	StepLease time.Duration `envconfig:"STEP_LEASE" default:"30s"`
 	// ShutdownTimeout: on SIGTERM, how long in-flight steps may finish
 	// before the rest are handed back (nak).
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
@@ -108,6 +114,9 @@ func (c *Common) Validate() error {
 	}
 	if c.PullWait < 10*time.Millisecond {
 		errs = append(errs, errors.New("ACTLOOP_PULL_WAIT: must be >= 10ms"))
+	}
+	if c.StepLease < time.Second {
+		errs = append(errs, fmt.Errorf("ACTLOOP_STEP_LEASE: must be >= 1s, got %v", c.StepLease))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)

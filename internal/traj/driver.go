@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/actloop/actloop/internal/bus"
 )
@@ -23,6 +24,9 @@ type Driver struct {
 	// PublishNext publishes the follow-up of a committed state.
 	PublishNext func(ctx context.Context, t *Trajectory) error
 	Log         *slog.Logger
+	// Lease is how long a running step's lease on its trajectory lasts; it
+	// is renewed every third of it while the step runs (0: no lease).
+	Lease time.Duration
 
 	mu   sync.Mutex
 	busy map[string]bool // trajectories with a step running here
@@ -39,10 +43,11 @@ type Step struct {
 	Discard func(ctx context.Context, tr Transition)
 }
 
-// ErrBusy is returned for a step of a trajectory that has a step running
-// in this process already (a second copy of its work message: one published
-// again as lost, or redelivered): it is tried again later, when the step
-// running now has committed and the copy finds nothing left to do.
+// ErrBusy is returned, marked bus.Redundant, for a step of a trajectory
+// that has a step running in this process already (a second copy of its
+// work message: one published again as lost, or redelivered). The copy is
+// tried again later and never given up on for it: once the running step
+// has committed, the copy finds nothing left to do.
 var ErrBusy = errors.New("a step of this trajectory is running here")
 
 // Do runs step s for seq of trajectory id; one step of a trajectory at a
@@ -51,7 +56,7 @@ func (d *Driver) Do(ctx context.Context, id string, seq int64, s Step) error {
 	d.mu.Lock()
 	if d.busy[id] {
 		d.mu.Unlock()
-		return fmt.Errorf("trajectory %s, step %d: %w", id, seq, ErrBusy)
+		return bus.Redundant(fmt.Errorf("trajectory %s, step %d: %w", id, seq, ErrBusy))
 	}
 	if d.busy == nil {
 		d.busy = map[string]bool{}
@@ -91,7 +96,9 @@ func (d *Driver) do(ctx context.Context, id string, seq int64, s Step) error {
 		}
 		return bus.Malformed(fmt.Errorf("step %d of trajectory %s wants status %s, found %s", seq, t.ID, s.Want, t.Status))
 	}
+	stop := d.holdLease(ctx, id, seq)
 	tr, err := s.Run(ctx, t)
+	stop()
 	if errors.Is(err, ErrSkip) {
 		return nil
 	}
@@ -127,4 +134,39 @@ func (d *Driver) afterStale(ctx context.Context, id string, seq int64) error {
 		return d.PublishNext(ctx, t)
 	}
 	return nil
+}
+
+// holdLease renews the lease of step seq of trajectory id until the
+// returned stop is called: while it holds, the coordinator neither
+// publishes the step again nor ends the trajectory as stalled.
+func (d *Driver) holdLease(ctx context.Context, id string, seq int64) (stop func()) {
+	if d.Lease <= 0 {
+		return func() {}
+	}
+	renew := func() {
+		if err := d.Store.RenewLease(ctx, id, seq, d.Lease); err != nil && ctx.Err() == nil {
+			d.Log.WarnContext(ctx, "step lease not renewed", "traj_id", id, "seq", seq, "error", err)
+		}
+	}
+	renew()
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(d.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				renew()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
 }

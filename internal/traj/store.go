@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -353,7 +354,7 @@ func (s *Store) Progress(ctx context.Context, ids []string) (map[string]Progress
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.HMGet(ctx, keysOf(id).hash, fieldSeq, fieldStatus, fieldUpdatedAt, fieldOwner)
+		cmds[i] = pipe.HMGet(ctx, keysOf(id).hash, fieldSeq, fieldStatus, fieldUpdatedAt, fieldOwner, fieldLease)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("progress: %w", err)
@@ -361,13 +362,15 @@ func (s *Store) Progress(ctx context.Context, ids []string) (map[string]Progress
 	out := make(map[string]Progress, len(ids))
 	for i, c := range cmds {
 		v := c.Val()
-		if len(v) != 4 || v[0] == nil {
+		if len(v) != 5 || v[0] == nil {
 			continue
 		}
 		seq, _ := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
 		upd, _ := strconv.ParseInt(fmt.Sprint(v[2]), 10, 64)
 		owner, _ := v[3].(string)
-		out[ids[i]] = Progress{Seq: seq, Status: Status(fmt.Sprint(v[1])), UpdatedAt: msTime(upd), Owner: owner}
+		lease, _ := v[4].(string)
+		out[ids[i]] = Progress{Seq: seq, Status: Status(fmt.Sprint(v[1])), UpdatedAt: msTime(upd), Owner: owner,
+			LeaseUntil: leaseUntil(lease, seq)}
 	}
 	return out, nil
 }
@@ -378,6 +381,45 @@ type Progress struct {
 	Status    Status
 	UpdatedAt time.Time
 	Owner     string // the env-worker holding its sandbox ("" before one started it)
+	// LeaseUntil is when the lease of the step running now lapses (zero:
+	// no step of this seq holds one).
+	LeaseUntil time.Time
+}
+
+// fieldLease holds "<seq>:<unix ms>": the step for seq runs, and its lease
+// lapses then. It is not a field of Trajectory: a step's liveness, not its
+// state, and no transition touches it.
+const fieldLease = "lease"
+
+// RenewLease extends the lease of the step for seq of trajectory id to d
+// from now. It does nothing when the trajectory is gone or has moved past
+// seq (the step committed, or another delivery did).
+func (s *Store) RenewLease(ctx context.Context, id string, seq int64, d time.Duration) error {
+	until := s.now().Add(d).UnixMilli()
+	err := renewLeaseScript.Run(ctx, s.rdb, []string{keysOf(id).hash}, seq, fmt.Sprintf("%d:%d", seq, until)).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("renew lease of %s step %d: %w", id, seq, err)
+	}
+	return nil
+}
+
+var renewLeaseScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+return 1
+`)
+
+// leaseUntil reads a lease field for the trajectory at seq.
+func leaseUntil(v string, seq int64) time.Time {
+	s, ms, ok := strings.Cut(v, ":")
+	if !ok || s != strconv.FormatInt(seq, 10) {
+		return time.Time{}
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return msTime(n)
 }
 
 func packInt32(v []int32) string {

@@ -347,13 +347,18 @@ type GroupDone struct {
 
 // DLQEntry is a message no consumer could take, on actloop.dlq.
 type DLQEntry struct {
-	V        int                 `json:"v"`
-	Subject  string              `json:"subject"`
-	Consumer string              `json:"consumer,omitempty"`
-	Reason   string              `json:"reason"`
-	Data     []byte              `json:"data"` // the original bytes (base64 in JSON)
-	Headers  map[string][]string `json:"headers,omitempty"`
-	At       time.Time           `json:"at"`
+	V        int    `json:"v"`
+	Subject  string `json:"subject"`
+	Consumer string `json:"consumer,omitempty"`
+	Reason   string `json:"reason"`
+	// Data is the original bytes (base64 in JSON), cut to fit the server's
+	// max_payload when Truncated; Size and SHA256 are the whole original's.
+	Data      []byte              `json:"data"`
+	Size      int                 `json:"size"`
+	SHA256    string              `json:"sha256"`
+	Truncated bool                `json:"truncated,omitempty"`
+	Headers   map[string][]string `json:"headers,omitempty"`
+	At        time.Time           `json:"at"`
 }
 
 // Validate implements validator.
