@@ -50,6 +50,10 @@ func (p *Publisher) PublishRaw(ctx context.Context, subject, msgID string, data 
 // maxReason bounds a dead letter's reason (an error can quote its input).
 const maxReason = 4 << 10
 
+// MaxPayload is the largest message the NATS server takes (its
+// max_payload).
+func (p *Publisher) MaxPayload() int64 { return p.js.Conn().MaxPayload() }
+
 // DeadLetter publishes the original bytes of a message no consumer can take,
 // with the reason, on actloop.dlq. The envelope always fits the server's
 // max_payload: an original too large for it (base64 in JSON grows by a
@@ -68,7 +72,7 @@ func (p *Publisher) DeadLetter(ctx context.Context, consumer string, m jetstream
 	}
 	// What the data may take: the payload limit less the rest of the
 	// envelope and room for the publish's own headers, in base64.
-	room := max((int(p.js.Conn().MaxPayload())-len(head)-dlqHeaderRoom)/4*3, 0)
+	room := max((int(p.MaxPayload())-len(head)-dlqHeaderRoom)/4*3, 0)
 	if e.Data = data; len(data) > room {
 		e.Data, e.Truncated = data[:room], true
 	}

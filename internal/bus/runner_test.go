@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -420,16 +419,7 @@ func TestRunnerDoorbell(t *testing.T) {
 // envelope (base64, a third larger) never exceeds the limit, so it never
 // loops.
 func TestPoisonMessageNearMaxPayload(t *testing.T) {
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
-	s, err := server.NewServer(opts) // max_payload as nats-server ships it: 1 MiB
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := testkit.StartDefaultNATS(t) // max_payload as nats-server ships it: 1 MiB
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)

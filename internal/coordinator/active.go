@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -22,6 +23,7 @@ type activeSet struct {
 }
 
 type activeTraj struct {
+	entry   traj.ActiveEntry // as the index keeps it: enough for a fallback result
 	fact    sched.Fact
 	turnSeq int64      // newest prediction's seq
 	span    trace.Span // nil when admitted before this process started
@@ -123,6 +125,18 @@ func (s *activeSet) onReplicas(down func(replica string) bool) map[string]string
 		}
 	}
 	return out
+}
+
+// entry returns what is kept of id for a fallback result, and whether id
+// is active.
+func (s *activeSet) entry(id string) (traj.ActiveEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.m[id]
+	if a == nil {
+		return traj.ActiveEntry{}, false
+	}
+	return a.entry, true
 }
 
 // moved records that id moved to replica at now; it reports whether id is

@@ -25,12 +25,12 @@ func (c *Coordinator) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for id, replica := range act {
-		f := sched.Fact{TrajID: id, Replica: replica}
+	for id, e := range act {
+		f := sched.Fact{TrajID: id, Replica: e.Replica, GroupID: e.GroupID, Family: e.Family}
 		if t, err := c.d.Store.Load(ctx, id, 0); err == nil {
 			f = factOf(t)
 		}
-		c.active.add(id, &activeTraj{fact: f})
+		c.active.add(id, &activeTraj{entry: e, fact: f})
 	}
 	counts, err := c.d.Store.Counts(ctx)
 	if err != nil {
@@ -200,13 +200,14 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 		c.d.Log.Info("duplicate sample dropped: its trajectory exists", "traj_id", s.ID, "status", string(t.Status))
 		return c.unwait(ctx, s.ID)
 	}
-	if err := c.d.Store.AddActive(ctx, s.ID, t.Replica); err != nil {
+	entry := traj.ActiveEntryOf(s, t.Replica)
+	if err := c.d.Store.AddActive(ctx, s.ID, entry); err != nil {
 		endSpan(span)
 		return err
 	}
 	f := factOf(t)
 	f.Predicted = w.Predicted
-	if !c.active.add(s.ID, &activeTraj{fact: f, span: span}) {
+	if !c.active.add(s.ID, &activeTraj{entry: entry, fact: f, span: span}) {
 		endSpan(span) // a retry: keep the span of the first try
 	}
 	n, err := traj.NextOf(t, traj.LowOnly{})

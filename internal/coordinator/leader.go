@@ -164,7 +164,15 @@ func (e *Elected) lead(ctx context.Context, kv jetstream.KeyValue, rev uint64) e
 		if last > 0 {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if derr := kv.Delete(dctx, bus.KeyLeader, jetstream.LastRevision(last)); derr != nil {
+			derr := kv.Delete(dctx, bus.KeyLeader, jetstream.LastRevision(last))
+			if derr != nil {
+				// A renewal cut off by the stop may have landed after all:
+				// if the lease is still ours, hand over the revision it has.
+				if ent, gerr := kv.Get(dctx, bus.KeyLeader); gerr == nil && string(ent.Value()) == e.id {
+					derr = kv.Delete(dctx, bus.KeyLeader, jetstream.LastRevision(ent.Revision()))
+				}
+			}
+			if derr != nil {
 				e.d.Log.Warn("hand over the leader lease", "error", derr)
 			}
 		}

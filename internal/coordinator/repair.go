@@ -55,8 +55,7 @@ func (c *Coordinator) handleEvent(ctx context.Context, m jetstream.Msg) error {
 func (c *Coordinator) stepFailed(ctx context.Context, e schema.Event) error {
 	t, err := c.d.Store.Load(ctx, e.TrajID, 0)
 	if errors.Is(err, traj.ErrNotFound) {
-		c.forget(ctx, e.TrajID)
-		return nil
+		return c.lost(ctx, e.TrajID)
 	}
 	if err != nil {
 		return err
@@ -83,20 +82,19 @@ func (c *Coordinator) stepFailed(ctx context.Context, e schema.Event) error {
 // state: it repairs an end whose result was not sent (a crash between the
 // final commit and the publish).
 func (c *Coordinator) finish(ctx context.Context, id string) error {
-	t, err := c.loadOrForget(ctx, id)
+	t, err := c.loadOrLost(ctx, id)
 	if t == nil {
 		return err
 	}
 	return traj.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
 }
 
-// loadOrForget loads a trajectory whole; one whose state is gone is dropped
-// from the active set (nil, nil).
-func (c *Coordinator) loadOrForget(ctx context.Context, id string) (*traj.Trajectory, error) {
+// loadOrLost loads a trajectory whole; one whose state is gone is answered
+// as lost (nil and what that returned).
+func (c *Coordinator) loadOrLost(ctx context.Context, id string) (*traj.Trajectory, error) {
 	t, err := c.d.Store.Load(ctx, id, traj.WithAll)
 	if errors.Is(err, traj.ErrNotFound) {
-		c.forget(ctx, id)
-		return nil, nil
+		return nil, c.lost(ctx, id)
 	}
 	return t, err
 }
@@ -107,7 +105,7 @@ func (c *Coordinator) loadOrForget(ctx context.Context, id string) (*traj.Trajec
 // ended it publishes that end's result again.
 func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 	for attempt := 0; ; attempt++ {
-		t, err := c.loadOrForget(ctx, id)
+		t, err := c.loadOrLost(ctx, id)
 		if t == nil {
 			return err
 		}
@@ -164,14 +162,27 @@ func (c *Coordinator) republish(ctx context.Context, id string, updatedAt, now t
 	c.republished.Add(1)
 }
 
-// forget drops a trajectory whose state is gone from the active set.
-func (c *Coordinator) forget(ctx context.Context, id string) {
-	if _, err := c.d.Store.RemoveActive(ctx, id, "lost"); err != nil {
-		c.d.Log.Warn("forget", "traj_id", id, "error", err)
-		return
+// ReasonLost is the reason of the fallback result of a trajectory whose
+// state is gone from Redis.
+const ReasonLost = "lost: the trajectory's state is gone from Redis"
+
+// lost answers for an active trajectory whose state is gone from Redis (a
+// Redis that lost its data, keys deleted): a fallback result from what the
+// index keeps of it, so its trainer and its group still get one. The
+// results consumer then forgets it, as for any result. A trajectory not
+// active here (ended, its state expired) gets nothing.
+func (c *Coordinator) lost(ctx context.Context, id string) error {
+	e, ok := c.active.entry(id)
+	if !ok {
+		return nil
 	}
-	c.active.remove(id, false)
-	c.poke()
+	now := c.d.Now().UTC()
+	r := schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id, SampleID: id, GroupID: e.GroupID,
+		GroupIndex: e.GroupIndex, GroupSize: e.GroupSize, Family: e.Family, Status: schema.StatusFallback,
+		Reason: ReasonLost, MinVersion: -1, MaxVersion: -1, FinishedAt: now},
+		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{}}
+	c.d.Log.Error("trajectory state lost: answered with a fallback result", "traj_id", id)
+	return c.d.Pub.Publish(ctx, schema.SubjectResults, schema.MsgID(id, 0, "lost"), r)
 }
 
 // sweep ends trajectories whose state has not advanced within StallTimeout
@@ -193,7 +204,9 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 			p, ok := prog[id]
 			switch {
 			case !ok:
-				c.forget(ctx, id)
+				if err := c.lost(ctx, id); err != nil {
+					c.d.Log.Warn("lost trajectory", "traj_id", id, "error", err)
+				}
 			case p.LeaseUntil.After(now):
 				// A step runs and renews its lease: it is slow, not stalled
 				// or lost, and a copy of it would only be terminated.

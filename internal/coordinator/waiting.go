@@ -87,7 +87,8 @@ func (s *waitingSet) predicted(w *waitingSample, remaining float64) ([]byte, err
 	return json.Marshal(w)
 }
 
-// ranked returns the best n waiting samples by policy at now.
+// ranked returns copies of the best n waiting samples by policy at now
+// (a prediction may update the entries meanwhile).
 func (s *waitingSet) ranked(policy sched.Policy, now time.Time, n int) []*waitingSample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -99,7 +100,8 @@ func (s *waitingSet) ranked(policy sched.Policy, now time.Time, n int) []*waitin
 	ranked := policy.Rank(facts, now)
 	out := make([]*waitingSample, 0, min(n, len(ranked)))
 	for _, f := range ranked[:min(n, len(ranked))] {
-		out = append(out, s.m[f.TrajID])
+		w := *s.m[f.TrajID]
+		out = append(out, &w)
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/schema"
@@ -243,4 +244,82 @@ func TestSandboxCreationRetries(t *testing.T) {
 			count["actloop_sandbox_start_failures_total"], failed, n)
 	}
 	t.Logf("%d of %d trajectories could not get a sandbox; %v retries", failed, n, count["actloop_sandbox_start_retries_total"])
+}
+
+// A running trajectory whose state is deleted from Redis (a Redis that lost
+// its data) still ends in exactly one result: a fallback naming the loss,
+// with its group fields, so its group completes.
+func TestLostStateEndsWithFallback(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.stack.CoordinatorConfig()
+	cfg.ResultGrace = time.Second // the sweep looks every quarter of it
+	if _, err := e.stack.StartCoordinator(e.ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	envCfg := e.stack.EnvWorkerConfig("env-0")
+	envCfg.SimStartLatency, envCfg.SimExecLatency, envCfg.SimEnvTimeScale = 0, 0, 1 // only `sleep` takes time
+	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
+		t.Fatal(err)
+	}
+	submit := "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
+	gone := simSample("gone", "THOUGHT: a long command.\n\n```bash\nsleep 20\n```", submit)
+	gone.Env.StepTimeoutMS = 60_000
+	sibling := simSample("sibling", submit)
+	for i, s := range []*schema.Sample{&gone, &sibling} {
+		s.GroupID, s.GroupIndex, s.GroupSize = "g-lost", i, 2
+	}
+	e.submit(gone, sibling)
+	rdb := e.stack.RedisClient()
+	testkit.Eventually(t, wait, "the long command to run", func() bool {
+		return rdb.HGet(e.ctx, "actloop:traj:{gone}", "status").Val() == "needs_env_step"
+	})
+	for _, k := range []string{"", ":msgs", ":tok", ":lp", ":mask", ":ver"} {
+		if err := rdb.Del(e.ctx, "actloop:traj:{gone}"+k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := e.results(2)
+	if r := got["gone"]; r.Status != schema.StatusFallback || !strings.HasPrefix(r.Reason, "lost:") || r.GroupID != "g-lost" ||
+		r.GroupIndex != 0 || r.GroupSize != 2 || len(r.Tokens) != 0 {
+		t.Fatalf("gone: %s %q group %s/%d/%d", r.Status, r.Reason, r.GroupID, r.GroupIndex, r.GroupSize)
+	}
+	if r := got["sibling"]; !r.Solved() {
+		t.Fatalf("sibling: %s %q", r.Status, r.Reason)
+	}
+	groups := readStream[schema.GroupDone](e, schema.StreamResults, schema.SubjectGroups, 1,
+		func(g schema.GroupDone) string { return g.GroupID })
+	if g := groups["g-lost"]; len(g.TrajIDs) != 2 || g.TrajIDs[0] != "gone" {
+		t.Fatalf("group %+v", g)
+	}
+}
+
+// A diff over ACTLOOP_MAX_DIFF_BYTES is not evaluated: the trajectory
+// scores 0 with the reason, and keeps its diff cut to the limit, so its
+// result stays small enough to publish.
+func TestOversizedDiffScoresZero(t *testing.T) {
+	e := newEnv(t, 1)
+	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	envCfg := e.stack.EnvWorkerConfig("env-0")
+	envCfg.MaxDiffBytes = 100_000
+	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
+		t.Fatal(err)
+	}
+	s := demo.Samples(1, e.ws, "diff")[0]
+	s.Script = []string{"THOUGHT: write a large file.\n\n```bash\nhead -c 2000000 /dev/zero | tr '\\0' a > big.txt\n```",
+		"```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached\n```"}
+	s.Env.Eval = "exit 0" // would pass: the diff is never evaluated
+	e.submit(s)
+	r := e.results(1)[s.ID]
+	if r.Status != schema.StatusCompleted || r.Reward != 0 || !strings.Contains(r.Reason, "over ACTLOOP_MAX_DIFF_BYTES") ||
+		len(r.Diff) != 100_000 {
+		t.Fatalf("%s: %s %q reward %g, diff of %d bytes", s.ID, r.Status, r.Reason, r.Reward, len(r.Diff))
+	}
 }

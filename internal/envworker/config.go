@@ -27,6 +27,11 @@ type Config struct {
 	HeartbeatInterval time.Duration `envconfig:"HEARTBEAT_INTERVAL" default:"5s"`
 	SandboxRoot       string        `envconfig:"SANDBOX_ROOT"`
 	OutputLimit       int           `envconfig:"OUTPUT_LIMIT" default:"10000"`
+	// MaxDiffBytes bounds a trajectory's diff: a larger one is not
+	// evaluated but scores 0, with a reason, and is kept cut to this size
+	// (a result carries its diff and must fit the NATS server's
+	// max_payload).
+	MaxDiffBytes int `envconfig:"MAX_DIFF_BYTES" default:"1048576"`
 	// SandboxReplay: a trajectory whose sandbox is gone (its env-worker
 	// restarted without it: a new machine, a wiped disk) gets a new one in
 	// which its commands so far run again, in order, before its next step;
@@ -96,6 +101,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Slots < 1 {
 		errs = append(errs, errors.New("ACTLOOP_ENV_SLOTS: must be >= 1"))
+	}
+	if c.MaxDiffBytes < 1 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_MAX_DIFF_BYTES: must be >= 1, got %d", c.MaxDiffBytes))
 	}
 	switch c.SandboxBackend {
 	case BackendLocal:

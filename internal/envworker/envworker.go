@@ -301,6 +301,11 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Trans
 	default:
 		return nil, err
 	}
+	if len(diff) > w.cfg.MaxDiffBytes {
+		reason += fmt.Sprintf("; diff of %d bytes is over ACTLOOP_MAX_DIFF_BYTES (%d): not evaluated, kept cut",
+			len(diff), w.cfg.MaxDiffBytes)
+		return traj.Finished{Reason: reason, Diff: diff[:w.cfg.MaxDiffBytes], Tests: missingTests(t.Sample.Env.Tests)}, nil
+	}
 	ev, err := w.evaluate(ctx, t, diff)
 	if err != nil {
 		return nil, err

@@ -74,7 +74,7 @@ var Catalogue = []Metric{
 }
 
 // FallbackReasons are the reason label values of actloop_fallbacks_total.
-var FallbackReasons = []string{"rejected", "step_failed", "stalled", "other"}
+var FallbackReasons = []string{"rejected", "step_failed", "stalled", "lost", "too_large", "other"}
 
 // FallbackReason classifies a fallback result's reason text.
 func FallbackReason(reason string) string {
@@ -85,6 +85,10 @@ func FallbackReason(reason string) string {
 		return "step_failed"
 	case strings.HasPrefix(reason, "stalled:"):
 		return "stalled"
+	case strings.HasPrefix(reason, "lost:"):
+		return "lost"
+	case strings.HasPrefix(reason, "result too large:"):
+		return "too_large"
 	}
 	return "other"
 }

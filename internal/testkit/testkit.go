@@ -11,10 +11,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"time"
+
 	"github.com/actloop/actloop/internal/localnats"
 	"github.com/actloop/actloop/internal/localredis"
 	"github.com/nats-io/nats-server/v2/server"
-	"time"
 )
 
 // RedisKinds returns the kinds of Redis the tests should run against: the real
@@ -64,6 +65,27 @@ func StartNATS(t testing.TB) *server.Server {
 	s, err := localnats.Start(t.TempDir(), -1, localnats.Sync{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// StartDefaultNATS runs a nats-server with JetStream and the limits it
+// ships with (max_payload 1 MiB), as a user's default deployment has it;
+// StartNATS raises max_payload as actloop dev does.
+func StartDefaultNATS(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
 	}
 	t.Cleanup(func() {
 		s.Shutdown()

@@ -2,10 +2,12 @@ package traj
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 
+	"github.com/actloop/actloop/pkg/schema"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,9 +20,30 @@ const (
 	waitingKey = "actloop:{coordinator}:waiting" // hash: sample id -> waiting entry
 )
 
-// AddActive records an admitted trajectory and its replica; idempotent.
-func (s *Store) AddActive(ctx context.Context, id, replica string) error {
-	if err := s.rdb.HSet(ctx, activeKey, id, replica).Err(); err != nil {
+// ActiveEntry is what the coordinator's index keeps of an admitted
+// trajectory besides its id: its replica at admission and what a fallback
+// result needs to count towards its group, should the trajectory's own
+// state be lost.
+type ActiveEntry struct {
+	Replica    string `json:"replica"`
+	GroupID    string `json:"group_id,omitempty"`
+	GroupIndex int    `json:"group_index,omitempty"`
+	GroupSize  int    `json:"group_size,omitempty"`
+	Family     string `json:"family,omitempty"`
+}
+
+// ActiveEntryOf is the index entry of sample s admitted on replica.
+func ActiveEntryOf(s schema.Sample, replica string) ActiveEntry {
+	return ActiveEntry{Replica: replica, GroupID: s.GroupID, GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family}
+}
+
+// AddActive records an admitted trajectory; idempotent.
+func (s *Store) AddActive(ctx context.Context, id string, e ActiveEntry) error {
+	b, err := json.Marshal(e)
+	if err == nil {
+		err = s.rdb.HSet(ctx, activeKey, id, b).Err()
+	}
+	if err != nil {
 		return fmt.Errorf("add active %s: %w", id, err)
 	}
 	return nil
@@ -42,13 +65,23 @@ redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
 return 1
 `)
 
-// Active returns every admitted, unfinished trajectory and its replica.
-func (s *Store) Active(ctx context.Context) (map[string]string, error) {
+// Active returns every admitted, unfinished trajectory's entry. An entry
+// that is not a JSON object (written by a release that kept only the
+// replica) reads as that replica.
+func (s *Store) Active(ctx context.Context) (map[string]ActiveEntry, error) {
 	m, err := s.rdb.HGetAll(ctx, activeKey).Result()
 	if err != nil {
 		return nil, fmt.Errorf("active: %w", err)
 	}
-	return m, nil
+	out := make(map[string]ActiveEntry, len(m))
+	for id, v := range m {
+		var e ActiveEntry
+		if json.Unmarshal([]byte(v), &e) != nil {
+			e = ActiveEntry{Replica: v}
+		}
+		out[id] = e
+	}
+	return out, nil
 }
 
 // Counts returns the finished-trajectory counters by result status.

@@ -2,6 +2,7 @@ package traj
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -92,10 +93,38 @@ func PublishResult(ctx context.Context, st *Store, pub *bus.Publisher, t *Trajec
 			return err
 		}
 	}
-	if err := pub.Publish(telemetry.TrajContext(ctx, t.Trace), schema.SubjectResults, ResultMsgID(t), Result(t, ctl)); err != nil {
+	b, err := json.Marshal(Result(t, ctl))
+	if err != nil {
+		return fmt.Errorf("result of %s: %w", t.ID, err)
+	}
+	if limit := pub.MaxPayload() - resultHeaderRoom; int64(len(b)) > limit {
+		// It cannot be published whole: the trajectory ends in a fallback
+		// that says why, rather than in no result at all.
+		if b, err = json.Marshal(TooLarge(t, len(b), limit)); err != nil {
+			return fmt.Errorf("result of %s: %w", t.ID, err)
+		}
+	}
+	if err := pub.PublishRaw(telemetry.TrajContext(ctx, t.Trace), schema.SubjectResults, ResultMsgID(t), b); err != nil {
 		return err
 	}
 	return st.Expire(ctx, t.ID, ttl)
+}
+
+// resultHeaderRoom is what a result leaves under the server's max_payload
+// for the NATS headers of its publish (message id, trace context).
+const resultHeaderRoom = 1 << 10
+
+// ReasonTooLarge starts the reason of a fallback for a result too large to
+// publish.
+const ReasonTooLarge = "result too large"
+
+// TooLarge is the fallback result of a trajectory whose result (size bytes)
+// does not fit the server's max_payload (limit bytes for the result).
+func TooLarge(t *Trajectory, size int, limit int64) schema.Result {
+	return Result(&Trajectory{ID: t.ID, Status: StatusAborted, Sample: t.Sample, Calls: t.Calls, Commands: t.Commands,
+		GenTokens: t.GenTokens, PromptLen: t.PromptLen, Restarts: t.Restarts, AdmittedAt: t.AdmittedAt, FinishedAt: t.FinishedAt,
+		Reason: fmt.Sprintf("%s: %d bytes (%d tokens), over the %d the NATS server's max_payload leaves; raise max_payload",
+			ReasonTooLarge, size, len(t.Tokens), limit)}, schema.Control{})
 }
 
 // Result builds the result of a terminal trajectory loaded WithAll. A

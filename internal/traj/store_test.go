@@ -189,7 +189,7 @@ func TestActiveIndexAndExpire(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, s *traj.Store) {
 		ctx := context.Background()
 		for _, id := range []string{"x", "y"} {
-			if err := s.AddActive(ctx, id, "r1"); err != nil {
+			if err := s.AddActive(ctx, id, traj.ActiveEntry{Replica: "r1", GroupID: "g", GroupSize: 2}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -199,7 +199,7 @@ func TestActiveIndexAndExpire(t *testing.T) {
 			}
 		}
 		act, err := s.Active(ctx)
-		if err != nil || len(act) != 1 || act["y"] != "r1" {
+		if err != nil || len(act) != 1 || act["y"] != (traj.ActiveEntry{Replica: "r1", GroupID: "g", GroupSize: 2}) {
 			t.Fatalf("active %v %v", act, err)
 		}
 		counts, err := s.Counts(ctx)

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,6 +17,9 @@ import (
 type Client struct {
 	js  jetstream.JetStream
 	ctl control.Client
+
+	mu   sync.Mutex
+	seen map[string]*dedupe // by consumer name and subject: what was acknowledged
 }
 
 // New returns a Client over nc. The caller keeps nc and closes it after
@@ -25,7 +29,7 @@ func New(nc *nats.Conn) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &Client{js: js, ctl: control.Client{NC: nc}}, nil
+	return &Client{js: js, ctl: control.Client{NC: nc}, seen: map[string]*dedupe{}}, nil
 }
 
 // Pause pauses generation for a weight update and returns once every live

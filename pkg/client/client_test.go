@@ -459,3 +459,53 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("unreachable: %v", err)
 	}
 }
+
+// A late duplicate (a result published again beyond the stream's
+// duplicate window, under another message id) never reaches the trainer:
+// the Client acknowledges it unseen, by traj_id (groups by group_id).
+func TestLateDuplicatesNeverReachTheTrainer(t *testing.T) {
+	e := newEnv(t)
+	g := schema.GroupDone{V: schema.Version, GroupID: "g", Size: 2, TrajIDs: []string{"a", "b"}}
+	e.publish(t, schema.SubjectResults, "a:9:result", result("a"))
+	e.publish(t, schema.SubjectResults, "b:9:result", result("b"))
+	e.publish(t, schema.SubjectResults, "a:9:result:again", result("a"))
+	e.publish(t, schema.SubjectGroups, "group:g", g)
+	e.publish(t, schema.SubjectGroups, "group:g:again", g)
+	for _, tc := range []struct {
+		name    string
+		open    func(context.Context, string) (*client.Consumer, error)
+		want    string
+		keyOf   func(*client.Delivery) string
+		deliver int
+	}{
+		{"results", e.c.Results, "a,b", func(d *client.Delivery) string { r, _ := d.Result(); return r.TrajID }, 2},
+		{"groups", e.c.Groups, "g", func(d *client.Delivery) string { g, _ := d.Group(); return g.GroupID }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.open(e.ctx, "trainer-"+tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			fetchAll(t, e.ctx, c, tc.deliver, func(d *client.Delivery) {
+				got = append(got, tc.keyOf(d))
+				if err := d.Ack(e.ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+			testkit.Eventually(t, wait, "the duplicate to be acknowledged unseen", func() bool {
+				for d, err := range c.Fetch(e.ctx, 10, 100*time.Millisecond) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Fatalf("a duplicate reached the trainer: %s", tc.keyOf(d))
+				}
+				b, err := c.Backlog(e.ctx)
+				return err == nil && b == client.Backlog{}
+			})
+			if strings.Join(got, ",") != tc.want {
+				t.Fatalf("delivered %v, want %s once each", got, tc.want)
+			}
+		})
+	}
+}

@@ -21,34 +21,46 @@ const AckWait = time.Minute
 type Consumer struct {
 	c    jetstream.Consumer
 	name string
+	seen *dedupe
 }
 
 // Results creates, or takes up again, the durable consumer name of
 // finished trajectories (schema.Result on actloop.results), starting at the
 // oldest result the stream keeps.
 func (c *Client) Results(ctx context.Context, name string) (*Consumer, error) {
-	return c.consumer(ctx, name, schema.SubjectResults)
+	return c.consumer(ctx, name, schema.SubjectResults, trajKey)
 }
 
 // Groups creates, or takes up again, the durable consumer name of
 // completed groups (schema.GroupDone on actloop.groups). Give it a name of
 // its own: a consumer's name is its position.
 func (c *Client) Groups(ctx context.Context, name string) (*Consumer, error) {
-	return c.consumer(ctx, name, schema.SubjectGroups)
+	return c.consumer(ctx, name, schema.SubjectGroups, groupKey)
 }
 
-func (c *Client) consumer(ctx context.Context, name, subject string) (*Consumer, error) {
+func (c *Client) consumer(ctx context.Context, name, subject string, key func([]byte) string) (*Consumer, error) {
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{
 		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
 		FilterSubject: subject, AckWait: AckWait})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)
 	}
-	return &Consumer{c: cons, name: name}, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := c.seen[name+"\x00"+subject]
+	if seen == nil {
+		seen = newDedupe(key)
+		c.seen[name+"\x00"+subject] = seen
+	}
+	return &Consumer{c: cons, name: name, seen: seen}, nil
 }
 
 // Fetch pulls up to batch deliveries, yielding each as it arrives, until
-// that many have come or wait has passed. A failed pull, or ctx ending, yields a nil
+// that many have come or wait has passed. A result whose traj_id (a group
+// whose group_id) this Client has acknowledged on this consumer name
+// before is a late duplicate: it is acknowledged and not yielded; one
+// whose twin was yielded and is not yet settled is handed back for later.
+// So within one Client's life a trainer sees each trajectory once. A failed pull, or ctx ending, yields a nil
 // Delivery and the error, last. Deliveries left when the loop stops early
 // are nak'd (delivered again at once) before Fetch returns, which may take
 // until wait has passed; those pending when ctx ends are delivered again
@@ -70,7 +82,16 @@ func (c *Consumer) Fetch(ctx context.Context, batch int, wait time.Duration) ite
 			if ctx.Err() != nil {
 				break // the rest come again after AckWait
 			}
-			if !yield(&Delivery{m: m}, nil) {
+			key := c.seen.key(m.Data())
+			switch c.seen.take(key, time.Now()) {
+			case duplicate:
+				_ = m.Ack()
+				continue
+			case twin:
+				_ = m.NakWithDelay(AckWait / 4)
+				continue
+			}
+			if !yield(&Delivery{m: m, seen: c.seen, key: key}, nil) {
 				for m := range msgs {
 					_ = m.Nak()
 				}
@@ -104,7 +125,9 @@ func (c *Consumer) Backlog(ctx context.Context) (Backlog, error) {
 // Delivery is one message from a Consumer. Acknowledge it (Ack), hand it
 // back (Nak), or take longer (InProgress) within AckWait.
 type Delivery struct {
-	m jetstream.Msg
+	m    jetstream.Msg
+	seen *dedupe
+	key  string
 }
 
 // Subject is the subject it was published on.
@@ -127,11 +150,15 @@ func (d *Delivery) Ack(ctx context.Context) error {
 	if err := d.m.DoubleAck(ctx); err != nil {
 		return fmt.Errorf("ack: %w", err)
 	}
+	d.seen.settled(d.key, true)
 	return nil
 }
 
 // Nak hands the delivery back to be delivered again at once.
-func (d *Delivery) Nak() error { return d.m.Nak() }
+func (d *Delivery) Nak() error {
+	d.seen.settled(d.key, false)
+	return d.m.Nak()
+}
 
 // InProgress tells the server the delivery is still being worked on,
 // restarting its AckWait.
@@ -139,4 +166,7 @@ func (d *Delivery) InProgress() error { return d.m.InProgress() }
 
 // Term tells the server never to deliver the message again to this
 // consumer (one that cannot be decoded, say).
-func (d *Delivery) Term() error { return d.m.Term() }
+func (d *Delivery) Term() error {
+	d.seen.settled(d.key, true) // never again: as good as acknowledged
+	return d.m.Term()
+}

@@ -27,18 +27,20 @@
 // result it has not acknowledged within AckWait (or has nak'd) is
 // delivered to it again. Delivery.Ack waits for the server to confirm the
 // acknowledgement: once it returns, that name does not see the result
-// again. A result
-// can still be in the stream twice (published again after a crash, beyond
-// the duplicate window), so a trainer dedupes by traj_id, which is the
-// sample id. Every sample gets one result: a completed trajectory, or a
+// again. A result can still be in the stream twice (published again after
+// a crash, beyond the duplicate window): Fetch keys results by traj_id
+// (which is the sample id) and groups by group_id, and within the Client's
+// life acknowledges unseen a duplicate of one acknowledged on that name, so
+// a late duplicate never reaches the trainer; a trainer that restarts
+// keeps its own record of what it holds. Every sample gets one result: a completed trajectory, or a
 // fallback (status "fallback", reward 0, no trainable tokens, a reason), so
 // no batch waits forever.
 //
 // Results arrive in the order trajectories finished, not in the order
 // samples were submitted; a redelivery comes after newer results. When
 // every rollout of a group has a result, a schema.GroupDone follows its
-// members on actloop.groups (a consumer from Groups), at least once: dedupe
-// by group_id.
+// members on actloop.groups (a consumer from Groups), at least once
+// (deduplicated as results are).
 //
 // # Weight synchronisation
 //
