@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/actloop/actloop/internal/metrics"
+	"github.com/actloop/actloop/pkg/schema"
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/telemetry"
@@ -177,6 +178,9 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
+	if err := checkMaxPayload(nc.MaxPayload(), log); err != nil {
+		return nil, err
+	}
 	where := ""
 	if rdb == nil {
 		opts, err := c.RedisOptions()
@@ -207,6 +211,31 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 		Topo: topo, Common: c, Log: log, Now: time.Now, Metrics: metrics.NewRegistry()}
 	metrics.CounterFunc(d.Metrics, "actloop_dlq_total", nil, func() float64 { return float64(d.Pub.DeadLettered()) })
 	return d, nil
+}
+
+// MinMaxPayload is the least max_payload of a NATS server actloop works
+// with: a sample of schema.MaxSampleBytes, base64 in a dead letter, with
+// room to spare. RecommendedMaxPayload is what results of long
+// trajectories (tens of thousands of tokens, a diff) need; under it they
+// end as fallbacks ("result too large").
+const (
+	MinMaxPayload         = schema.MaxSampleBytes*4/3 + 64<<10
+	RecommendedMaxPayload = 8 << 20
+)
+
+// checkMaxPayload refuses a NATS server whose max_payload cannot carry a
+// sample, and warns when it is below what long trajectories' results need.
+func checkMaxPayload(max int64, log *slog.Logger) error {
+	if max < MinMaxPayload {
+		return fmt.Errorf("the NATS server's max_payload is %d bytes, under the %d a sample needs: raise max_payload "+
+			"in the server's configuration (8MB recommended)", max, MinMaxPayload)
+	}
+	if max < RecommendedMaxPayload {
+		log.Warn("the NATS server's max_payload is small for long trajectories: a result larger than it ends as a fallback "+
+			"(result too large); set max_payload: 8MB in the server's configuration", "max_payload", max,
+			"recommended", RecommendedMaxPayload)
+	}
+	return nil
 }
 
 // Close drains NATS, so the last acks and naks reach the server, and closes

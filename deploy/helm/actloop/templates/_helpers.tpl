@@ -877,6 +877,8 @@ http_port: 8222
 pid_file: /var/run/nats/nats.pid
 lame_duck_duration: {{ $n.lameDuckDuration }}
 lame_duck_grace_period: 10s
+# Results carry whole trajectories: as deploy/nats.conf.
+max_payload: 8MB
 jetstream {
   store_dir: /data
   # How often the file store fsyncs (JetStream's default: 2m). As
