@@ -266,10 +266,8 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 		id.Family = ""
 	}
 	now := c.d.Now().UTC()
-	r := schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id.ID, SampleID: id.ID, GroupID: id.GroupID,
-		GroupIndex: id.GroupIndex, GroupSize: id.GroupSize, Family: id.Family, Status: schema.StatusFallback,
-		Reason: "rejected: " + reason.Error(), MinVersion: -1, MaxVersion: -1, AdmittedAt: now, FinishedAt: now},
-		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{}}
+	r := traj.FallbackResult(schema.ResultHead{TrajID: id.ID, GroupID: id.GroupID, GroupIndex: id.GroupIndex,
+		GroupSize: id.GroupSize, Family: id.Family, Reason: "rejected: " + reason.Error(), AdmittedAt: now, FinishedAt: now})
 	c.d.Log.Warn("sample rejected with a fallback result", "traj_id", id.ID, "reason", reason)
 	if err := c.d.Pub.Publish(ctx, schema.SubjectResults, schema.MsgID(id.ID, 0, "rejected"), r); err != nil {
 		return err

@@ -176,11 +176,8 @@ func (c *Coordinator) lost(ctx context.Context, id string) error {
 	if !ok {
 		return nil
 	}
-	now := c.d.Now().UTC()
-	r := schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id, SampleID: id, GroupID: e.GroupID,
-		GroupIndex: e.GroupIndex, GroupSize: e.GroupSize, Family: e.Family, Status: schema.StatusFallback,
-		Reason: ReasonLost, MinVersion: -1, MaxVersion: -1, FinishedAt: now},
-		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{}}
+	r := traj.FallbackResult(schema.ResultHead{TrajID: id, GroupID: e.GroupID, GroupIndex: e.GroupIndex,
+		GroupSize: e.GroupSize, Family: e.Family, Reason: ReasonLost, FinishedAt: c.d.Now().UTC()})
 	c.d.Log.Error("trajectory state lost: answered with a fallback result", "traj_id", id)
 	return c.d.Pub.Publish(ctx, schema.SubjectResults, schema.MsgID(id, 0, "lost"), r)
 }
@@ -209,7 +206,7 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 				}
 			case p.LeaseUntil.After(now):
 				// A step runs and renews its lease: it is slow, not stalled
-				// or lost, and a copy of it would only be terminated.
+				// or lost, and a copy of it would only be handed back.
 			case p.Status.Terminal():
 				// Normally its result is on the way and its consumer removes
 				// it; still here after a while, the result was never sent.

@@ -9,8 +9,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/envworker"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -29,17 +31,7 @@ func TestLimitsAndFallbacks(t *testing.T) {
 	e := newEnv(t, 1)
 	cfg := e.stack.CoordinatorConfig()
 	cfg.StallTimeout = 2 * time.Second
-	if _, err := e.stack.StartCoordinator(e.ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
-		t.Fatal(err)
-	}
-	envCfg := e.stack.EnvWorkerConfig("env-0")
-	envCfg.SimStartLatency, envCfg.SimExecLatency, envCfg.SimEnvTimeScale = 0, 0, 1 // only `sleep` takes time
-	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
-		t.Fatal(err)
-	}
+	startOneOfEach(t, e, cfg, nil)
 	echo := "THOUGHT: again.\n\n```bash\necho hi\n```"
 	steps := simSample("steps", echo, echo, echo, echo)
 	steps.Limits.StepLimit = 2
@@ -100,18 +92,7 @@ func TestLongStepIsNotEnded(t *testing.T) {
 	})
 	cfg := e.stack.CoordinatorConfig()
 	cfg.RepublishAfter, cfg.StallTimeout = time.Second, time.Second
-	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
-		t.Fatal(err)
-	}
-	envCfg := e.stack.EnvWorkerConfig("env-0")
-	envCfg.SimStartLatency, envCfg.SimExecLatency, envCfg.SimEnvTimeScale = 0, 0, 1 // only `sleep` takes time
-	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
-		t.Fatal(err)
-	}
+	coord := startOneOfEach(t, e, cfg, nil)
 	long := simSample("long", "THOUGHT: the tests take a while.\n\n```bash\nsleep 6\n```",
 		"```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
 	long.Env.StepTimeoutMS = 60_000
@@ -253,17 +234,7 @@ func TestLostStateEndsWithFallback(t *testing.T) {
 	e := newEnv(t, 1)
 	cfg := e.stack.CoordinatorConfig()
 	cfg.ResultGrace = time.Second // the sweep looks every quarter of it
-	if _, err := e.stack.StartCoordinator(e.ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
-		t.Fatal(err)
-	}
-	envCfg := e.stack.EnvWorkerConfig("env-0")
-	envCfg.SimStartLatency, envCfg.SimExecLatency, envCfg.SimEnvTimeScale = 0, 0, 1 // only `sleep` takes time
-	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
-		t.Fatal(err)
-	}
+	startOneOfEach(t, e, cfg, nil)
 	submit := "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
 	gone := simSample("gone", "THOUGHT: a long command.\n\n```bash\nsleep 20\n```", submit)
 	gone.Env.StepTimeoutMS = 60_000
@@ -301,17 +272,7 @@ func TestLostStateEndsWithFallback(t *testing.T) {
 // result stays small enough to publish.
 func TestOversizedDiffScoresZero(t *testing.T) {
 	e := newEnv(t, 1)
-	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
-		t.Fatal(err)
-	}
-	envCfg := e.stack.EnvWorkerConfig("env-0")
-	envCfg.MaxDiffBytes = 100_000
-	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
-		t.Fatal(err)
-	}
+	startOneOfEach(t, e, e.stack.CoordinatorConfig(), func(c *envworker.Config) { c.MaxDiffBytes = 100_000 })
 	s := demo.Samples(1, e.ws, "diff")[0]
 	s.Script = []string{"THOUGHT: write a large file.\n\n```bash\nhead -c 2000000 /dev/zero | tr '\\0' a > big.txt\n```",
 		"```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached\n```"}
@@ -322,4 +283,27 @@ func TestOversizedDiffScoresZero(t *testing.T) {
 		len(r.Diff) != 100_000 {
 		t.Fatalf("%s: %s %q reward %g, diff of %d bytes", s.ID, r.Status, r.Reason, r.Reward, len(r.Diff))
 	}
+}
+
+// startOneOfEach starts a coordinator with cfg, a gen-worker for r0 and
+// env-worker env-0 (adjusted by tweak) whose simulated sandboxes take time
+// only to `sleep`, and returns the coordinator.
+func startOneOfEach(t *testing.T, e *env, cfg coordinator.Config, tweak func(*envworker.Config)) *coordinator.Coordinator {
+	t.Helper()
+	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	envCfg := e.stack.EnvWorkerConfig("env-0")
+	envCfg.SimStartLatency, envCfg.SimExecLatency, envCfg.SimEnvTimeScale = 0, 0, 1
+	if tweak != nil {
+		tweak(&envCfg)
+	}
+	if _, err := e.stack.StartEnvWorker(e.ctx, envCfg); err != nil {
+		t.Fatal(err)
+	}
+	return coord
 }

@@ -110,6 +110,17 @@ func PublishResult(ctx context.Context, st *Store, pub *bus.Publisher, t *Trajec
 	return st.Expire(ctx, t.ID, ttl)
 }
 
+// FallbackResult is a fallback result from head alone (its ids, group
+// fields, reason and times): status fallback, reward 0, no tokens, for a
+// trajectory whose state cannot be read (never created, or lost). The
+// sample id is the trajectory id.
+func FallbackResult(head schema.ResultHead) schema.Result {
+	head.V, head.SampleID, head.Status, head.Reward = schema.Version, head.TrajID, schema.StatusFallback, 0
+	head.MinVersion, head.MaxVersion = -1, -1
+	return schema.Result{ResultHead: head, Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{},
+		Messages: []schema.Message{}}
+}
+
 // resultHeaderRoom is what a result leaves under the server's max_payload
 // for the NATS headers of its publish (message id, trace context).
 const resultHeaderRoom = 1 << 10
