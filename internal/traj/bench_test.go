@@ -2,10 +2,15 @@ package traj_test
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/actloop/actloop/internal/localredis"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // BenchmarkCommit is one step's seq-checked commit (a turn: 200 generated
@@ -34,4 +39,48 @@ func BenchmarkCommit(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkStateBytesPerToken measures what one long trajectory costs: the
+// bytes its Redis keys hold per token (MEMORY USAGE on redis-server) and the
+// bytes of its result message on NATS per token, for a 100k-token
+// trajectory of 50 turns (5% generated). It reports; it asserts nothing.
+func BenchmarkStateBytesPerToken(b *testing.B) {
+	if !slices.Contains(testkit.RedisKinds(b), localredis.KindReal) {
+		b.Skip("MEMORY USAGE needs redis-server")
+	}
+	rdb, _ := testkit.StartRedis(b, localredis.KindReal)
+	s := traj.New(rdb, nil)
+	ctx := context.Background()
+	const n, turns = 100_000, 50
+	tr := &traj.Trajectory{ID: "long", Status: traj.StatusTerminated, Seq: 2 * turns, Sample: sample("long"), Reason: "submitted",
+		Tokens: make([]int32, n), Logprobs: make([]float32, n), Mask: make([]int8, n), Versions: make([]int32, n)}
+	for i := range n {
+		tr.Tokens[i], tr.Versions[i] = int32(100+i%150_000), -1
+		if i%20 == 0 { // generated
+			tr.Logprobs[i], tr.Mask[i], tr.Versions[i] = -0.37, 1, 3
+		}
+	}
+	for range 2 * turns {
+		tr.Messages = append(tr.Messages, schema.Message{Role: schema.RoleUser, Content: strings.Repeat("output line\n", 170)})
+	}
+	for b.Loop() {
+		if err := s.Put(ctx, tr); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var redisBytes int64
+	for _, k := range []string{"", ":msgs", ":tok", ":lp", ":mask", ":ver"} {
+		v, err := rdb.MemoryUsage(ctx, "actloop:traj:{long}"+k).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		redisBytes += v
+	}
+	msg, err := json.Marshal(traj.Result(tr, schema.DefaultControl()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(redisBytes)/n, "redis-B/token")
+	b.ReportMetric(float64(len(msg))/n, "result-B/token")
 }
