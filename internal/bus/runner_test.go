@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,7 +30,13 @@ const within = time.Minute
 
 func setup(t *testing.T) (context.Context, jetstream.JetStream, bus.Topology) {
 	t.Helper()
-	s := testkit.StartNATS(t)
+	return setupOn(t, testkit.StartNATS(t))
+}
+
+// setupOn declares the streams on s and returns a JetStream client of it
+// and their topology.
+func setupOn(t *testing.T, s *server.Server) (context.Context, jetstream.JetStream, bus.Topology) {
+	t.Helper()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -164,18 +171,7 @@ func TestRunnerOutcomes(t *testing.T) {
 	if calls["ok"] != 1 || calls["flaky"] != 3 || calls["bad"] != 1 || calls["busy"] != 3 {
 		t.Errorf("calls %v", calls)
 	}
-	dc, err := js.OrderedConsumer(ctx, schema.StreamDLQ, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := dc.Next(jetstream.FetchMaxWait(10 * time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var e schema.DLQEntry
-	if err := json.Unmarshal(m.Data(), &e); err != nil {
-		t.Fatal(err)
-	}
+	e, _ := firstDeadLetter(t, ctx, js)
 	if string(e.Data) != "bad" || !strings.Contains(e.Reason, "field x: missing") || e.Consumer != "outcomes" || e.Subject != schema.SubjectSamples {
 		t.Fatalf("dead letter %+v", e)
 	}
@@ -419,23 +415,9 @@ func TestRunnerDoorbell(t *testing.T) {
 // envelope (base64, a third larger) never exceeds the limit, so it never
 // loops.
 func TestPoisonMessageNearMaxPayload(t *testing.T) {
-	s := testkit.StartDefaultNATS(t) // max_payload as nats-server ships it: 1 MiB
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if nc.MaxPayload() != 1<<20 {
-		t.Fatalf("max_payload %d, want the default 1 MiB", nc.MaxPayload())
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	topo := bus.Topology{Replicas: 1, AckWait: 2 * time.Second, MaxDeliver: 3, ResultsAge: time.Hour, DLQAge: time.Hour, Memory: true}
-	if err := topo.EnsureStreams(ctx, js); err != nil {
-		t.Fatal(err)
+	ctx, js, topo := setupOn(t, testkit.StartDefaultNATS(t)) // max_payload as nats-server ships it
+	if mp := js.Conn().MaxPayload(); mp != 1<<20 {
+		t.Fatalf("max_payload %d, want the default 1 MiB", mp)
 	}
 	c, err := topo.Consumer(ctx, js, schema.StreamSamples, "poison", schema.SubjectSamples)
 	if err != nil {
@@ -454,18 +436,7 @@ func TestPoisonMessageNearMaxPayload(t *testing.T) {
 	testkit.Eventually(t, within, "the poison message to be settled", func() bool {
 		return streamMsgs(t, ctx, js, schema.StreamSamples) == 0
 	})
-	dc, err := js.OrderedConsumer(ctx, schema.StreamDLQ, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := dc.Next(jetstream.FetchMaxWait(10 * time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var e schema.DLQEntry
-	if err := json.Unmarshal(m.Data(), &e); err != nil {
-		t.Fatal(err)
-	}
+	e, m := firstDeadLetter(t, ctx, js)
 	sum := sha256.Sum256(body)
 	if !e.Truncated || e.Size != len(body) || e.SHA256 != hex.EncodeToString(sum[:]) || len(e.Data) == 0 ||
 		!bytes.HasPrefix(body, e.Data) || len(m.Data()) > 1<<20 {
@@ -478,4 +449,22 @@ func TestPoisonMessageNearMaxPayload(t *testing.T) {
 	if n := streamMsgs(t, ctx, js, schema.StreamDLQ); n != 1 {
 		t.Fatalf("%d dead letters, want 1", n)
 	}
+}
+
+// firstDeadLetter reads the first entry of the dead-letter stream.
+func firstDeadLetter(t *testing.T, ctx context.Context, js jetstream.JetStream) (schema.DLQEntry, jetstream.Msg) {
+	t.Helper()
+	dc, err := js.OrderedConsumer(ctx, schema.StreamDLQ, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dc.Next(jetstream.FetchMaxWait(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e schema.DLQEntry
+	if err := json.Unmarshal(m.Data(), &e); err != nil {
+		t.Fatal(err)
+	}
+	return e, m
 }

@@ -160,7 +160,7 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 // admissible returns the waiting samples to admit now, best first.
 func (c *Coordinator) admissible() []*waitingSample {
 	free := sched.Admissible(c.waiting.currentLimit(), c.active.count(), c.stalenessRoom())
-	if free == 0 || c.waiting.count() == 0 || c.leastLoaded(nil) == "" {
+	if free == 0 || c.waiting.count() == 0 || len(c.members.liveReplicas(c.cfg.Replicas, c.d.Now())) == 0 {
 		return nil // full, nothing waiting, or no live replica
 	}
 	return c.waiting.ranked(c.policy, c.d.Now(), free)

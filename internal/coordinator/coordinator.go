@@ -42,7 +42,7 @@ func tracer() trace.Tracer { return otel.Tracer("github.com/actloop/actloop/inte
 // membership (liveness of the workers), active (the admitted
 // trajectories), waiting (the samples waiting and the admission limit),
 // ctl (weight-sync control), util (slot-use history) and the counters of
-// repair. The HTTP API and the metrics read the view that viewLoop
+// repair. The HTTP API and the metrics read the view that publishView
 // publishes, and take none of those locks.
 type Coordinator struct {
 	cfg     Config
@@ -106,7 +106,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	if err := c.initControl(ctx); err != nil {
 		return nil, err
 	}
-	c.publishView(ctx)
+	c.publishView()
 	// Continue the snapshot versions where the last coordinator left them:
 	// workers ignore a version older than the one they hold, whatever the
 	// clock of this host says.
@@ -146,7 +146,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g.Go(func() error { return c.serveControlNATS(ctx) })
 	g.Go(func() error { return every(ctx, c.cfg.AdaptInterval, c.adaptLimit) })
 	g.Go(func() error { return every(ctx, utilEvery, c.sampleUtil) })
-	g.Go(func() error { return every(ctx, viewEvery, func() { c.publishView(ctx) }) })
+	g.Go(func() error { return every(ctx, viewEvery, c.publishView) })
 	g.Go(func() error {
 		return every(ctx, max(c.cfg.ReplicaTimeout/4, 100*time.Millisecond), func() { c.rebalance(ctx) })
 	})
@@ -166,16 +166,6 @@ func (c *Coordinator) poke() {
 	case c.wake <- struct{}{}:
 	default:
 	}
-}
-
-// leastLoaded returns the live replica with the fewest active trajectories
-// counting extra ones per replica, or "" when none is live.
-func (c *Coordinator) leastLoaded(extra map[string]int) string {
-	load := c.active.load()
-	for r, n := range extra {
-		load[r] += n
-	}
-	return sched.LeastLoaded(c.members.liveReplicas(c.cfg.Replicas, c.d.Now()), load)
 }
 
 // every runs f every d until ctx ends.

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -63,24 +64,23 @@ type ReplicaStatus struct {
 	Live bool `json:"live"`
 }
 
-// Status reports admission and per-replica load.
+// Status reports admission and per-replica load, read fresh.
 func (c *Coordinator) Status(ctx context.Context) (Status, error) {
+	st := c.state()
+	return st, c.readStores(ctx, &st)
+}
+
+// state is the part of the status the components hold in memory (each
+// read under its own lock).
+func (c *Coordinator) state() Status {
 	st := Status{MaxActiveFloor: c.cfg.ActiveFloor(), MaxActiveCeiling: c.cfg.ActiveCeiling(), Policy: c.cfg.Policy}
-	info, err := c.samples.Info(ctx)
-	if err != nil {
-		return st, err
-	}
-	st.Queued = info.NumPending
 	st.PredictorFailures = c.predict.Failures.Load()
-	if st.Finished, err = c.d.Store.Counts(ctx); err != nil {
-		return st, err
-	}
 	st.Control = c.controlState()
 	now := c.d.Now()
 	load := c.active.load()
 	st.Active, st.MaxActive = c.active.count(), c.waiting.currentLimit()
 	st.StalenessRoom = c.stalenessRoom()
-	st.Queued += uint64(c.waiting.count())
+	st.Queued = uint64(c.waiting.count())
 	st.Snapshot, st.StalePredictions = c.snaps.get(), c.active.stalePredictions()
 	st.Moved, st.Republished, st.EnvMoved = c.moved.Load(), c.republished.Load(), c.envMoved.Load()
 	live := map[string]bool{}
@@ -89,7 +89,7 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	}
 	busy := c.members.busy(now)
 	if !st.Snapshot.At.IsZero() {
-		st.SnapshotAgeS = c.d.Now().Sub(st.Snapshot.At).Seconds()
+		st.SnapshotAgeS = now.Sub(st.Snapshot.At).Seconds()
 	}
 	for _, r := range c.cfg.Replicas {
 		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: c.cfg.Slots, Busy: busy[r], Live: live[r]})
@@ -104,40 +104,49 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	for _, r := range rest {
 		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Busy: busy[r]})
 	}
+	return st
+}
+
+// readStores adds to st what NATS and Redis hold: the samples not yet
+// taken in, the finished counts, the work queues.
+func (c *Coordinator) readStores(ctx context.Context, st *Status) error {
+	info, err := c.samples.Info(ctx)
+	if err != nil {
+		return err
+	}
+	st.Queued += info.NumPending
+	if st.Finished, err = c.d.Store.Counts(ctx); err != nil {
+		return err
+	}
 	for _, q := range c.queues(ctx) {
 		st.Queues = append(st.Queues, QueueStatus{Subject: q.subject, Depth: q.depth, OldestAgeS: q.age.Seconds()})
 	}
-	return st, nil
+	return nil
 }
 
-// viewEvery is how often the view the HTTP API reads is published, and
-// viewTimeout bounds the NATS and Redis calls of one.
-const (
-	viewEvery   = time.Second
-	viewTimeout = 5 * time.Second
-)
+// viewEvery is how often the view the HTTP API reads is published.
+const viewEvery = 250 * time.Millisecond
 
-// view is the coordinator as the HTTP API and the metrics see it: built by
-// publishView from the components, read without taking their locks.
+// view is the components' state as the HTTP API and the metrics see it:
+// published by publishView, read without taking their locks. What NATS and
+// Redis hold is read per request (viewed).
 type view struct {
-	status Status
-	err    error // the status could not be read (NATS or Redis away)
-	util   []utilSample
+	state Status
+	util  []utilSample
 }
 
-// publishView builds the view from the components and publishes it; a
-// status that cannot be read keeps the last one with the error.
-func (c *Coordinator) publishView(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, viewTimeout)
-	defer cancel()
-	v := &view{util: c.util.samples()}
-	v.status, v.err = c.Status(ctx)
-	if v.err != nil {
-		if old := c.view.Load(); old != nil {
-			v.status = old.status
-		}
-	}
-	c.view.Store(v)
+// publishView publishes the components' state.
+func (c *Coordinator) publishView() {
+	c.view.Store(&view{state: c.state(), util: c.util.samples()})
+}
+
+// viewed is the status from the published view and, read now, what NATS
+// and Redis hold.
+func (c *Coordinator) viewed(ctx context.Context) (Status, []utilSample, error) {
+	v := c.view.Load()
+	st := v.state
+	st.Replicas = slices.Clone(st.Replicas)
+	return st, v.util, c.readStores(ctx, &st)
 }
 
 // Handler serves the status page at /, /v1/status, the trainer API (POST
@@ -153,13 +162,13 @@ func (c *Coordinator) Handler() http.Handler {
 	}
 	mux.Handle("GET /{$}", read(c.servePage))
 	mux.Handle("GET /v1/status", read(func(w http.ResponseWriter, r *http.Request) {
-		v := c.view.Load()
-		if v.err != nil {
-			http.Error(w, v.err.Error(), http.StatusServiceUnavailable)
+		st, _, err := c.viewed(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(v.status)
+		_ = json.NewEncoder(w).Encode(st)
 	}))
 	mux.Handle("POST /v1/pause", bearer(c.cfg.APIToken, c.handleControl("pause")))
 	mux.Handle("POST /v1/resume", bearer(c.cfg.APIToken, c.handleControl("resume")))

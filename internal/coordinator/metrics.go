@@ -91,12 +91,13 @@ func (k *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	v := k.c.view.Load()
-	if v.err != nil {
-		ch <- prometheus.NewInvalidMetric(descActive, v.err)
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	st, _, err := k.c.viewed(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(descActive, err)
 		return
 	}
-	st := v.status
 	gauge(descActive, float64(st.Active))
 	gauge(descLimit, float64(st.MaxActive))
 	gauge(descWaiting, float64(st.Queued))
@@ -113,6 +114,9 @@ func (k *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descAge, q.OldestAgeS, q.Subject)
 	}
 }
+
+// scrapeTimeout bounds the JetStream and Redis calls of one scrape.
+const scrapeTimeout = 5 * time.Second
 
 type queue struct {
 	subject string

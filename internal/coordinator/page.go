@@ -112,19 +112,18 @@ func (c *Coordinator) chart(samples []utilSample) chart {
 // it, and the slot utilisation of the last minutes. It is one HTML page
 // with no scripts and no external assets, and reloads itself.
 func (c *Coordinator) servePage(w http.ResponseWriter, r *http.Request) {
-	v := c.view.Load()
-	if v.err != nil {
-		http.Error(w, v.err.Error(), http.StatusServiceUnavailable)
+	st, util, err := c.viewed(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	st := v.status
 	finished := make([]string, 0, len(st.Finished))
 	for k := range st.Finished {
 		finished = append(finished, k)
 	}
 	sort.Strings(finished)
 	var b bytes.Buffer
-	err := pageTmpl.Execute(&b, map[string]any{"S": st, "Chart": c.chart(v.util), "FinishedKeys": finished,
+	err = pageTmpl.Execute(&b, map[string]any{"S": st, "Chart": c.chart(util), "FinishedKeys": finished,
 		"Now": c.d.Now().UTC().Format(time.RFC3339), "Refresh": int(utilEvery.Seconds())})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -2,9 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/traj"
 )
 
@@ -15,15 +18,13 @@ import (
 func (c *Coordinator) rebalance(ctx context.Context) {
 	now := c.d.Now()
 	stranded := c.active.onReplicas(func(r string) bool { return !c.members.live(r, now) })
-	planned := map[string]int{} // moves planned this round, so they spread
-	moves := map[string]string{}
-	for id := range stranded {
-		to := c.leastLoaded(planned)
-		if to == "" {
-			break // nothing is live
-		}
-		planned[to]++
-		moves[id] = to
+	ids := slices.Sorted(maps.Keys(stranded))
+	// Each to the least-loaded live replica counting those before it, so
+	// they spread; none when nothing is live.
+	to := sched.AssignReplicas(c.members.liveReplicas(c.cfg.Replicas, now), c.active.load(), len(ids))
+	moves := make(map[string]string, len(to))
+	for i, r := range to {
+		moves[ids[i]] = r
 	}
 	if len(moves) > 0 {
 		c.d.Log.Warn("replica down: moving its trajectories", "moved", len(moves))

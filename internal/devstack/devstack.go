@@ -95,7 +95,7 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.ChatTemplate == "" {
 		o.ChatTemplate = tokenize.TemplateChatML
 	}
-	tmpl, err := tokenize.Open(o.Tokenizer, o.ChatTemplate)
+	tmpl, err := tokenize.Chat{Tokenizer: o.Tokenizer, ChatTemplate: o.ChatTemplate}.Template()
 	if err != nil {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}

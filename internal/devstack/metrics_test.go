@@ -104,15 +104,11 @@ func TestMetricsExported(t *testing.T) {
 	coordinator := func(name string, labels map[string]string) float64 {
 		return value(fams[metrics.Coordinator][name], labels)
 	}
-	// The coordinator counts a result once it has read it from the stream;
-	// its gauges come from the view it publishes every second, which shows
-	// the gen-worker's queues once it has seen them.
-	testkit.Eventually(t, wait, "the coordinator to count both results and show every queue", func() bool {
+	// The coordinator counts a result once it has read it from the stream.
+	testkit.Eventually(t, wait, "the coordinator to count both results", func() bool {
 		read()
 		return coordinator("actloop_results_total", map[string]string{"status": "completed"}) == 1 &&
-			coordinator("actloop_results_total", map[string]string{"status": "fallback"}) == 1 &&
-			coordinator("actloop_queue_depth", map[string]string{"subject": bus.SubjectGen("r0", "hi")}) >= 0 &&
-			coordinator("actloop_queue_oldest_age_seconds", map[string]string{"subject": bus.SubjectEnvStart}) >= 0
+			coordinator("actloop_results_total", map[string]string{"status": "fallback"}) == 1
 	})
 	for _, m := range metrics.Catalogue {
 		for name, got := range fams {

@@ -123,7 +123,7 @@ func readStream[T any](e *env, stream, subject string, n int, key func(T) string
 // real Qwen tokenizer with ChatML.
 func testTemplate(t testing.TB) tokenize.ChatTemplate {
 	t.Helper()
-	tmpl, err := tokenize.Open(tokenize.TokenizerQwen, tokenize.TemplateChatML)
+	tmpl, err := tokenize.Chat{Tokenizer: tokenize.TokenizerQwen, ChatTemplate: tokenize.TemplateChatML}.Template()
 	if err != nil {
 		t.Fatal(err)
 	}

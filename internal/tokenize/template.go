@@ -87,16 +87,6 @@ func NewTemplate(name string, tok Tokenizer) (ChatTemplate, error) {
 	return nil, fmt.Errorf("%q: %w", name, ErrUnknownTemplate)
 }
 
-// Open returns the chat template named template over the tokenizer named
-// tokenizer (see OpenTokenizer and NewTemplate).
-func Open(tokenizer, template string) (ChatTemplate, error) {
-	tok, err := OpenTokenizer(tokenizer)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer %s: %w", tokenizer, err)
-	}
-	return NewTemplate(template, tok)
-}
-
 // specialID returns the id of special-token text that tok encodes as one
 // token.
 func specialID(tok Tokenizer, text, template string) (int32, error) {

@@ -218,26 +218,29 @@ func TestLlama3Layout(t *testing.T) {
 }
 
 func TestOpen(t *testing.T) {
-	tmpl, err := Open("qwen", "chatml")
+	open := func(tokenizer, template string) (ChatTemplate, error) {
+		return Chat{Tokenizer: tokenizer, ChatTemplate: template}.Template()
+	}
+	tmpl, err := open("qwen", "chatml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := tmpl.StopTokenIDs(); !slices.Equal(got, []int32{151645}) {
 		t.Fatalf("StopTokenIDs = %v", got)
 	}
-	if _, err := Open("bytes", "chatml"); err != nil {
+	if _, err := open("bytes", "chatml"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open("bytes", "jinja"); !errors.Is(err, ErrUnknownTemplate) {
+	if _, err := open("bytes", "jinja"); !errors.Is(err, ErrUnknownTemplate) {
 		t.Fatalf("unknown template: %v", err)
 	}
-	if _, err := Open("bytes", "llama3"); err == nil || !strings.Contains(err.Error(), "<|begin_of_text|>") {
+	if _, err := open("bytes", "llama3"); err == nil || !strings.Contains(err.Error(), "<|begin_of_text|>") {
 		t.Fatalf("llama3 over bytes: %v", err)
 	}
-	if _, err := Open("testdata/missing.json", "chatml"); err == nil {
+	if _, err := open("testdata/missing.json", "chatml"); err == nil {
 		t.Fatal("a missing tokenizer file opened")
 	}
-	if _, err := Open("", "chatml"); err == nil {
+	if _, err := open("", "chatml"); err == nil {
 		t.Fatal("an empty tokenizer name opened")
 	}
 	tiny, err := ParseHF(tinyJSON(t, nil))

@@ -138,21 +138,18 @@ func (d *Driver) afterStale(ctx context.Context, id string, seq int64) error {
 
 // holdLease renews the lease of step seq of trajectory id until the
 // returned stop is called: while it holds, the coordinator neither
-// publishes the step again nor ends the trajectory as stalled.
+// publishes the step again nor ends the trajectory as stalled. The first
+// renewal comes after a second at most (a third of the lease when that is
+// shorter), so a step quicker than that costs no Redis write; then every
+// third of the lease.
 func (d *Driver) holdLease(ctx context.Context, id string, seq int64) (stop func()) {
 	if d.Lease <= 0 {
 		return func() {}
 	}
-	renew := func() {
-		if err := d.Store.RenewLease(ctx, id, seq, d.Lease); err != nil && ctx.Err() == nil {
-			d.Log.WarnContext(ctx, "step lease not renewed", "traj_id", id, "seq", seq, "error", err)
-		}
-	}
-	renew()
 	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(d.Lease / 3)
+		t := time.NewTimer(min(d.Lease/3, time.Second))
 		defer t.Stop()
 		for {
 			select {
@@ -161,8 +158,11 @@ func (d *Driver) holdLease(ctx context.Context, id string, seq int64) (stop func
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				renew()
 			}
+			if err := d.Store.RenewLease(ctx, id, seq, d.Lease); err != nil && ctx.Err() == nil {
+				d.Log.WarnContext(ctx, "step lease not renewed", "traj_id", id, "seq", seq, "error", err)
+			}
+			t.Reset(d.Lease / 3)
 		}
 	}()
 	return func() {

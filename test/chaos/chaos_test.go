@@ -349,7 +349,7 @@ func TestChaos(t *testing.T) {
 	rep.WallS = time.Since(start).Seconds()
 
 	// The invariants.
-	tmpl, err := tokenize.Open(tokenize.TokenizerQwen, tokenize.TemplateChatML)
+	tmpl, err := tokenize.Chat{Tokenizer: tokenize.TokenizerQwen, ChatTemplate: tokenize.TemplateChatML}.Template()
 	if err != nil {
 		t.Fatal(err)
 	}
