@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -176,30 +177,36 @@ func readSamples(r io.Reader) ([]schema.Sample, error) {
 func newResultsCmd() *cobra.Command {
 	var consumer string
 	var n int
-	var follow bool
+	var follow, heads bool
 	cmd := &cobra.Command{
 		Use:   "results",
 		Short: "Print finished trajectories as JSONL and acknowledge them",
 		Long: `Print finished trajectories (results) as JSONL, one per line, acknowledging
-each once written.
+each once written. A result is published as a head whose body (token arrays,
+messages, diff) is in the object store: each line is the whole result, its
+body fetched and checked against the head's size and SHA-256 (--heads prints
+the heads alone). A result that does not decode, or whose body is gone or does not match, is reported
+on stderr and taken off the consumer, and the command then exits 1.
 
 Each durable consumer name (--consumer) sees every result once: results
-acknowledged under a name are not printed again for it. Delivery is at least
-once, so a result can come twice (dedupe by traj_id). Without -n or --follow
+acknowledged under a name are not printed again for it. A result published
+twice (after a crash) is printed once per run: a late copy of a traj_id
+acknowledged before is acknowledged unseen. Without -n or --follow
 it stops when none are pending.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runResults(cmd.Context(), consumer, n, follow, cmd.OutOrStdout())
+			return runResults(cmd.Context(), consumer, n, follow, heads, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&consumer, "consumer", "trainer", "durable consumer name: each name sees every result once")
 	f.IntVarP(&n, "n", "n", 0, "stop after this many results (0: when none are pending)")
 	f.BoolVar(&follow, "follow", false, "keep waiting for results")
+	f.BoolVar(&heads, "heads", false, "print each result's head only (no token arrays, messages or diff)")
 	return cmd
 }
 
-func runResults(ctx context.Context, consumer string, n int, follow bool, stdout io.Writer) error {
+func runResults(ctx context.Context, consumer string, n int, follow, heads bool, stdout, stderr io.Writer) error {
 	if n < 0 {
 		return usageError(fmt.Errorf("results: -n: must be >= 0, got %d", n))
 	}
@@ -214,7 +221,21 @@ func runResults(ctx context.Context, consumer string, n int, follow bool, stdout
 	}
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
-	got := 0
+	render := func(d *client.Delivery) ([]byte, error) {
+		if heads {
+			if _, err := d.Head(); err != nil {
+				return nil, err
+			}
+			return append(bytes.TrimSpace(d.Data()), '\n'), nil
+		}
+		r, err := d.Result(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(r)
+		return append(b, '\n'), err
+	}
+	got, skipped := 0, 0
 	for ctx.Err() == nil && (n == 0 || got < n) {
 		batch := 100
 		if n > 0 {
@@ -228,7 +249,18 @@ func runResults(ctx context.Context, consumer string, n int, follow bool, stdout
 				}
 				return err
 			}
-			if _, err := w.Write(append(bytes.TrimSpace(d.Data()), '\n')); err != nil {
+			line, err := render(d)
+			if errors.Is(err, client.ErrBodyGone) || errors.Is(err, schema.ErrBodyMismatch) || errors.Is(err, schema.ErrInvalid) {
+				// It will not come back: say so, take it off the consumer, go on.
+				fmt.Fprintf(stderr, "actloop: result skipped: %v\n", err)
+				skipped++
+				_ = d.Term()
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("result: %w", err)
+			}
+			if _, err := w.Write(line); err != nil {
 				return err
 			}
 			if err := w.Flush(); err != nil {
@@ -246,6 +278,9 @@ func runResults(ctx context.Context, consumer string, n int, follow bool, stdout
 				break
 			}
 		}
+	}
+	if skipped > 0 {
+		return fmt.Errorf("results: %d skipped (see above)", skipped)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -141,25 +142,11 @@ func FlushCache(ctx context.Context, base string) error {
 // stream, as heads, calling tick after each. It reads without consuming:
 // an ordered consumer from the start of the stream.
 func CollectHeads(ctx context.Context, js jetstream.JetStream, n int, tick func(done int)) (map[string]schema.ResultHead, error) {
-	return collectAs[schema.ResultHead](ctx, js, n, tick, func(r schema.ResultHead) string { return r.TrajID })
-}
-
-// collectFull reads n distinct results, tokens included.
-func collectFull(ctx context.Context, d *service.Deps, n int) (map[string]schema.Result, error) {
-	return collectAs[schema.Result](ctx, d.JS, n, func(int) {}, func(r schema.Result) string { return r.TrajID })
-}
-
-// collectAs reads n distinct results (by key) from the results stream,
-// decoded as T, calling tick after each.
-func collectAs[T any, PT interface {
-	*T
-	Validate() error
-}](ctx context.Context, js jetstream.JetStream, n int, tick func(done int), key func(T) string) (map[string]T, error) {
 	c, err := js.OrderedConsumer(ctx, schema.StreamResults, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schema.SubjectResults}})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]T{}
+	out := map[string]schema.ResultHead{}
 	tick(0)
 	for len(out) < n {
 		if err := ctx.Err(); err != nil {
@@ -169,12 +156,28 @@ func collectAs[T any, PT interface {
 		if err != nil {
 			continue
 		}
-		r, err := schema.Decode[T, PT](m.Data())
+		r, err := schema.Decode[schema.ResultHead](m.Data())
 		if err != nil {
 			return nil, fmt.Errorf("result: %w", err)
 		}
-		out[key(r)] = r
+		out[r.TrajID] = r
 		tick(len(out))
+	}
+	return out, nil
+}
+
+// collectFull reads n distinct results, their bodies fetched.
+func collectFull(ctx context.Context, d *service.Deps, n int) (map[string]schema.Result, error) {
+	heads, err := CollectHeads(ctx, d.JS, n, func(int) {})
+	if err != nil {
+		return nil, err
+	}
+	bodies := client.NewBodies(d.JS)
+	out := make(map[string]schema.Result, len(heads))
+	for id, h := range heads {
+		if out[id], err = bodies.Result(ctx, h); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/actloop/actloop/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -73,4 +74,22 @@ func (t Topology) LeaderKV(ctx context.Context, js jetstream.JetStream, lease ti
 		return nil, fmt.Errorf("ensure kv %s: %w", BucketLeader, err)
 	}
 	return kv, nil
+}
+
+// ResultBodies creates (or updates) and returns the Object Store bucket of
+// result bodies (schema.BucketResultBodies), kept as long as the results
+// stream keeps heads.
+func (t Topology) ResultBodies(ctx context.Context, js jetstream.JetStream) (jetstream.ObjectStore, error) {
+	if obs, err := js.ObjectStore(ctx, schema.BucketResultBodies); err == nil {
+		if st, err := obs.Status(ctx); err == nil && st.TTL() == t.ResultsAge && st.Replicas() == t.Replicas {
+			return obs, nil // as it should be: many services starting at once do not update it over and over
+		}
+	}
+	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: schema.BucketResultBodies,
+		Description: "result bodies (token arrays, messages, diff) named by the heads on actloop.results",
+		TTL:         t.ResultsAge, Storage: t.storage(), Replicas: t.Replicas})
+	if err != nil {
+		return nil, fmt.Errorf("ensure object store %s: %w", schema.BucketResultBodies, err)
+	}
+	return obs, nil
 }

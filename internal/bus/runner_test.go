@@ -415,7 +415,7 @@ func TestRunnerDoorbell(t *testing.T) {
 // envelope (base64, a third larger) never exceeds the limit, so it never
 // loops.
 func TestPoisonMessageNearMaxPayload(t *testing.T) {
-	ctx, js, topo := setupOn(t, testkit.StartDefaultNATS(t)) // max_payload as nats-server ships it
+	ctx, js, topo := setupOn(t, testkit.StartNATS(t))
 	if mp := js.Conn().MaxPayload(); mp != 1<<20 {
 		t.Fatalf("max_payload %d, want the default 1 MiB", mp)
 	}

@@ -269,7 +269,7 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 	r := traj.FallbackResult(schema.ResultHead{TrajID: id.ID, GroupID: id.GroupID, GroupIndex: id.GroupIndex,
 		GroupSize: id.GroupSize, Family: id.Family, Reason: "rejected: " + reason.Error(), AdmittedAt: now, FinishedAt: now})
 	c.d.Log.Warn("sample rejected with a fallback result", "traj_id", id.ID, "reason", reason)
-	if err := c.d.Pub.Publish(ctx, schema.SubjectResults, schema.MsgID(id.ID, 0, "rejected"), r); err != nil {
+	if err := c.d.Results.Publish(ctx, r, schema.MsgID(id.ID, 0, "rejected")); err != nil {
 		return err
 	}
 	// Never active, so handleResult does not count it.

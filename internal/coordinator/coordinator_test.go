@@ -15,6 +15,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -157,7 +158,11 @@ func TestRepairs(t *testing.T) {
 	if g.TrajID != "moved" || g.Seq != 1 || g.Replica != "r1" {
 		t.Fatalf("re-sent step %+v", g)
 	}
-	r := first[schema.Result](t, ctx, d.JS, schema.StreamResults)
+	h := first[schema.ResultHead](t, ctx, d.JS, schema.StreamResults)
+	r, err := client.NewBodies(d.JS).Result(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if r.TrajID != "orphan" || r.Status != schema.StatusCompleted || r.Reward != 1 || r.MinVersion != 7 || len(r.Tokens) != 2 {
 		t.Fatalf("repaired result %+v", r)
 	}

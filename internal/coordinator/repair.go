@@ -86,7 +86,7 @@ func (c *Coordinator) finish(ctx context.Context, id string) error {
 	if t == nil {
 		return err
 	}
-	return traj.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
+	return traj.PublishResult(ctx, c.d.Store, c.d.Results, t, c.d.Common.ResultTTL, c.controlState())
 }
 
 // loadOrLost loads a trajectory whole; one whose state is gone is answered
@@ -110,7 +110,7 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 			return err
 		}
 		if t.Status.Terminal() {
-			return traj.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState())
+			return traj.PublishResult(ctx, c.d.Store, c.d.Results, t, c.d.Common.ResultTTL, c.controlState())
 		}
 		seq := t.Seq
 		err = c.d.Store.Commit(ctx, t, traj.Aborted{Reason: reason})
@@ -121,7 +121,7 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 			return err
 		}
 		c.d.Log.Warn("trajectory ended with a fallback", "traj_id", id, "seq", seq, "reason", reason)
-		if err := traj.PublishResult(ctx, c.d.Store, c.d.Pub, t, c.d.Common.ResultTTL, c.controlState()); err != nil {
+		if err := traj.PublishResult(ctx, c.d.Store, c.d.Results, t, c.d.Common.ResultTTL, c.controlState()); err != nil {
 			return err
 		}
 		if t.Owner != "" {
@@ -179,7 +179,7 @@ func (c *Coordinator) lost(ctx context.Context, id string) error {
 	r := traj.FallbackResult(schema.ResultHead{TrajID: id, GroupID: e.GroupID, GroupIndex: e.GroupIndex,
 		GroupSize: e.GroupSize, Family: e.Family, Reason: ReasonLost, FinishedAt: c.d.Now().UTC()})
 	c.d.Log.Error("trajectory state lost: answered with a fallback result", "traj_id", id)
-	return c.d.Pub.Publish(ctx, schema.SubjectResults, schema.MsgID(id, 0, "lost"), r)
+	return c.d.Results.Publish(ctx, r, schema.MsgID(id, 0, "lost"))
 }
 
 // sweep ends trajectories whose state has not advanced within StallTimeout

@@ -19,6 +19,7 @@ import (
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -129,7 +130,7 @@ func readResults(ctx context.Context, js jetstream.JetStream, n int) ([]schema.R
 			return nil, err
 		}
 		if m.Subject() == schema.SubjectResults {
-			r, err := schema.Decode[schema.Result](m.Data())
+			r, err := client.NewBodies(js).Decode(ctx, m.Data())
 			if err != nil {
 				return nil, fmt.Errorf("result at %d: %w", md.Sequence.Stream, err)
 			}

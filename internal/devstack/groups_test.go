@@ -8,7 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -83,7 +85,7 @@ func checkGroups(e *env, want map[string][]string) {
 	for _, m := range msgs {
 		switch m.subject {
 		case schema.SubjectResults:
-			r, err := schema.Decode[schema.Result](m.data)
+			r, err := schema.Decode[schema.ResultHead](m.data)
 			if err != nil {
 				e.t.Fatalf("result at %d: %v", m.seq, err)
 			}
@@ -181,6 +183,12 @@ func TestGroupDoneAfterCoordinatorCrash(t *testing.T) {
 			GroupIndex: index, GroupSize: size, Status: schema.StatusFallback, Reason: "test", MinVersion: -1, MaxVersion: -1},
 			Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: []schema.Message{}}
 	}
+	common := service.CommonDefaults()
+	bodies, err := common.Topology().ResultBodies(e.ctx, e.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := traj.NewResults(e.pub, bodies)
 	// What the crashed coordinators left: members recorded, "sent" also
 	// marked published; results still in the stream, unacked.
 	for _, g := range []string{"crashed", "sent"} {
@@ -188,7 +196,7 @@ func TestGroupDoneAfterCoordinatorCrash(t *testing.T) {
 			if _, err := e.st.GroupResult(e.ctx, g, i, id, 2, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.pub.Publish(e.ctx, schema.SubjectResults, id, result(id, g, i, 2)); err != nil {
+			if err := results.Publish(e.ctx, result(id, g, i, 2), id); err != nil {
 				t.Fatal(err)
 			}
 		}

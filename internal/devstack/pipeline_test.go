@@ -22,6 +22,7 @@ import (
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/llm"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -91,7 +92,17 @@ func (e *env) submit(samples ...schema.Sample) {
 // results reads the results stream until it holds n distinct trajectories.
 func (e *env) results(n int) map[string]schema.Result {
 	e.t.Helper()
-	return readStream[schema.Result](e, schema.StreamResults, schema.SubjectResults, n, func(r schema.Result) string { return r.TrajID })
+	heads := readStream[schema.ResultHead](e, schema.StreamResults, schema.SubjectResults, n, func(r schema.ResultHead) string { return r.TrajID })
+	bodies := client.NewBodies(e.js)
+	out := make(map[string]schema.Result, len(heads))
+	for id, h := range heads {
+		r, err := bodies.Result(e.ctx, h)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out[id] = r
+	}
+	return out
 }
 
 func readStream[T any](e *env, stream, subject string, n int, key func(T) string) map[string]T {

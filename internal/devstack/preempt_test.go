@@ -11,7 +11,6 @@ import (
 	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/pkg/schema"
 )
 
 // A high-priority step arriving while the only slot runs a low-priority
@@ -79,7 +78,7 @@ func TestPreemptionKeepsTheTokenStream(t *testing.T) {
 	again := lowTask
 	again.ID = "lo-b-again"
 	e.submit(again)
-	ref := readStream[schema.Result](e, schema.StreamResults, schema.SubjectResults, 3, func(r schema.Result) string { return r.TrajID })["lo-b-again"]
+	ref := e.results(3)["lo-b-again"]
 	if b := got["lo-b"]; !slices.Equal(b.Tokens, ref.Tokens) || !slices.Equal(b.Logprobs, ref.Logprobs) || !slices.Equal(b.LossMask, ref.LossMask) {
 		t.Fatalf("preempted run differs from an uninterrupted one:\n%q\n%q",
 			string(decode(b.Tokens)), string(decode(ref.Tokens)))

@@ -154,7 +154,7 @@ func TestPauseAbortsInFlightAndResumeContinues(t *testing.T) {
 		samples[i].ID += "-again"
 	}
 	e.submit(samples...)
-	ref := readStream[schema.Result](e, schema.StreamResults, schema.SubjectResults, 2*n, func(r schema.Result) string { return r.TrajID })
+	ref := e.results(2 * n)
 	for _, s := range samples {
 		a, b := got[strings.TrimSuffix(s.ID, "-again")], ref[s.ID]
 		if !slices.Equal(a.Tokens, b.Tokens) || !slices.Equal(a.Logprobs, b.Logprobs) || !slices.Equal(a.LossMask, b.LossMask) {

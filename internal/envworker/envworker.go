@@ -212,7 +212,7 @@ func (w *Worker) publishNext(ctx context.Context, t *traj.Trajectory) error {
 	if t.Status != traj.StatusTerminated {
 		return nil // aborted: the coordinator published the fallback
 	}
-	return traj.PublishResult(ctx, w.d.Store, w.d.Pub, t, w.d.Common.ResultTTL, w.control.Get())
+	return traj.PublishResult(ctx, w.d.Store, w.d.Results, t, w.d.Common.ResultTTL, w.control.Get())
 }
 
 func (w *Worker) backend(t *traj.Trajectory) (sandbox.Backend, error) {

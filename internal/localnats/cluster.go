@@ -152,7 +152,6 @@ func (c *Cluster) options(i int) *server.Options {
 		JetStream:    true,
 		StoreDir:     c.storeDir(i),
 		NoSigs:       true,
-		MaxPayload:   8 << 20, // as Start: results carry whole trajectories
 		Cluster: server.ClusterOpts{
 			Name: ClusterName,
 			Host: "127.0.0.1",

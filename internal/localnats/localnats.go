@@ -46,9 +46,6 @@ func Start(dir string, port int, sync Sync) (*server.Server, error) {
 		StoreDir:     dir,
 		NoLog:        true,
 		NoSigs:       true,
-		// Results carry whole trajectories; NATS's default 1 MiB payload
-		// limit is too small for long ones.
-		MaxPayload: 8 << 20,
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -74,7 +74,7 @@ var Catalogue = []Metric{
 }
 
 // FallbackReasons are the reason label values of actloop_fallbacks_total.
-var FallbackReasons = []string{"rejected", "step_failed", "stalled", "lost", "too_large", "other"}
+var FallbackReasons = []string{"rejected", "step_failed", "stalled", "lost", "other"}
 
 // FallbackReason classifies a fallback result's reason text.
 func FallbackReason(reason string) string {
@@ -87,8 +87,6 @@ func FallbackReason(reason string) string {
 		return "stalled"
 	case strings.HasPrefix(reason, "lost:"):
 		return "lost"
-	case strings.HasPrefix(reason, "result too large:"):
-		return "too_large"
 	}
 	return "other"
 }

@@ -38,9 +38,9 @@ func TestHistoryLearnsFromResults(t *testing.T) {
 				t.Fatalf("before any result: %+v, want an error saying there is no evidence", rep)
 			}
 			ctx := context.Background()
-			publish := func(msgID string, v any) {
+			publish := func(msgID string, r schema.Result) {
 				t.Helper()
-				if err := e.pub.Publish(ctx, schema.SubjectResults, msgID, v); err != nil {
+				if err := d.Results.Publish(ctx, r, msgID); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -142,15 +142,18 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 
 // Deps are the connections a service runs on.
 type Deps struct {
-	NC     *nats.Conn
-	JS     jetstream.JetStream
-	Redis  redis.UniversalClient
-	Store  *traj.Store
-	Pub    *bus.Publisher
-	Topo   bus.Topology
-	Common Common
-	Log    *slog.Logger
-	Now    func() time.Time
+	NC    *nats.Conn
+	JS    jetstream.JetStream
+	Redis redis.UniversalClient
+	Store *traj.Store
+	Pub   *bus.Publisher
+	// Results publishes results (body in the object store, head on
+	// actloop.results).
+	Results *traj.Results
+	Topo    bus.Topology
+	Common  Common
+	Log     *slog.Logger
+	Now     func() time.Time
 	// Metrics is the service's Prometheus registry, served on /metrics.
 	Metrics *prometheus.Registry
 }
@@ -178,7 +181,7 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if err := checkMaxPayload(nc.MaxPayload(), log); err != nil {
+	if err := checkMaxPayload(nc.MaxPayload()); err != nil {
 		return nil, err
 	}
 	where := ""
@@ -207,7 +210,12 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 	if err = topo.EnsureKV(pctx, js); err != nil {
 		return nil, err
 	}
-	d := &Deps{NC: nc, JS: js, Redis: rdb, Store: traj.New(rdb, nil), Pub: bus.NewPublisher(js),
+	bodies, err := topo.ResultBodies(pctx, js)
+	if err != nil {
+		return nil, err
+	}
+	pub := bus.NewPublisher(js)
+	d := &Deps{NC: nc, JS: js, Redis: rdb, Store: traj.New(rdb, nil), Pub: pub, Results: traj.NewResults(pub, bodies),
 		Topo: topo, Common: c, Log: log, Now: time.Now, Metrics: metrics.NewRegistry()}
 	metrics.CounterFunc(d.Metrics, "actloop_dlq_total", nil, func() float64 { return float64(d.Pub.DeadLettered()) })
 	return d, nil
@@ -215,25 +223,17 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 
 // MinMaxPayload is the least max_payload of a NATS server actloop works
 // with: a sample of schema.MaxSampleBytes, base64 in a dead letter, with
-// room to spare. RecommendedMaxPayload is what results of long
-// trajectories (tens of thousands of tokens, a diff) need; under it they
-// end as fallbacks ("result too large").
-const (
-	MinMaxPayload         = schema.MaxSampleBytes*4/3 + 64<<10
-	RecommendedMaxPayload = 8 << 20
-)
+// room to spare. Nothing else needs more: results are published as small
+// heads with their bodies in the object store (in chunks of 128 KiB), and
+// nats-server's default (1 MiB) is enough.
+const MinMaxPayload = schema.MaxSampleBytes*4/3 + 64<<10
 
 // checkMaxPayload refuses a NATS server whose max_payload cannot carry a
-// sample, and warns when it is below what long trajectories' results need.
-func checkMaxPayload(max int64, log *slog.Logger) error {
+// sample.
+func checkMaxPayload(max int64) error {
 	if max < MinMaxPayload {
 		return fmt.Errorf("the NATS server's max_payload is %d bytes, under the %d a sample needs: raise max_payload "+
-			"in the server's configuration (8MB recommended)", max, MinMaxPayload)
-	}
-	if max < RecommendedMaxPayload {
-		log.Warn("the NATS server's max_payload is small for long trajectories: a result larger than it ends as a fallback "+
-			"(result too large); set max_payload: 8MB in the server's configuration", "max_payload", max,
-			"recommended", RecommendedMaxPayload)
+			"in the server's configuration (its default, 1MB, is enough)", max, MinMaxPayload)
 	}
 	return nil
 }

@@ -59,33 +59,13 @@ func StartRedis(t testing.TB, kind string) (*redis.Client, *localredis.Server) {
 }
 
 // StartNATS starts an embedded NATS server with JetStream for a test and
-// shuts it down at the end.
+// shuts it down at the end. Its limits are nats-server's defaults
+// (max_payload 1 MiB), as a user's deployment has them.
 func StartNATS(t testing.TB) *server.Server {
 	t.Helper()
 	s, err := localnats.Start(t.TempDir(), -1, localnats.Sync{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
-}
-
-// StartDefaultNATS runs a nats-server with JetStream and the limits it
-// ships with (max_payload 1 MiB), as a user's default deployment has it;
-// StartNATS raises max_payload as actloop dev does.
-func StartDefaultNATS(t testing.TB) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
 	}
 	t.Cleanup(func() {
 		s.Shutdown()

@@ -3,6 +3,7 @@ package traj_test
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -42,8 +43,9 @@ func BenchmarkCommit(b *testing.B) {
 }
 
 // BenchmarkStateBytesPerToken measures what one long trajectory costs: the
-// bytes its Redis keys hold per token (MEMORY USAGE on redis-server) and the
-// bytes of its result message on NATS per token, for a 100k-token
+// bytes its Redis keys hold per token (MEMORY USAGE on redis-server), and
+// per token the bytes of its result's body (what goes over NATS, into the
+// object store) beside what the whole result takes as JSON, for a 100k-token
 // trajectory of 50 turns (5% generated). It reports; it asserts nothing.
 func BenchmarkStateBytesPerToken(b *testing.B) {
 	if !slices.Contains(testkit.RedisKinds(b), localredis.KindReal) {
@@ -55,8 +57,9 @@ func BenchmarkStateBytesPerToken(b *testing.B) {
 	const n, turns = 100_000, 50
 	tr := &traj.Trajectory{ID: "long", Status: traj.StatusTerminated, Seq: 2 * turns, Sample: sample("long"), Reason: "submitted",
 		Tokens: make([]int32, n), Logprobs: make([]float32, n), Mask: make([]int8, n), Versions: make([]int32, n)}
+	rng := rand.New(rand.NewPCG(1, 2)) // token ids as a vocabulary of 151k spreads them
 	for i := range n {
-		tr.Tokens[i], tr.Versions[i] = int32(100+i%150_000), -1
+		tr.Tokens[i], tr.Versions[i] = int32(rng.IntN(151_000)), -1
 		if i%20 == 0 { // generated
 			tr.Logprobs[i], tr.Mask[i], tr.Versions[i] = -0.37, 1, 3
 		}
@@ -77,10 +80,16 @@ func BenchmarkStateBytesPerToken(b *testing.B) {
 		}
 		redisBytes += v
 	}
-	msg, err := json.Marshal(traj.Result(tr, schema.DefaultControl()))
+	r := traj.Result(tr, schema.DefaultControl())
+	body, err := schema.EncodeBody(&r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	asJSON, err := json.Marshal(r)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(redisBytes)/n, "redis-B/token")
-	b.ReportMetric(float64(len(msg))/n, "result-B/token")
+	b.ReportMetric(float64(len(body))/n, "body-B/token")
+	b.ReportMetric(float64(len(asJSON))/n, "json-B/token")
 }

@@ -1,8 +1,11 @@
 package traj_test
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,17 +16,118 @@ import (
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// On a nats-server with its default 1 MiB max_payload, a 100k-token
-// trajectory's result cannot be published whole: it is answered with a
-// fallback that says so (and its group fields), never with nothing; a
-// small one goes out whole.
-func TestPublishResultTooLarge(t *testing.T) {
+// On a nats-server with its default 1 MiB max_payload, the result of a
+// 128k-token trajectory with a 3 MB diff is delivered whole: a head of a
+// few hundred bytes on actloop.results, its body in the object store, read
+// back identical. Publishing it again stores no second body and no second
+// head. A body that does not match its head, or is gone, is an error that
+// says so, never a wrong result.
+func TestPublishResultAnySize(t *testing.T) {
 	rdb, _ := testkit.StartRedis(t, testkit.PreferredRedis(t))
 	st := traj.New(rdb, nil)
-	nc, err := nats.Connect(testkit.StartDefaultNATS(t).ClientURL())
+	nc, err := nats.Connect(testkit.StartNATS(t).ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if nc.MaxPayload() != 1<<20 {
+		t.Fatalf("max_payload %d: the test wants nats-server's default", nc.MaxPayload())
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	topo := bus.Topology{Replicas: 1, AckWait: time.Second, MaxDeliver: 1, ResultsAge: time.Hour, DLQAge: time.Hour, Memory: true}
+	if err := topo.EnsureStreams(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	bodies, err := topo.ResultBodies(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := traj.NewResults(bus.NewPublisher(js), bodies)
+
+	const n = 128 << 10
+	s := sample("big")
+	s.GroupID, s.GroupIndex, s.GroupSize = "g", 1, 2
+	tr := &traj.Trajectory{ID: "big", Status: traj.StatusTerminated, Seq: 9, Reason: "submitted", Reward: 1, Sample: s,
+		Tokens: make([]int32, n), Logprobs: make([]float32, n), Mask: make([]int8, n), Versions: make([]int32, n),
+		Messages: []schema.Message{{Role: "user", Content: strings.Repeat("fix the bug ", 1000)}},
+		Diff:     strings.Repeat("+ a changed line of some file\n", 100_000), PromptLen: 1000}
+	for i := range n {
+		tr.Tokens[i], tr.Logprobs[i], tr.Versions[i] = 151000+int32(i%600), -float32(i%97)/13, -1
+		if i >= 1000 && i%5 != 0 {
+			tr.Mask[i], tr.Versions[i] = 1, int32(i/20000)
+		}
+	}
+	if err := st.Put(ctx, tr); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := traj.PublishResult(ctx, st, w, tr, time.Hour, schema.DefaultControl()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream, err := js.Stream(ctx, schema.StreamResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("%d heads in the results stream, want 1", info.State.Msgs)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, schema.SubjectResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Data) > 2<<10 {
+		t.Fatalf("head of %d bytes: %s", len(m.Data), m.Data)
+	}
+	objects, err := bodies.List(ctx)
+	if err != nil || len(objects) != 1 {
+		t.Fatalf("%d bodies stored (%v), want 1", len(objects), err)
+	}
+	got, err := client.NewBodies(js).Decode(ctx, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := traj.Result(tr, schema.DefaultControl())
+	want.Body = got.Body
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("result read back differs: %d tokens, head %+v", len(got.Tokens), got.ResultHead)
+	}
+	if got.NumTokens != n || got.GroupID != "g" || got.Body.Size >= int64(len(tr.Diff)) {
+		t.Fatalf("head %+v", got.ResultHead)
+	}
+
+	// Another body under the head's name: refused by digest.
+	name := got.Body.Name
+	if _, err := bodies.PutBytes(ctx, name, []byte("not the body")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.NewBodies(js).Decode(ctx, m.Data); !errors.Is(err, schema.ErrBodyMismatch) {
+		t.Fatalf("replaced body: %v, want ErrBodyMismatch", err)
+	}
+	if err := bodies.Delete(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.NewBodies(js).Decode(ctx, m.Data); !errors.Is(err, client.ErrBodyGone) {
+		t.Fatalf("deleted body: %v, want ErrBodyGone", err)
+	}
+}
+
+// A head's reason is cut to a few KiB, so a failure quoting a large input
+// still makes a small head.
+func TestPublishResultLongReason(t *testing.T) {
+	nc, err := nats.Connect(testkit.StartNATS(t).ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,47 +141,27 @@ func TestPublishResultTooLarge(t *testing.T) {
 	if err := topo.EnsureStreams(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	pub := bus.NewPublisher(js)
-	put := func(id string, n int) *traj.Trajectory {
-		s := sample(id)
-		s.GroupID, s.GroupIndex, s.GroupSize = "g", 1, 2
-		tr := &traj.Trajectory{ID: id, Status: traj.StatusTerminated, Seq: 9, Reason: "submitted", Reward: 1, Sample: s,
-			Tokens: make([]int32, n), Logprobs: make([]float32, n), Mask: make([]int8, n), Versions: make([]int32, n),
-			Messages: []schema.Message{}}
-		for i := range n {
-			tr.Tokens[i], tr.Logprobs[i], tr.Mask[i] = 151000+int32(i%600), -0.123456, 1
-		}
-		if err := st.Put(ctx, tr); err != nil {
-			t.Fatal(err)
-		}
-		return tr
-	}
-	for _, tr := range []*traj.Trajectory{put("big", 100_000), put("small", 1_000)} {
-		if err := traj.PublishResult(ctx, st, pub, tr, time.Hour, schema.DefaultControl()); err != nil {
-			t.Fatalf("%s: %v", tr.ID, err)
-		}
-	}
-	c, err := js.OrderedConsumer(ctx, schema.StreamResults, jetstream.OrderedConsumerConfig{})
+	bodies, err := topo.ResultBodies(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]schema.Result{}
-	for range 2 {
-		m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r schema.Result
-		if err := json.Unmarshal(m.Data(), &r); err != nil {
-			t.Fatal(err)
-		}
-		got[r.TrajID] = r
+	r := traj.FallbackResult(schema.ResultHead{TrajID: "x", Reason: "step 3 failed: " + strings.Repeat("é", 1<<20)})
+	if err := traj.NewResults(bus.NewPublisher(js), bodies).Publish(ctx, r, "x:0:result"); err != nil {
+		t.Fatal(err)
 	}
-	if r := got["big"]; r.Status != schema.StatusFallback || !strings.HasPrefix(r.Reason, traj.ReasonTooLarge+":") ||
-		r.GroupID != "g" || r.GroupIndex != 1 || r.GroupSize != 2 || len(r.Tokens) != 0 || r.Reward != 0 {
-		t.Fatalf("big: %s %q group %s/%d/%d, %d tokens", r.Status, r.Reason, r.GroupID, r.GroupIndex, r.GroupSize, len(r.Tokens))
+	stream, err := js.Stream(ctx, schema.StreamResults)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if r := got["small"]; r.Status != schema.StatusCompleted || len(r.Tokens) != 1_000 || r.Reward != 1 {
-		t.Fatalf("small: %s %q, %d tokens", r.Status, r.Reason, len(r.Tokens))
+	m, err := stream.GetLastMsgForSubject(ctx, schema.SubjectResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := schema.Decode[schema.ResultHead](m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Data) > 8<<10 || !strings.HasPrefix(h.Reason, "step 3 failed: é") || !bytes.HasSuffix([]byte(h.Reason), []byte("…")) {
+		t.Fatalf("head of %d bytes, reason %q…", len(m.Data), fmt.Sprint(h.Reason[:40]))
 	}
 }

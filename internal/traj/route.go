@@ -2,7 +2,6 @@ package traj
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -80,10 +79,8 @@ func ResultMsgID(t *Trajectory) string { return schema.MsgID(t.ID, t.Seq, "resul
 
 // PublishResult publishes the result of a terminal trajectory (loading
 // whatever t lacks) and lets its state expire after ttl. Publishing again
-// is safe: the result's Nats-Msg-Id keeps a second copy out of the stream
-// within the duplicate window, and trainers dedupe results by traj_id
-// beyond it. ctl decides which tokens are stale.
-func PublishResult(ctx context.Context, st *Store, pub *bus.Publisher, t *Trajectory, ttl time.Duration, ctl schema.Control) error {
+// is safe (see Results.Publish). ctl decides which tokens are stale.
+func PublishResult(ctx context.Context, st *Store, w *Results, t *Trajectory, ttl time.Duration, ctl schema.Control) error {
 	if !t.Status.Terminal() {
 		return fmt.Errorf("result of %s: not terminal (%s)", t.ID, t.Status)
 	}
@@ -93,18 +90,7 @@ func PublishResult(ctx context.Context, st *Store, pub *bus.Publisher, t *Trajec
 			return err
 		}
 	}
-	b, err := json.Marshal(Result(t, ctl))
-	if err != nil {
-		return fmt.Errorf("result of %s: %w", t.ID, err)
-	}
-	if limit := pub.MaxPayload() - resultHeaderRoom; int64(len(b)) > limit {
-		// It cannot be published whole: the trajectory ends in a fallback
-		// that says why, rather than in no result at all.
-		if b, err = json.Marshal(TooLarge(t, len(b), limit)); err != nil {
-			return fmt.Errorf("result of %s: %w", t.ID, err)
-		}
-	}
-	if err := pub.PublishRaw(telemetry.TrajContext(ctx, t.Trace), schema.SubjectResults, ResultMsgID(t), b); err != nil {
+	if err := w.Publish(telemetry.TrajContext(ctx, t.Trace), Result(t, ctl), ResultMsgID(t)); err != nil {
 		return err
 	}
 	return st.Expire(ctx, t.ID, ttl)
@@ -121,23 +107,6 @@ func FallbackResult(head schema.ResultHead) schema.Result {
 		Messages: []schema.Message{}}
 }
 
-// resultHeaderRoom is what a result leaves under the server's max_payload
-// for the NATS headers of its publish (message id, trace context).
-const resultHeaderRoom = 1 << 10
-
-// ReasonTooLarge starts the reason of a fallback for a result too large to
-// publish.
-const ReasonTooLarge = "result too large"
-
-// TooLarge is the fallback result of a trajectory whose result (size bytes)
-// does not fit the server's max_payload (limit bytes for the result).
-func TooLarge(t *Trajectory, size int, limit int64) schema.Result {
-	return Result(&Trajectory{ID: t.ID, Status: StatusAborted, Sample: t.Sample, Calls: t.Calls, Commands: t.Commands,
-		GenTokens: t.GenTokens, PromptLen: t.PromptLen, Restarts: t.Restarts, AdmittedAt: t.AdmittedAt, FinishedAt: t.FinishedAt,
-		Reason: fmt.Sprintf("%s: %d bytes (%d tokens), over the %d the NATS server's max_payload leaves; raise max_payload",
-			ReasonTooLarge, size, len(t.Tokens), limit)}, schema.Control{})
-}
-
 // Result builds the result of a terminal trajectory loaded WithAll. A
 // fallback carries no trainable tokens. A generated token more than
 // ctl.MaxStaleness versions older than ctl.WeightVersion is stale: the
@@ -150,8 +119,8 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 		ResultHead: schema.ResultHead{V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID,
 			GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family, Reason: t.Reason, Reward: t.Reward,
 			Turns: t.Calls, Commands: t.Commands, GenTokens: t.GenTokens, AdmittedAt: t.AdmittedAt.UTC(),
-			FinishedAt: t.FinishedAt.UTC(), MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts},
-		Diff: t.Diff, Tests: t.Tests, PromptLen: t.PromptLen, Metadata: s.Metadata,
+			FinishedAt: t.FinishedAt.UTC(), MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts, PromptLen: t.PromptLen},
+		Diff: t.Diff, Tests: t.Tests, Metadata: s.Metadata,
 		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: t.Messages,
 	}
 	if r.Messages == nil {
@@ -163,6 +132,7 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 	}
 	r.Status = schema.StatusCompleted
 	r.Tokens, r.Logprobs, r.LossMask, r.Versions = t.Tokens, t.Logprobs, t.Mask, t.Versions
+	r.NumTokens = len(t.Tokens)
 	lo, hi := int32(math.MaxInt32), int32(-1)
 	staleBefore := ctl.StaleBefore()
 	for i, m := range t.Mask {

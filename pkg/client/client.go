@@ -15,8 +15,9 @@ import (
 // Client is a trainer's connection to actloop over NATS. It is safe for
 // concurrent use.
 type Client struct {
-	js  jetstream.JetStream
-	ctl control.Client
+	js     jetstream.JetStream
+	ctl    control.Client
+	bodies *Bodies
 
 	mu   sync.Mutex
 	seen map[string]*dedupe // by consumer name and subject: what was acknowledged
@@ -29,7 +30,7 @@ func New(nc *nats.Conn) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &Client{js: js, ctl: control.Client{NC: nc}, seen: map[string]*dedupe{}}, nil
+	return &Client{js: js, ctl: control.Client{NC: nc}, bodies: NewBodies(js), seen: map[string]*dedupe{}}, nil
 }
 
 // Pause pauses generation for a weight update and returns once every live

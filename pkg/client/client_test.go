@@ -15,8 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/control"
 	"github.com/actloop/actloop/pkg/schema"
@@ -27,13 +29,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // wait bounds every poll: generous, for loaded machines.
 const wait = time.Minute
 
-// env is an in-process NATS server with actloop's streams, a connection
-// for the test and a Client over another.
+// env is an in-process NATS server (its default max_payload, 1 MiB) with
+// actloop's streams, a connection for the test and a Client over another.
 type env struct {
-	ctx context.Context
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	c   *client.Client
+	ctx     context.Context
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	c       *client.Client
+	results *traj.Results // publishes results as the services do
 }
 
 func newEnv(t *testing.T) *env {
@@ -58,6 +61,11 @@ func newEnv(t *testing.T) *env {
 	if err := common.Topology().EnsureStreams(ctx, e.js); err != nil {
 		t.Fatal(err)
 	}
+	bodies, err := common.Topology().ResultBodies(ctx, e.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.results = traj.NewResults(bus.NewPublisher(e.js), bodies)
 	if e.c, err = client.New(connect()); err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +178,18 @@ func TestSubmitError(t *testing.T) {
 func result(id string) schema.Result {
 	return schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id, SampleID: id, GroupID: "g", GroupSize: 2,
 		Status: schema.StatusCompleted}, Tokens: []int32{1, 2}, Logprobs: []float32{0, -0.5}, LossMask: []int8{0, 1},
-		Versions: []int32{-1, 0}}
+		Versions: []int32{-1, 0}, Messages: []schema.Message{}}
 }
 
 // publish stores v on subject as a service would.
 func (e *env) publish(t *testing.T, subject, msgID string, v any) {
 	t.Helper()
+	if r, ok := v.(schema.Result); ok && subject == schema.SubjectResults {
+		if err := e.results.Publish(e.ctx, r, msgID); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +234,7 @@ func TestResultsAtLeastOnce(t *testing.T) {
 	}
 	var first []string
 	fetchAll(t, e.ctx, res, 2, func(d *client.Delivery) {
-		r, err := d.Result()
+		r, err := d.Result(e.ctx)
 		if err != nil {
 			t.Fatalf("result %s: %v", d.Data(), err)
 		}
@@ -245,7 +259,7 @@ func TestResultsAtLeastOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	fetchAll(t, e.ctx, res, 1, func(d *client.Delivery) {
-		if r, _ := d.Result(); r.TrajID != "b" {
+		if r, _ := d.Result(e.ctx); r.TrajID != "b" {
 			t.Errorf("redelivered %s, want b", r.TrajID)
 		}
 		if err := d.Ack(e.ctx); err != nil {
@@ -294,7 +308,7 @@ func TestFetchStoppedEarlyNaksTheRest(t *testing.T) {
 	})
 	var rest []string
 	fetchAll(t, e.ctx, res, 2, func(d *client.Delivery) {
-		r, _ := d.Result()
+		r, _ := d.Result(e.ctx)
 		rest = append(rest, r.TrajID)
 		_ = d.Ack(e.ctx)
 	})
@@ -478,7 +492,7 @@ func TestLateDuplicatesNeverReachTheTrainer(t *testing.T) {
 		keyOf   func(*client.Delivery) string
 		deliver int
 	}{
-		{"results", e.c.Results, "a,b", func(d *client.Delivery) string { r, _ := d.Result(); return r.TrajID }, 2},
+		{"results", e.c.Results, "a,b", func(d *client.Delivery) string { r, _ := d.Result(e.ctx); return r.TrajID }, 2},
 		{"groups", e.c.Groups, "g", func(d *client.Delivery) string { g, _ := d.Group(); return g.GroupID }, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

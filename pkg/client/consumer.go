@@ -19,9 +19,10 @@ const AckWait = time.Minute
 // Consumer is a durable consumer on the results stream: one name, one
 // position, kept by the server across connections.
 type Consumer struct {
-	c    jetstream.Consumer
-	name string
-	seen *dedupe
+	c      jetstream.Consumer
+	name   string
+	seen   *dedupe
+	bodies *Bodies
 }
 
 // Results creates, or takes up again, the durable consumer name of
@@ -52,7 +53,7 @@ func (c *Client) consumer(ctx context.Context, name, subject string, key func([]
 		seen = newDedupe(key)
 		c.seen[name+"\x00"+subject] = seen
 	}
-	return &Consumer{c: cons, name: name, seen: seen}, nil
+	return &Consumer{c: cons, name: name, seen: seen, bodies: c.bodies}, nil
 }
 
 // Fetch pulls up to batch deliveries, yielding each as it arrives, until
@@ -91,7 +92,7 @@ func (c *Consumer) Fetch(ctx context.Context, batch int, wait time.Duration) ite
 				_ = m.NakWithDelay(AckWait / 4)
 				continue
 			}
-			if !yield(&Delivery{m: m, seen: c.seen, key: key}, nil) {
+			if !yield(&Delivery{m: m, seen: c.seen, key: key, bodies: c.bodies}, nil) {
 				for m := range msgs {
 					_ = m.Nak()
 				}
@@ -125,19 +126,32 @@ func (c *Consumer) Backlog(ctx context.Context) (Backlog, error) {
 // Delivery is one message from a Consumer. Acknowledge it (Ack), hand it
 // back (Nak), or take longer (InProgress) within AckWait.
 type Delivery struct {
-	m    jetstream.Msg
-	seen *dedupe
-	key  string
+	m      jetstream.Msg
+	seen   *dedupe
+	key    string
+	bodies *Bodies
 }
 
 // Subject is the subject it was published on.
 func (d *Delivery) Subject() string { return d.m.Subject() }
 
-// Data is the message as published: one JSON object.
+// Data is the message as published: one JSON object (for a result, its
+// head).
 func (d *Delivery) Data() []byte { return d.m.Data() }
 
-// Result decodes and validates the message as a result.
-func (d *Delivery) Result() (schema.Result, error) { return schema.Decode[schema.Result](d.m.Data()) }
+// Head decodes and validates the message as a result's head: everything
+// but the token arrays, messages, diff, tests and metadata.
+func (d *Delivery) Head() (schema.ResultHead, error) {
+	return schema.Decode[schema.ResultHead](d.m.Data())
+}
+
+// Result decodes the message as a result's head and fetches and verifies
+// its body (see Bodies.Result). A body that is gone (ErrBodyGone) or does
+// not match (schema.ErrBodyMismatch) will not come back: Term such a
+// delivery.
+func (d *Delivery) Result(ctx context.Context) (schema.Result, error) {
+	return d.bodies.Decode(ctx, d.m.Data())
+}
 
 // Group decodes and validates the message as a completed group.
 func (d *Delivery) Group() (schema.GroupDone, error) {

@@ -53,7 +53,9 @@
 // # Sizes
 //
 // A sample is at most schema.MaxSampleBytes (512 KiB) as JSON. A result
-// carries its whole trajectory (tokens, log-probs, messages): the NATS
-// server's max_payload bounds it and must be raised past its 1 MiB default
-// for long trajectories.
+// of any length travels as a small head on actloop.results and a body in
+// the object store (schema.BodyRef): Delivery.Head reads the head alone,
+// Delivery.Result fetches and checks the body too, and Bodies does the same
+// for readers of the stream of their own. nats-server's default
+// max_payload (1 MiB) is enough.
 package client

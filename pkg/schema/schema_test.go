@@ -127,7 +127,7 @@ func isField(err error, field string) bool {
 }
 
 func TestResultRoundTrip(t *testing.T) {
-	r := Result{ResultHead: ResultHead{V: Version, TrajID: "t", Status: StatusCompleted, Reward: 1},
+	r := Result{ResultHead: ResultHead{V: Version, TrajID: "t", Status: StatusCompleted, Reward: 1, NumTokens: 2},
 		Tokens: []int32{1, 2}, Logprobs: []float32{0, -0.5}, LossMask: []int8{0, 1}, Versions: []int32{-1, 3}}
 	b, err := json.Marshal(r)
 	if err != nil {

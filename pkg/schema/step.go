@@ -90,14 +90,8 @@ type Result struct {
 	Logprobs []float32 `json:"logprobs"`
 	LossMask []int8    `json:"loss_mask"`
 	Versions []int32   `json:"versions"`
-	// StaleTokens counts the generated tokens more than max_staleness
-	// weight versions behind (see Stale; under stale_policy mask their
-	// loss mask is 0).
-	StaleTokens int `json:"stale_tokens,omitempty"`
-	// PromptLen is the number of tokens before the first generated one.
-	PromptLen int       `json:"prompt_len"`
-	Messages  []Message `json:"messages"`
-	Diff      string    `json:"diff,omitempty"`
+	Messages []Message `json:"messages"`
+	Diff     string    `json:"diff,omitempty"`
 	// Tests holds each test the sample lists (env.tests) with its outcome in
 	// the eval: PASSED, FAILED, ERROR, SKIPPED or MISSING (not in the eval's
 	// output). Absent for samples scored by exit code.
@@ -105,10 +99,10 @@ type Result struct {
 	Metadata json.RawMessage   `json:"metadata,omitempty"`
 }
 
-// ResultHead is a Result without its token arrays, messages, diff and
-// metadata: what the coordinator, the history predictor and a progress
-// display act on. Decoding a head skips the arrays instead of building
-// them, which is most of a result's decoding cost.
+// ResultHead is a Result without its token arrays, messages, diff, tests
+// and metadata: the message published on actloop.results, and what the
+// coordinator, the history predictor and a progress display act on. Body
+// names the object that holds the rest (see BodyRef).
 type ResultHead struct {
 	V          int    `json:"v"`
 	TrajID     string `json:"traj_id"`
@@ -128,13 +122,23 @@ type ResultHead struct {
 	// versions behind the version current when the result was made.
 	// Restarts counts how often the trajectory started again because it
 	// went stale (stale_policy restart).
-	Stale      bool      `json:"stale,omitempty"`
-	Restarts   int       `json:"restarts,omitempty"`
-	Turns      int       `json:"turns"`
-	Commands   int       `json:"commands"`
-	GenTokens  int       `json:"gen_tokens"`
-	AdmittedAt time.Time `json:"admitted_at"`
-	FinishedAt time.Time `json:"finished_at"`
+	Stale     bool `json:"stale,omitempty"`
+	Restarts  int  `json:"restarts,omitempty"`
+	Turns     int  `json:"turns"`
+	Commands  int  `json:"commands"`
+	GenTokens int  `json:"gen_tokens"`
+	// NumTokens is the length of the token arrays; PromptLen the number of
+	// tokens before the first generated one.
+	NumTokens int `json:"num_tokens"`
+	PromptLen int `json:"prompt_len"`
+	// StaleTokens counts the generated tokens more than max_staleness
+	// weight versions behind (see Stale; under stale_policy mask their
+	// loss mask is 0).
+	StaleTokens int       `json:"stale_tokens,omitempty"`
+	AdmittedAt  time.Time `json:"admitted_at"`
+	FinishedAt  time.Time `json:"finished_at"`
+	// Body names the stored body. Every head on actloop.results has one.
+	Body *BodyRef `json:"body,omitempty"`
 }
 
 // Solved reports whether the eval passed.
@@ -408,13 +412,21 @@ func (r *Result) Validate() error {
 		p.add("tokens", "tokens, logprobs, loss_mask and versions differ in length (%d, %d, %d, %d)",
 			n, len(r.Logprobs), len(r.LossMask), len(r.Versions))
 	}
+	if n != r.NumTokens {
+		p.add("num_tokens", "is %d, the body holds %d tokens", r.NumTokens, n)
+	}
 	return p.err()
 }
 
-// Validate implements validator.
+// Validate implements validator: a head as published, with its body's
+// name.
 func (r *ResultHead) Validate() error {
 	var p problems
 	headFields(&p, r.TrajID, r.Status)
+	if r.NumTokens < 0 {
+		p.add("num_tokens", "must be >= 0, got %d", r.NumTokens)
+	}
+	r.Body.validate(&p)
 	return p.err()
 }
 

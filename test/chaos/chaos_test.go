@@ -37,6 +37,7 @@ import (
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -69,6 +70,7 @@ type rig struct {
 	coordURLs          map[string]string // coordinator name -> base URL
 	nc                 *nats.Conn
 	js                 jetstream.JetStream
+	bodies             *client.Bodies
 }
 
 func (r *rig) add(p *proc) *proc {
@@ -221,8 +223,8 @@ func (r *rig) readResults(ctx context.Context, after uint64, into map[string][]s
 		if m.Subject != schema.SubjectResults {
 			continue
 		}
-		var res schema.Result
-		if err := json.Unmarshal(m.Data, &res); err != nil {
+		res, err := r.bodies.Decode(ctx, m.Data)
+		if err != nil {
 			return seq, fmt.Errorf("result at %d: %w", seq, err)
 		}
 		into[res.TrajID] = append(into[res.TrajID], res)
@@ -298,6 +300,7 @@ func TestChaos(t *testing.T) {
 	if r.js, err = jetstream.New(nc); err != nil {
 		t.Fatal(err)
 	}
+	r.bodies = client.NewBodies(r.js)
 
 	start := time.Now()
 	ids := map[string]bool{}
