@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,25 +23,30 @@ import (
 
 // load rebuilds the in-memory view from Redis.
 func (c *Coordinator) load(ctx context.Context) error {
-	act, err := c.d.Store.Active(ctx)
+	act, err := c.store.Active(ctx)
 	if err != nil {
 		return err
 	}
 	for id, e := range act {
 		f := sched.Fact{TrajID: id, Replica: e.Replica, GroupID: e.GroupID, Family: e.Family}
-		if t, err := c.d.Store.Load(ctx, id, 0); err == nil {
+		if t, err := c.store.Load(ctx, id, 0); err == nil {
 			f = factOf(t)
 		}
 		c.active.add(id, &activeTraj{entry: e, fact: f})
 	}
-	counts, err := c.d.Store.Counts(ctx)
+	// From here on a coordinator of an earlier term (one that slept past
+	// its lease) can no longer move, end or change these.
+	if err := c.store.Stamp(ctx, slices.Collect(maps.Keys(act))); err != nil {
+		return err
+	}
+	counts, err := c.store.Counts(ctx)
 	if err != nil {
 		return err
 	}
 	for _, n := range counts {
 		c.active.countFinished(n)
 	}
-	waiting, err := c.d.Store.Waiting(ctx)
+	waiting, err := c.store.Waiting(ctx)
 	if err != nil {
 		return err
 	}
@@ -47,7 +54,7 @@ func (c *Coordinator) load(ctx context.Context) error {
 		var w waitingSample
 		if err := json.Unmarshal(b, &w); err != nil {
 			c.d.Log.Error("dropping unreadable waiting entry", "traj_id", id, "error", err)
-			_ = c.d.Store.RemoveWaiting(ctx, id)
+			_ = c.store.RemoveWaiting(ctx, id)
 			continue
 		}
 		c.waiting.add(id, &w)
@@ -79,7 +86,7 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.d.Store.AddWaiting(ctx, s.ID, b); err != nil {
+	if _, err := c.store.AddWaiting(ctx, s.ID, b); err != nil {
 		return err
 	}
 	predicted := c.siblingPrediction(s.GroupID)
@@ -113,7 +120,7 @@ func (c *Coordinator) predictWaiting(ctx context.Context, w *waitingSample) {
 	}
 	b, err := c.waiting.predicted(w, rep.RemainingTokens)
 	if err == nil {
-		err = c.d.Store.UpdateWaiting(ctx, s.ID, b)
+		err = c.store.UpdateWaiting(ctx, s.ID, b)
 	}
 	if err != nil {
 		c.d.Log.Warn("store prediction of waiting sample", "traj_id", s.ID, "error", err)
@@ -181,7 +188,7 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 	s := w.Sample
 	tctx, span := tracer().Start(context.WithoutCancel(ctx), "trajectory", trace.WithNewRoot(),
 		trace.WithAttributes(attribute.String("traj_id", s.ID), attribute.String("group_id", s.GroupID)))
-	err := c.d.Store.Create(ctx, traj.Admission{Sample: s, Replica: replica, Trace: telemetry.Traceparent(tctx)})
+	err := c.store.Create(ctx, traj.Admission{Sample: s, Replica: replica, Trace: telemetry.Traceparent(tctx)})
 	switch {
 	case errors.Is(err, traj.ErrExists):
 		span.End() // a retry, a restart, or a duplicate id: go on from the stored state
@@ -190,7 +197,7 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 		span.End()
 		return err
 	}
-	t, err := c.d.Store.Load(ctx, s.ID, 0)
+	t, err := c.store.Load(ctx, s.ID, 0)
 	if err != nil {
 		endSpan(span)
 		return err
@@ -201,7 +208,7 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 		return c.unwait(ctx, s.ID)
 	}
 	entry := traj.ActiveEntryOf(s, t.Replica)
-	if err := c.d.Store.AddActive(ctx, s.ID, entry); err != nil {
+	if err := c.store.AddActive(ctx, s.ID, entry); err != nil {
 		endSpan(span)
 		return err
 	}
@@ -221,7 +228,7 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 }
 
 func (c *Coordinator) unwait(ctx context.Context, id string) error {
-	if err := c.d.Store.RemoveWaiting(ctx, id); err != nil {
+	if err := c.store.RemoveWaiting(ctx, id); err != nil {
 		return err
 	}
 	c.waiting.remove(id)
@@ -253,7 +260,7 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 	if c.waiting.has(id.ID) || c.active.has(id.ID) {
 		return nil
 	}
-	switch _, err := c.d.Store.Load(ctx, id.ID, 0); {
+	switch _, err := c.store.Load(ctx, id.ID, 0); {
 	case err == nil:
 		return nil
 	case !errors.Is(err, traj.ErrNotFound):

@@ -73,15 +73,41 @@ func (c *Coordinator) initControl(ctx context.Context) error {
 	return c.putControl(ctx, st)
 }
 
-// putControl writes st; callers hold c.ctl.write (or are starting).
+// putControl writes st; callers hold c.ctl.write (or are starting). The
+// write is fenced: it replaces only the revision it read, and is refused
+// (ending the term) when that revision was written by a later term.
 func (c *Coordinator) putControl(ctx context.Context, st schema.Control) error {
-	st.V, st.At = schema.Version, c.d.Now().UTC()
+	st.V, st.At, st.Term = schema.Version, c.d.Now().UTC(), c.term
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	if _, err := c.ctl.kv.Put(ctx, bus.KeyControl, b); err != nil {
-		return fmt.Errorf("write control state: %w", err)
+	for {
+		var rev uint64
+		e, err := c.ctl.kv.Get(ctx, bus.KeyControl)
+		switch {
+		case err == nil:
+			rev = e.Revision()
+			if cur, derr := schema.Decode[schema.Control](e.Value()); derr == nil && c.term > 0 && cur.Term > c.term {
+				err := fmt.Errorf("write control state: %w (written by term %d, this is term %d)", ErrFenced, cur.Term, c.term)
+				c.fenced(err)
+				return err
+			}
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return fmt.Errorf("write control state: %w", err)
+		}
+		if rev == 0 {
+			_, err = c.ctl.kv.Create(ctx, bus.KeyControl, b)
+		} else {
+			_, err = c.ctl.kv.Update(ctx, bus.KeyControl, b, rev)
+		}
+		if err == nil {
+			break
+		}
+		if !isRefused(err) {
+			return fmt.Errorf("write control state: %w", err)
+		}
+		// Written in between (by another term): read it again.
 	}
 	c.ctl.mu.Lock()
 	c.ctl.state = st

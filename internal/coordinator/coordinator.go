@@ -17,6 +17,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/actloop/actloop/internal/predict"
 	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -45,12 +47,17 @@ func tracer() trace.Tracer { return otel.Tracer("github.com/actloop/actloop/inte
 // repair. The HTTP API and the metrics read the view that publishView
 // publishes, and take none of those locks.
 type Coordinator struct {
-	cfg     Config
-	d       *service.Deps
-	policy  sched.Policy
-	predict *predict.Client
-	kv      jetstream.KeyValue
-	ctl     *control
+	cfg Config
+	d   *service.Deps
+	// store is d.Store fenced by the term's lease revision (traj.Store.Fenced):
+	// a write refused because a later term leads ends this one (stepDown).
+	store    *traj.Store
+	term     uint64
+	stepDown atomic.Pointer[context.CancelCauseFunc]
+	policy   sched.Policy
+	predict  *predict.Client
+	kv       jetstream.KeyValue
+	ctl      *control
 
 	samples, results, events, predictions jetstream.Consumer
 
@@ -71,8 +78,21 @@ type Coordinator struct {
 }
 
 // New declares the coordinator's consumers and loads its view of the active
-// and waiting trajectories from Redis.
+// and waiting trajectories from Redis. Its writes are not fenced: for a
+// coordinator that runs alone (Elected runs one per term, fenced).
 func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error) {
+	return newTerm(ctx, cfg, d, 0)
+}
+
+// ErrFenced ends a term whose write was refused because a coordinator of a
+// later term leads (a deposed leader that slept past its lease).
+var ErrFenced = traj.ErrFenced
+
+// newTerm is New for the term whose leader lease has revision term: the
+// term stamps the trajectories it takes over, the trajectories it creates
+// and the control state with it, and any write refused for a later term
+// ends Run with ErrFenced.
+func newTerm(ctx context.Context, cfg Config, d *service.Deps, term uint64) (*Coordinator, error) {
 	policy, err := sched.New(cfg.Policy, sched.Config{AgeLimit: cfg.AgeLimit})
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_POLICY: %w", err)
@@ -80,7 +100,8 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	c := &Coordinator{cfg: cfg, d: d, policy: policy, wake: make(chan struct{}, 1),
 		members: newMembership(cfg.ReplicaTimeout, cfg.EnvWorkerTimeout, d.Now()),
 		active:  newActiveSet(), waiting: newWaitingSet(cfg.ActiveFloor()),
-		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
+		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}, term: term}
+	c.store = d.Store.Fenced(term, c.fenced)
 	if cfg.Policy == "fcfs" {
 		c.predict.Timeout = 0 // fcfs needs no predictions
 	}
@@ -120,9 +141,30 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Coordinator, error)
 	return c, nil
 }
 
-// Run consumes until ctx ends, then drains.
+// fenced ends the term: one of its writes was refused for a later term.
+func (c *Coordinator) fenced(err error) {
+	if stop := c.stepDown.Load(); stop != nil {
+		(*stop)(err)
+	}
+}
+
+// Run consumes until ctx ends, then drains. It returns an error wrapping
+// ErrFenced when a coordinator of a later term refused one of its writes.
 func (c *Coordinator) Run(ctx context.Context) error {
 	defer c.registerMetrics().Close()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	c.stepDown.Store(&stop)
+	if err := c.runTerm(ctx); err != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrFenced) {
+		return cause
+	}
+	return nil
+}
+
+func (c *Coordinator) runTerm(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	common := c.d.Common
 	runner := func(name string, src jetstream.Consumer, slots int, h bus.Handler) *bus.Runner {

@@ -41,7 +41,7 @@ func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) erro
 		return nil
 	}
 	ttl := max(c.d.Common.ResultTTL, groupMinTTL)
-	ids, err := c.d.Store.GroupResult(ctx, r.GroupID, r.GroupIndex, r.TrajID, r.GroupSize, ttl)
+	ids, err := c.store.GroupResult(ctx, r.GroupID, r.GroupIndex, r.TrajID, r.GroupSize, ttl)
 	if errors.Is(err, traj.ErrGroupConflict) {
 		c.d.Log.Warn("group member conflict", "traj_id", r.TrajID, "group_id", r.GroupID, "error", err)
 		return nil
@@ -54,5 +54,5 @@ func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) erro
 	if err := c.d.Pub.Publish(ctx, schema.SubjectGroups, "group:"+r.GroupID, done); err != nil {
 		return err
 	}
-	return c.d.Store.GroupPublished(ctx, r.GroupID, ttl)
+	return c.store.GroupPublished(ctx, r.GroupID, ttl)
 }

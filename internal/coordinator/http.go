@@ -115,7 +115,7 @@ func (c *Coordinator) readStores(ctx context.Context, st *Status) error {
 		return err
 	}
 	st.Queued += info.NumPending
-	if st.Finished, err = c.d.Store.Counts(ctx); err != nil {
+	if st.Finished, err = c.store.Counts(ctx); err != nil {
 		return err
 	}
 	for _, q := range c.queues(ctx) {

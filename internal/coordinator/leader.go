@@ -150,7 +150,7 @@ func (e *Elected) lead(ctx context.Context, kv jetstream.KeyValue, rev uint64) e
 
 	cfg := e.cfg
 	cfg.Addr = "" // the Elected serves the API
-	c, err := New(tctx, cfg, e.d)
+	c, err := newTerm(tctx, cfg, e.d, rev)
 	if err == nil {
 		e.cur.Store(&term{c: c, h: c.Handler()})
 		err = c.Run(tctx)
@@ -179,6 +179,9 @@ func (e *Elected) lead(ctx context.Context, kv jetstream.KeyValue, rev uint64) e
 		return nil
 	case errors.Is(cause, errLeaseLost):
 		e.d.Log.Warn("stepped down: the leader lease was lost", "error", cause)
+		return nil
+	case errors.Is(err, ErrFenced):
+		e.d.Log.Warn("stepped down: a coordinator of a later term leads", "error", err)
 		return nil
 	case err != nil:
 		return err

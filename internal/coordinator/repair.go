@@ -19,7 +19,7 @@ func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return bus.Malformed(fmt.Errorf("result: %w", err))
 	}
-	was, err := c.d.Store.RemoveActive(ctx, r.TrajID, r.Status)
+	was, err := c.store.RemoveActive(ctx, r.TrajID, r.Status)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func (c *Coordinator) handleEvent(ctx context.Context, m jetstream.Msg) error {
 
 // stepFailed acts on a worker's report that it gave up on step e.Seq.
 func (c *Coordinator) stepFailed(ctx context.Context, e schema.Event) error {
-	t, err := c.d.Store.Load(ctx, e.TrajID, 0)
+	t, err := c.store.Load(ctx, e.TrajID, 0)
 	if errors.Is(err, traj.ErrNotFound) {
 		return c.lost(ctx, e.TrajID)
 	}
@@ -92,7 +92,7 @@ func (c *Coordinator) finish(ctx context.Context, id string) error {
 // loadOrLost loads a trajectory whole; one whose state is gone is answered
 // as lost (nil and what that returned).
 func (c *Coordinator) loadOrLost(ctx context.Context, id string) (*traj.Trajectory, error) {
-	t, err := c.d.Store.Load(ctx, id, traj.WithAll)
+	t, err := c.store.Load(ctx, id, traj.WithAll)
 	if errors.Is(err, traj.ErrNotFound) {
 		return nil, c.lost(ctx, id)
 	}
@@ -113,7 +113,7 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 			return traj.PublishResult(ctx, c.d.Store, c.d.Results, t, c.d.Common.ResultTTL, c.controlState())
 		}
 		seq := t.Seq
-		err = c.d.Store.Commit(ctx, t, traj.Aborted{Reason: reason})
+		err = c.store.Commit(ctx, t, traj.Aborted{Reason: reason})
 		if errors.Is(err, traj.ErrStale) && attempt < 5 {
 			continue // it moved meanwhile; look again
 		}
@@ -144,7 +144,7 @@ func (c *Coordinator) republish(ctx context.Context, id string, updatedAt, now t
 	if !due {
 		return
 	}
-	t, err := c.d.Store.Load(ctx, id, 0)
+	t, err := c.store.Load(ctx, id, 0)
 	if err != nil {
 		c.d.Log.Warn("republish", "traj_id", id, "error", err)
 		return
@@ -191,7 +191,7 @@ func (c *Coordinator) sweep(ctx context.Context) error {
 	}
 	return every(ctx, max(every4/4, 250*time.Millisecond), func() {
 		ids := c.active.ids()
-		prog, err := c.d.Store.Progress(ctx, ids)
+		prog, err := c.store.Progress(ctx, ids)
 		if err != nil {
 			c.d.Log.Warn("stall sweep", "error", err)
 			return

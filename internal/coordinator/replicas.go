@@ -32,7 +32,7 @@ func (c *Coordinator) rebalance(ctx context.Context) {
 	for id, to := range moves {
 		// Only a move that reached Redis counts; a failed one is planned
 		// again next round.
-		if err := c.d.Store.SetReplica(ctx, id, to); err != nil {
+		if err := c.store.SetReplica(ctx, id, to); err != nil {
 			c.d.Log.Warn("move trajectory", "traj_id", id, "replica", to, "error", err)
 			continue
 		}
@@ -44,7 +44,7 @@ func (c *Coordinator) rebalance(ctx context.Context) {
 	// its copy on the dead replica will not run. (Steps published after the
 	// move go to the new replica: a commit returns the replica as of then.)
 	for _, id := range c.active.movedSince(now.Add(-10 * time.Second)) {
-		t, err := c.d.Store.Load(ctx, id, 0)
+		t, err := c.store.Load(ctx, id, 0)
 		if err != nil || t.Status != traj.StatusNeedsGeneration {
 			continue
 		}
@@ -71,7 +71,7 @@ func (c *Coordinator) moveFromDeadEnvWorkers(ctx context.Context) {
 		return
 	}
 	ids := c.active.ids()
-	prog, err := c.d.Store.Progress(ctx, ids)
+	prog, err := c.store.Progress(ctx, ids)
 	if err != nil {
 		c.d.Log.Warn("env-worker failover", "error", err)
 		return
@@ -97,14 +97,14 @@ func (c *Coordinator) moveFromDeadEnvWorkers(ctx context.Context) {
 			}
 		}
 		from := prog[id].Owner
-		moved, err := c.d.Store.SetOwner(ctx, id, from, to)
+		moved, err := c.store.SetOwner(ctx, id, from, to)
 		if err != nil || !moved {
 			continue
 		}
 		live[to]++
 		c.envMoved.Add(1)
 		c.d.Log.Warn("env-worker gone: moving its trajectory", "traj_id", id, "from", from, "to", to)
-		t, err := c.d.Store.Load(ctx, id, 0)
+		t, err := c.store.Load(ctx, id, 0)
 		if err != nil {
 			continue
 		}

@@ -151,8 +151,12 @@ func (s *Store) Waiting(ctx context.Context) (map[string][]byte, error) {
 // is not a step: it does not move seq, so a step in flight still commits; the
 // next gen step goes to the new replica. A missing trajectory is left alone.
 func (s *Store) SetReplica(ctx context.Context, id, replica string) error {
-	if err := setReplicaScript.Run(ctx, s.rdb, []string{keysOf(id).hash}, replica).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	n, err := setReplicaScript.Run(ctx, s.rdb, []string{keysOf(id).hash}, s.term, replica).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("set replica of %s: %w", id, err)
+	}
+	if n == -2 {
+		return s.fenced("set replica of " + id)
 	}
 	return nil
 }
@@ -161,21 +165,30 @@ func (s *Store) SetReplica(ctx context.Context, id, replica string) error {
 // from: a no-op when the trajectory is gone or has moved on to another.
 // It reports whether it moved it.
 func (s *Store) SetOwner(ctx context.Context, id, from, owner string) (bool, error) {
-	n, err := setOwnerScript.Run(ctx, s.rdb, []string{keysOf(id).hash}, from, owner).Int()
+	n, err := setOwnerScript.Run(ctx, s.rdb, []string{keysOf(id).hash}, s.term, from, owner).Int()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return false, fmt.Errorf("set owner of %s: %w", id, err)
+	}
+	if n == -2 {
+		return false, s.fenced("set owner of " + id)
 	}
 	return n == 1, nil
 }
 
 var setOwnerScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'owner', ARGV[2])
+` + fenceLua + `
+if fenced then return -2 end
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'owner', ARGV[3])
+` + stampLua + `
 return 1
 `)
 
 var setReplicaScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'replica', ARGV[1])
+` + fenceLua + `
+if fenced then return -2 end
+redis.call('HSET', KEYS[1], 'replica', ARGV[2])
+` + stampLua + `
 return 1
 `)

@@ -97,7 +97,86 @@ const (
 type Store struct {
 	rdb redis.UniversalClient
 	now func() time.Time
+	// term fences the writes of a coordinator's term (see Fenced); 0 for
+	// the workers' writes, which are not fenced.
+	term     uint64
+	onFenced func(error)
 }
+
+// ErrFenced: a write of a coordinator whose term is over: a coordinator of
+// a later term (a newer leader lease) has stamped the trajectory.
+var ErrFenced = errors.New("fenced: a coordinator of a later term leads")
+
+// fieldTerm holds the latest coordinator term that wrote the trajectory.
+// Like fieldLease it is not a field of Trajectory: it guards writes, it is
+// not state.
+const fieldTerm = "term"
+
+// Fenced returns a Store over the same Redis whose writes (Create, Commit,
+// SetReplica, SetOwner) carry term, the leader lease's revision of a
+// coordinator's term: each stamps the trajectory with it, and is refused
+// with ErrFenced when the trajectory carries a later one. onFenced, if not
+// nil, is told of every refusal (the coordinator steps down). Stamp marks
+// the trajectories a new term takes over.
+func (s *Store) Fenced(term uint64, onFenced func(error)) *Store {
+	f := *s
+	f.term, f.onFenced = term, onFenced
+	return &f
+}
+
+// fenced turns a refused write into ErrFenced and tells onFenced.
+func (s *Store) fenced(what string) error {
+	err := fmt.Errorf("%s: %w (this term: %d)", what, ErrFenced, s.term)
+	if s.onFenced != nil {
+		s.onFenced(err)
+	}
+	return err
+}
+
+// Stamp marks each of ids (those that exist) with this Store's term, so
+// that a coordinator of an earlier term can no longer write them. It
+// returns ErrFenced if one already carries a later term.
+func (s *Store) Stamp(ctx context.Context, ids []string) error {
+	if s.term == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = stampScript.Eval(ctx, pipe, []string{keysOf(id).hash}, s.term)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("stamp term %d: %w", s.term, err)
+	}
+	for i, c := range cmds {
+		if n, _ := c.Int(); n == -2 {
+			return s.fenced("stamp " + ids[i])
+		}
+	}
+	return nil
+}
+
+// fenceLua reads ARGV[1], a term, into term, and sets fenced when the
+// trajectory KEYS[1] carries a later one: the script must then refuse the
+// write (-2) before its first. A term of 0 (a worker's write) is never
+// fenced. Scripts that use it take the term as their first argument.
+const fenceLua = `
+local term = tonumber(ARGV[1])
+local fenced = term > 0 and tonumber(redis.call('HGET', KEYS[1], 'term') or '0') > term
+`
+
+// stampLua stores the term checked by fenceLua.
+const stampLua = `
+if term > 0 then redis.call('HSET', KEYS[1], 'term', term) end
+`
+
+var stampScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+` + fenceLua + `
+if fenced then return -2 end
+` + stampLua + `
+return 1
+`)
 
 // New returns a Store over rdb. now is the clock (time.Now when nil).
 func New(rdb redis.UniversalClient, now func() time.Time) *Store {
@@ -133,7 +212,7 @@ func (s *Store) Create(ctx context.Context, a Admission) error {
 	now := s.now()
 	t := &Trajectory{ID: a.Sample.ID, Status: StatusStarting, Sample: a.Sample, Replica: a.Replica, Trace: a.Trace,
 		AdmittedAt: now, UpdatedAt: now}
-	args := append([]any{fieldSeq, "0"}, encodeFields(&Trajectory{}, t, false)...)
+	args := append([]any{s.term, fieldSeq, "0"}, encodeFields(&Trajectory{}, t, false)...)
 	n, err := createScript.Run(ctx, s.rdb, keysOf(t.ID).all()[:1], args...).Int()
 	if err != nil {
 		return fmt.Errorf("create %s: %w", t.ID, err)
@@ -146,7 +225,9 @@ func (s *Store) Create(ctx context.Context, a Admission) error {
 
 var createScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
+local term = tonumber(ARGV[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+` + stampLua + `
 return 1
 `)
 
@@ -257,7 +338,7 @@ func (s *Store) Commit(ctx context.Context, t *Trajectory, tr Transition) error 
 	if a.reset {
 		reset = 1
 	}
-	args = append(args, t.Seq, now.UnixMilli(),
+	args = append(args, s.term, t.Seq, now.UnixMilli(),
 		packInt32(a.tokens), packFloat32(a.logprobs), packInt8(a.mask), packInt32(a.versions),
 		len(set)/2, reset)
 	args = append(args, set...)
@@ -279,6 +360,8 @@ func (s *Store) Commit(ctx context.Context, t *Trajectory, tr Transition) error 
 	case 1:
 	case 0:
 		return fmt.Errorf("commit %s seq %d (now %d): %w", t.ID, t.Seq, cur, ErrStale)
+	case -2:
+		return s.fenced(fmt.Sprintf("commit %s seq %d", t.ID, t.Seq))
 	default:
 		return fmt.Errorf("commit %s seq %d: %w", t.ID, t.Seq, ErrNotFound)
 	}
@@ -315,21 +398,24 @@ var commitScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], 'seq')
 if not cur then return {-1, 0, ''} end
 cur = tonumber(cur)
-if cur ~= tonumber(ARGV[1]) then return {0, cur, ''} end
-local nset = tonumber(ARGV[7])
-local h = {'seq', cur + 1, 'updated_at', ARGV[2]}
-for i = 9, 8 + 2 * nset do h[#h + 1] = ARGV[i] end
+` + fenceLua + `
+if fenced then return {-2, cur, ''} end
+if cur ~= tonumber(ARGV[2]) then return {0, cur, ''} end
+local nset = tonumber(ARGV[8])
+local h = {'seq', cur + 1, 'updated_at', ARGV[3]}
+for i = 10, 9 + 2 * nset do h[#h + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(h))
-if ARGV[8] == '1' then
+` + stampLua + `
+if ARGV[9] == '1' then
   redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 end
-if #ARGV[3] > 0 then
-  redis.call('APPEND', KEYS[3], ARGV[3])
-  redis.call('APPEND', KEYS[4], ARGV[4])
-  redis.call('APPEND', KEYS[5], ARGV[5])
-  redis.call('APPEND', KEYS[6], ARGV[6])
+if #ARGV[4] > 0 then
+  redis.call('APPEND', KEYS[3], ARGV[4])
+  redis.call('APPEND', KEYS[4], ARGV[5])
+  redis.call('APPEND', KEYS[5], ARGV[6])
+  redis.call('APPEND', KEYS[6], ARGV[7])
 end
-local first = 9 + 2 * nset
+local first = 10 + 2 * nset
 if #ARGV >= first then
   redis.call('RPUSH', KEYS[2], unpack(ARGV, first, #ARGV))
 end

@@ -240,3 +240,60 @@ func TestActiveIndexAndExpire(t *testing.T) {
 		}
 	})
 }
+
+// A coordinator's writes carry its term: a trajectory stamped by a later
+// term refuses them (ErrFenced, and the Store's onFenced hears of it),
+// changing nothing; the later term's writes and the workers' (term 0) go
+// through; a term's writes stamp what they touch.
+func TestFencedWrites(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, s *traj.Store) {
+		ctx := context.Background()
+		var refused []error
+		old := s.Fenced(5, func(err error) { refused = append(refused, err) })
+		next := s.Fenced(6, nil)
+		if err := old.Create(ctx, traj.Admission{Sample: sample("a"), Replica: "r0"}); err != nil {
+			t.Fatal(err)
+		}
+		create(t, old, "b")
+		// The old term still writes what it stamped.
+		if err := old.SetReplica(ctx, "a", "r1"); err != nil {
+			t.Fatal(err)
+		}
+		// The next term takes over a and b.
+		if err := next.Stamp(ctx, []string{"a", "b", "gone"}); err != nil {
+			t.Fatal(err)
+		}
+		a := load(t, s, "a", traj.WithAll)
+		b := load(t, s, "b", 0)
+		for what, err := range map[string]error{
+			"commit":      old.Commit(ctx, a, traj.Aborted{Reason: "stalled: old view"}),
+			"set replica": old.SetReplica(ctx, "a", "r2"),
+			"stamp":       old.Stamp(ctx, []string{"b"}),
+		} {
+			if !errors.Is(err, traj.ErrFenced) {
+				t.Fatalf("%s by the old term: %v, want ErrFenced", what, err)
+			}
+		}
+		if _, err := old.SetOwner(ctx, "b", "w0", "w9"); !errors.Is(err, traj.ErrFenced) {
+			t.Fatalf("set owner by the old term: %v, want ErrFenced", err)
+		}
+		if len(refused) != 4 {
+			t.Fatalf("onFenced heard %d refusals, want 4", len(refused))
+		}
+		if got := load(t, s, "a", 0); got.Seq != 0 || got.Status != traj.StatusStarting || got.Replica != "r1" {
+			t.Fatalf("a after refused writes: seq %d %s on %s", got.Seq, got.Status, got.Replica)
+		}
+		// A worker (term 0) and the new term write on.
+		a = load(t, s, "a", traj.WithAll)
+		if err := s.Commit(ctx, a, traj.Started{Owner: "w1", Messages: []schema.Message{{Role: "user", Content: "u"}},
+			Prompt: []int32{1}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := next.SetReplica(ctx, "a", "r2"); err != nil {
+			t.Fatal(err)
+		}
+		if err := next.Commit(ctx, b, traj.Aborted{Reason: "stalled"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

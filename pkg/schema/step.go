@@ -274,9 +274,12 @@ type Control struct {
 	// MaxStaleness (in weight versions; -1: no limit) and StalePolicy are
 	// the coordinator's settings, published here so every worker applies the
 	// same ones.
-	MaxStaleness int64     `json:"max_staleness"`
-	StalePolicy  string    `json:"stale_policy,omitempty"`
-	At           time.Time `json:"at"`
+	MaxStaleness int64  `json:"max_staleness"`
+	StalePolicy  string `json:"stale_policy,omitempty"`
+	// Term is the term (leader lease revision) of the coordinator that
+	// wrote it; a coordinator of an earlier term may no longer write it.
+	Term uint64    `json:"term,omitempty"`
+	At   time.Time `json:"at"`
 }
 
 // StaleBefore is the oldest weight version still fresh: a token of an
