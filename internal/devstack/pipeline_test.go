@@ -659,15 +659,43 @@ func TestCoordinatorStandbyTakesOver(t *testing.T) {
 // disk): the trajectory's sandbox is rebuilt by running its commands again,
 // so the fix made before the loss is in the diff and the eval passes
 // (without the replay the next command finds no sandbox and the trajectory
-// ends with a fallback).
+// ends with a fallback). The commands do the same again: the result counts
+// the replay and no divergence.
 func TestLostSandboxIsRebuiltByReplay(t *testing.T) {
+	s := demo.Samples(1, "", "replay")[0] // add.sh: read, fix and check, submit
+	r := loseSandboxAfter(t, s, "PASS add", 2)
+	if !r.Solved() || !strings.Contains(r.Diff, "+echo $(( $1 + $2 ))") || r.Replays != 1 || r.Diverged != 0 {
+		t.Fatalf("%s: %s %q reward %g, %d replays, %d diverged, diff %q", s.ID, r.Status, r.Reason, r.Reward,
+			r.Replays, r.Diverged, r.Diff)
+	}
+	checkConsistent(t, r)
+}
+
+// A replayed command whose outcome differs from its first run (here, a
+// random id) is counted in the result's diverged: the rest of the
+// trajectory ran in a sandbox other than the one the model saw.
+func TestReplayThatDivergesIsFlagged(t *testing.T) {
+	s := simSample("diverge", "```bash\ncat /proc/sys/kernel/random/uuid | tee id.txt\n```",
+		"```bash\necho the id is kept\n```", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
+	s.Env.Backend = schema.BackendLocal
+	r := loseSandboxAfter(t, s, "the id is kept", 2)
+	if r.Status != schema.StatusCompleted || r.Replays != 1 || r.Diverged != 1 {
+		t.Fatalf("%s: %s %q, %d replays, %d diverged", s.ID, r.Status, r.Reason, r.Replays, r.Diverged)
+	}
+}
+
+// loseSandboxAfter runs s (a local sandbox of the env's workspace) until its
+// commandsBefore-th command has run, holds the next generation until the
+// env-worker is gone with every sandbox (the gate opens on gateText in the
+// prompt), starts it again empty, and returns the result.
+func loseSandboxAfter(t *testing.T, s schema.Sample, gateText string, commandsBefore int) schema.Result {
 	e := newEnv(t, 1)
 	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
 		t.Fatal(err)
 	}
-	// The turn after the fix waits until the sandbox is gone.
+	// The turn after commandsBefore waits until the sandbox is gone.
 	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
-		return strings.Contains(decode(req.InputIDs), "PASS add")
+		return strings.Contains(decode(req.InputIDs), gateText)
 	})
 	var once sync.Once
 	open := func() { once.Do(func() { close(gate.release) }) }
@@ -681,11 +709,11 @@ func TestLostSandboxIsRebuiltByReplay(t *testing.T) {
 	if _, err := e.stack.StartEnvWorker(first, cfg); err != nil {
 		t.Fatal(err)
 	}
-	s := demo.Samples(1, e.ws, "replay")[0] // add.sh: read, fix and check, submit
+	s.Env.Workspace = e.ws
 	e.submit(s)
-	testkit.Eventually(t, wait, "the fix to have run", func() bool {
+	testkit.Eventually(t, wait, "the commands before the loss to have run", func() bool {
 		tr, err := e.st.Load(e.ctx, s.ID, 0)
-		return err == nil && tr.Commands == 2
+		return err == nil && tr.Commands == commandsBefore
 	})
 	stopFirst()
 	<-gate.entered
@@ -696,11 +724,7 @@ func TestLostSandboxIsRebuiltByReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	open()
-	r := e.results(1)[s.ID]
-	if !r.Solved() || !strings.Contains(r.Diff, "+echo $(( $1 + $2 ))") {
-		t.Fatalf("%s: %s %q reward %g, diff %q", s.ID, r.Status, r.Reason, r.Reward, r.Diff)
-	}
-	checkConsistent(t, r)
+	return e.results(1)[s.ID]
 }
 
 // The env-worker holding a trajectory's sandbox goes away for good: after

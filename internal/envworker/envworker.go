@@ -248,7 +248,7 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 	if err := w.owns(t); err != nil {
 		return nil, err
 	}
-	sb, err := w.sandbox(ctx, t)
+	sb, replay, err := w.sandbox(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -262,12 +262,9 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 		}
 		return nil, err
 	}
-	var handle string
-	if h := sb.Handle(); h != t.Handle {
-		handle = h // rebuilt by replay
-	}
+	ran := traj.Ran{Digest: traj.ExecDigest(res.Output, res.ReturnCode), Replay: replay}
 	if submitted, _ := agent.Submission(res.Output); submitted && !res.TimedOut {
-		return traj.Submitted{Handle: handle}, nil
+		return traj.Submitted{Ran: ran}, nil
 	}
 	var obs string
 	if res.TimedOut {
@@ -278,7 +275,7 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 	if err != nil {
 		return nil, bus.Fatal(fmt.Errorf("render observation: %w", err))
 	}
-	return traj.Observed{Handle: handle, Observation: traj.UserTurn{Content: obs,
+	return traj.Observed{Ran: ran, Observation: traj.UserTurn{Content: obs,
 		Tokens: slices.Concat(w.tmpl.Message(schema.RoleUser, obs), w.tmpl.GenerationPrompt())}}, nil
 }
 
@@ -290,7 +287,7 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Trans
 	}
 	reason := t.Reason
 	var diff string
-	sb, err := w.sandbox(ctx, t)
+	sb, replay, err := w.sandbox(ctx, t)
 	switch {
 	case err == nil:
 		if diff, err = sb.Diff(ctx); err != nil {
@@ -304,7 +301,8 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Trans
 	if len(diff) > w.cfg.MaxDiffBytes {
 		reason += fmt.Sprintf("; diff of %d bytes is over ACTLOOP_MAX_DIFF_BYTES (%d): not evaluated, kept cut",
 			len(diff), w.cfg.MaxDiffBytes)
-		return traj.Finished{Reason: reason, Diff: diff[:w.cfg.MaxDiffBytes], Tests: missingTests(t.Sample.Env.Tests)}, nil
+		return traj.Finished{Reason: reason, Diff: diff[:w.cfg.MaxDiffBytes], Tests: missingTests(t.Sample.Env.Tests),
+			Replay: replay}, nil
 	}
 	ev, err := w.evaluate(ctx, t, diff)
 	if err != nil {
@@ -313,7 +311,7 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Trans
 	if ev.note != "" {
 		reason += "; " + ev.note
 	}
-	return traj.Finished{Reason: reason, Diff: diff, Reward: ev.reward, Tests: ev.tests}, nil
+	return traj.Finished{Reason: reason, Diff: diff, Reward: ev.reward, Tests: ev.tests, Replay: replay}, nil
 }
 
 // evaluation is the verdict on a trajectory. note explains a 0 that is not
@@ -396,17 +394,17 @@ func (w *Worker) evaluate(ctx context.Context, t *traj.Trajectory, diff string) 
 
 // sandbox returns t's sandbox, from this process or re-attached by handle
 // (after a restart). A sandbox that is gone is rebuilt by replay (see
-// Config.SandboxReplay), or else a Fatal error.
-func (w *Worker) sandbox(ctx context.Context, t *traj.Trajectory) (sandbox.Sandbox, error) {
+// Config.SandboxReplay; the Replay says so), or else a Fatal error.
+func (w *Worker) sandbox(ctx context.Context, t *traj.Trajectory) (sandbox.Sandbox, traj.Replay, error) {
 	w.mu.Lock()
 	sb := w.boxes[t.ID]
 	w.mu.Unlock()
 	if sb != nil && sb.Handle() == t.Handle {
-		return sb, nil
+		return sb, traj.Replay{}, nil
 	}
 	b, err := w.backend(t)
 	if err != nil {
-		return nil, err
+		return nil, traj.Replay{}, err
 	}
 	sb, err = b.Attach(ctx, t.Handle)
 	// Not found here: lost with its machine, or another env-worker's (the
@@ -416,13 +414,13 @@ func (w *Worker) sandbox(ctx context.Context, t *traj.Trajectory) (sandbox.Sandb
 		return w.replay(ctx, b, t)
 	}
 	if lost {
-		return nil, bus.Fatal(fmt.Errorf("sandbox %s lost: %w", t.Handle, err))
+		return nil, traj.Replay{}, bus.Fatal(fmt.Errorf("sandbox %s lost: %w", t.Handle, err))
 	}
 	if err != nil {
-		return nil, err
+		return nil, traj.Replay{}, err
 	}
 	w.remember(t.ID, sb)
-	return sb, nil
+	return sb, traj.Replay{}, nil
 }
 
 // newSandbox starts a fresh sandbox for t from its sample's spec, after
@@ -492,12 +490,15 @@ func (w *Worker) owns(t *traj.Trajectory) error {
 
 // replay rebuilds t's lost sandbox: a new one from the sample's spec, in
 // which the trajectory's first t.Commands actions (those that ran) run
-// again in order, each under the step timeout; their output is not kept.
-// The caller commits the new handle with its step.
-func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *traj.Trajectory) (sandbox.Sandbox, error) {
+// again in order, each under the step timeout. Each replayed command's
+// outcome is checked against the digest recorded when it first ran; the
+// Replay counts those that differ (the rebuilt sandbox may not be the one
+// the model saw: the result says so in diverged). The caller commits the
+// new handle with its step.
+func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *traj.Trajectory) (sandbox.Sandbox, traj.Replay, error) {
 	full, err := w.d.Store.Load(ctx, t.ID, traj.WithMessages)
 	if err != nil {
-		return nil, err
+		return nil, traj.Replay{}, err
 	}
 	var actions []string
 	for _, m := range full.Messages {
@@ -509,24 +510,34 @@ func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *traj.Trajecto
 		}
 	}
 	if len(actions) < t.Commands {
-		return nil, bus.Fatal(fmt.Errorf("sandbox %s lost, and only %d of its %d commands can be found to replay",
+		return nil, traj.Replay{}, bus.Fatal(fmt.Errorf("sandbox %s lost, and only %d of its %d commands can be found to replay",
 			t.Handle, len(actions), t.Commands))
 	}
 	sb, err := w.newSandbox(ctx, b, t)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s lost, and a new one: %w", t.Handle, err)
+		return nil, traj.Replay{}, fmt.Errorf("sandbox %s lost, and a new one: %w", t.Handle, err)
 	}
+	digests := full.CommandDigests()
+	rep := traj.Replay{Handle: sb.Handle()}
 	for i, a := range actions {
-		if _, err := sb.Exec(ctx, a, t.Sample.Env.StepTimeout()); err != nil {
+		res, err := sb.Exec(ctx, a, t.Sample.Env.StepTimeout())
+		if err != nil {
 			_ = sb.Close(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("replay command %d of %s: %w", i+1, t.ID, err)
+			return nil, traj.Replay{}, fmt.Errorf("replay command %d of %s: %w", i+1, t.ID, err)
+		}
+		if i < len(digests) && digests[i] != "-" && digests[i] != traj.ExecDigest(res.Output, res.ReturnCode) {
+			rep.Diverged++
 		}
 	}
 	w.replays.Add(1)
-	w.d.Log.Warn("sandbox lost: rebuilt by replaying its commands", "traj_id", t.ID, "seq", t.Seq,
-		"commands", len(actions), "old_handle", t.Handle, "handle", sb.Handle())
+	log := w.d.Log.Warn
+	if rep.Diverged > 0 {
+		log = w.d.Log.Error
+	}
+	log("sandbox lost: rebuilt by replaying its commands", "traj_id", t.ID, "seq", t.Seq,
+		"commands", len(actions), "diverged", rep.Diverged, "old_handle", t.Handle, "handle", sb.Handle())
 	w.remember(t.ID, sb)
-	return sb, nil
+	return sb, rep, nil
 }
 
 func (w *Worker) remember(id string, sb sandbox.Sandbox) {

@@ -119,7 +119,8 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 		ResultHead: schema.ResultHead{V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID,
 			GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family, Reason: t.Reason, Reward: t.Reward,
 			Turns: t.Calls, Commands: t.Commands, GenTokens: t.GenTokens, AdmittedAt: t.AdmittedAt.UTC(),
-			FinishedAt: t.FinishedAt.UTC(), MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts, PromptLen: t.PromptLen},
+			FinishedAt: t.FinishedAt.UTC(), MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts, PromptLen: t.PromptLen,
+			Replays: t.Replays, Diverged: t.Diverged},
 		Diff: t.Diff, Tests: t.Tests, Metadata: s.Metadata,
 		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: t.Messages,
 	}

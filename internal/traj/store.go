@@ -63,11 +63,19 @@ type Trajectory struct {
 	PromptLen int
 	// RID and TurnGen describe an interrupted generation: its request id and
 	// how many tokens of the current turn it produced (already appended).
-	RID         string
-	TurnGen     int
-	GenCtx      int
-	Preempts    int
-	Restarts    int
+	RID      string
+	TurnGen  int
+	GenCtx   int
+	Preempts int
+	Restarts int
+	// Digests holds a digest of each command's outcome (ExecDigest), one
+	// per command run, space-separated: what a replay of the commands in a
+	// rebuilt sandbox is checked against. Replays counts the sandboxes
+	// rebuilt by replay; Diverged the replayed commands whose outcome
+	// differed from the first run.
+	Digests     string
+	Replays     int
+	Diverged    int
 	PreemptedAt time.Time
 	AdmittedAt  time.Time
 	UpdatedAt   time.Time
@@ -186,14 +194,15 @@ func New(rdb redis.UniversalClient, now func() time.Time) *Store {
 	return &Store{rdb: rdb, now: now}
 }
 
-type keys struct{ hash, msgs, tok, lp, mask, ver string }
+type keys struct{ hash, msgs, tok, lp, mask, ver, audit string }
 
 func keysOf(id string) keys {
 	base := "actloop:traj:{" + id + "}"
-	return keys{base, base + ":msgs", base + ":tok", base + ":lp", base + ":mask", base + ":ver"}
+	return keys{base, base + ":msgs", base + ":tok", base + ":lp", base + ":mask", base + ":ver", base + ":audit"}
 }
 
-func (k keys) all() []string { return []string{k.hash, k.msgs, k.tok, k.lp, k.mask, k.ver} }
+// all is every key of a trajectory, in the order commitScript takes them.
+func (k keys) all() []string { return []string{k.hash, k.msgs, k.tok, k.lp, k.mask, k.ver, k.audit} }
 
 // Admission is a new trajectory: its sample, the replica it is assigned
 // to and the traceparent of its root span.
@@ -213,7 +222,9 @@ func (s *Store) Create(ctx context.Context, a Admission) error {
 	t := &Trajectory{ID: a.Sample.ID, Status: StatusStarting, Sample: a.Sample, Replica: a.Replica, Trace: a.Trace,
 		AdmittedAt: now, UpdatedAt: now}
 	args := append([]any{s.term, fieldSeq, "0"}, encodeFields(&Trajectory{}, t, false)...)
-	n, err := createScript.Run(ctx, s.rdb, keysOf(t.ID).all()[:1], args...).Int()
+	k := keysOf(t.ID)
+	args = append(args, auditEntry(0, "Created", now))
+	n, err := createScript.Run(ctx, s.rdb, []string{k.hash, k.audit}, args...).Int()
 	if err != nil {
 		return fmt.Errorf("create %s: %w", t.ID, err)
 	}
@@ -226,10 +237,30 @@ func (s *Store) Create(ctx context.Context, a Admission) error {
 var createScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local term = tonumber(ARGV[1])
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('HSET', KEYS[1], unpack(ARGV, 2, #ARGV - 1))
+redis.call('RPUSH', KEYS[2], ARGV[#ARGV])
 ` + stampLua + `
 return 1
 `)
+
+// auditEntry is one line of a trajectory's audit log: "<seq> <what> <unix
+// ms>", seq being the one the write produced.
+func auditEntry(seq int64, what string, at time.Time) string {
+	return fmt.Sprintf("%d %s %d", seq, what, at.UnixMilli())
+}
+
+// Audit returns a trajectory's audit log: one line per write that moved
+// its seq, in order ("<seq> <transition> <unix ms>", starting with "0
+// Created …"). It is appended in the same script as each write, so a
+// checker outside actloop can tell from it alone whether a step was
+// applied twice (a seq twice) or lost (a gap). Put does not write it.
+func (s *Store) Audit(ctx context.Context, id string) ([]string, error) {
+	l, err := s.rdb.LRange(ctx, keysOf(id).audit, 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("audit of %s: %w", id, err)
+	}
+	return l, nil
+}
 
 // Put stores t whole, messages and tokens included, replacing whatever was
 // stored under its id: a state seeded by a test or a tool, not a step.
@@ -349,6 +380,7 @@ func (s *Store) Commit(ctx context.Context, t *Trajectory, tr Transition) error 
 		}
 		args = append(args, string(b))
 	}
+	args = append(args, strings.TrimPrefix(strings.TrimLeft(fmt.Sprintf("%T", tr), "*"), "traj."))
 	res, err := commitScript.Run(ctx, s.rdb, keysOf(t.ID).all(), args...).Slice()
 	if err != nil || len(res) != 3 {
 		return fmt.Errorf("commit %s seq %d: %w (reply %v)", t.ID, t.Seq, err, res)
@@ -416,9 +448,10 @@ if #ARGV[4] > 0 then
   redis.call('APPEND', KEYS[6], ARGV[7])
 end
 local first = 10 + 2 * nset
-if #ARGV >= first then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, first, #ARGV))
+if #ARGV - 1 >= first then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, first, #ARGV - 1))
 end
+redis.call('RPUSH', KEYS[7], (cur + 1) .. ' ' .. ARGV[#ARGV] .. ' ' .. ARGV[3])
 return {1, cur + 1, redis.call('HGET', KEYS[1], 'replica') or ''}
 `)
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -294,6 +295,42 @@ func TestFencedWrites(t *testing.T) {
 		}
 		if err := next.Commit(ctx, b, traj.Aborted{Reason: "stalled"}); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// Every write that moves a trajectory's seq appends one line to its audit
+// log, in the same script: a refused (stale) commit appends nothing.
+func TestAuditLog(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, s *traj.Store) {
+		ctx := context.Background()
+		create(t, s, "a")
+		tr := load(t, s, "a", traj.WithAll)
+		stale := *tr
+		if err := s.Commit(ctx, tr, traj.Started{Owner: "w1", Messages: []schema.Message{{Role: "user", Content: "u"}},
+			Prompt: []int32{1}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Commit(ctx, &stale, traj.Aborted{Reason: "late"}); !errors.Is(err, traj.ErrStale) {
+			t.Fatalf("stale commit: %v", err)
+		}
+		if err := s.Commit(ctx, tr, traj.Aborted{Reason: "done"}); err != nil {
+			t.Fatal(err)
+		}
+		log, err := s.Audit(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range log {
+			f := strings.Fields(l)
+			if len(f) != 3 {
+				t.Fatalf("audit line %q", l)
+			}
+			got = append(got, f[0]+" "+f[1])
+		}
+		if want := []string{"0 Created", "1 Started", "2 Aborted"}; !slices.Equal(got, want) {
+			t.Fatalf("audit %q, want %q", got, want)
 		}
 	})
 }

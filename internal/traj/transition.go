@@ -1,9 +1,13 @@
 package traj
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/actloop/actloop/pkg/schema"
@@ -210,7 +214,7 @@ func (r Restarted) apply(t *Trajectory, _ time.Time) (appended, error) {
 // (needs_env_step → needs_generation). Handle, when set, is the sandbox's
 // new handle (rebuilt by replay).
 type Observed struct {
-	Handle      string
+	Ran         Ran
 	Observation UserTurn
 }
 
@@ -218,7 +222,7 @@ func (o Observed) apply(t *Trajectory, _ time.Time) (appended, error) {
 	if err := from(t, o, StatusNeedsEnvStep); err != nil {
 		return appended{}, err
 	}
-	ranAction(t, o.Handle)
+	o.Ran.apply(t)
 	t.Status = StatusNeedsGeneration
 	var a appended
 	a.user(o.Observation)
@@ -226,14 +230,14 @@ func (o Observed) apply(t *Trajectory, _ time.Time) (appended, error) {
 }
 
 // Submitted: the action submitted the work (needs_env_step → finishing).
-// Handle as for Observed.
-type Submitted struct{ Handle string }
+// Ran as for Observed.
+type Submitted struct{ Ran Ran }
 
 func (s Submitted) apply(t *Trajectory, _ time.Time) (appended, error) {
 	if err := from(t, s, StatusNeedsEnvStep); err != nil {
 		return appended{}, err
 	}
-	ranAction(t, s.Handle)
+	s.Ran.apply(t)
 	t.Status, t.Reason = StatusFinishing, ReasonSubmitted
 	return appended{}, nil
 }
@@ -241,13 +245,56 @@ func (s Submitted) apply(t *Trajectory, _ time.Time) (appended, error) {
 // ReasonSubmitted is the reason of a trajectory whose action submitted.
 const ReasonSubmitted = "submitted"
 
-func ranAction(t *Trajectory, handle string) {
-	t.Action = ""
-	t.Commands++
-	if handle != "" {
-		t.Handle = handle
+// Ran is what running the pending action left: the digest of its outcome
+// (ExecDigest), and, when its sandbox was lost and rebuilt by replay first,
+// the new sandbox's handle.
+type Ran struct {
+	Digest string
+	Replay Replay
+}
+
+// Replay is a sandbox rebuilt by replaying the commands that ran in the
+// lost one: its handle, and how many replayed commands had an outcome other
+// than their first run's (the sandbox may not be the one the model saw).
+type Replay struct {
+	Handle   string
+	Diverged int
+}
+
+func (r Replay) apply(t *Trajectory) {
+	if r.Handle != "" {
+		t.Handle = r.Handle
+		t.Replays++
+		t.Diverged += r.Diverged
 	}
 }
+
+func (r Ran) apply(t *Trajectory) {
+	t.Action = ""
+	t.Commands++
+	d := r.Digest
+	if d == "" {
+		d = "-" // no digest: nothing to check a replay against
+	}
+	if t.Digests != "" {
+		t.Digests += " "
+	}
+	t.Digests += d
+	r.Replay.apply(t)
+}
+
+// ExecDigest is the digest a command's outcome is recorded by: the first
+// 16 hex digits of the SHA-256 of its exit code and output.
+func ExecDigest(output string, exitCode int) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\x00", exitCode)
+	io.WriteString(h, output)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// CommandDigests splits t.Digests: one per command run ("-" where none
+// was recorded).
+func (t *Trajectory) CommandDigests() []string { return strings.Fields(t.Digests) }
 
 // Finished: the diff is taken and scored (finishing → terminated); the
 // result follows.
@@ -256,6 +303,8 @@ type Finished struct {
 	Diff   string
 	Reward float64
 	Tests  map[string]string // each listed test's outcome, for samples that list tests
+	// Replay: the sandbox was rebuilt by replay to take the diff.
+	Replay Replay
 }
 
 func (f Finished) apply(t *Trajectory, now time.Time) (appended, error) {
@@ -263,6 +312,7 @@ func (f Finished) apply(t *Trajectory, now time.Time) (appended, error) {
 		return appended{}, err
 	}
 	t.Status, t.Reason, t.Diff, t.Reward, t.Tests, t.FinishedAt = StatusTerminated, f.Reason, f.Diff, f.Reward, f.Tests, now
+	f.Replay.apply(t)
 	return appended{}, nil
 }
 

@@ -15,7 +15,7 @@ import (
 func TestTransitions(t *testing.T) {
 	now := time.UnixMilli(5000)
 	base := Trajectory{ID: "x", Seq: 3, Calls: 2, Commands: 1, GenTokens: 10, PromptLen: 4, TurnGen: 2, RID: "r",
-		Preempts: 1, Restarts: 0, Tokens: make([]int32, 20), Action: "ls", Handle: "h0"}
+		Preempts: 1, Restarts: 0, Tokens: make([]int32, 20), Action: "ls", Handle: "h0", Digests: "ab"}
 	obs := UserTurn{Content: "out", Tokens: []int32{7, 8}}
 	turn := Turn{Output: []int32{1, 2, 3}, Logprobs: []float32{-1, -2, -3}, Version: 9, CloseTurn: []int32{4}, Text: "t"}
 	tests := []struct {
@@ -89,9 +89,10 @@ func TestTransitions(t *testing.T) {
 				}
 				return ""
 			}},
-		{"observed after a replay", Observed{Handle: "h1", Observation: obs}, []Status{StatusNeedsEnvStep},
+		{"observed after a replay", Observed{Ran: Ran{Digest: "00ff", Replay: Replay{Handle: "h1", Diverged: 2}}, Observation: obs},
+			[]Status{StatusNeedsEnvStep},
 			func(t *Trajectory, a appended) string {
-				if t.Handle != "h1" {
+				if t.Handle != "h1" || t.Replays != 1 || t.Diverged != 2 || !slices.Equal(t.CommandDigests(), []string{"ab", "00ff"}) {
 					return fmt.Sprintf("%+v", t)
 				}
 				return ""
@@ -154,7 +155,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	want := Trajectory{ID: "c", Status: StatusNeedsEnvStep, Seq: 9, Replica: "r", Owner: "o", Handle: "h", Action: "a",
 		Reason: "why", Diff: "d", Tests: map[string]string{"t": "FAILED"}, Reward: 0.25, Trace: "tp",
 		Sample: schema.Sample{V: schema.Version, ID: "c", Task: "task"}, Calls: 1, Commands: 2, GenTokens: 3, PromptLen: 4,
-		RID: "rid", TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
+		RID: "rid", TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, Digests: "00ff -", Replays: 1, Diverged: 1, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
 		UpdatedAt: time.UnixMilli(3), FinishedAt: time.UnixMilli(4)}
 	h := map[string]string{}
 	args := encodeFields(&Trajectory{Seq: -1}, &want, false)

@@ -122,11 +122,18 @@ type ResultHead struct {
 	// versions behind the version current when the result was made.
 	// Restarts counts how often the trajectory started again because it
 	// went stale (stale_policy restart).
-	Stale     bool `json:"stale,omitempty"`
-	Restarts  int  `json:"restarts,omitempty"`
-	Turns     int  `json:"turns"`
-	Commands  int  `json:"commands"`
-	GenTokens int  `json:"gen_tokens"`
+	Stale    bool `json:"stale,omitempty"`
+	Restarts int  `json:"restarts,omitempty"`
+	// Replays counts the times the trajectory's sandbox was lost and
+	// rebuilt by replaying the commands that had run; Diverged the replayed
+	// commands whose outcome (exit code and output) differed from their
+	// first run: the sandbox the later turns ran in may not be the one the
+	// model saw.
+	Replays   int `json:"replays,omitempty"`
+	Diverged  int `json:"diverged,omitempty"`
+	Turns     int `json:"turns"`
+	Commands  int `json:"commands"`
+	GenTokens int `json:"gen_tokens"`
 	// NumTokens is the length of the token arrays; PromptLen the number of
 	// tokens before the first generated one.
 	NumTokens int `json:"num_tokens"`

@@ -4,11 +4,18 @@
 // when any process dies at any moment.
 //
 // TestChaos starts real processes on loopback: nats-server (built from the
-// nats-server module), redis-server with AOF, each service as its own
+// nats-server module, with its default max_payload of 1 MiB), redis-server
+// with AOF, each service as its own
 // `actloop serve` process (a coordinator with a standby, 2 gen-workers on 2
 // simulated replicas, 2 env-workers, predictor-gw) and the simulators. It
-// submits a seeded batch and, while it runs, injects faults on a seeded
-// schedule; then it checks the invariants and writes a report.
+// submits a seeded batch — some trajectories of over 100k tokens, some with
+// a step longer than ACTLOOP_REPUBLISH_AFTER — and, while it runs, injects
+// faults on a seeded schedule: processes killed or stopped (the leader
+// coordinator stopped past its lease included), NATS and Redis restarted,
+// weight syncs, an inference server cut off, a running trajectory's Redis
+// state deleted, poison samples of every size. Then it checks the
+// invariants, from evidence outside the system's own counters (the results
+// stream, each trajectory's audit log in Redis), and writes a report.
 //
 // `make test` runs the short version; `make chaos` (ACTLOOP_CHAOS=full)
 // the long one. ACTLOOP_CHAOS_SEED picks the schedule, ACTLOOP_CHAOS_APPENDFSYNC
@@ -51,7 +58,7 @@ type plan struct {
 }
 
 var plans = map[string]plan{
-	"short": {trajectories: 40, faults: 9, faultEvery: time.Second, deadline: 5 * time.Minute, timeScale: "0.5"},
+	"short": {trajectories: 40, faults: 12, faultEvery: time.Second, deadline: 5 * time.Minute, timeScale: "0.5"},
 	"full":  {trajectories: 500, faults: 60, faultEvery: 2 * time.Second, deadline: 30 * time.Minute, timeScale: "0.4"},
 }
 
@@ -71,6 +78,7 @@ type rig struct {
 	nc                 *nats.Conn
 	js                 jetstream.JetStream
 	bodies             *client.Bodies
+	rdb                *redis.Client
 }
 
 func (r *rig) add(p *proc) *proc {
@@ -189,6 +197,24 @@ func tail(path string) string {
 	return string(b)
 }
 
+// longSample plays turns commands whose outputs (cut to 10,000 characters
+// each by the agent's template) make a context of ~10k tokens a turn.
+func longSample(id string, turns int) schema.Sample {
+	s := sample(id, turns)
+	for i := range turns - 1 {
+		s.Script[i] = fmt.Sprintf("THOUGHT: read the log.\n\n```bash\nseq %d %d\n```", i*100_000, i*100_000+50_000)
+	}
+	return s
+}
+
+// slowSample has one step of secs simulated seconds, within its timeout.
+func slowSample(id string, secs int) schema.Sample {
+	s := sample(id, 2)
+	s.Script[0] = fmt.Sprintf("```bash\nsleep %d\n```", secs)
+	s.Env.StepTimeoutMS = int64(3*secs) * 1000
+	return s
+}
+
 func sample(id string, turns int) schema.Sample {
 	var script []string
 	for i := range turns - 1 {
@@ -261,6 +287,10 @@ type report struct {
 	Moved         int               `json:"moved"`
 	SandboxReplay int               `json:"sandbox_replays"`
 	Syncs         int               `json:"weight_syncs"`
+	LongTokens    int               `json:"longest_trajectory_tokens"`
+	StateLost     int               `json:"state_deleted"`
+	Poison        int               `json:"poison_samples"`
+	AuditChecked  int               `json:"audit_logs_checked"`
 	WallS         float64           `json:"wall_s"`
 }
 
@@ -301,12 +331,20 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.bodies = client.NewBodies(r.js)
+	r.rdb = redis.NewClient(&redis.Options{Addr: r.redisAddr})
+	defer r.rdb.Close()
 
 	start := time.Now()
 	ids := map[string]bool{}
 	pub := bus.NewPublisher(r.js)
 	for i := range p.trajectories {
 		s := sample(fmt.Sprintf("chaos-%04d", i), 2+rng.IntN(5))
+		switch i % 16 {
+		case 3:
+			s = longSample(s.ID, 12) // ~10k tokens of output a turn
+		case 7:
+			s = slowSample(s.ID, 40) // a step of 40 simulated seconds: longer than REPUBLISH_AFTER
+		}
 		ids[s.ID] = true
 		for {
 			if err := pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err == nil {
@@ -317,6 +355,10 @@ func TestChaos(t *testing.T) {
 		}
 	}
 
+	// What the faults did to samples: a trajectory whose state was deleted
+	// (its one result a fallback "lost:", or its real one if it had ended),
+	// a poison sample with an id (its one result a fallback "rejected:").
+	injected := &injections{lost: map[string]bool{}, poison: map[string]bool{}}
 	results := map[string][]schema.Result{}
 	var seq uint64
 	done := func() bool {
@@ -329,12 +371,17 @@ func TestChaos(t *testing.T) {
 				n++
 			}
 		}
-		return n == len(ids)
+		for id := range injected.poison {
+			if len(results[id]) > 0 {
+				n++
+			}
+		}
+		return n == len(ids)+len(injected.poison)
 	}
 
 	// Faults, one every faultEvery, while the batch runs.
 	kinds := []string{"kill-gen", "kill-env", "kill-coordinator", "kill-predictor", "stop-worker", "restart-nats",
-		"restart-redis", "weight-sync", "cut-inference"}
+		"restart-redis", "weight-sync", "cut-inference", "stop-coordinator", "lose-state", "poison"}
 	version := int64(0)
 	for i := 0; i < p.faults && !done(); i++ {
 		time.Sleep(p.faultEvery) // the schedule's pace, not a wait for a condition
@@ -344,7 +391,7 @@ func TestChaos(t *testing.T) {
 		}
 		rep.Faults[kind]++
 		t.Logf("%5.1fs fault %d: %s", time.Since(start).Seconds(), i+1, kind)
-		if err := r.inject(ctx, kind, rng, &version, &rep); err != nil {
+		if err := r.inject(ctx, kind, rng, &version, &rep, injected); err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}
 	}
@@ -356,11 +403,24 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id := range results {
-		if !ids[id] {
+	// A quiet period after the last result: a late duplicate (a result
+	// published again after a crash) shows up in it.
+	quiet := time.Now().Add(3 * ackWait)
+	for time.Now().Before(quiet) {
+		done()
+		time.Sleep(100 * time.Millisecond) // the length of the quiet period, not a wait for a condition
+	}
+	for id, rs := range results {
+		switch {
+		case injected.poison[id]:
+			if len(rs) != 1 || rs[0].Status != schema.StatusFallback || !strings.HasPrefix(rs[0].Reason, "rejected: ") {
+				t.Errorf("poison sample %s: %d results, first %+v", id, len(rs), rs[0].ResultHead)
+			}
+		case !ids[id]:
 			t.Errorf("a result for %s, which no sample named", id)
 		}
 	}
+	rdb := r.rdb
 	for id := range ids {
 		rs := results[id]
 		switch {
@@ -373,6 +433,14 @@ func TestChaos(t *testing.T) {
 			t.Errorf("%s: %d results", id, len(rs))
 		}
 		res := rs[0]
+		rep.LongTokens = max(rep.LongTokens, res.NumTokens)
+		if !injected.lost[id] {
+			if err := checkAudit(ctx, rdb, id); err != nil {
+				t.Errorf("%s: %v", id, err)
+			} else {
+				rep.AuditChecked++
+			}
+		}
 		switch res.Status {
 		case schema.StatusCompleted:
 			rep.Completed++
@@ -385,11 +453,28 @@ func TestChaos(t *testing.T) {
 			if reason == "" {
 				t.Errorf("%s: a fallback without a reason", id)
 			}
+			if strings.HasPrefix(reason, "lost:") && !injected.lost[id] {
+				t.Errorf("%s: a fallback for lost state, but its state was not deleted: %s", id, reason)
+			}
 			rep.Fallbacks[fallbackKind(reason)]++
 			rep.Examples[fallbackKind(reason)] = reason
 		default:
 			t.Errorf("%s: status %q", id, res.Status)
 		}
+	}
+	// A bound a broken run would pass: besides the state deleted, a few
+	// sandboxes that failed to start past their retries (5% fail each try).
+	fallbacks := 0
+	for kind, n := range rep.Fallbacks {
+		if kind != "lost" {
+			fallbacks += n
+		}
+	}
+	if bound := max(2, p.trajectories/20); fallbacks > bound {
+		t.Errorf("%d fallbacks besides lost state, over the bound of %d", fallbacks, bound)
+	}
+	if rep.LongTokens < 100_000 {
+		t.Errorf("the longest trajectory had %d tokens: the run did not reach real sizes", rep.LongTokens)
 	}
 	r.countLogs(&rep)
 	b, _ := json.MarshalIndent(rep, "", "  ")
@@ -435,9 +520,77 @@ func cmpOr(a, b string) string {
 
 // inject carries out one fault and returns once the system is whole again
 // (the process restarted and ready), or the fault's window is over.
-func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *int64, rep *report) error {
+func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *int64, rep *report, in *injections) error {
 	pick := func(names ...string) *proc { return r.procs[names[rng.IntN(len(names))]] }
 	switch kind {
+	case "stop-coordinator":
+		// The leader freezes past its lease (as in a long GC or VM pause),
+		// the standby takes over, and the leader wakes believing it leads:
+		// it must step down (its writes are fenced meanwhile).
+		leader := r.leader(ctx)
+		if leader == "" {
+			return nil
+		}
+		p := r.procs[leader]
+		p.signal(syscall.SIGSTOP)
+		deadline := time.Now().Add(10 * leaderLease)
+		for next := ""; next == "" || next == leader; next = r.leader(ctx) {
+			if time.Now().After(deadline) {
+				p.signal(syscall.SIGCONT)
+				return fmt.Errorf("no coordinator took over from the stopped %s within %v", leader, 10*leaderLease)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the standby's /readyz
+		}
+		p.signal(syscall.SIGCONT)
+		deadline = time.Now().Add(5 * leaderLease)
+		for httpReady(r.coordURLs[leader]+"/readyz")(ctx) == nil {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s, woken after its lease, still leads %v later", leader, 5*leaderLease)
+			}
+			time.Sleep(50 * time.Millisecond) // polling its /readyz
+		}
+		return nil
+	case "lose-state":
+		// A running trajectory's state is gone from Redis (a Redis that lost
+		// its data, keys deleted by hand).
+		act, err := r.rdb.HKeys(ctx, "actloop:{coordinator}:active").Result()
+		if err != nil || len(act) == 0 {
+			return nil // Redis restarting, or nothing running: nothing to lose
+		}
+		id := act[rng.IntN(len(act))]
+		base := "actloop:traj:{" + id + "}"
+		if err := r.rdb.Del(ctx, base, base+":msgs", base+":tok", base+":lp", base+":mask", base+":ver", base+":audit").Err(); err != nil {
+			return nil
+		}
+		if !in.lost[id] {
+			in.lost[id] = true
+			rep.StateLost++
+		}
+		return nil
+	case "poison":
+		// Samples no one can run, of every size up to max_payload: each is
+		// dead-lettered, and one with a readable id answered with a
+		// fallback "rejected:".
+		id := fmt.Sprintf("poison-%02d", rep.Poison)
+		var body []byte
+		switch rng.IntN(4) {
+		case 0: // not JSON
+			body = []byte("\x00not a sample")
+		case 1: // a field wrong
+			body = fmt.Appendf(nil, `{"v":1,"id":%q,"task":"t","env":{"backend":"sim","step_timeout_ms":-1}}`, id)
+		case 2: // over the sample limit (512 KiB), under max_payload
+			body = fmt.Appendf(nil, `{"v":1,"id":%q,"task":%q,"env":{"backend":"sim"}}`, id, strings.Repeat("x", 600<<10))
+		default: // just under max_payload
+			body = fmt.Appendf(nil, `{"v":1,"id":%q,"task":%q,"env":{"backend":"sim"}}`, id, strings.Repeat("x", (1<<20)-4<<10))
+		}
+		if _, err := r.js.Publish(ctx, schema.SubjectSamples, body, jetstream.WithMsgID(id)); err != nil {
+			return nil // NATS restarting: this poison was not sent
+		}
+		rep.Poison++
+		if body[0] == '{' {
+			in.poison[id] = true
+		}
+		return nil
 	case "kill-gen", "kill-env", "kill-predictor":
 		p := map[string]func() *proc{
 			"kill-gen":       func() *proc { return pick("gen-r0", "gen-r1") },
@@ -502,6 +655,32 @@ func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *
 		return r.restart(ctx, p)
 	}
 	return fmt.Errorf("unknown fault %q", kind)
+}
+
+// injections are the samples whose results the faults decide.
+type injections struct {
+	lost   map[string]bool // state deleted
+	poison map[string]bool // poison samples with an id
+}
+
+// checkAudit reads a trajectory's audit log (in Redis, appended in the same
+// script as each write) and checks that its seqs run 0, 1, 2, … with
+// none twice and none missing: no step applied twice, none lost.
+func checkAudit(ctx context.Context, rdb *redis.Client, id string) error {
+	lines, err := rdb.LRange(ctx, "actloop:traj:{"+id+"}:audit", 0, -1).Result()
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	if len(lines) == 0 {
+		return errors.New("no audit log")
+	}
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 3 || f[0] != strconv.Itoa(i) || (i == 0) != (f[1] == "Created") {
+			return fmt.Errorf("audit log line %d is %q (log: %q)", i, l, lines)
+		}
+	}
+	return nil
 }
 
 func msgData(m *nats.Msg) string {
