@@ -86,7 +86,7 @@ func (t Topology) ResultBodies(ctx context.Context, js jetstream.JetStream) (jet
 		}
 	}
 	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: schema.BucketResultBodies,
-		Description: "result bodies (token arrays, messages, diff) named by the heads on actloop.results",
+		Description: "result bodies (token arrays, messages, diff) named by the heads on actloop.results.<traj_id>",
 		TTL:         t.ResultsAge, Storage: t.storage(), Replicas: t.Replicas})
 	if err != nil {
 		return nil, fmt.Errorf("ensure object store %s: %w", schema.BucketResultBodies, err)

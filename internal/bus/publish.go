@@ -47,6 +47,13 @@ func (p *Publisher) PublishRaw(ctx context.Context, subject, msgID string, data 
 	return client.Publish(ctx, p.js, subject, msgID, data)
 }
 
+// PublishFirst publishes data on a subject that holds one message ever
+// (client.PublishFirst): it reports whether this call stored it, false
+// when the subject already had its message.
+func (p *Publisher) PublishFirst(ctx context.Context, subject, msgID string, data []byte) (bool, error) {
+	return client.PublishFirst(ctx, p.js, subject, msgID, data)
+}
+
 // maxReason bounds a dead letter's reason (an error can quote its input).
 const maxReason = 4 << 10
 

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -51,7 +52,11 @@ func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) erro
 	}
 	done := schema.GroupDone{V: schema.Version, GroupID: r.GroupID, Size: r.GroupSize, TrajIDs: ids,
 		At: c.d.Now().UTC()}
-	if err := c.d.Pub.Publish(ctx, schema.SubjectGroups, "group:"+r.GroupID, done); err != nil {
+	b, err := json.Marshal(done)
+	if err != nil {
+		return err
+	}
+	if _, err := c.d.Pub.PublishFirst(ctx, schema.SubjectGroup(r.GroupID), "group:"+r.GroupID, b); err != nil {
 		return err
 	}
 	return c.store.GroupPublished(ctx, r.GroupID, ttl)

@@ -129,7 +129,7 @@ func readResults(ctx context.Context, js jetstream.JetStream, n int) ([]schema.R
 		if err != nil {
 			return nil, err
 		}
-		if m.Subject() == schema.SubjectResults {
+		if schema.IsResult(m.Subject()) {
 			r, err := client.NewBodies(js).Decode(ctx, m.Data())
 			if err != nil {
 				return nil, fmt.Errorf("result at %d: %w", md.Sequence.Stream, err)

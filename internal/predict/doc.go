@@ -5,7 +5,7 @@
 // Backends implement Predictor:
 //
 //   - History learns online from finished trajectories (Observe, fed from
-//     actloop.results) and predicts the mean remaining work of the recorded
+//     actloop.results.<traj_id>) and predicts the mean remaining work of the recorded
 //     trajectories that ran longer than this one has so far, from the most
 //     specific evidence it has: the trajectory's group (its siblings), its
 //     task family, or every trajectory. Observe is idempotent per traj_id,

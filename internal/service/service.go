@@ -148,7 +148,7 @@ type Deps struct {
 	Store *traj.Store
 	Pub   *bus.Publisher
 	// Results publishes results (body in the object store, head on
-	// actloop.results).
+	// actloop.results.<traj_id>).
 	Results *traj.Results
 	Topo    bus.Topology
 	Common  Common

@@ -24,7 +24,8 @@ import (
 // 128k-token trajectory with a 3 MB diff is delivered whole: a head of a
 // few hundred bytes on actloop.results, its body in the object store, read
 // back identical. Publishing it again stores no second body and no second
-// head. A body that does not match its head, or is gone, is an error that
+// head; a result built again differently is refused by the stream (one
+// head per trajectory ever). A body that does not match its head, or is gone, is an error that
 // says so, never a wrong result.
 func TestPublishResultAnySize(t *testing.T) {
 	rdb, _ := testkit.StartRedis(t, testkit.PreferredRedis(t))
@@ -68,10 +69,18 @@ func TestPublishResultAnySize(t *testing.T) {
 	if err := st.Put(ctx, tr); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		if err := traj.PublishResult(ctx, st, w, tr, time.Hour, schema.DefaultControl()); err != nil {
-			t.Fatal(err)
-		}
+	if err := traj.PublishResult(ctx, st, w, tr, time.Hour, schema.DefaultControl()); err != nil {
+		t.Fatal(err)
+	}
+	if err := traj.PublishResult(ctx, st, w, tr, time.Hour, schema.DefaultControl()); err != nil { // a redelivery
+		t.Fatal(err)
+	}
+	// Built again later, under a newer weight version (another body) and
+	// another message id: the stream keeps the first head, and only it.
+	newer := schema.DefaultControl()
+	newer.WeightVersion, newer.MaxStaleness, newer.StalePolicy = 10, 1, schema.StaleMask
+	if err := w.Publish(ctx, traj.Result(tr, newer), "big:9:result:later"); err != nil {
+		t.Fatal(err)
 	}
 	stream, err := js.Stream(ctx, schema.StreamResults)
 	if err != nil {
@@ -84,16 +93,18 @@ func TestPublishResultAnySize(t *testing.T) {
 	if info.State.Msgs != 1 {
 		t.Fatalf("%d heads in the results stream, want 1", info.State.Msgs)
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, schema.SubjectResults)
+	m, err := stream.GetLastMsgForSubject(ctx, schema.SubjectResult("big"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(m.Data) > 2<<10 {
 		t.Fatalf("head of %d bytes: %s", len(m.Data), m.Data)
 	}
+	// The redelivery stored no second body; the later result's body (its
+	// head refused) is left to the bucket's TTL.
 	objects, err := bodies.List(ctx)
-	if err != nil || len(objects) != 1 {
-		t.Fatalf("%d bodies stored (%v), want 1", len(objects), err)
+	if err != nil || len(objects) != 2 {
+		t.Fatalf("%d bodies stored (%v), want 2", len(objects), err)
 	}
 	got, err := client.NewBodies(js).Decode(ctx, m.Data)
 	if err != nil {
@@ -153,7 +164,7 @@ func TestPublishResultLongReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, schema.SubjectResults)
+	m, err := stream.GetLastMsgForSubject(ctx, schema.SubjectResult("x"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,11 +37,12 @@ func NewResults(pub *bus.Publisher, bodies jetstream.ObjectStore) *Results {
 // every head stays a few KiB whatever the failure.
 const maxHeadReason = 4 << 10
 
-// Publish stores r's body and publishes its head with Nats-Msg-Id msgID.
-// Publishing the same result again is safe: a body already stored with the
-// same digest is not stored again, and the head's message id lets the
-// stream's duplicate window swallow a second copy (trainers dedupe by
-// traj_id beyond it).
+// Publish stores r's body and publishes its head on
+// schema.SubjectResult(r.TrajID) with Nats-Msg-Id msgID. A trajectory has
+// one result, whatever is published after it: the stream refuses a second
+// head on the subject (client.PublishFirst), and that is no error. A body
+// already stored with the same digest is not stored again; one stored for
+// a head the stream then refused is left to the bucket's TTL.
 func (w *Results) Publish(ctx context.Context, r schema.Result, msgID string) error {
 	body, err := schema.EncodeBody(&r)
 	if err != nil {
@@ -72,5 +73,6 @@ func (w *Results) Publish(ctx context.Context, r schema.Result, msgID string) er
 	if err != nil {
 		return fmt.Errorf("result of %s: %w", r.TrajID, err)
 	}
-	return w.pub.PublishRaw(ctx, schema.SubjectResults, msgID, b)
+	_, err = w.pub.PublishFirst(ctx, schema.SubjectResult(r.TrajID), msgID, b)
+	return err
 }

@@ -32,7 +32,7 @@ func NewBodies(js jetstream.JetStream) *Bodies {
 	return &Bodies{js: js, buckets: map[string]jetstream.ObjectStore{}}
 }
 
-// Decode decodes a message from actloop.results (a head) and returns the
+// Decode decodes a message from actloop.results.<traj_id> (a head) and returns the
 // whole result, its body fetched and verified.
 func (b *Bodies) Decode(ctx context.Context, data []byte) (schema.Result, error) {
 	head, err := schema.Decode[schema.ResultHead](data)

@@ -181,20 +181,42 @@ func result(id string) schema.Result {
 		Versions: []int32{-1, 0}, Messages: []schema.Message{}}
 }
 
-// publish stores v on subject as a service would.
-func (e *env) publish(t *testing.T, subject, msgID string, v any) {
+// publish stores v as a service would: a Result through traj.Results
+// (body, then head on its subject), a GroupDone on its group's subject.
+func (e *env) publish(t *testing.T, msgID string, v any) {
 	t.Helper()
-	if r, ok := v.(schema.Result); ok && subject == schema.SubjectResults {
-		if err := e.results.Publish(e.ctx, r, msgID); err != nil {
+	switch v := v.(type) {
+	case schema.Result:
+		if err := e.results.Publish(e.ctx, v, msgID); err != nil {
 			t.Fatal(err)
 		}
-		return
+	case schema.GroupDone:
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.PublishFirst(e.ctx, e.js, schema.SubjectGroup(v.GroupID), msgID, b); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatalf("publish %T", v)
 	}
-	b, err := json.Marshal(v)
+}
+
+// again stores a second copy of the message on subject, as a publisher
+// that does not ask for the subject to be empty would, under a message id
+// of its own.
+func (e *env) again(t *testing.T, subject string) {
+	t.Helper()
+	s, err := e.js.Stream(e.ctx, schema.StreamResults)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.js.Publish(e.ctx, subject, b, jetstream.WithMsgID(msgID)); err != nil {
+	m, err := s.GetLastMsgForSubject(e.ctx, subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.Publish(e.ctx, subject, m.Data, jetstream.WithMsgID(subject+":again")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -224,9 +246,9 @@ func fetchAll(t *testing.T, ctx context.Context, c *client.Consumer, want int, f
 // name sees them all.
 func TestResultsAtLeastOnce(t *testing.T) {
 	e := newEnv(t)
-	e.publish(t, schema.SubjectResults, "a:9:result", result("a"))
-	e.publish(t, schema.SubjectResults, "b:9:result", result("b"))
-	e.publish(t, schema.SubjectGroups, "group:g", schema.GroupDone{V: schema.Version, GroupID: "g", Size: 2, TrajIDs: []string{"a", "b"}})
+	e.publish(t, "a:9:result", result("a"))
+	e.publish(t, "b:9:result", result("b"))
+	e.publish(t, "group:g", schema.GroupDone{V: schema.Version, GroupID: "g", Size: 2, TrajIDs: []string{"a", "b"}})
 
 	res, err := e.c.Results(e.ctx, "trainer")
 	if err != nil {
@@ -238,7 +260,7 @@ func TestResultsAtLeastOnce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("result %s: %v", d.Data(), err)
 		}
-		if d.Subject() != schema.SubjectResults {
+		if !schema.IsResult(d.Subject()) {
 			t.Errorf("subject %s", d.Subject())
 		}
 		first = append(first, r.TrajID)
@@ -288,7 +310,7 @@ func TestResultsAtLeastOnce(t *testing.T) {
 func TestFetchStoppedEarlyNaksTheRest(t *testing.T) {
 	e := newEnv(t)
 	for _, id := range []string{"a", "b", "c"} {
-		e.publish(t, schema.SubjectResults, id+":9:result", result(id))
+		e.publish(t, id+":9:result", result(id))
 	}
 	res, err := e.c.Results(e.ctx, "trainer")
 	if err != nil {
@@ -341,9 +363,9 @@ func TestFetchCancelled(t *testing.T) {
 // Groups delivers completed groups only.
 func TestGroups(t *testing.T) {
 	e := newEnv(t)
-	e.publish(t, schema.SubjectResults, "a:9:result", result("a"))
+	e.publish(t, "a:9:result", result("a"))
 	want := schema.GroupDone{V: schema.Version, GroupID: "g", Size: 1, TrajIDs: []string{"a"}}
-	e.publish(t, schema.SubjectGroups, "group:g", want)
+	e.publish(t, "group:g", want)
 	groups, err := e.c.Groups(e.ctx, "trainer-groups")
 	if err != nil {
 		t.Fatal(err)
@@ -480,11 +502,11 @@ func TestStatus(t *testing.T) {
 func TestLateDuplicatesNeverReachTheTrainer(t *testing.T) {
 	e := newEnv(t)
 	g := schema.GroupDone{V: schema.Version, GroupID: "g", Size: 2, TrajIDs: []string{"a", "b"}}
-	e.publish(t, schema.SubjectResults, "a:9:result", result("a"))
-	e.publish(t, schema.SubjectResults, "b:9:result", result("b"))
-	e.publish(t, schema.SubjectResults, "a:9:result:again", result("a"))
-	e.publish(t, schema.SubjectGroups, "group:g", g)
-	e.publish(t, schema.SubjectGroups, "group:g:again", g)
+	e.publish(t, "a:9:result", result("a"))
+	e.publish(t, "b:9:result", result("b"))
+	e.again(t, schema.SubjectResult("a"))
+	e.publish(t, "group:g", g)
+	e.again(t, schema.SubjectGroup("g"))
 	for _, tc := range []struct {
 		name    string
 		open    func(context.Context, string) (*client.Consumer, error)

@@ -26,14 +26,14 @@ type Consumer struct {
 }
 
 // Results creates, or takes up again, the durable consumer name of
-// finished trajectories (schema.Result on actloop.results), starting at the
+// finished trajectories (schema.Result on actloop.results.<traj_id>), starting at the
 // oldest result the stream keeps.
 func (c *Client) Results(ctx context.Context, name string) (*Consumer, error) {
 	return c.consumer(ctx, name, schema.SubjectResults, trajKey)
 }
 
 // Groups creates, or takes up again, the durable consumer name of
-// completed groups (schema.GroupDone on actloop.groups). Give it a name of
+// completed groups (schema.GroupDone on actloop.groups.<group_id>). Give it a name of
 // its own: a consumer's name is its position.
 func (c *Client) Groups(ctx context.Context, name string) (*Consumer, error) {
 	return c.consumer(ctx, name, schema.SubjectGroups, groupKey)

@@ -39,7 +39,7 @@
 // Results arrive in the order trajectories finished, not in the order
 // samples were submitted; a redelivery comes after newer results. When
 // every rollout of a group has a result, a schema.GroupDone follows its
-// members on actloop.groups (a consumer from Groups), at least once
+// members on actloop.groups.<group_id> (a consumer from Groups), at least once
 // (deduplicated as results are).
 //
 // # Weight synchronisation
@@ -53,7 +53,7 @@
 // # Sizes
 //
 // A sample is at most schema.MaxSampleBytes (512 KiB) as JSON. A result
-// of any length travels as a small head on actloop.results and a body in
+// of any length travels as a small head on actloop.results.<traj_id> and a body in
 // the object store (schema.BodyRef): Delivery.Head reads the head alone,
 // Delivery.Result fetches and checks the body too, and Bodies does the same
 // for readers of the stream of their own. nats-server's default

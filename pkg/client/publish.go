@@ -23,8 +23,9 @@ const PublishAttempt = 3 * time.Second
 // stream does not answer (a leader election, a restarting server), until
 // ctx ends or, when ctx has no deadline, for 30 s: the stream's duplicate
 // window keeps a retry of a publish that did land from being stored twice.
-// It is how Submit publishes, and how actloop's services do.
-func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, data []byte) error {
+// It is how Submit publishes, and how actloop's services do. opts add to
+// the publish (an expected last sequence, say).
+func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, data []byte, opts ...jetstream.PublishOpt) error {
 	m := nats.NewMsg(subject)
 	m.Data = data
 	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(m.Header))
@@ -36,7 +37,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 	wait := 20 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(ctx, PublishAttempt)
-		_, err := js.PublishMsg(actx, m, jetstream.WithMsgID(msgID))
+		_, err := js.PublishMsg(actx, m, append([]jetstream.PublishOpt{jetstream.WithMsgID(msgID)}, opts...)...)
 		cancel()
 		if err == nil {
 			return nil
@@ -84,4 +85,18 @@ func (h HeaderCarrier) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// PublishFirst is Publish on a subject that holds one message ever (a
+// trajectory's result, a group's completion): the stream stores data only
+// if the subject has no message yet (Nats-Expected-Last-Subject-Sequence:
+// 0). It reports whether this call stored it; false with a nil error means
+// the subject already had its message, which is kept.
+func PublishFirst(ctx context.Context, js jetstream.JetStream, subject, msgID string, data []byte) (bool, error) {
+	err := Publish(ctx, js, subject, msgID, data, jetstream.WithExpectLastSequencePerSubject(0))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -14,7 +14,7 @@ import (
 
 // A result travels in two parts, so that a trajectory of any length fits a
 // NATS server's max_payload (1 MiB by default): its head (ResultHead, JSON,
-// a few hundred bytes) is the message on actloop.results, and its body —
+// a few hundred bytes) is the message on actloop.results.<traj_id>, and its body —
 // token ids, log-probs, versions, loss mask, messages, diff, tests,
 // metadata — is an object in the JetStream Object Store bucket
 // BucketResultBodies, named in the head's BodyRef (a claim check). The

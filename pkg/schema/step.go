@@ -100,7 +100,7 @@ type Result struct {
 }
 
 // ResultHead is a Result without its token arrays, messages, diff, tests
-// and metadata: the message published on actloop.results, and what the
+// and metadata: the message published on actloop.results.<traj_id>, and what the
 // coordinator, the history predictor and a progress display act on. Body
 // names the object that holds the rest (see BodyRef).
 type ResultHead struct {
@@ -144,7 +144,7 @@ type ResultHead struct {
 	StaleTokens int       `json:"stale_tokens,omitempty"`
 	AdmittedAt  time.Time `json:"admitted_at"`
 	FinishedAt  time.Time `json:"finished_at"`
-	// Body names the stored body. Every head on actloop.results has one.
+	// Body names the stored body. Every head on actloop.results.<traj_id> has one.
 	Body *BodyRef `json:"body,omitempty"`
 }
 

@@ -1,16 +1,20 @@
 package schema
 
+import "strings"
+
 // Subjects and streams a trainer uses. The rest of actloop's subjects are
 // internal (see docs/trainer-api.md for the whole list).
 const (
 	// SubjectSamples takes samples (Sample), in stream StreamSamples.
 	SubjectSamples = "actloop.samples"
-	// SubjectResults carries finished trajectories (Result), in stream
-	// StreamResults.
-	SubjectResults = "actloop.results"
-	// SubjectGroups carries a GroupDone when every rollout of a group has a
-	// result; it is in StreamResults, after its members.
-	SubjectGroups = "actloop.groups"
+	// SubjectResults matches every result: each trajectory's result (the
+	// head of a Result) is the one message on SubjectResult(traj_id), in
+	// stream StreamResults.
+	SubjectResults = "actloop.results.>"
+	// SubjectGroups matches every GroupDone: each group's is the one
+	// message on SubjectGroup(group_id), in StreamResults after its
+	// members' results.
+	SubjectGroups = "actloop.groups.>"
 	// SubjectDLQ carries dead letters (DLQEntry), in stream StreamDLQ.
 	SubjectDLQ = "actloop.dlq"
 	// Trainer API, NATS request-reply (the coordinator answers).
@@ -21,4 +25,27 @@ const (
 	StreamSamples = "ACTLOOP_SAMPLES"
 	StreamResults = "ACTLOOP_RESULTS"
 	StreamDLQ     = "ACTLOOP_DLQ"
+
+	resultsPrefix = "actloop.results."
+	groupsPrefix  = "actloop.groups."
 )
+
+// SubjectResult is the subject of trajectory id's result. The stream holds
+// one message on it ever: a second publish is refused
+// (Nats-Expected-Last-Subject-Sequence: 0), so a trajectory has one result
+// however often it is published.
+func SubjectResult(trajID string) string { return resultsPrefix + SubjectToken(trajID) }
+
+// SubjectGroup is the subject of group id's GroupDone; one message ever,
+// as for SubjectResult.
+func SubjectGroup(groupID string) string { return groupsPrefix + SubjectToken(groupID) }
+
+// IsResult reports whether subject is a result's (SubjectResult).
+func IsResult(subject string) bool { return strings.HasPrefix(subject, resultsPrefix) }
+
+// IsGroup reports whether subject is a GroupDone's (SubjectGroup).
+func IsGroup(subject string) bool { return strings.HasPrefix(subject, groupsPrefix) }
+
+// SubjectToken is id as one NATS subject token: an id
+// ([A-Za-z0-9._-]) with each "." written "~" (which no id holds).
+func SubjectToken(id string) string { return strings.ReplaceAll(id, ".", "~") }

@@ -246,7 +246,7 @@ func (r *rig) readResults(ctx context.Context, after uint64, into map[string][]s
 		if err != nil {
 			return seq - 1, err
 		}
-		if m.Subject != schema.SubjectResults {
+		if !schema.IsResult(m.Subject) {
 			continue
 		}
 		res, err := r.bodies.Decode(ctx, m.Data)

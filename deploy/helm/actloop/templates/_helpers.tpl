@@ -156,13 +156,13 @@ name, unknown here: `*`.
 {{- define "actloop.natsPermissions" -}}
 {
   "base": {"pub": ["$JS.API.>", "$JS.FC.>", "actloop.dlq"], "sub": ["_INBOX.>"]},
-  "coordinator": {"pub": ["actloop.env.>", "actloop.gen.>", "actloop.results", "$O.ACTLOOP_RESULT_BODIES.>", "actloop.groups", "actloop.predict",
+  "coordinator": {"pub": ["actloop.env.>", "actloop.gen.>", "actloop.results.>", "$O.ACTLOOP_RESULT_BODIES.>", "actloop.groups.>", "actloop.predict",
     "$JS.ACK.ACTLOOP_SAMPLES.>", "$JS.ACK.ACTLOOP_RESULTS.>", "$JS.ACK.ACTLOOP_EVENTS.>", "$KV.actloop_priority.>",
     "$KV.actloop_control.state", "$KV.actloop_leader.coordinator"], "sub": ["actloop.control.*"], "responses": true},
   "gen-worker": {"pub": ["actloop.gen.>", "actloop.env.>", "actloop.events", "actloop.predictions", "actloop.predict",
     "$JS.ACK.ACTLOOP_GEN.>", "$KV.actloop_heartbeats.gen.<replica>.>", "$KV.actloop_control.gen.<replica>.>"],
     "sub": ["actloop.gen.<replica>.*"]},
-  "env-worker": {"pub": ["actloop.gen.>", "actloop.env.>", "actloop.results", "$O.ACTLOOP_RESULT_BODIES.>", "actloop.events", "$JS.ACK.ACTLOOP_ENV.>",
+  "env-worker": {"pub": ["actloop.gen.>", "actloop.env.>", "actloop.results.>", "$O.ACTLOOP_RESULT_BODIES.>", "actloop.events", "$JS.ACK.ACTLOOP_ENV.>",
     "$KV.actloop_heartbeats.env.<id>"], "sub": ["actloop.env.<id>", "actloop.env.start"]},
   "predictor-gw": {"pub": ["$JS.ACK.ACTLOOP_RESULTS.>"], "sub": ["actloop.predict"], "responses": true},
   "cli": {"pub": ["$JS.API.>", "$JS.FC.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>"], "sub": ["_INBOX.>"]}
