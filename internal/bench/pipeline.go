@@ -269,7 +269,7 @@ func processCPU() time.Duration {
 
 // redisCPU is redis-server's CPU time from INFO cpu; 0 for the in-process
 // server (its CPU is this process's).
-func redisCPU(ctx context.Context, rdb *redis.Client) time.Duration {
+func redisCPU(ctx context.Context, rdb redis.UniversalClient) time.Duration {
 	info, err := rdb.Info(ctx, "cpu").Result()
 	if err != nil {
 		return 0

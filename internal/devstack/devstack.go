@@ -58,6 +58,9 @@ type Options struct {
 	// cluster's) to use instead of the embedded one, which is then not
 	// started.
 	NATSURL string
+	// RedisCluster, when set, is a Redis Cluster (its URL as
+	// ACTLOOP_REDIS_URL names one) to use instead of starting a Redis.
+	RedisCluster string
 	Log     *slog.Logger
 }
 
@@ -76,7 +79,7 @@ type Stack struct {
 	mu      sync.Mutex
 	wg      sync.WaitGroup
 	errs    []error
-	clients []*redis.Client
+	clients []redis.UniversalClient
 	gens    map[string]*genworker.Worker
 	closing []func()
 }
@@ -118,10 +121,14 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.Opts.Common.NATSURL = s.NATS.ClientURL()
 	}
-	if s.Redis, err = localredis.Start(ctx, o.RedisKind, o.Dir); err != nil {
-		return nil, err
+	if o.RedisCluster != "" {
+		s.Opts.Common.RedisURL, s.Opts.Common.RedisCluster = o.RedisCluster, true
+	} else {
+		if s.Redis, err = localredis.Start(ctx, o.RedisKind, o.Dir); err != nil {
+			return nil, err
+		}
+		s.Opts.Common.RedisURL, s.Opts.Common.RedisCluster = "redis://"+s.Redis.Addr+"/0", false
 	}
-	s.Opts.Common.RedisURL = "redis://" + s.Redis.Addr + "/0"
 	for i := range o.Replicas {
 		name := fmt.Sprintf("r%d", i)
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -144,8 +151,7 @@ func (s *Stack) Deps(ctx context.Context, name string) (*service.Deps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect nats: %w", err)
 	}
-	d, err := service.NewDeps(ctx, s.Opts.Common, nc, redis.NewClient(&redis.Options{Addr: s.Redis.Addr}),
-		s.Opts.Log.With("service", name))
+	d, err := service.NewDeps(ctx, s.Opts.Common, nc, s.newRedis(), s.Opts.Log.With("service", name))
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -155,11 +161,20 @@ func (s *Stack) Deps(ctx context.Context, name string) (*service.Deps, error) {
 
 // RedisClient returns a new client of the stack's Redis, closed with the
 // stack.
-func (s *Stack) RedisClient() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Redis.Addr})
+func (s *Stack) RedisClient() redis.UniversalClient {
+	c := s.newRedis()
 	s.mu.Lock()
 	s.clients = append(s.clients, c)
 	s.mu.Unlock()
+	return c
+}
+
+// newRedis returns a new client of the stack's Redis, the caller's to close.
+func (s *Stack) newRedis() redis.UniversalClient {
+	c, err := s.Opts.Common.NewRedis()
+	if err != nil {
+		panic(fmt.Sprintf("devstack: the stack's own Redis settings: %v", err)) // set by StartInfra: cannot fail
+	}
 	return c
 }
 

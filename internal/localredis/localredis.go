@@ -29,10 +29,15 @@ type Server struct {
 	Addr string
 	Kind string
 	stop func()
+	kill func()
 }
 
 // Close stops the server and waits for it.
 func (s *Server) Close() { s.stop() }
+
+// Kill ends the server at once (SIGKILL; the in-process one closes) and
+// waits for it: a crash, not a shutdown.
+func (s *Server) Kill() { s.kill() }
 
 // Start starts a Redis of the given kind: KindReal, KindInProcess, or "" for
 // the real one when redis-server is on PATH and the in-process one otherwise.
@@ -52,13 +57,15 @@ func Start(ctx context.Context, kind, dir string) (*Server, error) {
 		if err := m.Start(); err != nil {
 			return nil, fmt.Errorf("start in-process redis: %w", err)
 		}
-		return &Server{Addr: m.Addr(), Kind: KindInProcess, stop: m.Close}, nil
+		return &Server{Addr: m.Addr(), Kind: KindInProcess, stop: m.Close, kill: m.Close}, nil
 	default:
 		return nil, fmt.Errorf("unknown redis kind %q (want %q or %q)", kind, KindReal, KindInProcess)
 	}
 }
 
-func startReal(ctx context.Context, dir string) (*Server, error) {
+// startReal starts redis-server with its files in dir, and extra
+// arguments after actloop's own.
+func startReal(ctx context.Context, dir string, extra ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH: %w", err)
@@ -70,8 +77,9 @@ func startReal(ctx context.Context, dir string) (*Server, error) {
 			return nil, err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--dir", dir, "--save", "", "--appendonly", "no", "--protected-mode", "yes")
+		args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--dir", dir, "--save", "", "--appendonly", "no", "--protected-mode", "yes"}, extra...)
+		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = nil, nil
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("start redis-server: %w", err)
@@ -87,6 +95,10 @@ func startReal(ctx context.Context, dir string) (*Server, error) {
 				<-done
 			}
 		}
+		kill := func() {
+			_ = cmd.Process.Kill()
+			<-done
+		}
 		if err := waitReady(ctx, addr, done); err != nil {
 			stop()
 			if errors.Is(err, errExited) {
@@ -94,7 +106,7 @@ func startReal(ctx context.Context, dir string) (*Server, error) {
 			}
 			return nil, err
 		}
-		return &Server{Addr: addr, Kind: KindReal, stop: stop}, nil
+		return &Server{Addr: addr, Kind: KindReal, stop: stop, kill: kill}, nil
 	}
 	return nil, errors.New("start redis-server: no free port after 5 attempts")
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
@@ -72,6 +73,33 @@ func (c *Common) validateSecurity() error {
 	_, nerr := c.NATSOptions()
 	_, rerr := c.RedisOptions()
 	return errors.Join(nerr, rerr)
+}
+
+// RedisClusterReload is how often a cluster client reads the slot map
+// again: a failover is followed within about this long.
+const RedisClusterReload = 2 * time.Second
+
+// NewRedis returns a client of c's Redis (not yet connected): one server,
+// or with RedisCluster a cluster client seeded with the URL's nodes, with
+// the same credentials and TLS settings.
+func (c *Common) NewRedis() (redis.UniversalClient, error) {
+	opts, err := c.RedisOptions()
+	if err != nil {
+		return nil, err
+	}
+	if !c.RedisCluster {
+		return redis.NewClient(opts), nil
+	}
+	co, err := redis.ParseClusterURL(c.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("ACTLOOP_REDIS_URL: %w", redactURLError(err))
+	}
+	co.Username, co.Password, co.TLSConfig = opts.Username, opts.Password, opts.TLSConfig
+	// A master that died answers nothing, so no MOVED tells the client of
+	// its replica's promotion: read the slot map often (CLUSTER SLOTS, one
+	// small reply) rather than go-redis's default of every minute.
+	co.ClusterStateReloadInterval = RedisClusterReload
+	return redis.NewClusterClient(co), nil
 }
 
 // NATSOptions returns the nats.Connect options for c's NATS credentials
@@ -173,7 +201,13 @@ func (c *Common) ConnectNATS(name string, extra ...nats.Option) (*nats.Conn, err
 // server's name is checked against the URL's host. Each error names its
 // ACTLOOP_ variable and holds no secret.
 func (c *Common) RedisOptions() (*redis.Options, error) {
-	opts, err := redis.ParseURL(c.RedisURL)
+	u := c.RedisURL
+	if c.RedisCluster {
+		// The seed nodes are ParseClusterURL's to read; the credentials and
+		// TLS of the first are every node's.
+		u = withoutSeeds(u)
+	}
+	opts, err := redis.ParseURL(u)
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_REDIS_URL: %w", redactURLError(err))
 	}
@@ -226,6 +260,19 @@ func (c *Common) RedisOptions() (*redis.Options, error) {
 		return nil, err
 	}
 	return opts, nil
+}
+
+// withoutSeeds is a cluster URL without its addr parameters (the other seed
+// nodes), as one server's URL.
+func withoutSeeds(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u // ParseURL says what is wrong with it
+	}
+	q := p.Query()
+	q.Del("addr")
+	p.RawQuery = q.Encode()
+	return p.String()
 }
 
 // RedactURL returns u, a URL or a comma-separated list of them, with the

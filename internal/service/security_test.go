@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -648,5 +649,34 @@ func TestRedactURL(t *testing.T) {
 		if got := service.RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// With ACTLOOP_REDIS_CLUSTER the URL names seed nodes (addr parameters):
+// it validates, and NewRedis makes a cluster client of every seed with the
+// URL's credentials; without it, such a URL is refused naming the setting.
+func TestRedisClusterURL(t *testing.T) {
+	c := service.CommonDefaults()
+	c.RedisURL = "redis://:pw@h1:6379?addr=h2:6379&addr=h3:6379"
+	if _, err := c.NewRedis(); err == nil || !strings.Contains(err.Error(), "ACTLOOP_REDIS_URL") {
+		t.Fatalf("a cluster URL without ACTLOOP_REDIS_CLUSTER: %v, want an error naming ACTLOOP_REDIS_URL", err)
+	}
+	c.RedisCluster = true
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := c.NewRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("%T, want a cluster client", rdb)
+	}
+	o := cc.Options()
+	if !slices.Equal(o.Addrs, []string{"h1:6379", "h2:6379", "h3:6379"}) || o.Password != "pw" ||
+		o.ClusterStateReloadInterval != service.RedisClusterReload {
+		t.Fatalf("cluster options: addrs %v, password %q, reload %v", o.Addrs, o.Password, o.ClusterStateReloadInterval)
 	}
 }

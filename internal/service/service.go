@@ -38,8 +38,15 @@ type Common struct {
 	// NATSURL is the NATS server (nats:// or tls://); user info in it is one
 	// way to authenticate.
 	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222"`
-	// RedisURL is the Redis server (redis://, or rediss:// for TLS).
+	// RedisURL is the Redis server (redis://, or rediss:// for TLS). For a
+	// Redis Cluster (RedisCluster) it names seed nodes, the first as the
+	// host and the others as addr parameters, without a database:
+	// redis://host1:6379?addr=host2:6379&addr=host3:6379.
 	RedisURL string `envconfig:"REDIS_URL" default:"redis://127.0.0.1:6379/0"`
+	// RedisCluster: RedisURL is a Redis Cluster. Every key of a trajectory
+	// shares one hash slot ({traj_id}), as do the coordinator's indexes
+	// ({coordinator}) and each group's keys ({group:<id>}).
+	RedisCluster bool `envconfig:"REDIS_CLUSTER" default:"false"`
 	// AckWait: a work message not acknowledged this long after its delivery
 	// is delivered again; a long step resets the timer (InProgress) every
 	// third of it. At least 1s.
@@ -186,11 +193,10 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 	}
 	where := ""
 	if rdb == nil {
-		opts, err := c.RedisOptions()
-		if err != nil {
+		var client redis.UniversalClient
+		if client, err = c.NewRedis(); err != nil { // err, not a new one: the deferred close reads it
 			return nil, err
 		}
-		client := redis.NewClient(opts)
 		defer func() {
 			if err != nil {
 				_ = client.Close()

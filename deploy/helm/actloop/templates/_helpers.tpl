@@ -573,6 +573,13 @@ Environment of every actloop container:
     secretKeyRef:
       name: {{ include "actloop.redisSecretName" .ctx }}
       key: {{ include "actloop.redisUrlKey" .ctx }}
+{{- if .ctx.Values.redis.cluster }}
+{{- if .ctx.Values.redis.bundled }}
+{{- fail "actloop: redis.cluster is for an external Redis Cluster: set redis.bundled=false and redis.url to its seed nodes" }}
+{{- end }}
+- name: ACTLOOP_REDIS_CLUSTER
+  value: "true"
+{{- end }}
 - name: ACTLOOP_STREAM_REPLICAS
   value: {{ include "actloop.streamReplicas" .ctx | quote }}
 - name: ACTLOOP_SHUTDOWN_TIMEOUT
