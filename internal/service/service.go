@@ -210,13 +210,34 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 		return nil, fmt.Errorf("connect redis%s: %w", where, err)
 	}
 	topo := c.Topology()
-	if err = topo.EnsureStreams(pctx, js); err != nil {
-		return nil, err
+	var bodies jetstream.ObjectStore
+	declare := func(ctx context.Context) error {
+		if err := topo.EnsureStreams(ctx, js); err != nil {
+			return err
+		}
+		if err := topo.EnsureKV(ctx, js); err != nil {
+			return err
+		}
+		var err error
+		bodies, err = topo.ResultBodies(ctx, js)
+		return err
 	}
-	if err = topo.EnsureKV(pctx, js); err != nil {
-		return nil, err
+	// A JetStream that does not answer yet (a cluster electing leaders, a
+	// node catching up after a restart) is waited for, as long as ctx
+	// allows; any other refusal (a bad setting) ends the start.
+	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = declare(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !unanswered(err) {
+			break
+		}
+		log.Warn("declare the streams and buckets: JetStream does not answer; will try again", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
 	}
-	bodies, err := topo.ResultBodies(pctx, js)
 	if err != nil {
 		return nil, err
 	}
@@ -225,6 +246,19 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 		Topo: topo, Common: c, Log: log, Now: time.Now, Metrics: metrics.NewRegistry()}
 	metrics.CounterFunc(d.Metrics, "actloop_dlq_total", nil, func() float64 { return float64(d.Pub.DeadLettered()) })
 	return d, nil
+}
+
+// jsClusterNotAvailable is nats-server's JSClusterNotAvailErr, "JetStream
+// system temporarily unavailable" (no constant for it in nats.go).
+const jsClusterNotAvailable jetstream.ErrorCode = 10008
+
+// unanswered reports an error of a JetStream that did not answer (yet), as
+// opposed to one that refused.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvailable)
 }
 
 // MinMaxPayload is the least max_payload of a NATS server actloop works

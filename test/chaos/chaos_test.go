@@ -3,15 +3,16 @@
 // a fallback with a reason), no step is applied twice, and nothing is lost
 // when any process dies at any moment.
 //
-// TestChaos starts real processes on loopback: nats-server (built from the
-// nats-server module, with its default max_payload of 1 MiB), redis-server
+// TestChaos starts real processes on loopback: a 3-node JetStream cluster
+// of nats-server (built from the nats-server module, with its default
+// max_payload of 1 MiB; every stream replicated three times), redis-server
 // with AOF, each service as its own
 // `actloop serve` process (a coordinator with a standby, 2 gen-workers on 2
 // simulated replicas, 2 env-workers, predictor-gw) and the simulators. It
 // submits a seeded batch — some trajectories of over 100k tokens, some with
 // a step longer than ACTLOOP_REPUBLISH_AFTER — and, while it runs, injects
 // faults on a seeded schedule: processes killed or stopped (the leader
-// coordinator stopped past its lease included), NATS and Redis restarted,
+// coordinator stopped past its lease included), a NATS node and Redis restarted (and a NATS node with the leader at once),
 // weight syncs, an inference server cut off, a running trajectory's Redis
 // state deleted, poison samples of every size. Then it checks the
 // invariants, from evidence outside the system's own counters (the results
@@ -58,11 +59,12 @@ type plan struct {
 }
 
 var plans = map[string]plan{
-	"short": {trajectories: 40, faults: 12, faultEvery: time.Second, deadline: 5 * time.Minute, timeScale: "0.5"},
+	"short": {trajectories: 40, faults: 13, faultEvery: time.Second, deadline: 5 * time.Minute, timeScale: "0.5"},
 	"full":  {trajectories: 500, faults: 60, faultEvery: 2 * time.Second, deadline: 30 * time.Minute, timeScale: "0.4"},
 }
 
 const (
+	natsNodes   = 3
 	ackWait     = 4 * time.Second
 	leaderLease = 3 * time.Second
 )
@@ -122,14 +124,32 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 	r.bin = build(t, dir, "actloop", "./cmd/actloop")
 	natsBin := build(t, dir, "nats-server", "github.com/nats-io/nats-server/v2")
 
-	natsPort := freePort(t)
-	r.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	conf := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n",
-		natsPort, filepath.Join(dir, "jetstream"))), 0o644); err != nil {
-		t.Fatal(err)
+	// A 3-node JetStream cluster: every stream and bucket has 3 replicas
+	// (ACTLOOP_STREAM_REPLICAS=3), and each service connects to all three.
+	var clientPorts, routePorts []int
+	for range natsNodes {
+		clientPorts, routePorts = append(clientPorts, freePort(t)), append(routePorts, freePort(t))
 	}
-	r.add(&proc{name: "nats-server", bin: natsBin, args: []string{"-c", conf}, ready: tcpReady(fmt.Sprintf("127.0.0.1:%d", natsPort))})
+	var urls []string
+	for i := range natsNodes {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", clientPorts[i]))
+		var routes []string
+		for j := range natsNodes {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("%q", fmt.Sprintf("nats-route://127.0.0.1:%d", routePorts[j])))
+			}
+		}
+		conf := filepath.Join(dir, fmt.Sprintf("nats-%d.conf", i))
+		if err := os.WriteFile(conf, fmt.Appendf(nil, "server_name: n%d\nlisten: 127.0.0.1:%d\n"+
+			"jetstream {\n  store_dir: %q\n  sync_interval: always\n}\n"+
+			"cluster {\n  name: chaos\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n",
+			i, clientPorts[i], filepath.Join(dir, fmt.Sprintf("jetstream-%d", i)), routePorts[i], strings.Join(routes, ", ")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r.add(&proc{name: fmt.Sprintf("nats-%d", i), bin: natsBin, args: []string{"-c", conf},
+			ready: tcpReady(fmt.Sprintf("127.0.0.1:%d", clientPorts[i]))})
+	}
+	r.natsURL = strings.Join(urls, ",")
 	redisPort := freePort(t)
 	r.redisAddr = fmt.Sprintf("127.0.0.1:%d", redisPort)
 	r.add(&proc{name: "redis-server", bin: redisBin, args: []string{"--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1",
@@ -142,7 +162,7 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 
 	common := []string{"ACTLOOP_NATS_URL=" + r.natsURL, "ACTLOOP_REDIS_URL=redis://" + r.redisAddr + "/0",
 		"ACTLOOP_ACK_WAIT=" + ackWait.String(), "ACTLOOP_PULL_WAIT=200ms", "ACTLOOP_SHUTDOWN_TIMEOUT=5s",
-		"ACTLOOP_LOG_LEVEL=info", "ACTLOOP_HEARTBEAT_INTERVAL=500ms"}
+		"ACTLOOP_LOG_LEVEL=info", "ACTLOOP_HEARTBEAT_INTERVAL=500ms", "ACTLOOP_STREAM_REPLICAS=3"}
 	var replicas []string
 	for i := range 2 {
 		replica := fmt.Sprintf("r%d", i)
@@ -318,9 +338,7 @@ func TestChaos(t *testing.T) {
 	r := newRig(t, seed, appendfsync, p.timeScale)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r.startAll(ctx, "nats-server", "redis-server")
-	r.startAll(ctx, "sim-r0", "sim-r1", "coordinator-0")
-	r.startAll(ctx, "coordinator-1", "gen-r0", "gen-r1", "env-0", "env-1", "predictor-gw")
+	r.startAll(ctx, "nats-0", "nats-1", "nats-2", "redis-server")
 	nc, err := nats.Connect(r.natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +348,13 @@ func TestChaos(t *testing.T) {
 	if r.js, err = jetstream.New(nc); err != nil {
 		t.Fatal(err)
 	}
+	// The cluster serves JetStream once it has elected a meta leader.
+	testkit.Eventually(t, time.Minute, "the JetStream cluster to elect its meta leader", func() bool {
+		_, err := r.js.AccountInfo(ctx)
+		return err == nil
+	})
+	r.startAll(ctx, "sim-r0", "sim-r1", "coordinator-0")
+	r.startAll(ctx, "coordinator-1", "gen-r0", "gen-r1", "env-0", "env-1", "predictor-gw")
 	r.bodies = client.NewBodies(r.js)
 	r.rdb = redis.NewClient(&redis.Options{Addr: r.redisAddr})
 	defer r.rdb.Close()
@@ -381,7 +406,7 @@ func TestChaos(t *testing.T) {
 
 	// Faults, one every faultEvery, while the batch runs.
 	kinds := []string{"kill-gen", "kill-env", "kill-coordinator", "kill-predictor", "stop-worker", "restart-nats",
-		"restart-redis", "weight-sync", "cut-inference", "stop-coordinator", "lose-state", "poison"}
+		"restart-redis", "weight-sync", "cut-inference", "stop-coordinator", "lose-state", "poison", "kill-coordinator-and-nats"}
 	version := int64(0)
 	for i := 0; i < p.faults && !done(); i++ {
 		time.Sleep(p.faultEvery) // the schedule's pace, not a wait for a condition
@@ -627,10 +652,29 @@ func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *
 		time.Sleep(ackWait + time.Second) // longer than AckWait: its steps are redelivered elsewhere
 		p.signal(syscall.SIGCONT)
 		return nil
-	case "restart-nats", "restart-redis":
-		p := r.procs[strings.TrimPrefix(kind, "restart-")+"-server"]
+	case "restart-nats":
+		p := pick("nats-0", "nats-1", "nats-2")
 		p.kill()
 		return r.restart(ctx, p)
+	case "restart-redis":
+		p := r.procs["redis-server"]
+		p.kill()
+		return r.restart(ctx, p)
+	case "kill-coordinator-and-nats":
+		// Two faults at once: the leader coordinator and a NATS node.
+		leader := r.leader(ctx)
+		n := pick("nats-0", "nats-1", "nats-2")
+		n.kill()
+		if leader != "" {
+			r.procs[leader].kill()
+		}
+		if err := r.restart(ctx, n); err != nil {
+			return err
+		}
+		if leader != "" {
+			return r.restart(ctx, r.procs[leader])
+		}
+		return nil
 	case "weight-sync":
 		rep.Syncs++
 		if _, err := r.nc.Request(schema.SubjectControlPause, []byte(`{"timeout_ms":10000}`), 20*time.Second); err != nil {
