@@ -24,6 +24,7 @@ import (
 	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -784,4 +785,72 @@ func TestDeadEnvWorkerTrajectoriesMove(t *testing.T) {
 	if err != nil || st.EnvMoved != 1 {
 		t.Fatalf("status %+v %v: want one trajectory moved off %s", st, err, owner)
 	}
+}
+
+// An env-worker that ran a command and died before committing its step
+// (the outcome recorded, the commit lost) does not make the command run
+// twice in the same sandbox: the step's next delivery uses the recorded
+// outcome. Here the command appends a line to a file; the diff has it once.
+func TestCommandNotRunTwiceAfterLostCommit(t *testing.T) {
+	e := newEnv(t, 1)
+	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	// The second turn waits until the env-worker is gone.
+	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
+		return strings.Contains(decode(req.InputIDs), "one-done")
+	})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate.release) }) }
+	t.Cleanup(open)
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", gate); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.stack.EnvWorkerConfig("env-0")
+	first, stopFirst := context.WithCancel(e.ctx)
+	defer stopFirst()
+	if _, err := e.stack.StartEnvWorker(first, cfg); err != nil {
+		t.Fatal(err)
+	}
+	appendTwo := "echo two >> a.txt && cat a.txt"
+	s := simSample("once", "```bash\necho one > a.txt && echo one-done\n```", "```bash\n"+appendTwo+"\n```",
+		"```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached\n```")
+	s.Env.Backend, s.Env.Workspace = schema.BackendLocal, e.ws
+	e.submit(s)
+	<-gate.entered
+	stopFirst()
+	open()
+	testkit.Eventually(t, wait, "the second command to be pending", func() bool {
+		tr, err := e.st.Load(e.ctx, s.ID, 0)
+		return err == nil && tr.Status == traj.StatusNeedsEnvStep && tr.Action == appendTwo
+	})
+	// What the worker that died did: ran the command in the sandbox and
+	// recorded its outcome, and never committed.
+	tr, err := e.st.Load(e.ctx, s.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := sandbox.NewLocal(sandbox.LocalConfig{Root: cfg.SandboxRoot, Isolation: cfg.Isolation, AllowUnisolated: cfg.AllowUnisolated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := local.Attach(e.ctx, tr.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Exec(e.ctx, appendTwo, time.Minute)
+	if err != nil || res.Output != "one\ntwo\n" {
+		t.Fatalf("the command: %q %v", res.Output, err)
+	}
+	if err := e.st.RecordExec(e.ctx, s.ID, traj.ExecRecord{Seq: tr.Seq, Output: res.Output, ReturnCode: res.ReturnCode}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.stack.StartEnvWorker(e.ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r := e.results(1)[s.ID]
+	if r.Status != schema.StatusCompleted || !strings.Contains(r.Diff, "+one\n+two\n") || strings.Contains(r.Diff, "+two\n+two") {
+		t.Fatalf("%s: %s %q, diff %q", s.ID, r.Status, r.Reason, r.Diff)
+	}
+	checkConsistent(t, r)
 }

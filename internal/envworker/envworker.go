@@ -253,7 +253,7 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 		return nil, err
 	}
 	started := time.Now()
-	res, err := sb.Exec(ctx, t.Action, t.Sample.Env.StepTimeout())
+	res, err := w.runAction(ctx, sb, t, replay)
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("exec_ms", time.Since(started).Milliseconds()),
 		attribute.Int("exit_code", res.ReturnCode), attribute.Bool("timed_out", res.TimedOut), attribute.Bool("truncated", res.Truncated))
 	if err != nil {
@@ -277,6 +277,34 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 	}
 	return traj.Observed{Ran: ran, Observation: traj.UserTurn{Content: obs,
 		Tokens: slices.Concat(w.tmpl.Message(schema.RoleUser, obs), w.tmpl.GenerationPrompt())}}, nil
+}
+
+// runAction runs t's pending action in sb, and records its outcome in
+// Redis before the step commits. An outcome already recorded for this step
+// (an earlier delivery ran the command, and its worker died before the
+// commit) is used instead: the command does not run twice in the same
+// sandbox. A sandbox just rebuilt by replay lacks the command's effects, so
+// there it runs again.
+func (w *Worker) runAction(ctx context.Context, sb sandbox.Sandbox, t *traj.Trajectory, replay traj.Replay) (sandbox.ExecResult, error) {
+	if replay.Handle == "" {
+		rec, ok, err := w.d.Store.RecordedExec(ctx, t.ID, t.Seq)
+		if err != nil {
+			return sandbox.ExecResult{}, err
+		}
+		if ok {
+			w.d.Log.WarnContext(ctx, "the command already ran and its commit was lost: its recorded outcome is used, "+
+				"the command is not run again", "traj_id", t.ID, "seq", t.Seq)
+			return sandbox.ExecResult{Output: rec.Output, ReturnCode: rec.ReturnCode, TimedOut: rec.TimedOut,
+				Truncated: rec.Truncated}, nil
+		}
+	}
+	res, err := sb.Exec(ctx, t.Action, t.Sample.Env.StepTimeout())
+	if err != nil {
+		return res, err
+	}
+	err = w.d.Store.RecordExec(ctx, t.ID, traj.ExecRecord{Seq: t.Seq, Output: res.Output, ReturnCode: res.ReturnCode,
+		TimedOut: res.TimedOut, Truncated: res.Truncated})
+	return res, err
 }
 
 // finishStep takes the diff, scores it in a fresh sandbox and removes the

@@ -229,7 +229,7 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = declare(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !unanswered(err) {
+		if err == nil || ctx.Err() != nil || !Unanswered(err) {
 			break
 		}
 		log.Warn("declare the streams and buckets: JetStream does not answer; will try again", "error", err, "retry_in", wait)
@@ -252,9 +252,10 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 // system temporarily unavailable" (no constant for it in nats.go).
 const jsClusterNotAvailable jetstream.ErrorCode = 10008
 
-// unanswered reports an error of a JetStream that did not answer (yet), as
-// opposed to one that refused.
-func unanswered(err error) bool {
+// Unanswered reports an error of a JetStream that did not answer (yet): a
+// cluster electing leaders, a node catching up; as opposed to one that
+// refused. Worth trying again.
+func Unanswered(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||

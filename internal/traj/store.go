@@ -194,15 +194,56 @@ func New(rdb redis.UniversalClient, now func() time.Time) *Store {
 	return &Store{rdb: rdb, now: now}
 }
 
-type keys struct{ hash, msgs, tok, lp, mask, ver, audit string }
+type keys struct{ hash, msgs, tok, lp, mask, ver, audit, exec string }
 
 func keysOf(id string) keys {
 	base := "actloop:traj:{" + id + "}"
-	return keys{base, base + ":msgs", base + ":tok", base + ":lp", base + ":mask", base + ":ver", base + ":audit"}
+	return keys{base, base + ":msgs", base + ":tok", base + ":lp", base + ":mask", base + ":ver", base + ":audit", base + ":exec"}
 }
 
 // all is every key of a trajectory, in the order commitScript takes them.
-func (k keys) all() []string { return []string{k.hash, k.msgs, k.tok, k.lp, k.mask, k.ver, k.audit} }
+func (k keys) all() []string { return []string{k.hash, k.msgs, k.tok, k.lp, k.mask, k.ver, k.audit, k.exec} }
+
+// ExecRecord is the outcome of the command of step Seq, recorded as soon
+// as it ran and before the step's commit: a delivery of the step after a
+// crash between the two finds it and does not run the command again.
+type ExecRecord struct {
+	Seq        int64  `json:"seq"`
+	Output     string `json:"output"`
+	ReturnCode int    `json:"return_code"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	Truncated  bool   `json:"truncated,omitempty"`
+}
+
+// RecordExec records the outcome of a trajectory's command (one record a
+// trajectory: each replaces the last).
+func (s *Store) RecordExec(ctx context.Context, id string, r ExecRecord) error {
+	b, err := json.Marshal(r)
+	if err == nil {
+		err = s.rdb.Set(ctx, keysOf(id).exec, b, 0).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("record the command of %s step %d: %w", id, r.Seq, err)
+	}
+	return nil
+}
+
+// RecordedExec returns the recorded outcome of the command of step seq,
+// if there is one.
+func (s *Store) RecordedExec(ctx context.Context, id string, seq int64) (ExecRecord, bool, error) {
+	b, err := s.rdb.Get(ctx, keysOf(id).exec).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return ExecRecord{}, false, nil
+	}
+	if err != nil {
+		return ExecRecord{}, false, fmt.Errorf("recorded command of %s: %w", id, err)
+	}
+	var r ExecRecord
+	if json.Unmarshal(b, &r) != nil || r.Seq != seq {
+		return ExecRecord{}, false, nil // another step's, or unreadable: none for this one
+	}
+	return r, true, nil
+}
 
 // Admission is a new trajectory: its sample, the replica it is assigned
 // to and the traceparent of its root span.
