@@ -54,6 +54,17 @@ func (b *doorbell) ring(i int) {
 // mark records a ring of source i without waking anyone.
 func (b *doorbell) mark(i int) { b.rang.Or(1 << i) }
 
+// ringPatience is how long a Runner keeps looking for the message of a
+// ring that found none (see Run).
+const ringPatience = time.Second
+
+// keep marks the sources in rang as rung again.
+func (b *doorbell) keep(rang uint64) {
+	if b != nil {
+		b.rang.Or(rang)
+	}
+}
+
 // take returns and clears the sources that rang.
 func (b *doorbell) take() uint64 {
 	if b == nil {

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/actloop/actloop/pkg/schema"
@@ -28,7 +29,18 @@ const (
 	// within it, so a leader that dies or is cut off loses the key when the
 	// TTL runs out and a standby creates it anew.
 	BucketLeader = "actloop_leader"
+	// BucketAdmitted holds the sample of each admitted trajectory until its
+	// result is handled (key AdmittedKey(traj_id); JSON: the sample, and how
+	// often it was admitted again), so
+	// that a trajectory whose Redis state is lost can run again. It lives
+	// outside Redis for that reason.
+	BucketAdmitted = "actloop_admitted"
 )
+
+// AdmittedKey is trajectory id's key in BucketAdmitted: the id with each
+// "." written "=" (a KV key may not start or end with a dot, nor hold two
+// in a row; no id holds "=").
+func AdmittedKey(id string) string { return strings.ReplaceAll(id, ".", "=") }
 
 // KeyLeader is the lease's key in BucketLeader.
 const KeyLeader = "coordinator"
@@ -50,6 +62,8 @@ func (t Topology) EnsureKV(ctx context.Context, js jetstream.JetStream) error {
 		{Bucket: BucketPriority, Description: "priority snapshot per replica", History: 1, Storage: storage, Replicas: t.Replicas},
 		{Bucket: BucketHeartbeats, Description: "live workers", History: 1, TTL: heartbeatKeep, Storage: storage, Replicas: t.Replicas},
 		{Bucket: BucketControl, Description: "pause state, weight version, pause reports", History: 1, Storage: storage, Replicas: t.Replicas},
+		{Bucket: BucketAdmitted, Description: "samples of admitted trajectories, until their results", History: 1,
+			TTL: t.ResultsAge, Storage: storage, Replicas: t.Replicas},
 	} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure kv %s: %w", cfg.Bucket, err)

@@ -138,6 +138,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			_ = h(mctx, m) // settled by the Acker
 		})
 	}
+	var ringSince time.Time // when the rings that have found nothing yet came
 	for ctx.Err() == nil {
 		if r.Ready != nil && !r.Ready() {
 			sleepCtx(ctx, readyPoll)
@@ -170,6 +171,21 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		}
 		releaseN(slots, free-got)
+		// A ring can come before its message is stored where the consumer
+		// sees it (the doorbell hears the publish, the stream stores it
+		// after): one that found nothing is kept for another look, for up
+		// to ringPatience; then it was another worker's message.
+		switch {
+		case got > 0 || rang == 0:
+			ringSince = time.Time{}
+		case ringSince.IsZero() || time.Since(ringSince) < ringPatience:
+			if ringSince.IsZero() {
+				ringSince = time.Now()
+			}
+			bell.keep(rang)
+		default:
+			ringSince = time.Time{}
+		}
 		if got == 0 {
 			bell.wait(ctx, r.PullWait)
 		}

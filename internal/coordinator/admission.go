@@ -212,6 +212,10 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 		endSpan(span)
 		return err
 	}
+	if err := c.keepSample(ctx, admittedSample{Sample: s}); err != nil {
+		endSpan(span)
+		return err
+	}
 	f := factOf(t)
 	f.Predicted = w.Predicted
 	if !c.active.add(s.ID, &activeTraj{entry: entry, fact: f, span: span}) {

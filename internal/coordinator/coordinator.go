@@ -57,6 +57,9 @@ type Coordinator struct {
 	policy   sched.Policy
 	predict  *predict.Client
 	kv       jetstream.KeyValue
+	// admitted keeps each admitted trajectory's sample until its result
+	// (bus.BucketAdmitted), to run it again if its state is lost.
+	admitted jetstream.KeyValue
 	ctl      *control
 
 	samples, results, events, predictions jetstream.Consumer
@@ -71,7 +74,7 @@ type Coordinator struct {
 	// Counters of repair: trajectories moved off replicas that went down
 	// and off env-workers that went away; work messages published again
 	// for lack of progress.
-	moved, envMoved, republished atomic.Int64
+	moved, envMoved, republished, readmitted atomic.Int64
 
 	view atomic.Pointer[view] // what the HTTP API and the metrics read
 	m    *coordMetrics
@@ -120,6 +123,9 @@ func newTerm(ctx context.Context, cfg Config, d *service.Deps, term uint64) (*Co
 	}
 	if c.kv, err = d.JS.KeyValue(ctx, bus.BucketPriority); err != nil {
 		return nil, fmt.Errorf("kv %s: %w", bus.BucketPriority, err)
+	}
+	if c.admitted, err = d.JS.KeyValue(ctx, bus.BucketAdmitted); err != nil {
+		return nil, fmt.Errorf("kv %s: %w", bus.BucketAdmitted, err)
 	}
 	if err := c.load(ctx); err != nil {
 		return nil, err

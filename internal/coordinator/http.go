@@ -30,6 +30,7 @@ type Status struct {
 	// how old they are.
 	Moved             int64         `json:"moved"`       // trajectories moved off replicas that went down
 	Republished       int64         `json:"republished"` // work messages published again for lack of progress
+	Readmitted        int64         `json:"readmitted"`  // trajectories started again after their state was lost
 	EnvMoved          int64         `json:"env_moved"`   // trajectories moved off env-workers that went away
 	Snapshot          snapshotStats `json:"snapshot"`
 	SnapshotAgeS      float64       `json:"snapshot_age_s"`
@@ -83,6 +84,7 @@ func (c *Coordinator) state() Status {
 	st.Queued = uint64(c.waiting.count())
 	st.Snapshot, st.StalePredictions = c.snaps.get(), c.active.stalePredictions()
 	st.Moved, st.Republished, st.EnvMoved = c.moved.Load(), c.republished.Load(), c.envMoved.Load()
+	st.Readmitted = c.readmitted.Load()
 	live := map[string]bool{}
 	for _, r := range c.members.liveReplicas(c.cfg.Replicas, now) {
 		live[r] = true

@@ -34,6 +34,7 @@ func (c *Coordinator) registerMetrics() *metrics.Scope {
 		staleness: metrics.Histogram(reg, "actloop_staleness_versions", nil, 0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
 	}
 	metrics.CounterFunc(reg, "actloop_republished_total", nil, func() float64 { return float64(c.republished.Load()) })
+	metrics.CounterFunc(reg, "actloop_readmitted_total", nil, func() float64 { return float64(c.readmitted.Load()) })
 	reg.MustRegister(&collector{c: c})
 	return reg
 }

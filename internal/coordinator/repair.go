@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -22,6 +23,9 @@ func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
 	was, err := c.store.RemoveActive(ctx, r.TrajID, r.Status)
 	if err != nil {
 		return err
+	}
+	if err := c.admitted.Delete(ctx, bus.AdmittedKey(r.TrajID)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("forget the sample of %s: %w", r.TrajID, err)
 	}
 	if err := c.groupResult(ctx, r); err != nil {
 		return err
@@ -126,7 +130,7 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 		}
 		if t.Owner != "" {
 			close := schema.EnvStep{V: schema.Version, TrajID: id, Seq: t.Seq, Kind: schema.EnvClose}
-			if err := c.d.Pub.Publish(ctx, bus.SubjectEnv(t.Owner), schema.MsgID(id, t.Seq, "close"), close); err != nil {
+			if err := c.d.Pub.Publish(ctx, bus.SubjectEnv(t.Owner), t.MsgID("close"), close); err != nil {
 				c.d.Log.Warn("sandbox close not sent", "traj_id", id, "error", err)
 			}
 		}
@@ -166,20 +170,86 @@ func (c *Coordinator) republish(ctx context.Context, id string, updatedAt, now t
 // state is gone from Redis.
 const ReasonLost = "lost: the trajectory's state is gone from Redis"
 
+// MaxReadmissions is how often a trajectory whose state is lost is
+// admitted again from its kept sample before it ends with a fallback.
+const MaxReadmissions = 1
+
+// admittedSample is what bus.BucketAdmitted keeps of an admitted
+// trajectory.
+type admittedSample struct {
+	Sample schema.Sample `json:"sample"`
+	// Readmissions counts the times it was admitted again after its state
+	// was lost.
+	Readmissions int `json:"readmissions,omitempty"`
+}
+
+// keepSample keeps a's sample until the trajectory's result.
+func (c *Coordinator) keepSample(ctx context.Context, a admittedSample) error {
+	b, err := json.Marshal(a)
+	if err == nil {
+		_, err = c.admitted.Put(ctx, bus.AdmittedKey(a.Sample.ID), b)
+	}
+	if err != nil {
+		return fmt.Errorf("keep the sample of %s: %w", a.Sample.ID, err)
+	}
+	return nil
+}
+
 // lost answers for an active trajectory whose state is gone from Redis (a
-// Redis that lost its data, keys deleted): a fallback result from what the
-// index keeps of it, so its trainer and its group still get one. The
-// results consumer then forgets it, as for any result. A trajectory not
-// active here (ended, its state expired) gets nothing.
+// Redis that lost its data, keys deleted). With its sample kept and fewer
+// than MaxReadmissions re-admissions, it starts again from the beginning
+// (a new sandbox, seq 0; steps of its first run still in flight apply to
+// the new state only where it has reached their seq, as any redelivery).
+// Otherwise it ends with a fallback result from what the index keeps of it,
+// so its trainer and its group still get one. A trajectory not active here
+// (ended, its state expired) gets nothing.
 func (c *Coordinator) lost(ctx context.Context, id string) error {
 	e, ok := c.active.entry(id)
 	if !ok {
 		return nil
 	}
+	kept, err := c.admitted.Get(ctx, bus.AdmittedKey(id))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("the sample of %s: %w", id, err)
+	}
+	var a admittedSample
+	if err == nil && json.Unmarshal(kept.Value(), &a) == nil && a.Sample.ID == id && a.Readmissions < MaxReadmissions {
+		return c.readmit(ctx, a, e.Replica)
+	}
 	r := traj.FallbackResult(schema.ResultHead{TrajID: id, GroupID: e.GroupID, GroupIndex: e.GroupIndex,
 		GroupSize: e.GroupSize, Family: e.Family, Reason: ReasonLost, FinishedAt: c.d.Now().UTC()})
 	c.d.Log.Error("trajectory state lost: answered with a fallback result", "traj_id", id)
 	return c.d.Results.Publish(ctx, r, schema.MsgID(id, 0, "lost"))
+}
+
+// readmit starts a lost trajectory again from its kept sample, on replica.
+func (c *Coordinator) readmit(ctx context.Context, a admittedSample, replica string) error {
+	id := a.Sample.ID
+	a.Readmissions++
+	err := c.store.Create(ctx, traj.Admission{Sample: a.Sample, Replica: replica, Run: a.Readmissions})
+	if errors.Is(err, traj.ErrExists) {
+		return nil // admitted again already (a concurrent repair)
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.keepSample(ctx, a); err != nil {
+		return err
+	}
+	t, err := c.store.Load(ctx, id, 0)
+	if err != nil {
+		return err
+	}
+	n, err := traj.NextOf(t, traj.LowOnly{})
+	if err != nil {
+		return err
+	}
+	if err := traj.Publish(ctx, c.d.Pub, t.Trace, n); err != nil {
+		return err
+	}
+	c.readmitted.Add(1)
+	c.d.Log.Error("trajectory state lost: admitted again from its sample", "traj_id", id, "readmissions", a.Readmissions)
+	return nil
 }
 
 // sweep ends trajectories whose state has not advanced within StallTimeout

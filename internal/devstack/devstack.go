@@ -61,7 +61,7 @@ type Options struct {
 	// RedisCluster, when set, is a Redis Cluster (its URL as
 	// ACTLOOP_REDIS_URL names one) to use instead of starting a Redis.
 	RedisCluster string
-	Log     *slog.Logger
+	Log          *slog.Logger
 }
 
 // Stack is a running actloop in one process.

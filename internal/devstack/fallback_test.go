@@ -228,35 +228,52 @@ func TestSandboxCreationRetries(t *testing.T) {
 }
 
 // A running trajectory whose state is deleted from Redis (a Redis that lost
-// its data) still ends in exactly one result: a fallback naming the loss,
-// with its group fields, so its group completes.
-func TestLostStateEndsWithFallback(t *testing.T) {
+// its data) starts again from its kept sample and completes; one whose
+// state is lost a second time ends in a fallback naming the loss, with its
+// group fields, so its group completes. Each ends in exactly one result.
+func TestLostStateIsReadmittedThenFallsBack(t *testing.T) {
 	e := newEnv(t, 1)
 	cfg := e.stack.CoordinatorConfig()
 	cfg.ResultGrace = time.Second // the sweep looks every quarter of it
-	startOneOfEach(t, e, cfg, nil)
+	coord := startOneOfEach(t, e, cfg, nil)
 	submit := "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
 	gone := simSample("gone", "THOUGHT: a long command.\n\n```bash\nsleep 20\n```", submit)
 	gone.Env.StepTimeoutMS = 60_000
+	once := simSample("once", "THOUGHT: a command.\n\n```bash\nsleep 3\n```", submit)
 	sibling := simSample("sibling", submit)
 	for i, s := range []*schema.Sample{&gone, &sibling} {
 		s.GroupID, s.GroupIndex, s.GroupSize = "g-lost", i, 2
 	}
-	e.submit(gone, sibling)
+	e.submit(gone, once, sibling)
 	rdb := e.stack.RedisClient()
-	testkit.Eventually(t, wait, "the long command to run", func() bool {
-		return rdb.HGet(e.ctx, "actloop:traj:{gone}", "status").Val() == "needs_env_step"
-	})
-	for _, k := range []string{"", ":msgs", ":tok", ":lp", ":mask", ":ver"} {
-		if err := rdb.Del(e.ctx, "actloop:traj:{gone}"+k).Err(); err != nil {
-			t.Fatal(err)
+	running := func(id string) func() bool {
+		return func() bool { return rdb.HGet(e.ctx, "actloop:traj:{"+id+"}", "status").Val() == "needs_env_step" }
+	}
+	lose := func(id string) {
+		for _, k := range []string{"", ":msgs", ":tok", ":lp", ":mask", ":ver", ":audit", ":exec"} {
+			if err := rdb.Del(e.ctx, "actloop:traj:{"+id+"}"+k).Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	got := e.results(2)
+	testkit.Eventually(t, wait, "the commands to run", func() bool { return running("gone")() && running("once")() })
+	lose("gone")
+	lose("once")
+	testkit.Eventually(t, wait, "both to be admitted again", func() bool {
+		st, err := coord.Status(e.ctx)
+		return err == nil && st.Readmitted == 2
+	})
+	testkit.Eventually(t, wait, "the long command to run again", running("gone"))
+	lose("gone")
+	got := e.results(3)
 	if r := got["gone"]; r.Status != schema.StatusFallback || !strings.HasPrefix(r.Reason, "lost:") || r.GroupID != "g-lost" ||
 		r.GroupIndex != 0 || r.GroupSize != 2 || len(r.Tokens) != 0 {
 		t.Fatalf("gone: %s %q group %s/%d/%d", r.Status, r.Reason, r.GroupID, r.GroupIndex, r.GroupSize)
 	}
+	if r := got["once"]; !r.Solved() || r.Turns != 2 {
+		t.Fatalf("once: %s %q, %d turns", r.Status, r.Reason, r.Turns)
+	}
+	checkConsistent(t, got["once"])
 	if r := got["sibling"]; !r.Solved() {
 		t.Fatalf("sibling: %s %q", r.Status, r.Reason)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/envworker"
 	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
@@ -350,15 +351,9 @@ func TestEnvWorkerRestartReattachesSandboxes(t *testing.T) {
 	// Generations after each trajectory's first wait until the first
 	// env-worker is gone, so every trajectory is mid-flight when it stops.
 	imStart := testTemplate(t).Tokenizer().Encode("<|im_start|>")[0]
-	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
+	_, open := gatedGenWorker(t, e, func(req llm.Request) bool {
 		return countOf(req.InputIDs, imStart) > 3 // past the first turn
 	})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate.release) }) }
-	t.Cleanup(open)
-	if _, err := e.stack.StartGenWorker(e.ctx, "r0", gate); err != nil {
-		t.Fatal(err)
-	}
 	first, stopFirst := context.WithCancel(e.ctx)
 	defer stopFirst()
 	if _, err := e.stack.StartEnvWorker(first, e.stack.EnvWorkerConfig("env-0")); err != nil {
@@ -685,31 +680,50 @@ func TestReplayThatDivergesIsFlagged(t *testing.T) {
 	}
 }
 
+// gatedGenWorker starts r0's gen-worker, holding the first generation
+// that block picks until open is called (at the latest when the test ends).
+func gatedGenWorker(t *testing.T, e *env, block func(req llm.Request) bool) (gate *blockingGen, open func()) {
+	t.Helper()
+	gate = newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool { return block(req) })
+	var once sync.Once
+	open = func() { once.Do(func() { close(gate.release) }) }
+	t.Cleanup(open)
+	if _, err := e.stack.StartGenWorker(e.ctx, "r0", gate); err != nil {
+		t.Fatal(err)
+	}
+	return gate, open
+}
+
+// promptHas picks a generation whose prompt holds text.
+func promptHas(text string) func(llm.Request) bool {
+	return func(req llm.Request) bool { return strings.Contains(decode(req.InputIDs), text) }
+}
+
+// envWorkerToLose starts a coordinator, r0's gen-worker holding the first
+// generation whose prompt holds gateText (see gatedGenWorker), and
+// env-worker env-0 under a context of its own (stop ends it).
+func envWorkerToLose(t *testing.T, gateText string) (e *env, gate *blockingGen, open func(), cfg envworker.Config, stop func()) {
+	t.Helper()
+	e = newEnv(t, 1)
+	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	gate, open = gatedGenWorker(t, e, promptHas(gateText))
+	cfg = e.stack.EnvWorkerConfig("env-0")
+	ctx, stop := context.WithCancel(e.ctx)
+	t.Cleanup(stop)
+	if _, err := e.stack.StartEnvWorker(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return e, gate, open, cfg, stop
+}
+
 // loseSandboxAfter runs s (a local sandbox of the env's workspace) until its
 // commandsBefore-th command has run, holds the next generation until the
 // env-worker is gone with every sandbox (the gate opens on gateText in the
 // prompt), starts it again empty, and returns the result.
 func loseSandboxAfter(t *testing.T, s schema.Sample, gateText string, commandsBefore int) schema.Result {
-	e := newEnv(t, 1)
-	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
-		t.Fatal(err)
-	}
-	// The turn after commandsBefore waits until the sandbox is gone.
-	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
-		return strings.Contains(decode(req.InputIDs), gateText)
-	})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate.release) }) }
-	t.Cleanup(open)
-	if _, err := e.stack.StartGenWorker(e.ctx, "r0", gate); err != nil {
-		t.Fatal(err)
-	}
-	cfg := e.stack.EnvWorkerConfig("env-0")
-	first, stopFirst := context.WithCancel(e.ctx)
-	defer stopFirst()
-	if _, err := e.stack.StartEnvWorker(first, cfg); err != nil {
-		t.Fatal(err)
-	}
+	e, gate, open, cfg, stopFirst := envWorkerToLose(t, gateText)
 	s.Env.Workspace = e.ws
 	e.submit(s)
 	testkit.Eventually(t, wait, "the commands before the loss to have run", func() bool {
@@ -740,15 +754,7 @@ func TestDeadEnvWorkerTrajectoriesMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
-		return strings.Contains(decode(req.InputIDs), "PASS add")
-	})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate.release) }) }
-	t.Cleanup(open)
-	if _, err := e.stack.StartGenWorker(e.ctx, "r0", gate); err != nil {
-		t.Fatal(err)
-	}
+	gate, open := gatedGenWorker(t, e, promptHas("PASS add"))
 	stops := map[string]context.CancelFunc{}
 	for _, id := range []string{"env-0", "env-1"} {
 		c := e.stack.EnvWorkerConfig(id)
@@ -792,26 +798,7 @@ func TestDeadEnvWorkerTrajectoriesMove(t *testing.T) {
 // twice in the same sandbox: the step's next delivery uses the recorded
 // outcome. Here the command appends a line to a file; the diff has it once.
 func TestCommandNotRunTwiceAfterLostCommit(t *testing.T) {
-	e := newEnv(t, 1)
-	if _, err := e.stack.StartCoordinator(e.ctx, e.stack.CoordinatorConfig()); err != nil {
-		t.Fatal(err)
-	}
-	// The second turn waits until the env-worker is gone.
-	gate := newBlockingGen(e.stack.SimURLs["r0"], func(_ int64, req llm.Request) bool {
-		return strings.Contains(decode(req.InputIDs), "one-done")
-	})
-	var once sync.Once
-	open := func() { once.Do(func() { close(gate.release) }) }
-	t.Cleanup(open)
-	if _, err := e.stack.StartGenWorker(e.ctx, "r0", gate); err != nil {
-		t.Fatal(err)
-	}
-	cfg := e.stack.EnvWorkerConfig("env-0")
-	first, stopFirst := context.WithCancel(e.ctx)
-	defer stopFirst()
-	if _, err := e.stack.StartEnvWorker(first, cfg); err != nil {
-		t.Fatal(err)
-	}
+	e, gate, open, cfg, stopFirst := envWorkerToLose(t, "one-done")
 	appendTwo := "echo two >> a.txt && cat a.txt"
 	s := simSample("once", "```bash\necho one > a.txt && echo one-done\n```", "```bash\n"+appendTwo+"\n```",
 		"```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached\n```")

@@ -49,6 +49,7 @@ var Catalogue = []Metric{
 	{"actloop_staleness_versions", "Weight versions between a completed trajectory's oldest generated token and the version current at its result.", "histogram", []string{Coordinator}, nil},
 	{"actloop_moved_total", "Trajectories moved off replicas or env-workers that went away.", "counter", []string{Coordinator}, []string{"from"}},
 	{"actloop_republished_total", "Work messages published again for lack of progress.", "counter", []string{Coordinator}, nil},
+	{"actloop_readmitted_total", "Trajectories started again from their sample after their Redis state was lost.", "counter", []string{Coordinator}, nil},
 	{"actloop_paused", "1 while generation is paused for a weight sync.", "gauge", []string{Coordinator}, nil},
 	{"actloop_weight_version", "The weight version in the control state.", "gauge", []string{Coordinator}, nil},
 

@@ -30,28 +30,8 @@ import (
 func TestPublishResultAnySize(t *testing.T) {
 	rdb, _ := testkit.StartRedis(t, testkit.PreferredRedis(t))
 	st := traj.New(rdb, nil)
-	nc, err := nats.Connect(testkit.StartNATS(t).ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if nc.MaxPayload() != 1<<20 {
-		t.Fatalf("max_payload %d: the test wants nats-server's default", nc.MaxPayload())
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	topo := bus.Topology{Replicas: 1, AckWait: time.Second, MaxDeliver: 1, ResultsAge: time.Hour, DLQAge: time.Hour, Memory: true}
-	if err := topo.EnsureStreams(ctx, js); err != nil {
-		t.Fatal(err)
-	}
-	bodies, err := topo.ResultBodies(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := traj.NewResults(bus.NewPublisher(js), bodies)
+	js, bodies, w := resultsOn(t)
 
 	const n = 128 << 10
 	s := sample("big")
@@ -138,26 +118,10 @@ func TestPublishResultAnySize(t *testing.T) {
 // A head's reason is cut to a few KiB, so a failure quoting a large input
 // still makes a small head.
 func TestPublishResultLongReason(t *testing.T) {
-	nc, err := nats.Connect(testkit.StartNATS(t).ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	topo := bus.Topology{Replicas: 1, AckWait: time.Second, MaxDeliver: 1, ResultsAge: time.Hour, DLQAge: time.Hour, Memory: true}
-	if err := topo.EnsureStreams(ctx, js); err != nil {
-		t.Fatal(err)
-	}
-	bodies, err := topo.ResultBodies(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, _, w := resultsOn(t)
 	r := traj.FallbackResult(schema.ResultHead{TrajID: "x", Reason: "step 3 failed: " + strings.Repeat("é", 1<<20)})
-	if err := traj.NewResults(bus.NewPublisher(js), bodies).Publish(ctx, r, "x:0:result"); err != nil {
+	if err := w.Publish(ctx, r, "x:0:result"); err != nil {
 		t.Fatal(err)
 	}
 	stream, err := js.Stream(ctx, schema.StreamResults)
@@ -175,4 +139,33 @@ func TestPublishResultLongReason(t *testing.T) {
 	if len(m.Data) > 8<<10 || !strings.HasPrefix(h.Reason, "step 3 failed: é") || !bytes.HasSuffix([]byte(h.Reason), []byte("…")) {
 		t.Fatalf("head of %d bytes, reason %q…", len(m.Data), fmt.Sprint(h.Reason[:40]))
 	}
+}
+
+// resultsOn starts a nats-server with its default limits and actloop's
+// streams, and returns a JetStream, the bucket of result bodies and a
+// Results over them.
+func resultsOn(t *testing.T) (jetstream.JetStream, jetstream.ObjectStore, *traj.Results) {
+	t.Helper()
+	nc, err := nats.Connect(testkit.StartNATS(t).ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if nc.MaxPayload() != 1<<20 {
+		t.Fatalf("max_payload %d: the tests want nats-server's default", nc.MaxPayload())
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	topo := bus.Topology{Replicas: 1, AckWait: time.Second, MaxDeliver: 1, ResultsAge: time.Hour, DLQAge: time.Hour, Memory: true}
+	if err := topo.EnsureStreams(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	bodies, err := topo.ResultBodies(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, bodies, traj.NewResults(bus.NewPublisher(js), bodies)
 }

@@ -47,7 +47,7 @@ type Next struct {
 // NextOf returns the message that t's status calls for.
 func NextOf(t *Trajectory, cls Classifier) (Next, error) {
 	env := func(subject string, kind schema.EnvKind) Next {
-		return Next{subject, schema.MsgID(t.ID, t.Seq, string(kind)),
+		return Next{subject, t.MsgID(string(kind)),
 			schema.EnvStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Kind: kind, Reason: t.Reason}}
 	}
 	switch t.Status {
@@ -56,7 +56,7 @@ func NextOf(t *Trajectory, cls Classifier) (Next, error) {
 	case StatusNeedsGeneration:
 		// The replica is part of the id: a step moved to another replica
 		// (its own went down) is not a duplicate of the one left behind.
-		return Next{bus.SubjectGen(t.Replica, cls.Class(t.Replica, t.ID)), schema.MsgID(t.ID, t.Seq, "gen-"+t.Replica),
+		return Next{bus.SubjectGen(t.Replica, cls.Class(t.Replica, t.ID)), t.MsgID("gen-" + t.Replica),
 			schema.GenStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Replica: t.Replica}}, nil
 	case StatusNeedsEnvStep:
 		return env(bus.SubjectEnv(t.Owner), schema.EnvExec), nil
@@ -75,7 +75,19 @@ func Publish(ctx context.Context, pub *bus.Publisher, traceparent string, n Next
 }
 
 // ResultMsgID is the Nats-Msg-Id of t's result.
-func ResultMsgID(t *Trajectory) string { return schema.MsgID(t.ID, t.Seq, "result") }
+func ResultMsgID(t *Trajectory) string { return t.MsgID("result") }
+
+// MsgID is the Nats-Msg-Id of the message of kind for t's current seq:
+// schema.MsgID, with ":run<n>" after it for a trajectory admitted again
+// (Run n > 0), whose seqs repeat those of its first run within the
+// stream's duplicate window.
+func (t *Trajectory) MsgID(kind string) string {
+	id := schema.MsgID(t.ID, t.Seq, kind)
+	if t.Run > 0 {
+		id += fmt.Sprintf(":run%d", t.Run)
+	}
+	return id
+}
 
 // PublishResult publishes the result of a terminal trajectory (loading
 // whatever t lacks) and lets its state expire after ttl. Publishing again

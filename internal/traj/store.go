@@ -73,9 +73,13 @@ type Trajectory struct {
 	// rebuilt sandbox is checked against. Replays counts the sandboxes
 	// rebuilt by replay; Diverged the replayed commands whose outcome
 	// differed from the first run.
-	Digests     string
-	Replays     int
-	Diverged    int
+	Digests  string
+	Replays  int
+	Diverged int
+	// Run is 0 for a trajectory's first run, and counts the times it was
+	// admitted again after its state was lost: its seqs start over, so its
+	// work messages carry the run in their ids (MsgID).
+	Run         int
 	PreemptedAt time.Time
 	AdmittedAt  time.Time
 	UpdatedAt   time.Time
@@ -202,7 +206,9 @@ func keysOf(id string) keys {
 }
 
 // all is every key of a trajectory, in the order commitScript takes them.
-func (k keys) all() []string { return []string{k.hash, k.msgs, k.tok, k.lp, k.mask, k.ver, k.audit, k.exec} }
+func (k keys) all() []string {
+	return []string{k.hash, k.msgs, k.tok, k.lp, k.mask, k.ver, k.audit, k.exec}
+}
 
 // ExecRecord is the outcome of the command of step Seq, recorded as soon
 // as it ran and before the step's commit: a delivery of the step after a
@@ -251,6 +257,7 @@ type Admission struct {
 	Sample  schema.Sample
 	Replica string
 	Trace   string
+	Run     int // 0, or the re-admission (see Trajectory.Run)
 }
 
 // Create stores a new trajectory at seq 0, starting. It returns ErrExists,
@@ -261,7 +268,7 @@ func (s *Store) Create(ctx context.Context, a Admission) error {
 	}
 	now := s.now()
 	t := &Trajectory{ID: a.Sample.ID, Status: StatusStarting, Sample: a.Sample, Replica: a.Replica, Trace: a.Trace,
-		AdmittedAt: now, UpdatedAt: now}
+		AdmittedAt: now, UpdatedAt: now, Run: a.Run}
 	args := append([]any{s.term, fieldSeq, "0"}, encodeFields(&Trajectory{}, t, false)...)
 	k := keysOf(t.ID)
 	args = append(args, auditEntry(0, "Created", now))

@@ -27,20 +27,21 @@
 // result it has not acknowledged within AckWait (or has nak'd) is
 // delivered to it again. Delivery.Ack waits for the server to confirm the
 // acknowledgement: once it returns, that name does not see the result
-// again. A result can still be in the stream twice (published again after
-// a crash, beyond the duplicate window): Fetch keys results by traj_id
-// (which is the sample id) and groups by group_id, and within the Client's
-// life acknowledges unseen a duplicate of one acknowledged on that name, so
-// a late duplicate never reaches the trainer; a trainer that restarts
-// keeps its own record of what it holds. Every sample gets one result: a completed trajectory, or a
-// fallback (status "fallback", reward 0, no trainable tokens, a reason), so
-// no batch waits forever.
+// again. The stream holds one result per trajectory: each is published on
+// its own subject (schema.SubjectResult) and the stream refuses a second
+// there, at any time. Fetch keys results by traj_id (which is the sample
+// id) and groups by group_id besides, and within the Client's life
+// acknowledges unseen a copy of one acknowledged on that name (one left by
+// a publisher that did not ask for the subject to be empty). Every sample
+// gets one result: a completed trajectory, or a fallback (status
+// "fallback", reward 0, no trainable tokens, a reason), so no batch waits
+// forever.
 //
 // Results arrive in the order trajectories finished, not in the order
 // samples were submitted; a redelivery comes after newer results. When
 // every rollout of a group has a result, a schema.GroupDone follows its
-// members on actloop.groups.<group_id> (a consumer from Groups), at least once
-// (deduplicated as results are).
+// members on actloop.groups.<group_id> (a consumer from Groups), one per
+// group as results are one per trajectory.
 //
 // # Weight synchronisation
 //
@@ -53,8 +54,8 @@
 // # Sizes
 //
 // A sample is at most schema.MaxSampleBytes (512 KiB) as JSON. A result
-// of any length travels as a small head on actloop.results.<traj_id> and a body in
-// the object store (schema.BodyRef): Delivery.Head reads the head alone,
+// of any length travels as a small head on actloop.results.<traj_id> and a
+// body in the object store (schema.BodyRef): Delivery.Head reads the head alone,
 // Delivery.Result fetches and checks the body too, and Bodies does the same
 // for readers of the stream of their own. nats-server's default
 // max_payload (1 MiB) is enough.

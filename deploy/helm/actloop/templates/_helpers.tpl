@@ -158,7 +158,7 @@ name, unknown here: `*`.
   "base": {"pub": ["$JS.API.>", "$JS.FC.>", "actloop.dlq"], "sub": ["_INBOX.>"]},
   "coordinator": {"pub": ["actloop.env.>", "actloop.gen.>", "actloop.results.>", "$O.ACTLOOP_RESULT_BODIES.>", "actloop.groups.>", "actloop.predict",
     "$JS.ACK.ACTLOOP_SAMPLES.>", "$JS.ACK.ACTLOOP_RESULTS.>", "$JS.ACK.ACTLOOP_EVENTS.>", "$KV.actloop_priority.>",
-    "$KV.actloop_control.state", "$KV.actloop_leader.coordinator"], "sub": ["actloop.control.*"], "responses": true},
+    "$KV.actloop_control.state", "$KV.actloop_leader.coordinator", "$KV.actloop_admitted.>"], "sub": ["actloop.control.*"], "responses": true},
   "gen-worker": {"pub": ["actloop.gen.>", "actloop.env.>", "actloop.events", "actloop.predictions", "actloop.predict",
     "$JS.ACK.ACTLOOP_GEN.>", "$KV.actloop_heartbeats.gen.<replica>.>", "$KV.actloop_control.gen.<replica>.>"],
     "sub": ["actloop.gen.<replica>.*"]},
