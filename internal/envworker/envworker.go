@@ -287,7 +287,7 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 // there it runs again.
 func (w *Worker) runAction(ctx context.Context, sb sandbox.Sandbox, t *traj.Trajectory, replay traj.Replay) (sandbox.ExecResult, error) {
 	if replay.Handle == "" {
-		rec, ok, err := w.d.Store.RecordedExec(ctx, t.ID, t.Seq)
+		rec, ok, err := w.d.Store.RecordedExec(ctx, t.ID, t.Run, t.Seq)
 		if err != nil {
 			return sandbox.ExecResult{}, err
 		}
@@ -302,7 +302,7 @@ func (w *Worker) runAction(ctx context.Context, sb sandbox.Sandbox, t *traj.Traj
 	if err != nil {
 		return res, err
 	}
-	err = w.d.Store.RecordExec(ctx, t.ID, traj.ExecRecord{Seq: t.Seq, Output: res.Output, ReturnCode: res.ReturnCode,
+	err = w.d.Store.RecordExec(ctx, t.ID, traj.ExecRecord{Run: t.Run, Seq: t.Seq, Output: res.Output, ReturnCode: res.ReturnCode,
 		TimedOut: res.TimedOut, Truncated: res.Truncated})
 	return res, err
 }

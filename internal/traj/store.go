@@ -214,6 +214,7 @@ func (k keys) all() []string {
 // as it ran and before the step's commit: a delivery of the step after a
 // crash between the two finds it and does not run the command again.
 type ExecRecord struct {
+	Run        int    `json:"run,omitempty"` // the trajectory's run (Trajectory.Run)
 	Seq        int64  `json:"seq"`
 	Output     string `json:"output"`
 	ReturnCode int    `json:"return_code"`
@@ -234,9 +235,9 @@ func (s *Store) RecordExec(ctx context.Context, id string, r ExecRecord) error {
 	return nil
 }
 
-// RecordedExec returns the recorded outcome of the command of step seq,
-// if there is one.
-func (s *Store) RecordedExec(ctx context.Context, id string, seq int64) (ExecRecord, bool, error) {
+// RecordedExec returns the recorded outcome of the command of step seq of
+// run, if there is one.
+func (s *Store) RecordedExec(ctx context.Context, id string, run int, seq int64) (ExecRecord, bool, error) {
 	b, err := s.rdb.Get(ctx, keysOf(id).exec).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return ExecRecord{}, false, nil
@@ -245,7 +246,7 @@ func (s *Store) RecordedExec(ctx context.Context, id string, seq int64) (ExecRec
 		return ExecRecord{}, false, fmt.Errorf("recorded command of %s: %w", id, err)
 	}
 	var r ExecRecord
-	if json.Unmarshal(b, &r) != nil || r.Seq != seq {
+	if json.Unmarshal(b, &r) != nil || r.Run != run || r.Seq != seq {
 		return ExecRecord{}, false, nil // another step's, or unreadable: none for this one
 	}
 	return r, true, nil

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -188,6 +190,9 @@ type simSandbox struct {
 	mu     sync.Mutex
 	closed bool
 	done   chan struct{} // closed by Close, interrupting waits
+	// files written by `seq A B > FILE`, by name: the range each holds
+	// (what Diff shows as new files).
+	files map[string][2]int
 }
 
 var _ Sandbox = (*simSandbox)(nil)
@@ -211,6 +216,15 @@ func (s *simSandbox) Exec(ctx context.Context, cmd string, timeout time.Duration
 		return ExecResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
 	res, busy := simulate(cmd)
+	if name, first, last, ok := seqToFile(cmd); ok {
+		s.mu.Lock()
+		if s.files == nil {
+			s.files = map[string][2]int{}
+		}
+		s.files[name] = [2]int{first, last}
+		s.mu.Unlock()
+		res, busy = ExecResult{}, 0
+	}
 	if limit := cmp.Or(max(s.sim.cfg.OutputLimit, 0), DefaultOutputLimit); len(res.Output) > limit {
 		out := newHeadTail(limit)
 		_, _ = out.Write([]byte(res.Output))
@@ -283,7 +297,28 @@ func unquote(s string) string {
 	return s
 }
 
-// Diff returns "": a simulated sandbox changes nothing.
+// seqToFile reads `seq A B > FILE`, the one command of a simulated sandbox
+// that changes its files.
+func seqToFile(cmd string) (name string, first, last int, ok bool) {
+	f := strings.Fields(cmd)
+	if len(f) != 5 || f[0] != "seq" || f[3] != ">" || !validSimFile(f[4]) {
+		return "", 0, 0, false
+	}
+	first, err1 := strconv.Atoi(f[1])
+	last, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil || last < first || last-first > maxSimSeq {
+		return "", 0, 0, false
+	}
+	return f[4], first, last, true
+}
+
+// validSimFile is a plain relative file name.
+func validSimFile(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "/\\$`'\"") && !strings.HasPrefix(name, "-") && name != "." && name != ".."
+}
+
+// Diff returns a git diff of the files `seq A B > FILE` wrote, as new
+// files (in name order); "" when the commands changed nothing.
 func (s *simSandbox) Diff(ctx context.Context) (string, error) {
 	if err := s.check(); err != nil {
 		return "", err
@@ -291,7 +326,22 @@ func (s *simSandbox) Diff(ctx context.Context) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
-	return "", nil
+	s.mu.Lock()
+	names := slices.Sorted(maps.Keys(s.files))
+	files := maps.Clone(s.files)
+	s.mu.Unlock()
+	var b strings.Builder
+	for _, name := range names {
+		r := files[name]
+		fmt.Fprintf(&b, "diff --git a/%s b/%s\nnew file mode 100644\n--- /dev/null\n+++ b/%s\n@@ -0,0 +1,%d @@\n",
+			name, name, name, r[1]-r[0]+1)
+		for i := r[0]; i <= r[1]; i++ {
+			b.WriteByte('+')
+			b.WriteString(strconv.Itoa(i))
+			b.WriteByte('\n')
+		}
+	}
+	return b.String(), nil
 }
 
 func (s *simSandbox) Close(context.Context) error {

@@ -119,3 +119,21 @@ func TestSimAttachIsPerInstance(t *testing.T) {
 		t.Fatalf("Attach of a local handle: error %v, want ErrInvalidHandle", err)
 	}
 }
+
+// `seq A B > FILE` is the one command that changes a simulated sandbox: it
+// prints nothing, and Diff shows each such file as new, in name order; a
+// later write of a file replaces it. Other redirections change nothing.
+func TestSimDiff(t *testing.T) {
+	sb := sandboxtest.Start(t, sandbox.NewSim(sandbox.SimConfig{}), "diff", sandbox.Spec{})
+	ctx := context.Background()
+	for _, cmd := range []string{"seq 5 6 > b.txt", "seq 1 2 > a.txt", "seq 1 3 > a.txt", "seq 1 2 > ../x", "seq 2 1 > c.txt"} {
+		if _, err := sb.Exec(ctx, cmd, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "diff --git a/a.txt b/a.txt\nnew file mode 100644\n--- /dev/null\n+++ b/a.txt\n@@ -0,0 +1,3 @@\n+1\n+2\n+3\n" +
+		"diff --git a/b.txt b/b.txt\nnew file mode 100644\n--- /dev/null\n+++ b/b.txt\n@@ -0,0 +1,2 @@\n+5\n+6\n"
+	if d, err := sb.Diff(ctx); d != want || err != nil {
+		t.Fatalf("Diff = %q, %v; want %q", d, err, want)
+	}
+}

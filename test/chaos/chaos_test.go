@@ -9,8 +9,9 @@
 // with AOF, each service as its own
 // `actloop serve` process (a coordinator with a standby, 2 gen-workers on 2
 // simulated replicas, 2 env-workers, predictor-gw) and the simulators. It
-// submits a seeded batch — some trajectories of over 100k tokens, some with
-// a step longer than ACTLOOP_REPUBLISH_AFTER — and, while it runs, injects
+// submits a seeded batch — some trajectories of over 100k tokens with a
+// diff of ~800 KB, some with a diff of ~4 MB (over ACTLOOP_MAX_DIFF_BYTES),
+// some with a step longer than ACTLOOP_REPUBLISH_AFTER — and, while it runs, injects
 // faults on a seeded schedule: processes killed or stopped (the leader
 // coordinator stopped past its lease included), a NATS node and Redis restarted (and a NATS node with the leader at once),
 // weight syncs, an inference server cut off, a running trajectory's Redis
@@ -218,10 +219,13 @@ func tail(path string) string {
 }
 
 // longSample plays turns commands whose outputs (cut to 10,000 characters
-// each by the agent's template) make a context of ~10k tokens a turn.
-func longSample(id string, turns int) schema.Sample {
+// each by the agent's template) make a context of ~10k tokens a turn, the
+// first of them writing a file of the numbers 1 to lines (the diff: about 7
+// bytes a line).
+func longSample(id string, turns, lines int) schema.Sample {
 	s := sample(id, turns)
-	for i := range turns - 1 {
+	s.Script[0] = fmt.Sprintf("THOUGHT: write the numbers.\n\n```bash\nseq 1 %d > numbers.txt\n```", lines)
+	for i := 1; i < turns-1; i++ {
 		s.Script[i] = fmt.Sprintf("THOUGHT: read the log.\n\n```bash\nseq %d %d\n```", i*100_000, i*100_000+50_000)
 	}
 	return s
@@ -306,8 +310,10 @@ type report struct {
 	Republished   int               `json:"republished"`
 	Moved         int               `json:"moved"`
 	SandboxReplay int               `json:"sandbox_replays"`
+	Readmitted    int               `json:"readmitted"`
 	Syncs         int               `json:"weight_syncs"`
 	LongTokens    int               `json:"longest_trajectory_tokens"`
+	LongDiff      int               `json:"largest_diff_bytes"`
 	StateLost     int               `json:"state_deleted"`
 	Poison        int               `json:"poison_samples"`
 	AuditChecked  int               `json:"audit_logs_checked"`
@@ -366,9 +372,13 @@ func TestChaos(t *testing.T) {
 		s := sample(fmt.Sprintf("chaos-%04d", i), 2+rng.IntN(5))
 		switch i % 16 {
 		case 3:
-			s = longSample(s.ID, 12) // ~10k tokens of output a turn
+			s = longSample(s.ID, 13, 110_000) // ~10k tokens of output a turn, a diff of ~800 KB
 		case 7:
 			s = slowSample(s.ID, 40) // a step of 40 simulated seconds: longer than REPUBLISH_AFTER
+		case 11:
+			if i%32 == 11 {
+				s = longSample(s.ID, 3, 500_000) // a diff of ~3.9 MB: over ACTLOOP_MAX_DIFF_BYTES, scored 0
+			}
 		}
 		ids[s.ID] = true
 		for {
@@ -458,7 +468,7 @@ func TestChaos(t *testing.T) {
 			t.Errorf("%s: %d results", id, len(rs))
 		}
 		res := rs[0]
-		rep.LongTokens = max(rep.LongTokens, res.NumTokens)
+		rep.LongTokens, rep.LongDiff = max(rep.LongTokens, res.NumTokens), max(rep.LongDiff, len(res.Diff))
 		if !injected.lost[id] {
 			if err := checkAudit(ctx, rdb, id); err != nil {
 				t.Errorf("%s: %v", id, err)
@@ -498,8 +508,9 @@ func TestChaos(t *testing.T) {
 	if bound := max(2, p.trajectories/20); fallbacks > bound {
 		t.Errorf("%d fallbacks besides lost state, over the bound of %d", fallbacks, bound)
 	}
-	if rep.LongTokens < 100_000 {
-		t.Errorf("the longest trajectory had %d tokens: the run did not reach real sizes", rep.LongTokens)
+	if rep.LongTokens < 100_000 || rep.LongDiff < 700_000 {
+		t.Errorf("the longest trajectory had %d tokens, the largest diff %d bytes: the run did not reach real sizes",
+			rep.LongTokens, rep.LongDiff)
 	}
 	r.countLogs(&rep)
 	b, _ := json.MarshalIndent(rep, "", "  ")
@@ -533,6 +544,7 @@ func (r *rig) countLogs(rep *report) {
 		rep.Republished += strings.Count(s, `"msg":"no progress: publishing the pending step again"`)
 		rep.Moved += strings.Count(s, `"msg":"env-worker gone: moving its trajectory"`)
 		rep.SandboxReplay += strings.Count(s, `"msg":"sandbox lost: rebuilt by replaying its commands"`)
+		rep.Readmitted += strings.Count(s, `"msg":"trajectory state lost: admitted again from its sample"`)
 	}
 }
 
