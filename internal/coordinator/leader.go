@@ -183,10 +183,11 @@ func (e *Elected) lead(ctx context.Context, kv jetstream.KeyValue, rev uint64) e
 	case errors.Is(err, ErrFenced):
 		e.d.Log.Warn("stepped down: a coordinator of a later term leads", "error", err)
 		return nil
-	case c == nil && service.Unanswered(err):
-		// The term could not start (JetStream not answering yet): campaign
-		// again, which takes the lease back while it holds, and start over.
-		e.d.Log.Warn("the term could not start: JetStream does not answer; will try again", "error", err)
+	case service.Unanswered(err):
+		// The term could not start or go on (JetStream not answering: a
+		// node restarting, leaders being elected): campaign again, which
+		// takes the lease back while it holds, and start over.
+		e.d.Log.Warn("the term ended: JetStream does not answer; will try again", "error", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
