@@ -13,6 +13,7 @@ import (
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/client"
 )
 
 // errLeaseLost ends a term whose lease could not be renewed.
@@ -183,7 +184,7 @@ func (e *Elected) lead(ctx context.Context, kv jetstream.KeyValue, rev uint64) e
 	case errors.Is(err, ErrFenced):
 		e.d.Log.Warn("stepped down: a coordinator of a later term leads", "error", err)
 		return nil
-	case service.Unanswered(err):
+	case client.Unanswered(err):
 		// The term could not start or go on (JetStream not answering: a
 		// node restarting, leaders being elected): campaign again, which
 		// takes the lease back while it holds, and start over.

@@ -82,11 +82,19 @@ func TestStepSpansJoinTheTrajectoryTrace(t *testing.T) {
 			}
 		}
 	}
-	// start, exec (submits), finish; one generation.
-	if steps["gen-r0"] != 1 || steps["env-env-0"] != 3 {
+	// start, exec (submits), finish; one generation. A loaded machine may
+	// deliver a step twice (its ack late): the copy has a span of its own
+	// but runs no other kind of step.
+	kinds := map[string]bool{}
+	for _, s := range rec.Ended() {
+		if k := attrs(s)["kind"].AsString(); s.Name() == "env-env-0" && k != "" {
+			kinds[k] = true
+		}
+	}
+	if steps["gen-r0"] != 1 || steps["env-env-0"] < 3 || len(kinds) != 3 || !kinds["start"] || !kinds["exec"] || !kinds["finish"] {
 		for _, s := range rec.Ended() {
 			t.Logf("span %s trace %s id %s parent %s", s.Name(), s.SpanContext().TraceID(), s.SpanContext().SpanID(), s.Parent().SpanID())
 		}
-		t.Errorf("step spans %v, want 1 gen and 3 env", steps)
+		t.Errorf("step spans %v (env kinds %v), want 1 gen and env start, exec and finish", steps, kinds)
 	}
 }

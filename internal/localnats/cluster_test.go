@@ -68,7 +68,10 @@ func startTestCluster(t *testing.T, n int) *Cluster {
 // fail while a stream elects a leader.
 func retry(t *testing.T, what string, f func(ctx context.Context) error) {
 	t.Helper()
-	deadline := time.Now().Add(clusterWait)
+	deadline := time.NewTimer(clusterWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := f(ctx)
@@ -76,10 +79,11 @@ func retry(t *testing.T, what string, f func(ctx context.Context) error) {
 		if err == nil {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline.C:
 			t.Fatalf("%s: still failing after %v: %v", what, clusterWait, err)
+		case <-tick.C:
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/actloop/actloop/internal/metrics"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/schema"
 
 	"github.com/actloop/actloop/internal/bus"
@@ -229,7 +230,7 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = declare(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !Unanswered(err) {
+		if err == nil || ctx.Err() != nil || !client.Unanswered(err) {
 			break
 		}
 		log.Warn("declare the streams and buckets: JetStream does not answer; will try again", "error", err, "retry_in", wait)
@@ -246,20 +247,6 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 		Topo: topo, Common: c, Log: log, Now: time.Now, Metrics: metrics.NewRegistry()}
 	metrics.CounterFunc(d.Metrics, "actloop_dlq_total", nil, func() float64 { return float64(d.Pub.DeadLettered()) })
 	return d, nil
-}
-
-// jsClusterNotAvailable is nats-server's JSClusterNotAvailErr, "JetStream
-// system temporarily unavailable" (no constant for it in nats.go).
-const jsClusterNotAvailable jetstream.ErrorCode = 10008
-
-// Unanswered reports an error of a JetStream that did not answer (yet): a
-// cluster electing leaders, a node catching up; as opposed to one that
-// refused. Worth trying again.
-func Unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvailable)
 }
 
 // MinMaxPayload is the least max_payload of a NATS server actloop works

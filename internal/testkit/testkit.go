@@ -78,12 +78,37 @@ func StartNATS(t testing.TB) *server.Server {
 // generous one: tests run on loaded machines) passes.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	if !Poll(context.Background(), within, cond) {
+		t.Fatalf("timed out after %v waiting for %s", within, what)
+	}
+}
+
+// Poll calls cond every 10ms until it returns true (Poll returns true), or
+// within passes or ctx ends (false): Eventually for a caller that handles
+// the timeout itself.
+func Poll(ctx context.Context, within time.Duration, cond func() bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
+		select {
+		case <-ctx.Done():
+			return cond()
+		case <-t.C:
 		}
-		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// Pause waits d, or until ctx ends: the pace of a test's schedule (a fault
+// window, a quiet period), not a wait for a condition (Poll is that).
+func Pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 

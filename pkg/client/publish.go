@@ -42,7 +42,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || !unanswered(err) {
+		if ctx.Err() != nil || !Unanswered(err) {
 			return fmt.Errorf("publish %s: %w", subject, err)
 		}
 		select {
@@ -54,11 +54,18 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 	}
 }
 
-// unanswered reports a publish whose stream did not answer: worth sending
-// again.
-func unanswered(err error) bool {
+// jsClusterNotAvailable is nats-server's JSClusterNotAvailErr, "JetStream
+// system temporarily unavailable" (no constant for it in nats.go).
+const jsClusterNotAvailable jetstream.ErrorCode = 10008
+
+// Unanswered reports an error of a JetStream that did not answer (yet): a
+// stream or cluster electing leaders, a node catching up; as opposed to
+// one that refused. Worth trying again.
+func Unanswered(err error) bool {
+	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvailable)
 }
 
 // HeaderCarrier adapts nats.Header to OpenTelemetry's TextMapCarrier

@@ -282,6 +282,12 @@ func (r *rig) readResults(ctx context.Context, after uint64, into map[string][]s
 	return info.State.LastSeq, nil
 }
 
+// otherLeader waits up to 10 leases for a coordinator other than old to
+// lead.
+func (r *rig) otherLeader(ctx context.Context, old string) bool {
+	return testkit.Poll(ctx, 10*leaderLease, func() bool { next := r.leader(ctx); return next != "" && next != old })
+}
+
 // leader returns the coordinator whose /readyz answers 200, or "".
 func (r *rig) leader(ctx context.Context) string {
 	for name, url := range r.coordURLs {
@@ -419,7 +425,7 @@ func TestChaos(t *testing.T) {
 		"restart-redis", "weight-sync", "cut-inference", "stop-coordinator", "lose-state", "poison", "kill-coordinator-and-nats"}
 	version := int64(0)
 	for i := 0; i < p.faults && !done(); i++ {
-		time.Sleep(p.faultEvery) // the schedule's pace, not a wait for a condition
+		testkit.Pause(ctx, p.faultEvery) // the schedule's pace
 		kind := kinds[rng.IntN(len(kinds))]
 		if i < len(kinds) {
 			kind = kinds[i] // every kind at least once
@@ -440,11 +446,7 @@ func TestChaos(t *testing.T) {
 	}
 	// A quiet period after the last result: a late duplicate (a result
 	// published again after a crash) shows up in it.
-	quiet := time.Now().Add(3 * ackWait)
-	for time.Now().Before(quiet) {
-		done()
-		time.Sleep(100 * time.Millisecond) // the length of the quiet period, not a wait for a condition
-	}
+	testkit.Poll(ctx, 3*ackWait, func() bool { done(); return false }) // reads the stream for the whole period
 	for id, rs := range results {
 		switch {
 		case injected.poison[id]:
@@ -570,21 +572,13 @@ func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *
 		}
 		p := r.procs[leader]
 		p.signal(syscall.SIGSTOP)
-		deadline := time.Now().Add(10 * leaderLease)
-		for next := ""; next == "" || next == leader; next = r.leader(ctx) {
-			if time.Now().After(deadline) {
-				p.signal(syscall.SIGCONT)
-				return fmt.Errorf("no coordinator took over from the stopped %s within %v", leader, 10*leaderLease)
-			}
-			time.Sleep(50 * time.Millisecond) // polling the standby's /readyz
-		}
+		tookOver := r.otherLeader(ctx, leader)
 		p.signal(syscall.SIGCONT)
-		deadline = time.Now().Add(5 * leaderLease)
-		for httpReady(r.coordURLs[leader]+"/readyz")(ctx) == nil {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s, woken after its lease, still leads %v later", leader, 5*leaderLease)
-			}
-			time.Sleep(50 * time.Millisecond) // polling its /readyz
+		if !tookOver {
+			return fmt.Errorf("no coordinator took over from the stopped %s within %v", leader, 10*leaderLease)
+		}
+		if !testkit.Poll(ctx, 5*leaderLease, func() bool { return httpReady(r.coordURLs[leader]+"/readyz")(ctx) != nil }) {
+			return fmt.Errorf("%s, woken after its lease, still leads %v later", leader, 5*leaderLease)
 		}
 		return nil
 	case "lose-state":
@@ -643,14 +637,8 @@ func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *
 		}
 		killed := time.Now()
 		r.procs[leader].kill()
-		var next string
-		deadline := time.Now().Add(10 * leaderLease)
-		for next == "" || next == leader {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("no coordinator took over within %v", 10*leaderLease)
-			}
-			time.Sleep(50 * time.Millisecond) // polling the standby's /readyz
-			next = r.leader(ctx)
+		if !r.otherLeader(ctx, leader) {
+			return fmt.Errorf("no coordinator took over within %v", 10*leaderLease)
 		}
 		took := time.Since(killed)
 		rep.Takeovers = append(rep.Takeovers, took.Seconds())
@@ -661,7 +649,7 @@ func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *
 	case "stop-worker":
 		p := pick("gen-r0", "gen-r1", "env-0", "env-1")
 		p.signal(syscall.SIGSTOP)
-		time.Sleep(ackWait + time.Second) // longer than AckWait: its steps are redelivered elsewhere
+		testkit.Pause(ctx, ackWait+time.Second) // longer than AckWait: its steps are redelivered elsewhere
 		p.signal(syscall.SIGCONT)
 		return nil
 	case "restart-nats":
@@ -702,12 +690,12 @@ func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *
 			if attempt == 20 {
 				return fmt.Errorf("resume: %v %s", err, msgData(msg))
 			}
-			time.Sleep(500 * time.Millisecond) // a coordinator may be between terms
+			testkit.Pause(ctx, 500*time.Millisecond) // a coordinator may be between terms
 		}
 	case "cut-inference":
 		p := pick("sim-r0", "sim-r1")
 		p.kill()
-		time.Sleep(3 * time.Second) // the replica is down meanwhile
+		testkit.Pause(ctx, 3*time.Second) // the replica is down meanwhile
 		return r.restart(ctx, p)
 	}
 	return fmt.Errorf("unknown fault %q", kind)
