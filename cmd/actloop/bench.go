@@ -30,12 +30,20 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench [--scenarios LIST|all] [--modes LIST] [flags]",
 		Short: "Compare scheduling modes on simulated workloads",
-		Long: `Run one seeded simulated workload per scenario under several scheduling modes,
-each on a fresh in-process stack, and compare makespan (against the batch's
-lower bound), latency, throughput, slot and decode use, preemptions and
-re-prefilled tokens. Fails if two modes produced other tokens for a
-trajectory. --json prints one JSON array; --charts DIR writes a PNG per
-scenario (slot use over time, makespan by mode).`,
+		Long: `Run seeded simulated workloads under several scheduling modes and compare
+makespan (against the batch's lower bound, the trajectory and async
+baselines and a clairvoyant reference), latency, throughput, KV-pool use,
+preemptions, re-prefilled tokens and retractions.
+
+The virtual engine (the default) is a discrete-event simulation that calls
+the services' own scheduling code over an iteration-level model of SGLang's
+continuous batching on the named model and GPU: the same settings give the
+same figures on any machine, and --seeds N reports the mean and spread over
+N seeds. The live engine (--engine live) runs each mode on a fresh
+in-process stack against the inference simulator, at --time-scale wall
+seconds per simulated second, and fails if two modes produced other tokens
+for a trajectory. --json prints one JSON array; --charts DIR writes a PNG
+per scenario (KV-pool or slot use over time, makespan by mode).`,
 		Example: "  actloop bench --scenarios all --json --charts bench",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,15 +56,17 @@ scenario (slot use over time, makespan by mode).`,
 	f := cmd.Flags()
 	f.StringVar(&s.Scenarios, "scenarios", "swe-longtail", "comma-separated scenarios, or all: "+strings.Join(bench.ScenarioNames(), ", "))
 	f.StringVar(&s.Modes, "modes", bench.DefaultModes, "comma-separated: "+strings.Join(bench.ModeNames(), ", "))
-	f.IntVar(&s.Tasks, "tasks", 96, "trajectories per scenario")
-	f.IntVar(&s.Replicas, "replicas", 2, "inference replicas")
-	f.IntVar(&s.Slots, "slots", 8, "requests each replica decodes at once (its running limit)")
-	f.IntVar(&s.CacheTokens, "cache-tokens", 1<<16, "each replica's prefix cache, in tokens")
-	f.Float64Var(&s.TimeScale, "time-scale", 0.02, "wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
+	f.StringVar(&s.Engine, "engine", bench.EngineVirtual, "virtual (discrete-event, deterministic) or live (the in-process stack in scaled wall time)")
+	f.IntVar(&s.Seeds, "seeds", 1, "virtual engine: seeds per scenario (--seed, --seed+1, ...); figures are their mean")
+	f.IntVar(&s.Tasks, "tasks", 0, "trajectories per scenario (0: the scenario's own, 96 for the small ones)")
+	f.IntVar(&s.Replicas, "replicas", 0, "inference replicas (0: the scenario's own, 2 for the small ones)")
+	f.IntVar(&s.Slots, "slots", 0, "each gen-worker's generation slots, and on the live engine each replica's running limit (0: the scenario's own, 8 for the small ones)")
+	f.IntVar(&s.CacheTokens, "cache-tokens", 1<<16, "live engine: each replica's prefix cache, in tokens")
+	f.Float64Var(&s.TimeScale, "time-scale", 0.02, "live engine: wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
 	f.Int64Var(&s.Seed, "seed", 1, "workload and simulator seed: same seed, same batch")
 	f.Float64Var(&s.SyncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
 	f.BoolVar(&s.JSON, "json", false, "print one JSON array instead of a table")
-	f.StringVar(&s.Charts, "charts", "", "write a PNG chart per scenario (slot use over time, makespan by mode) into this directory")
+	f.StringVar(&s.Charts, "charts", "", "write a PNG chart per scenario (KV-pool or slot use over time, makespan by mode) into this directory")
 	outputFlags(f, &s.Outputs, "the whole bench")
 	return cmd
 }

@@ -171,6 +171,25 @@ func (t *radix) evict(need int) int {
 	return freed
 }
 
+// drop removes the unlocked tail of the path segs spell, deepest node
+// first, up to the first node that is locked or has another child (a
+// prefix someone else shares); it returns the tokens freed.
+func (t *radix) drop(segs []Segment, now float64) int {
+	n, _ := t.match(segs, false, now)
+	freed := 0
+	for n != t.root && n.lock == 0 && len(n.children) == 0 {
+		p := n.parent
+		t.left(n)
+		delete(p.children, vtok{n.key, n.off})
+		t.tokens -= n.n
+		t.evictable -= n.n
+		freed += n.n
+		n = p
+	}
+	t.touched(n)
+	return freed
+}
+
 // flush evicts every unlocked node (new weights make the cache useless).
 func (t *radix) flush() int { return t.evict(t.tokens + 1) }
 

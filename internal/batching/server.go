@@ -214,6 +214,13 @@ func (s *Server) Flush() {
 	s.used -= s.tree.flush()
 }
 
+// Drop frees the cached tokens of input that no one else shares, as a
+// scheduler that knows the context will not come back would. SGLang has no
+// such call: the virtual engine's clairvoyant reference uses it.
+func (s *Server) Drop(input []Segment, at float64) {
+	s.used -= s.tree.drop(input, at)
+}
+
 // integrate adds the pool use up to at into UsageTokenS.
 func (s *Server) integrate(at float64) {
 	if at > s.lastAt {

@@ -232,6 +232,8 @@ func TestRandomWorkKeepsThePoolConsistent(t *testing.T) {
 				}
 			case k == 4:
 				s.Flush()
+			case k == 5:
+				s.Drop([]Segment{{uint64(r.IntN(4)), 100 + r.IntN(2000)}}, now)
 			}
 			if !s.InFlight() && s.Busy() {
 				now = s.Form(now)

@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -42,7 +43,7 @@ func TestSchedulingRunsEveryMode(t *testing.T) {
 	charts := t.TempDir()
 	bound := workload.LowerBound(sc.Generate(1, 8), workload.Machine{Replicas: 2, MaxRunning: 8,
 		DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
-	s := Scheduling{Scenarios: "tool-fast", Modes: strings.Join(ModeNames(), ","), Tasks: 8, Replicas: 2, Slots: 8,
+	s := Scheduling{Scenarios: "tool-fast", Modes: strings.Join(ModeNames(), ","), Engine: EngineLive, Tasks: 8, Replicas: 2, Slots: 8,
 		CacheTokens: 1 << 16, TimeScale: 0.002, SyncEvery: bound.S / 3, Seed: 1, JSON: true, Charts: charts}
 	var out, errOut bytes.Buffer
 	if err := RunScheduling(context.Background(), s, &out, &errOut); err != nil {
@@ -77,6 +78,48 @@ func TestSchedulingRunsEveryMode(t *testing.T) {
 	}
 }
 
+// The virtual engine runs every mode and the clairvoyant reference on the
+// same batches, gives the same figures twice, and sets each row against the
+// baselines.
+func TestVirtualSchedulingIsReproducible(t *testing.T) {
+	s := Scheduling{Scenarios: "swe-longtail,tool-fast", Modes: strings.Join(ModeNames(), ","), Tasks: 24, Seeds: 2, Seed: 3,
+		SyncEvery: 30, JSON: true}
+	run := func() []Result {
+		var out, errOut bytes.Buffer
+		if err := RunScheduling(context.Background(), s, &out, &errOut); err != nil {
+			t.Fatalf("bench: %v\n%s", err, errOut.String())
+		}
+		var got []Result
+		if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &got); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			got[i].WallS = 0 // the only figure of the machine
+		}
+		return got
+	}
+	a, b := run(), run()
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two runs of the virtual engine differ")
+	}
+	if len(a) != 2*(len(Modes)+1) {
+		t.Fatalf("%d rows, want every mode and the clairvoyant per scenario", len(a))
+	}
+	for _, r := range a {
+		if r.Engine != EngineVirtual || r.Seeds != 2 || r.Completed != 24 || r.MakespanS <= 0 || r.VsBound < 1 ||
+			r.MakespanMinS > r.MakespanS || r.MakespanMaxS < r.MakespanS || r.SpeedupVsTrajectory <= 0 ||
+			r.SpeedupVsAsync <= 0 || r.VsClairvoyant <= 0 || len(r.KVUseSeries) == 0 {
+			t.Errorf("%s/%s: %+v", r.Scenario, r.Mode, r)
+		}
+		if r.Mode == "trajectory" && r.SpeedupVsTrajectory != 1 {
+			t.Errorf("trajectory against itself: %v", r.SpeedupVsTrajectory)
+		}
+		if strings.HasSuffix(r.Mode, "-sync") != (r.Syncs > 0) {
+			t.Errorf("%s: %d weight syncs", r.Mode, r.Syncs)
+		}
+	}
+}
+
 // Settings that cannot run are refused before anything starts, each
 // problem naming its flag.
 func TestValidate(t *testing.T) {
@@ -91,7 +134,18 @@ func TestValidate(t *testing.T) {
 		{"scheduling", okScheduling, nil},
 		{"unknown mode", func() Scheduling { s := okScheduling; s.Modes = "async,magic"; return s }(), []string{`--modes: unknown mode "magic"`}},
 		{"unknown scenario", func() Scheduling { s := okScheduling; s.Scenarios = "nope"; return s }(), []string{`--scenarios: unknown scenario "nope"`}},
-		{"scheduling numbers", func() Scheduling { s := okScheduling; s.Tasks, s.TimeScale = 0, 0; return s }(), []string{"--tasks", "--time-scale"}},
+		{"scheduling numbers", func() Scheduling { s := okScheduling; s.Tasks, s.Seeds = -1, -1; return s }(), []string{"--tasks", "--seeds"}},
+		{"live time scale", func() Scheduling {
+			s := okScheduling
+			s.Engine, s.Scenarios, s.TimeScale = EngineLive, "tool-fast", 0
+			return s
+		}(), []string{"--time-scale"}},
+		{"unknown engine", func() Scheduling { s := okScheduling; s.Engine = "steam"; return s }(), []string{`--engine: unknown engine "steam"`}},
+		{"live at RL scale", func() Scheduling {
+			s := okScheduling
+			s.Engine, s.Scenarios, s.Tasks = EngineLive, "swe-rl-64k", 0
+			return s
+		}(), []string{"swe-rl-64k is RL-scale"}},
 		{"sync", okSync, nil},
 		{"sync mode", func() Sync { s := okSync; s.Mode = "nap"; return s }(), []string{`--mode: "nap"`}},
 		{"sync in flight", func() Sync { s := okSync; s.InFlight = 11; return s }(), []string{"--in-flight: 11 exceeds"}},

@@ -64,25 +64,34 @@ func writeCharts(dir string, results []Result) ([]string, error) {
 	return files, nil
 }
 
-// slotUseChart draws each mode's slot use over simulated time, smoothed
-// over a few samples so that the lines can be told apart.
+// slotUseChart draws each mode's use over simulated time, smoothed over a
+// few samples so that the lines can be told apart: the KV pools' on the
+// virtual engine, the slots' on the live one.
 func slotUseChart(scenario string, rs []Result) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = scenario + ": slot use over time"
 	p.X.Label.Text = "simulated seconds"
 	p.Y.Label.Text = "share of slots running a request"
+	if len(rs) > 0 && rs[0].Engine == EngineVirtual {
+		p.Title.Text = scenario + ": KV pool use over time (first seed)"
+		p.Y.Label.Text = "share of the token pools held by running requests"
+	}
 	p.Y.Min, p.Y.Max = 0, 1.05
 	p.Legend.Top, p.Legend.Left = false, false
 	for i, r := range rs {
+		series, step := r.SlotUseSeries, r.SlotUseStepS
+		if r.Engine == EngineVirtual {
+			series, step = r.KVUseSeries, r.KVUseStepS
+		}
 		const window = 5
-		pts := make(plotter.XYs, len(r.SlotUseSeries))
+		pts := make(plotter.XYs, len(series))
 		sum := 0.0
-		for j, u := range r.SlotUseSeries {
+		for j, u := range series {
 			sum += u
 			if j >= window {
-				sum -= r.SlotUseSeries[j-window]
+				sum -= series[j-window]
 			}
-			pts[j].X = float64(j+1) * r.SlotUseStepS
+			pts[j].X = float64(j+1) * step
 			pts[j].Y = sum / float64(min(j+1, window))
 		}
 		l, err := plotter.NewLine(pts)

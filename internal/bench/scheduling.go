@@ -117,6 +117,41 @@ type Result struct {
 	LastPathS      float64 `json:"last_path_s"`
 	MeanAdmitWaitS float64 `json:"mean_admit_wait_s"`
 	MeanStretch    float64 `json:"mean_stretch"`
+
+	// The virtual engine's figures. Every figure above is then the mean
+	// over Seeds runs (counters per run), the makespan's spread is
+	// MakespanMinS..MakespanMaxS, and the bound splits into the work
+	// (BoundWorkS) and the longest critical path (BoundPathS).
+	Engine              string  `json:"engine"`
+	Seeds               int     `json:"seeds,omitempty"`
+	MakespanMinS        float64 `json:"makespan_min_s,omitempty"`
+	MakespanMaxS        float64 `json:"makespan_max_s,omitempty"`
+	BoundWorkS          float64 `json:"bound_work_s,omitempty"`
+	BoundPathS          float64 `json:"bound_path_s,omitempty"`
+	SpeedupVsTrajectory float64 `json:"speedup_vs_trajectory,omitempty"` // trajectory's makespan over this one's
+	SpeedupVsAsync      float64 `json:"speedup_vs_async,omitempty"`
+	ClairvoyantS        float64 `json:"clairvoyant_s,omitempty"`
+	VsClairvoyant       float64 `json:"makespan_vs_clairvoyant,omitempty"`
+	// ClairvoyantReserve is the share of each trajectory's largest context
+	// the best clairvoyant run reserved (its row only).
+	ClairvoyantReserve float64 `json:"clairvoyant_reserve,omitempty"`
+	Retractions        int64   `json:"retractions"`
+	PrefilledTokens    int64   `json:"prefilled_tokens,omitempty"`
+	CachedTokens       int64   `json:"cached_tokens,omitempty"`
+	// KVUse is the mean share of the servers' token pools held by running
+	// requests (sglang:token_usage), KVUseSeries samples it every
+	// KVUseStepS; BusyShare is the share of the makespan the servers spent
+	// in iterations.
+	KVUse       float64   `json:"kv_use,omitempty"`
+	KVUseStepS  float64   `json:"kv_use_step_s,omitempty"`
+	KVUseSeries []float64 `json:"kv_use_series,omitempty"`
+	BusyShare   float64   `json:"busy_share,omitempty"`
+	// Mean seconds a trajectory spent with its gen step queued at its
+	// gen-worker, at its server (queued, prefilling, decoding) and in its
+	// sandbox (start-up, commands, eval).
+	MeanGenQueueS float64 `json:"mean_gen_queue_s,omitempty"`
+	MeanServerS   float64 `json:"mean_server_s,omitempty"`
+	MeanEnvS      float64 `json:"mean_env_s,omitempty"`
 }
 
 // Scheduling is what `actloop bench` runs: one simulated workload per
@@ -125,9 +160,18 @@ type Result struct {
 type Scheduling struct {
 	Scenarios string // comma-separated scenario names, or "all"
 	Modes     string // comma-separated mode names
-	Tasks     int    // trajectories per scenario
-	Replicas  int    // inference replicas
-	Slots     int    // requests each replica decodes at once (its running limit)
+	// Engine is EngineVirtual (the default) or EngineLive.
+	Engine string
+	// Seeds is how many seeds the virtual engine runs each scenario with
+	// (Seed, Seed+1, ...); its figures are the mean over them.
+	Seeds int
+	// Tasks, Replicas and Slots: trajectories per scenario, inference
+	// replicas, and each gen-worker's slots (on the live engine also each
+	// simulated replica's running limit). 0: the scenario's own, or 96, 2
+	// and 8 for the small scenarios.
+	Tasks    int
+	Replicas int
+	Slots    int
 	// CacheTokens is each replica's prefix cache, in tokens.
 	CacheTokens int
 	// TimeScale is wall seconds per simulated second.
@@ -155,7 +199,11 @@ func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
 	}
 	var scs []workload.Scenario
 	if s.Scenarios == "all" {
-		scs = workload.Scenarios
+		for _, sc := range workload.Scenarios {
+			if s.Engine != EngineLive || sc.Tasks == 0 {
+				scs = append(scs, sc)
+			}
+		}
 	} else {
 		for _, n := range strings.Split(s.Scenarios, ",") {
 			sc, ok := workload.Lookup(strings.TrimSpace(n))
@@ -166,13 +214,27 @@ func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
 			scs = append(scs, sc)
 		}
 	}
+	switch s.Engine {
+	case EngineVirtual, "":
+	case EngineLive:
+		for _, sc := range scs {
+			if sc.Tasks > 0 && s.Tasks == 0 {
+				errs = append(errs, fmt.Errorf("--scenarios: %s is RL-scale (%d trajectories): run it with --engine virtual, or give --tasks", sc.Name, sc.Tasks))
+			}
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--engine: unknown engine %q (want %s or %s)", s.Engine, EngineVirtual, EngineLive))
+	}
 	for _, c := range []struct {
 		flag string
-		ok   bool
-	}{{"--tasks", s.Tasks >= 1}, {"--replicas", s.Replicas >= 1}, {"--slots", s.Slots >= 1}, {"--time-scale", s.TimeScale > 0}} {
-		if !c.ok {
-			errs = append(errs, fmt.Errorf("%s: must be positive", c.flag))
+		v    int
+	}{{"--tasks", s.Tasks}, {"--replicas", s.Replicas}, {"--slots", s.Slots}, {"--seeds", s.Seeds}} {
+		if c.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must be >= 0 (0: the default), got %d", c.flag, c.v))
 		}
+	}
+	if s.Engine == EngineLive && s.TimeScale <= 0 {
+		errs = append(errs, errors.New("--time-scale: must be positive"))
 	}
 	return modes, scs, errors.Join(errs...)
 }
@@ -207,34 +269,17 @@ func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) 
 	defer stopProfile()
 	var results []Result
 	for _, sc := range scs {
-		plans := sc.Generate(o.seed, o.tasks)
-		bound := workload.LowerBound(plans, workload.Machine{Replicas: o.replicas, MaxRunning: o.slots,
-			DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
-		var ref map[string]uint64
-		var refFull map[string]schema.Result
-		refMode := ""
-		for _, m := range chosen {
-			if !s.JSON {
-				fmt.Fprintf(stderr, "bench: %s / %s ...\n", sc.Name, m.Name)
-			}
-			r, prints, full, err := runOne(ctx, m, plans, o)
-			if err != nil {
-				return fmt.Errorf("bench %s/%s: %w", sc.Name, m.Name, err)
-			}
-			r.Scenario, r.BoundS, r.VsBound = sc.Name, bound.S, r.MakespanS/bound.S
-			results = append(results, r)
-			// Fidelity: scheduling changes when, never what.
-			if ref == nil {
-				ref, refFull, refMode = prints, full, m.Name
-				continue
-			}
-			for id, want := range ref {
-				if got, ok := prints[id]; ok && got != want {
-					return fmt.Errorf("bench %s: FIDELITY: trajectory %s has other tokens under %s than under %s: %s",
-						sc.Name, id, m.Name, refMode, firstDifference(refFull[id], full[id]))
-				}
-			}
+		var rs []Result
+		var err error
+		if s.Engine == EngineLive {
+			rs, err = s.runLive(ctx, sc, chosen, o, stderr)
+		} else {
+			rs, err = s.runVirtual(sc, chosen, stderr)
 		}
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
 	}
 	if s.Charts != "" {
 		files, err := writeCharts(s.Charts, results)
@@ -250,6 +295,14 @@ func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) 
 		_, err := fmt.Fprintln(stdout, string(b))
 		return err
 	}
+	if s.Engine == EngineLive {
+		return liveTable(stdout, results)
+	}
+	return virtualTable(stdout, results)
+}
+
+// liveTable prints the live engine's results.
+func liveTable(stdout io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tslot use\tdecode use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\tlast: wait+run / path s\tmean stretch\twall s\t")
 	for _, r := range results {
@@ -259,6 +312,56 @@ func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) 
 			r.LastAdmitS, r.LastRunS, r.LastPathS, r.MeanStretch, r.WallS)
 	}
 	return tw.Flush()
+}
+
+// virtualTable prints the virtual engine's results: means over the seeds.
+func virtualTable(stdout io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\tmin–max s\t× bound\t× trajectory\t× async\t÷ clairvoyant\tmean lat s\ttok/s\tKV use\tbusy\tpreempt\tre-prefill tok\tretract\tsyncs\tqueue/server/env s\twall s\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.1f\t\n",
+			r.Scenario, r.Mode, r.Completed, r.Trajectories, r.MakespanS, r.MakespanMinS, r.MakespanMaxS, r.VsBound,
+			r.SpeedupVsTrajectory, r.SpeedupVsAsync, r.VsClairvoyant, r.MeanLatencyS, r.TokensPerS, r.KVUse, r.BusyShare,
+			r.Preemptions, r.Reprefilled, r.Retractions, r.Syncs, r.MeanGenQueueS, r.MeanServerS, r.MeanEnvS, r.WallS)
+	}
+	return tw.Flush()
+}
+
+// runLive runs every chosen mode on sc, each on a fresh in-process stack,
+// and checks that they produced the same tokens.
+func (s Scheduling) runLive(ctx context.Context, sc workload.Scenario, chosen []Mode, o runOpts, stderr io.Writer) ([]Result, error) {
+	o.tasks = s.tasksOf(sc)
+	o.replicas, o.slots = s.machine(sc)
+	var results []Result
+	plans := sc.Generate(o.seed, o.tasks)
+	bound := workload.LowerBound(plans, workload.Machine{Replicas: o.replicas, MaxRunning: o.slots,
+		DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
+	var ref map[string]uint64
+	var refFull map[string]schema.Result
+	refMode := ""
+	for _, m := range chosen {
+		if !s.JSON {
+			fmt.Fprintf(stderr, "bench: %s / %s ...\n", sc.Name, m.Name)
+		}
+		r, prints, full, err := runOne(ctx, m, plans, o)
+		if err != nil {
+			return nil, fmt.Errorf("bench %s/%s: %w", sc.Name, m.Name, err)
+		}
+		r.Scenario, r.Engine, r.BoundS, r.VsBound = sc.Name, EngineLive, bound.S, r.MakespanS/bound.S
+		results = append(results, r)
+		// Fidelity: scheduling changes when, never what.
+		if ref == nil {
+			ref, refFull, refMode = prints, full, m.Name
+			continue
+		}
+		for id, want := range ref {
+			if got, ok := prints[id]; ok && got != want {
+				return nil, fmt.Errorf("bench %s: FIDELITY: trajectory %s has other tokens under %s than under %s: %s",
+					sc.Name, id, m.Name, refMode, firstDifference(refFull[id], full[id]))
+			}
+		}
+	}
+	return results, nil
 }
 
 // runOpts are the knobs shared by every run of one scheduling bench.

@@ -136,9 +136,6 @@ func (h *History) Observe(ctx context.Context, r schema.ResultHead) error {
 	return nil
 }
 
-// total is one finished trajectory's totals.
-type total struct{ tokens, turns int }
-
 // Predict predicts from the most specific evidence with enough totals: the
 // group (at least one), else the family (MinFamily), else every trajectory
 // (MinGlobal); with none it returns ErrNoEvidence. Among those totals it
@@ -168,20 +165,46 @@ func (h *History) Predict(ctx context.Context, req schema.PredictRequest) (schem
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return schema.PredictReply{}, fmt.Errorf("predict %s: %w", req.TrajID, err)
 	}
+	evidence := make([]Level, len(levels))
+	for i, l := range levels {
+		evidence[i] = Level{Source: l.source, Min: l.min, Totals: parseTotals(l.cmd.Val())}
+	}
+	tokens, turns, source, ok := Remaining(evidence, req.GenTokens, req.Turns)
+	if !ok {
+		return schema.PredictReply{}, fmt.Errorf("predict %s: %w", req.TrajID, ErrNoEvidence)
+	}
+	return schema.PredictReply{V: schema.Version, RemainingTokens: tokens, RemainingTurns: turns, Source: source}, nil
+}
+
+// Total is one finished trajectory's totals.
+type Total struct{ Tokens, Turns int }
+
+// Level is the evidence at one level (group, family, global): the newest
+// totals first, and how many it needs to be used.
+type Level struct {
+	Source string
+	Min    int
+	Totals []Total
+}
+
+// Remaining is History's decision, with no I/O: from the first level of
+// levels with at least its Min totals, the remaining work of a trajectory
+// that has generated tokens over turns so far (see History.Predict); ok is
+// false when no level has enough.
+func Remaining(levels []Level, tokens, turns int) (remTokens, remTurns float64, source string, ok bool) {
 	for _, l := range levels {
-		totals := parseTotals(l.cmd.Val())
-		if len(totals) < l.min {
+		if len(l.Totals) < max(l.Min, 1) {
 			continue
 		}
-		tokens, turns := remaining(totals, req.GenTokens, req.Turns)
-		return schema.PredictReply{V: schema.Version, RemainingTokens: tokens, RemainingTurns: turns, Source: l.source}, nil
+		remTokens, remTurns = remaining(l.Totals, tokens, turns)
+		return remTokens, remTurns, l.Source, true
 	}
-	return schema.PredictReply{}, fmt.Errorf("predict %s: %w", req.TrajID, ErrNoEvidence)
+	return 0, 0, "", false
 }
 
 // parseTotals parses a list's entries, skipping any that do not parse.
-func parseTotals(entries []string) []total {
-	out := make([]total, 0, len(entries))
+func parseTotals(entries []string) []Total {
+	out := make([]Total, 0, len(entries))
 	for _, e := range entries {
 		a, b, ok := strings.Cut(e, " ")
 		if !ok {
@@ -192,19 +215,19 @@ func parseTotals(entries []string) []total {
 		if err1 != nil || err2 != nil || tokens < 0 || turns < 1 {
 			continue
 		}
-		out = append(out, total{tokens, turns})
+		out = append(out, Total{tokens, turns})
 	}
 	return out
 }
 
 // remaining is the mean remaining work of the totals longer than (tokens,
 // turns), or a small remainder when there are none. totals is not empty.
-func remaining(totals []total, tokens, turns int) (float64, float64) {
+func remaining(totals []Total, tokens, turns int) (float64, float64) {
 	var sumTokens, sumTurns, n int
 	for _, t := range totals {
-		if t.tokens > tokens && t.turns > turns {
-			sumTokens += t.tokens
-			sumTurns += t.turns
+		if t.Tokens > tokens && t.Turns > turns {
+			sumTokens += t.Tokens
+			sumTurns += t.Turns
 			n++
 		}
 	}
@@ -219,8 +242,8 @@ func remaining(totals []total, tokens, turns int) (float64, float64) {
 	} else {
 		var all, calls int
 		for _, t := range totals {
-			all += t.tokens
-			calls += t.turns
+			all += t.Tokens
+			calls += t.Turns
 		}
 		perTurn = float64(all) / float64(calls)
 	}

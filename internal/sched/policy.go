@@ -67,6 +67,9 @@ type Policy interface {
 	// Rank returns a new slice holding facts, most urgent first. The order
 	// is total and depends only on facts and now.
 	Rank(facts []Fact, now time.Time) []Fact
+	// Order is Rank as indices into facts, which it leaves as they are:
+	// facts[Order(facts, now)[0]] is the most urgent.
+	Order(facts []Fact, now time.Time) []int
 }
 
 // New returns the policy called name ("" means fcfs) with cfg.
@@ -97,7 +100,10 @@ type FCFS struct{ Config }
 func (FCFS) Name() string { return NameFCFS }
 
 // Rank implements Policy.
-func (p FCFS) Rank(facts []Fact, now time.Time) []Fact {
+func (p FCFS) Rank(facts []Fact, now time.Time) []Fact { return gather(facts, p.Order(facts, now)) }
+
+// Order implements Policy.
+func (p FCFS) Order(facts []Fact, now time.Time) []int {
 	return rank(facts, now, p.AgeLimit, func(*ranked, *ranked) int { return 0 })
 }
 
@@ -108,7 +114,10 @@ type LPT struct{ Config }
 func (LPT) Name() string { return NameLPT }
 
 // Rank implements Policy.
-func (p LPT) Rank(facts []Fact, now time.Time) []Fact {
+func (p LPT) Rank(facts []Fact, now time.Time) []Fact { return gather(facts, p.Order(facts, now)) }
+
+// Order implements Policy.
+func (p LPT) Order(facts []Fact, now time.Time) []int {
 	return rank(facts, now, p.AgeLimit, func(a, b *ranked) int { return cmp.Compare(b.pred, a.pred) })
 }
 
@@ -119,7 +128,10 @@ type SJF struct{ Config }
 func (SJF) Name() string { return NameSJF }
 
 // Rank implements Policy.
-func (p SJF) Rank(facts []Fact, now time.Time) []Fact {
+func (p SJF) Rank(facts []Fact, now time.Time) []Fact { return gather(facts, p.Order(facts, now)) }
+
+// Order implements Policy.
+func (p SJF) Order(facts []Fact, now time.Time) []int {
 	return rank(facts, now, p.AgeLimit, func(a, b *ranked) int { return cmp.Compare(a.pred, b.pred) })
 }
 
@@ -129,23 +141,29 @@ var (
 	_ Policy = SJF{}
 )
 
-// ranked is a fact with its sort keys computed once.
+// ranked is a fact's sort keys, computed once.
 type ranked struct {
-	f    *Fact
-	aged bool
-	pred float64 // effective prediction
+	aged     bool
+	pred     float64 // effective prediction
+	waiting  int64   // WaitingSince, Unix ns
+	admitted int64   // AdmittedAt, Unix ns
+	id       string
 }
 
-// rank sorts facts: aged ones first, longest wait first; the rest by prefer;
-// ties by AdmittedAt, then TrajID, then input position (so even facts with
-// the same id come out in one order).
-func rank(facts []Fact, now time.Time, ageLimit time.Duration, prefer func(a, b *ranked) int) []Fact {
+// rank orders facts: aged ones first, longest wait first; the rest by
+// prefer; ties by AdmittedAt, then TrajID, then input position (so even
+// facts with the same id come out in one order). It returns indices into
+// facts.
+func rank(facts []Fact, now time.Time, ageLimit time.Duration, prefer func(a, b *ranked) int) []int {
 	median := medianKnown(facts)
 	rs := make([]ranked, len(facts))
-	order := make([]int, len(facts)) // sorted instead of rs: a Fact is large
 	for i := range facts {
 		f := &facts[i]
-		rs[i] = ranked{f: f, aged: Aged(*f, now, ageLimit), pred: effective(f.Predicted, median)}
+		rs[i] = ranked{aged: Aged(*f, now, ageLimit), pred: effective(f.Predicted, median),
+			waiting: f.WaitingSince.UnixNano(), admitted: f.AdmittedAt.UnixNano(), id: f.TrajID}
+	}
+	order := make([]int, len(rs))
+	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(i, j int) int {
@@ -156,7 +174,7 @@ func rank(facts []Fact, now time.Time, ageLimit time.Duration, prefer func(a, b 
 		case !a.aged && b.aged:
 			return 1
 		case a.aged:
-			if c := a.f.WaitingSince.Compare(b.f.WaitingSince); c != 0 {
+			if c := cmp.Compare(a.waiting, b.waiting); c != 0 {
 				return c
 			}
 		default:
@@ -164,15 +182,20 @@ func rank(facts []Fact, now time.Time, ageLimit time.Duration, prefer func(a, b 
 				return c
 			}
 		}
-		if c := a.f.AdmittedAt.Compare(b.f.AdmittedAt); c != 0 {
+		if c := cmp.Compare(a.admitted, b.admitted); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(a.f.TrajID, b.f.TrajID); c != 0 {
+		if c := cmp.Compare(a.id, b.id); c != 0 {
 			return c
 		}
 		return cmp.Compare(i, j)
 	})
-	out := make([]Fact, len(facts))
+	return order
+}
+
+// gather is facts in order.
+func gather(facts []Fact, order []int) []Fact {
+	out := make([]Fact, len(order))
 	for k, i := range order {
 		out[k] = facts[i]
 	}
@@ -200,7 +223,7 @@ func effective(p, median float64) float64 {
 // none is known (then every fact's effective prediction is 0 and the order
 // falls to admission).
 func medianKnown(facts []Fact) float64 {
-	var ps []float64
+	ps := make([]float64, 0, len(facts))
 	for _, f := range facts {
 		if known(f.Predicted) {
 			ps = append(ps, f.Predicted)

@@ -40,14 +40,21 @@ func (s *Snapshot) Class(trajID string) string {
 // gets a snapshot, even with no high slots; facts without a replica (waiting
 // samples) are in none.
 func Snapshots(p Policy, facts []Fact, highSlots int, version int64, now time.Time) map[string]*Snapshot {
+	return SnapshotsOf(facts, p.Order(facts, now), highSlots, version, now)
+}
+
+// SnapshotsOf is Snapshots for facts already ordered by a policy (order as
+// Policy.Order returns it).
+func SnapshotsOf(facts []Fact, order []int, highSlots int, version int64, now time.Time) map[string]*Snapshot {
 	out := map[string]*Snapshot{}
-	for _, f := range p.Rank(facts, now) {
+	for _, i := range order {
+		f := &facts[i]
 		if f.Replica == "" {
 			continue
 		}
 		s := out[f.Replica]
 		if s == nil {
-			s = &Snapshot{V: SnapshotV, Replica: f.Replica, Version: version, At: now, High: map[string]bool{}}
+			s = &Snapshot{V: SnapshotV, Replica: f.Replica, Version: version, At: now, High: make(map[string]bool, highSlots)}
 			out[f.Replica] = s
 		}
 		if len(s.High) < highSlots {

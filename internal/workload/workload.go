@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	"github.com/actloop/actloop/internal/sim"
@@ -87,11 +88,46 @@ type Scenario struct {
 	Startup     Dist // sandbox start-up, seconds (the eval's sandbox too)
 	Exec        Dist // one command's run time, seconds
 	Eval        Dist // the eval command's run time, seconds
+	// Prompt is the tokens of a group's first input (system prompt, task
+	// and template), which its rollouts share; Obs the tokens of one
+	// observation (a command's output with its template). Only the
+	// virtual-time engine plays them: on the live stack the prompt and the
+	// observations are what the agent templates and the simulated sandbox
+	// make. nil: DefaultPrompt and DefaultObs.
+	Prompt, Obs Dist
+	// StepLimit caps a trajectory's turns (0: none); ContextLimit ends a
+	// trajectory at the turn whose reply would take its context past it, as
+	// a run that reaches its context window ends (0: none).
+	StepLimit, ContextLimit int
+	// Tasks, Replicas and Slots are the batch and machine the scenario is
+	// meant for (0: the bench's flags decide).
+	Tasks, Replicas, Slots int
 }
 
-// Scenarios are the named workloads; docs/benchmarks.md says where each shape
-// comes from.
-var Scenarios = []Scenario{
+// Template tokens around each turn's text in a ChatML context:
+// "<|im_start|>user\n" … "<|im_end|>\n" around an observation followed by
+// the generation prompt "<|im_start|>assistant\n", and the <|im_end|> that
+// ends a reply.
+const (
+	ObsTemplateTokens = 8
+	ReplyEndTokens    = 1
+)
+
+// DefaultPrompt and DefaultObs are the prompt and observation sizes of a
+// scenario that sets none: mini-swe-agent's system and instance templates
+// around a short issue, and a short command output.
+var (
+	DefaultPrompt Dist = Uniform{Min: 1200, Max: 1800}
+	DefaultObs    Dist = LogNormal{Median: 60, Sigma: 0.8, Min: 10, Max: 2000}
+)
+
+// Scenarios are the named workloads, the small ones first; docs/benchmarks.md
+// says where each shape comes from.
+var Scenarios = append(slices.Clip(smallScenarios), rlScenarios...)
+
+// smallScenarios are the shapes of a small batch (the bench's --tasks) on
+// a small machine.
+var smallScenarios = []Scenario{
 	{
 		Name:      "swe-longtail",
 		About:     "SWE-bench-like repair tasks: most trajectories take a dozen turns, a few run to the step limit; commands are mostly quick, some run test suites",
@@ -128,6 +164,52 @@ var Scenarios = []Scenario{
 	},
 }
 
+// The RL-scale scenarios: batches of 512 prompts × 8 rollouts, shaped
+// after published SWE-agent statistics (docs/benchmarks.md cites each):
+// SWE-agent's runs on SWE-Bench Pro (median 29–78 steps by model, about
+// 110–230 visible output tokens per call, 700–1,000 tokens of observation
+// per step, 3–5 s of tool time per step), the step caps of RL recipes (50
+// in DeepSWE's and SkyRL's training), mini-swe-agent's 10,000-character
+// cut of an observation (about 2,800 tokens) beside file views and test
+// logs of 1k–8k tokens, and their context windows (32k–64k for RL, 128k
+// for long-horizon runs).
+var rlScenarios = []Scenario{
+	{
+		Name:      "swe-rl-64k",
+		About:     "RL rollouts of a SWE agent: 512 prompts × 8, a 50-step cap, a 64k context, evals of minutes, on 8 replicas",
+		GroupSize: 8, GroupSpread: 0.3,
+		Turns:      LogNormal{Median: 24, Sigma: 0.6, Min: 3, Max: 50},
+		TurnTokens: LogNormal{Median: 150, Sigma: 0.8, Min: 20, Max: 4096},
+		Prompt:     Uniform{Min: 2000, Max: 4000},
+		Obs: Mixture{Weights: []float64{0.85, 0.15}, Parts: []Dist{
+			LogNormal{Median: 300, Sigma: 1.0, Min: 5, Max: 2800},
+			LogNormal{Median: 3000, Sigma: 0.5, Min: 1000, Max: 8000},
+		}},
+		Startup:   Uniform{Min: 10, Max: 60},
+		Exec:      LogNormal{Median: 1, Sigma: 1.5, Min: 0.05, Max: 180},
+		Eval:      LogNormal{Median: 180, Sigma: 0.8, Min: 30, Max: 1200},
+		StepLimit: 50, ContextLimit: 65536,
+		Tasks: 4096, Replicas: 8, Slots: 16,
+	},
+	{
+		Name:      "swe-rl-128k",
+		About:     "long-horizon rollouts: 512 prompts × 8, up to 150 steps, a 128k context, evals of minutes, on 16 replicas",
+		GroupSize: 8, GroupSpread: 0.3,
+		Turns:      LogNormal{Median: 55, Sigma: 0.55, Min: 5, Max: 150},
+		TurnTokens: LogNormal{Median: 170, Sigma: 0.9, Min: 20, Max: 8192},
+		Prompt:     Uniform{Min: 2000, Max: 4000},
+		Obs: Mixture{Weights: []float64{0.8, 0.2}, Parts: []Dist{
+			LogNormal{Median: 350, Sigma: 1.0, Min: 5, Max: 2800},
+			LogNormal{Median: 3000, Sigma: 0.6, Min: 1000, Max: 8000},
+		}},
+		Startup:   Uniform{Min: 10, Max: 60},
+		Exec:      LogNormal{Median: 1, Sigma: 1.5, Min: 0.05, Max: 300},
+		Eval:      LogNormal{Median: 180, Sigma: 0.8, Min: 30, Max: 1200},
+		StepLimit: 150, ContextLimit: 131072,
+		Tasks: 4096, Replicas: 16, Slots: 8,
+	},
+}
+
 // Lookup returns the scenario named name.
 func Lookup(name string) (Scenario, bool) {
 	for _, s := range Scenarios {
@@ -147,6 +229,8 @@ type Trajectory struct {
 	Exec        []float64 // each turn's command run time but the last's (the submission)
 	Startup     float64   // sandbox start-up, seconds
 	Eval        float64   // eval run time, seconds
+	Prompt      int       // tokens of the first input, shared by the group
+	Obs         []int     // tokens of each observation, one per Exec
 }
 
 // Turns is the trajectory's number of turns.
@@ -156,19 +240,42 @@ func (t Trajectory) Turns() int { return len(t.Tokens) }
 // smaller) from seed. The same seed and n give the same batch.
 func (sc Scenario) Generate(seed int64, n int) []Trajectory {
 	r := rand.New(rand.NewPCG(uint64(seed), 0x6163746c6f6f70)) // "actloop"
+	// Prompt and observation sizes come from a stream of their own, so the
+	// other draws of a seed stay what they were before these existed.
+	sizes := rand.New(rand.NewPCG(uint64(seed), 0x73697a6573)) // "sizes"
+	promptD, obsD := sc.Prompt, sc.Obs
+	if promptD == nil {
+		promptD = DefaultPrompt
+	}
+	if obsD == nil {
+		obsD = DefaultObs
+	}
 	gs := max(sc.GroupSize, 1)
 	out := make([]Trajectory, 0, n)
 	for g := 0; len(out) < n; g++ {
 		base := sc.Turns.Draw(r)
+		prompt := max(1, int(math.Round(promptD.Draw(sizes))))
 		size := min(gs, n-len(out))
 		for i := range size {
 			turns := max(1, int(math.Round(base*math.Exp(sc.GroupSpread*r.NormFloat64()))))
+			if sc.StepLimit > 0 {
+				turns = min(turns, sc.StepLimit)
+			}
 			t := Trajectory{ID: fmt.Sprintf("%s-%04d-%d", sc.Name, g, i), GroupID: fmt.Sprintf("%s-%04d", sc.Name, g),
-				GroupIndex: i, GroupSize: size, Startup: sc.Startup.Draw(r), Eval: sc.Eval.Draw(r)}
+				GroupIndex: i, GroupSize: size, Startup: sc.Startup.Draw(r), Eval: sc.Eval.Draw(r), Prompt: prompt}
+			ctx := prompt
 			for k := range turns {
-				t.Tokens = append(t.Tokens, max(1, int(math.Round(sc.TurnTokens.Draw(r)))))
+				reply := max(1, int(math.Round(sc.TurnTokens.Draw(r))))
+				if k > 0 && sc.ContextLimit > 0 && ctx+reply+ReplyEndTokens > sc.ContextLimit {
+					// Out of context: the previous turn was the last.
+					t.Exec, t.Obs = t.Exec[:k-1], t.Obs[:k-1]
+					break
+				}
+				t.Tokens = append(t.Tokens, reply)
 				if k < turns-1 {
 					t.Exec = append(t.Exec, sc.Exec.Draw(r))
+					t.Obs = append(t.Obs, max(1, int(math.Round(obsD.Draw(sizes)))))
+					ctx += reply + ReplyEndTokens + t.Obs[k] + ObsTemplateTokens
 				}
 			}
 			out = append(out, t)

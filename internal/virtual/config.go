@@ -1,0 +1,144 @@
+package virtual
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/actloop/actloop/internal/batching"
+	"github.com/actloop/actloop/internal/sched"
+)
+
+// Kinds of run.
+const (
+	// KindTrajectory: a trajectory holds a generation slot for its whole
+	// life (admission limited to the slots).
+	KindTrajectory = "trajectory"
+	// KindAsync: every trajectory admitted at once and every generation
+	// sent to the server at once, which queues and retracts (verl's agent
+	// loop).
+	KindAsync = "async"
+	// KindAction: actloop's action-level scheduling.
+	KindAction = "action"
+	// KindClairvoyant: the reference that knows every length in advance:
+	// trajectories admitted longest critical path first, each on the
+	// replica with the most room, only while every admitted trajectory's
+	// largest context (plus the output reserve a request needs) fits in
+	// its replica's pool, so nothing is evicted or retracted; every
+	// generation goes to the server at once, and a finished trajectory's
+	// context is dropped from the cache.
+	KindClairvoyant = "clairvoyant"
+)
+
+// Predictors.
+const (
+	PredictNone    = ""
+	PredictHistory = "history" // predict.Remaining over the finished trajectories' totals
+	PredictOracle  = "oracle"  // the workload's own remaining tokens
+)
+
+// Config is one run: the machine, the mode and the services' settings.
+type Config struct {
+	Replicas int
+	Server   batching.Config
+	// Slots is each gen-worker's generation slots (ACTLOOP_SLOTS); an
+	// async run has as many as trajectories.
+	Slots     int
+	Kind      string
+	Policy    string // sched policy name
+	Predictor string
+	// SyncEvery is the seconds between weight syncs (0: none): the trainer
+	// pauses generation (abort mode), the servers' caches are flushed,
+	// and after SyncPauseS generation resumes with the next version.
+	SyncEvery, SyncPauseS float64
+	// MaxNew is each generation's max_new_tokens.
+	MaxNew int
+
+	// The coordinator's and gen-workers' settings, as their ACTLOOP_
+	// settings name them; Defaults has their defaults.
+	MaxActive, MaxActiveCeiling int // 0: 1.5 × slots, and 3 × that
+	HighSlots                   int // 0: Slots
+	AdaptInterval               time.Duration
+	SnapshotInterval            time.Duration
+	AgeLimit                    time.Duration
+	PreemptCooldown             time.Duration
+	ReprefillLimit              float64
+
+	// Reserve is the share of each trajectory's largest context the
+	// clairvoyant reference reserves (0: 1, all of it).
+	Reserve float64
+
+	// SampleEveryS is the step of the KV-use series, in seconds.
+	SampleEveryS float64
+}
+
+// Defaults returns a configuration with the services' default settings
+// (a test checks them against the services' own) on replicas default
+// servers.
+func Defaults(replicas, slots int) Config {
+	return Config{Replicas: replicas, Server: batching.DefaultConfig(), Slots: slots, Kind: KindAction,
+		Policy: sched.NameFCFS, MaxNew: 8192,
+		AdaptInterval: 5 * time.Second, SnapshotInterval: 200 * time.Millisecond, AgeLimit: 2 * time.Minute,
+		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, SampleEveryS: 10}
+}
+
+// floor and ceiling of the admission limit, as the coordinator's
+// ActiveFloor and ActiveCeiling compute them.
+func (c Config) floor() int {
+	if c.MaxActive > 0 {
+		return c.MaxActive
+	}
+	return (c.Slots*c.Replicas*3 + 1) / 2
+}
+
+func (c Config) ceiling() int {
+	if c.MaxActiveCeiling > 0 {
+		return max(c.MaxActiveCeiling, c.floor())
+	}
+	return 3 * c.floor()
+}
+
+func (c Config) highSlots() int {
+	if c.HighSlots > 0 {
+		return c.HighSlots
+	}
+	return c.Slots
+}
+
+// Validate names every setting out of range.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name string, v any) { errs = append(errs, fmt.Errorf("%s: out of range: %v", name, v)) }
+	if c.Replicas < 1 {
+		bad("replicas", c.Replicas)
+	}
+	if c.Slots < 1 {
+		bad("slots", c.Slots)
+	}
+	switch c.Kind {
+	case KindTrajectory, KindAsync, KindAction, KindClairvoyant:
+	default:
+		bad("kind", c.Kind)
+	}
+	if _, err := sched.New(c.Policy, sched.Config{AgeLimit: c.AgeLimit}); err != nil {
+		errs = append(errs, err)
+	}
+	switch c.Predictor {
+	case PredictNone, PredictHistory, PredictOracle:
+	default:
+		bad("predictor", c.Predictor)
+	}
+	if c.SyncEvery < 0 || c.SyncPauseS < 0 {
+		bad("sync", fmt.Sprint(c.SyncEvery, c.SyncPauseS))
+	}
+	if c.MaxNew < 1 {
+		bad("max_new_tokens", c.MaxNew)
+	}
+	if c.AdaptInterval <= 0 || c.SnapshotInterval <= 0 || c.SampleEveryS <= 0 {
+		bad("intervals", fmt.Sprint(c.AdaptInterval, c.SnapshotInterval, c.SampleEveryS))
+	}
+	if err := c.Server.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,688 @@
+package virtual
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/actloop/actloop/internal/batching"
+	"github.com/actloop/actloop/internal/predict"
+	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/internal/workload"
+)
+
+const (
+	obsTemplateTokens = workload.ObsTemplateTokens
+	replyEndTokens    = workload.ReplyEndTokens
+)
+
+// traj is one trajectory's state in a run.
+type traj struct {
+	plan    *workload.Trajectory
+	replica int
+	state   trajState
+
+	arrivedAt, admittedAt, finishedAt float64
+	updatedAt                         float64 // last state change: the fact's WaitingSince
+	predicted                         float64
+	preemptedAt                       float64
+
+	turn      int                // the turn being generated (0-based)
+	partial   int                // tokens of this turn kept from interrupted generations
+	resumed   bool               // interrupted: its next gen step goes to .lo
+	ctx       []batching.Segment // the context before this turn's reply
+	ctxLen    int
+	genCtx    int // context plus output of its last generation (0: none yet)
+	genTokens int
+	calls     int
+	gen       *generation
+	versions  [2]int64 // min and max weight version of its tokens; min > max: none
+
+	// Where its time went, in seconds.
+	genQueueS, serverS, envS float64
+	since                    float64 // when its current phase began
+}
+
+type trajState uint8
+
+const (
+	waiting trajState = iota
+	starting
+	genQueued
+	generating
+	envRunning
+	evaluating
+	finished
+)
+
+// generation is one generation running on a server.
+type generation struct {
+	t         int
+	id        int64
+	low       bool
+	version   int64
+	notBefore float64
+	input     int
+}
+
+// worker is one replica's gen-worker and its server.
+type worker struct {
+	srv     *batching.Server
+	hi, lo  fifo
+	running int
+	low     []*generation // running low generations, oldest first
+	gens    map[int64]*generation
+	// Counters as a gen-worker's heartbeat reports them.
+	generated, reprefilled int64
+	lastGenerated, lastRe  int64
+}
+
+// engine is one run.
+type engine struct {
+	cfg    Config
+	policy sched.Policy
+	ts     []*traj
+	ws     []*worker
+	q      queue
+	now    float64
+
+	waitingIDs []int // trajectories waiting for admission
+	activeIDs  []int // admitted and not finished, in admission order
+	facts      []sched.Fact
+	active     int
+	limit      int
+	load       map[string]int // active trajectories per replica name
+	names      []string       // replica names
+	replicaOf  map[string]int
+	board      sched.Board
+	snapVer    int64
+	dirty      bool
+	paused     bool
+	version    int64
+	nextGen    int64
+	done       int
+
+	history history
+	res     Result
+	// reserved is, per replica, the pool the clairvoyant reference has
+	// promised its admitted trajectories.
+	reserved []int
+	paths    []float64
+}
+
+// Run plays plans under cfg and reports what happened. The same plans and
+// cfg give the same Result, bit for bit.
+func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	if len(plans) == 0 {
+		return Result{}, fmt.Errorf("no trajectories")
+	}
+	policy, _ := sched.New(cfg.Policy, sched.Config{AgeLimit: cfg.AgeLimit})
+	e := &engine{cfg: cfg, policy: policy, load: map[string]int{}, limit: cfg.floor(), replicaOf: map[string]int{}}
+	if cfg.Kind == KindAsync || cfg.Kind == KindClairvoyant {
+		e.cfg.Slots = len(plans)
+	}
+	e.reserved = make([]int, cfg.Replicas)
+	for r := range cfg.Replicas {
+		srv, err := batching.New(cfg.Server)
+		if err != nil {
+			return Result{}, err
+		}
+		e.ws = append(e.ws, &worker{srv: srv, gens: map[int64]*generation{}})
+		e.names = append(e.names, fmt.Sprintf("r%d", r))
+		e.replicaOf[e.names[r]] = r
+	}
+	for i := range plans {
+		p := &plans[i]
+		if err := e.fits(p); err != nil {
+			return Result{}, err
+		}
+		t := &traj{plan: p, replica: -1, preemptedAt: math.Inf(-1), versions: [2]int64{math.MaxInt64, math.MinInt64}}
+		t.ctx = []batching.Segment{{Key: key(p.GroupID, -1, 'p'), Tokens: p.Prompt}}
+		t.ctxLen = p.Prompt
+		e.ts = append(e.ts, t)
+	}
+	e.arrive()
+	e.q.push(cfg.AdaptInterval.Seconds(), evAdapt, 0)
+	if cfg.Kind == KindAction {
+		e.q.push(cfg.SnapshotInterval.Seconds(), evSnapshot, 0)
+	}
+	if cfg.SyncEvery > 0 {
+		e.q.push(cfg.SyncEvery, evPause, 0)
+	}
+	e.q.push(0, evSample, 0)
+	e.admit()
+	for e.done < len(e.ts) {
+		if e.q.len() == 0 {
+			return Result{}, fmt.Errorf("virtual engine stalled at %.1f s with %d of %d trajectories finished", e.now, e.done, len(e.ts))
+		}
+		ev := e.q.pop()
+		e.now = ev.at
+		e.handle(ev)
+	}
+	return e.result(), nil
+}
+
+// fits checks that p's longest input and reply fit in a server's pool.
+func (e *engine) fits(p *workload.Trajectory) error {
+	ctx := p.Prompt
+	for k, n := range p.Tokens {
+		if ctx+n+replyEndTokens >= e.cfg.Server.MaxTotalTokens-1 {
+			return fmt.Errorf("trajectory %s: turn %d needs %d tokens of context and reply, a server holds %d (max_total_num_tokens)",
+				p.ID, k+1, ctx+n+replyEndTokens, e.cfg.Server.MaxTotalTokens)
+		}
+		if n+replyEndTokens > e.cfg.MaxNew {
+			return fmt.Errorf("trajectory %s: turn %d replies %d tokens, more than max_new_tokens %d", p.ID, k+1, n+replyEndTokens, e.cfg.MaxNew)
+		}
+		ctx += n + replyEndTokens
+		if k < len(p.Obs) {
+			ctx += p.Obs[k] + obsTemplateTokens
+		}
+	}
+	return nil
+}
+
+// key names a content stream: a group's prompt (turn -1, 'p'), a
+// trajectory's reply ('r') or observation ('o') of a turn.
+func key(id string, turn int, kind byte) uint64 {
+	h := uint64(14695981039346656037)
+	for i := range len(id) {
+		h = (h ^ uint64(id[i])) * 1099511628211
+	}
+	h = (h ^ uint64(uint32(turn))) * 1099511628211
+	h = (h ^ uint64(kind)) * 1099511628211
+	return h ^ h>>29
+}
+
+// arrive takes the whole batch in at time 0, as a trainer publishes it, with
+// the predictions the coordinator makes for waiting samples.
+func (e *engine) arrive() {
+	for i, t := range e.ts {
+		e.waitingIDs = append(e.waitingIDs, i)
+		if p := e.siblingPrediction(i); p > 0 {
+			t.predicted = p
+		} else {
+			t.predicted = e.predict(t)
+		}
+	}
+}
+
+// siblingPrediction is a prediction known for a member of trajectory i's
+// group, which siblings share until they have their own. Plans keep a
+// group's members together, in order.
+func (e *engine) siblingPrediction(i int) float64 {
+	t := e.ts[i]
+	first := i - t.plan.GroupIndex
+	for j := max(first, 0); j < first+t.plan.GroupSize && j < len(e.ts); j++ {
+		if s := e.ts[j]; j != i && s.state != finished && s.predicted > 0 && s.plan.GroupID == t.plan.GroupID {
+			return s.predicted
+		}
+	}
+	return 0
+}
+
+// predict is the predictor's answer for t now (0: unknown).
+func (e *engine) predict(t *traj) float64 {
+	switch e.cfg.Predictor {
+	case PredictOracle:
+		return float64(e.remainingTokens(t))
+	case PredictHistory:
+		p, _ := e.history.predict(t.plan.GroupID, t.genTokens, t.calls)
+		return p
+	}
+	return 0
+}
+
+// remainingTokens is what t has left to generate, this turn's rest
+// included.
+func (e *engine) remainingTokens(t *traj) int {
+	n := -t.partial
+	for k := t.turn; k < len(t.plan.Tokens); k++ {
+		n += t.plan.Tokens[k] + replyEndTokens
+	}
+	return max(n, 0)
+}
+
+func (e *engine) handle(ev event) {
+	switch ev.kind {
+	case evIteration:
+		e.iterationEnds(ev.i)
+	case evSandboxReady:
+		t := e.ts[ev.i]
+		t.envS += e.now - t.since
+		e.publishGen(ev.i)
+	case evEnvDone:
+		t := e.ts[ev.i]
+		t.envS += e.now - t.since
+		t.updatedAt = e.now
+		e.dirty = true
+		e.publishGen(ev.i)
+	case evResult:
+		e.finish(ev.i)
+	case evAdapt:
+		e.adapt()
+		e.q.push(e.now+e.cfg.AdaptInterval.Seconds(), evAdapt, 0)
+	case evSnapshot:
+		if e.dirty {
+			e.snapshot()
+		}
+		if e.done < len(e.ts) {
+			e.q.push(e.now+e.cfg.SnapshotInterval.Seconds(), evSnapshot, 0)
+		}
+	case evPause:
+		e.pause()
+		e.q.push(e.now+e.cfg.SyncPauseS, evResume, 0)
+	case evResume:
+		e.resume()
+		e.q.push(e.now+e.cfg.SyncEvery, evPause, 0)
+	case evSample:
+		e.sample()
+		e.q.push(e.now+e.cfg.SampleEveryS, evSample, 0)
+	}
+}
+
+// admit admits waiting samples in policy order while fewer than the limit
+// are active, each on the least loaded replica, as the coordinator's
+// admission loop does.
+func (e *engine) admit() {
+	if e.cfg.Kind == KindClairvoyant {
+		e.admitClairvoyant()
+		return
+	}
+	free := sched.Admissible(e.limit, e.active, -1)
+	if free == 0 || len(e.waitingIDs) == 0 {
+		return
+	}
+	facts := make([]sched.Fact, len(e.waitingIDs))
+	for k, i := range e.waitingIDs {
+		t := e.ts[i]
+		at := e.instant(t.arrivedAt)
+		facts[k] = sched.Fact{TrajID: t.plan.ID, GroupID: t.plan.GroupID, AdmittedAt: at, WaitingSince: at, Predicted: t.predicted}
+	}
+	order := e.policy.Order(facts, e.instant(e.now))
+	batch := order[:min(free, len(order))]
+	replicas := sched.AssignReplicas(e.names, e.load, len(batch))
+	admitted := make(map[int]bool, len(batch))
+	for k, j := range batch {
+		i := e.waitingIDs[j]
+		admitted[i] = true
+		e.start0(i, e.replicaOf[replicas[k]]) // AssignReplicas counted it in load
+	}
+	e.waitingIDs = slices.DeleteFunc(e.waitingIDs, func(i int) bool { return admitted[i] })
+	e.dirty = true
+}
+
+// admitClairvoyant admits, longest critical path first, every waiting
+// trajectory whose peak context fits on the replica with the most room.
+func (e *engine) admitClairvoyant() {
+	if e.paths == nil {
+		e.paths = make([]float64, len(e.ts))
+		for i, t := range e.ts {
+			e.paths[i] = Path(t.plan, e.cfg.Server.Cost)
+		}
+		slices.SortStableFunc(e.waitingIDs, func(a, b int) int { return cmp.Compare(e.paths[b], e.paths[a]) })
+	}
+	admitted := false
+	e.waitingIDs = slices.DeleteFunc(e.waitingIDs, func(i int) bool {
+		r := 0
+		for k := range e.reserved {
+			if e.reserved[k] < e.reserved[r] {
+				r = k
+			}
+		}
+		need := e.peak(e.ts[i])
+		if e.reserved[r]+need > e.cfg.Server.MaxTotalTokens {
+			return false
+		}
+		e.reserved[r] += need
+		e.load[e.names[r]]++
+		e.start0(i, r)
+		admitted = true
+		return true
+	})
+	if admitted {
+		e.dirty = true
+	}
+}
+
+// peak is the most of a replica's pool t can hold at once: its largest
+// context and the output reserve of a request.
+func (e *engine) peak(t *traj) int {
+	n := t.plan.Prompt
+	for k, r := range t.plan.Tokens {
+		n += r + replyEndTokens
+		if k < len(t.plan.Obs) {
+			n += t.plan.Obs[k] + obsTemplateTokens
+		}
+	}
+	if e.cfg.Reserve > 0 {
+		n = int(e.cfg.Reserve * float64(n))
+	}
+	return n + min(e.cfg.MaxNew, e.cfg.Server.ClipMaxNew)
+}
+
+// start0 admits trajectory i on replica r: its sandbox starts.
+func (e *engine) start0(i, r int) {
+	t := e.ts[i]
+	t.replica = r
+	t.state, t.admittedAt, t.updatedAt, t.since = starting, e.now, e.now, e.now
+	e.active++
+	e.res.PeakActive = max(e.res.PeakActive, e.active)
+	e.activeIDs = append(e.activeIDs, i)
+	e.q.push(e.now+t.plan.Startup, evSandboxReady, i)
+}
+
+// instant is virtual second s as a time for the scheduling core.
+func (e *engine) instant(s float64) time.Time {
+	return time.Unix(0, 0).Add(time.Duration(s * float64(time.Second)))
+}
+
+// publishGen queues t's next gen step on its replica, in the class the
+// newest snapshot gives it (.lo after an interruption), and dispatches.
+func (e *engine) publishGen(i int) {
+	t := e.ts[i]
+	t.state, t.since = genQueued, e.now
+	w := e.ws[t.replica]
+	if !t.resumed && e.board.Class(e.names[t.replica], t.plan.ID) == sched.ClassHigh {
+		w.hi.push(i)
+	} else {
+		w.lo.push(i)
+	}
+	e.dispatch(t.replica)
+}
+
+// dispatch starts queued gen steps while the gen-worker has free slots,
+// high class first, and, with preemption, lets a waiting high step preempt
+// the newest low generation that may be preempted.
+func (e *engine) dispatch(r int) {
+	w := e.ws[r]
+	if e.paused {
+		return
+	}
+	for {
+		for w.running < e.cfg.Slots && (w.hi.len() > 0 || w.lo.len() > 0) {
+			if w.hi.len() > 0 {
+				e.start(r, w.hi.pop(), false)
+			} else {
+				e.start(r, w.lo.pop(), true)
+			}
+		}
+		if e.cfg.Kind != KindAction || w.hi.len() == 0 || len(w.low) == 0 {
+			break
+		}
+		notBefore := make([]time.Time, len(w.low))
+		for k, g := range w.low {
+			notBefore[k] = e.instant(g.notBefore)
+		}
+		v := sched.Victim(notBefore, e.instant(e.now))
+		if v < 0 {
+			break
+		}
+		e.res.Preemptions++
+		g := w.low[v]
+		e.ts[g.t].preemptedAt = e.now
+		e.interrupt(r, g)
+	}
+	e.kick(r)
+}
+
+// start sends trajectory i's generation to replica r's server.
+func (e *engine) start(r, i int, low bool) {
+	w := e.ws[r]
+	t := e.ts[i]
+	t.genQueueS += e.now - t.since
+	t.state, t.since = generating, e.now
+	input := t.ctx
+	if t.partial > 0 {
+		input = append(slices.Clip(t.ctx), batching.Segment{Key: key(t.plan.ID, t.turn, 'r'), Tokens: t.partial})
+	}
+	reply := t.plan.Tokens[t.turn] + replyEndTokens
+	e.nextGen++
+	g := &generation{t: i, id: e.nextGen, low: low, version: e.version,
+		notBefore: t.preemptedAt + e.cfg.PreemptCooldown.Seconds(), input: t.ctxLen + t.partial}
+	err := w.srv.Submit(batching.Request{ID: g.id, Input: input, Output: reply - t.partial, MaxNew: e.cfg.MaxNew - t.partial,
+		OutputKey: key(t.plan.ID, t.turn, 'r')})
+	if err != nil {
+		panic(fmt.Sprintf("virtual: %v", err)) // fits checked every input at the start
+	}
+	t.gen = g
+	w.gens[g.id] = g
+	w.running++
+	if low {
+		w.low = append(w.low, g)
+	}
+}
+
+// kick starts an iteration on replica r's server if it is idle and has
+// work.
+func (e *engine) kick(r int) {
+	srv := e.ws[r].srv
+	if !srv.InFlight() && srv.Busy() {
+		e.q.push(srv.Form(e.now), evIteration, r)
+	}
+}
+
+// iterationEnds applies replica r's iteration and what ended with it.
+func (e *engine) iterationEnds(r int) {
+	w := e.ws[r]
+	for _, d := range w.srv.Finish() {
+		g := w.gens[d.ID]
+		e.ended(r, g, d)
+		e.generated(e.ts[g.t], g, d)
+	}
+	e.dispatch(r) // kicks the next iteration
+}
+
+// ended frees g's slot.
+func (e *engine) ended(r int, g *generation, d batching.Done) {
+	w := e.ws[r]
+	delete(w.gens, g.id)
+	w.running--
+	if g.low {
+		w.low = slices.DeleteFunc(w.low, func(x *generation) bool { return x == g })
+	}
+	w.generated += int64(d.Generated)
+	// Prompt tokens prefilled again: all the prefilled input but what was
+	// appended since the trajectory's last generation (the gen-worker's
+	// account).
+	t := e.ts[g.t]
+	fresh := g.input - t.genCtx
+	if t.genCtx == 0 {
+		fresh = g.input
+	}
+	if re := d.Prefilled - fresh; re > 0 {
+		w.reprefilled += int64(re)
+		e.res.Reprefilled += int64(re)
+	}
+	e.res.Retractions += int64(d.Retracted)
+	t.genCtx = g.input + d.Generated
+}
+
+// generated commits what g produced: a whole reply, or (aborted) part of
+// one, which goes back to the queue.
+func (e *engine) generated(t *traj, g *generation, d batching.Done) {
+	t.serverS += e.now - t.since
+	t.gen = nil
+	if d.Generated > 0 {
+		t.versions[0] = min(t.versions[0], g.version)
+		t.versions[1] = max(t.versions[1], g.version)
+	}
+	t.partial += d.Generated
+	t.genTokens += d.Generated
+	t.updatedAt = e.now
+	e.dirty = true
+	if d.Aborted {
+		e.res.ResumedTokens += int64(d.Generated)
+		t.resumed = true
+		e.publishGen(g.t)
+		return
+	}
+	reply := t.plan.Tokens[t.turn] + replyEndTokens
+	t.ctx = append(t.ctx, batching.Segment{Key: key(t.plan.ID, t.turn, 'r'), Tokens: reply})
+	t.ctxLen += reply
+	t.calls++
+	t.partial, t.resumed = 0, false
+	if t.turn == len(t.plan.Tokens)-1 {
+		t.state, t.since = evaluating, e.now
+		e.q.push(e.now+t.plan.Startup+t.plan.Eval, evResult, g.t)
+		return
+	}
+	obs := t.plan.Obs[t.turn] + obsTemplateTokens
+	t.ctx = append(t.ctx, batching.Segment{Key: key(t.plan.ID, t.turn, 'o'), Tokens: obs})
+	t.ctxLen += obs
+	t.turn++
+	if e.cfg.Predictor != PredictNone {
+		if p := e.predict(t); p > 0 {
+			t.predicted = p
+		}
+	}
+	t.state, t.since = envRunning, e.now
+	e.q.push(e.now+t.plan.Exec[t.turn-1], evEnvDone, g.t)
+}
+
+// interrupt aborts g on its server (a preemption or a pause); what it
+// generated is committed and it is queued again.
+func (e *engine) interrupt(r int, g *generation) {
+	d, ok := e.ws[r].srv.Abort(g.id, e.now)
+	if !ok {
+		panic("virtual: a running generation is not on its server")
+	}
+	e.ended(r, g, d)
+	e.generated(e.ts[g.t], g, d)
+}
+
+// finish ends trajectory i: its result is out.
+func (e *engine) finish(i int) {
+	t := e.ts[i]
+	t.envS += e.now - t.since
+	t.state, t.finishedAt = finished, e.now
+	e.done++
+	e.active--
+	e.activeIDs = slices.DeleteFunc(e.activeIDs, func(j int) bool { return j == i })
+	e.load[e.names[t.replica]]--
+	if e.cfg.Kind == KindClairvoyant {
+		e.reserved[t.replica] -= e.peak(t)
+		e.ws[t.replica].srv.Drop(t.ctx, e.now)
+	}
+	e.history.observe(t.plan.GroupID, t.genTokens, t.calls)
+	e.dirty = true
+	e.admit()
+}
+
+// adapt moves the admission limit as the coordinator does, from the
+// gen-workers' counters over the interval.
+func (e *engine) adapt() {
+	var l sched.Load
+	for _, w := range e.ws {
+		l.Slots += e.cfg.Slots
+		l.Running += w.running
+		l.Generated += sched.Grown(w.generated, w.lastGenerated)
+		l.Reprefilled += sched.Grown(w.reprefilled, w.lastRe)
+		w.lastGenerated, w.lastRe = w.generated, w.reprefilled
+	}
+	binding := len(e.waitingIDs) > 0 && e.active >= e.limit
+	e.limit = sched.NextLimit(e.limit, e.cfg.floor(), e.cfg.ceiling(), l, binding, e.cfg.ReprefillLimit)
+	e.admit()
+}
+
+// snapshot publishes every replica's high class from the active
+// trajectories' facts.
+func (e *engine) snapshot() {
+	e.dirty = false
+	facts := e.facts[:0]
+	for _, i := range e.activeIDs {
+		t := e.ts[i]
+		facts = append(facts, sched.Fact{TrajID: t.plan.ID, Replica: e.names[t.replica], GroupID: t.plan.GroupID,
+			AdmittedAt: e.instant(t.admittedAt), Turns: t.calls, Tokens: t.genTokens, Predicted: t.predicted,
+			WaitingSince: e.instant(t.updatedAt)})
+	}
+	e.facts = facts
+	e.snapVer++
+	now := e.instant(e.now)
+	// Keep the active list in the last ranking's order: the next ranking
+	// sorts input that is nearly in order already, which is much faster.
+	order := e.policy.Order(facts, now)
+	ids := make([]int, len(order))
+	for k, j := range order {
+		ids[k] = e.activeIDs[j]
+	}
+	e.activeIDs = ids
+	snaps := sched.SnapshotsOf(facts, order, e.cfg.highSlots(), e.snapVer, now)
+	for _, name := range e.names {
+		s := snaps[name]
+		if s == nil {
+			s = &sched.Snapshot{Replica: name, Version: e.snapVer, High: map[string]bool{}}
+		}
+		e.board.Set(s)
+	}
+}
+
+// pause stops generation for a weight sync: every running generation is
+// aborted, its output so far kept, and the servers' caches are flushed.
+func (e *engine) pause() {
+	e.paused = true
+	e.res.Syncs++
+	for r, w := range e.ws {
+		gens := make([]*generation, 0, len(w.gens))
+		for _, g := range w.gens {
+			gens = append(gens, g)
+		}
+		slices.SortFunc(gens, func(a, b *generation) int { return int(a.id - b.id) })
+		for _, g := range gens {
+			e.interrupt(r, g)
+		}
+		w.srv.Flush()
+	}
+}
+
+// resume continues generation under the next weight version.
+func (e *engine) resume() {
+	e.paused = false
+	e.version++
+	for r := range e.ws {
+		e.dispatch(r)
+	}
+}
+
+// sample records the KV pools' use now.
+func (e *engine) sample() {
+	used := 0.0
+	for _, w := range e.ws {
+		used += float64(w.srv.Occupancy().Used) / float64(e.cfg.Server.MaxTotalTokens)
+	}
+	e.res.KVUseSeries = append(e.res.KVUseSeries, used/float64(len(e.ws)))
+}
+
+// history is predict.Remaining over the totals of finished trajectories,
+// kept in memory as predictor-gw keeps them in Redis.
+type history struct {
+	global []predict.Total
+	groups map[string][]predict.Total
+}
+
+func (h *history) observe(group string, tokens, turns int) {
+	tot := predict.Total{Tokens: tokens, Turns: turns}
+	h.global = keepNewest(h.global, tot)
+	if h.groups == nil {
+		h.groups = map[string][]predict.Total{}
+	}
+	h.groups[group] = keepNewest(h.groups[group], tot)
+}
+
+func keepNewest(ts []predict.Total, t predict.Total) []predict.Total {
+	ts = append([]predict.Total{t}, ts...)
+	return ts[:min(len(ts), predict.DefaultKeep)]
+}
+
+func (h *history) predict(group string, tokens, turns int) (float64, bool) {
+	levels := []predict.Level{
+		{Source: predict.SourceGroup, Min: 1, Totals: h.groups[group]},
+		{Source: predict.SourceGlobal, Min: predict.DefaultMinGlobal, Totals: h.global},
+	}
+	p, _, _, ok := predict.Remaining(levels, tokens, turns)
+	return p, ok
+}

@@ -1,0 +1,187 @@
+package virtual
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/actloop/actloop/internal/coordinator"
+	"github.com/actloop/actloop/internal/genworker"
+	"github.com/actloop/actloop/internal/workload"
+)
+
+// modes are the bench's kinds of run on a machine of replicas × slots for
+// a batch of tasks.
+func modes(replicas, slots, tasks int) map[string]Config {
+	base := Defaults(replicas, slots)
+	traj := base
+	traj.Kind, traj.MaxActive, traj.MaxActiveCeiling = KindTrajectory, replicas*slots, replicas*slots
+	async := base
+	async.Kind, async.MaxActive, async.MaxActiveCeiling = KindAsync, tasks, tasks
+	fcfs := base
+	fcfs.MaxActiveCeiling = tasks
+	lpt := fcfs
+	lpt.Policy, lpt.Predictor = "lpt", PredictOracle
+	hist := fcfs
+	hist.Policy, hist.Predictor = "lpt", PredictHistory
+	sync := hist
+	sync.SyncEvery, sync.SyncPauseS = 40, 2
+	clair := base
+	clair.Kind, clair.Reserve = KindClairvoyant, 0.5
+	return map[string]Config{"clairvoyant": clair, "trajectory": traj, "async": async, "action-fcfs": fcfs,
+		"action-lpt-oracle": lpt, "action-lpt-history": hist, "action-lpt-history-sync": sync}
+}
+
+// replies is every token a batch generates: each reply and its end.
+func replies(plans []workload.Trajectory) int64 {
+	var n int64
+	for _, p := range plans {
+		for _, t := range p.Tokens {
+			n += int64(t + replyEndTokens)
+		}
+	}
+	return n
+}
+
+// Every mode finishes every trajectory with every token of its plan (a
+// schedule changes when, never what), reproducibly, never faster than the
+// lower bound; only action-level runs preempt, and a trajectory-level run
+// never has more trajectories than slots.
+func TestEveryModeRunsTheWholeBatch(t *testing.T) {
+	for _, name := range []string{"swe-longtail", "tool-fast"} {
+		sc, _ := workload.Lookup(name)
+		plans := sc.Generate(2, 48)
+		for mode, cfg := range modes(2, 4, 48) {
+			r, err := Run(cfg, plans)
+			if err != nil {
+				t.Fatalf("%s/%s: %v", name, mode, err)
+			}
+			if r.Completed != 48 || r.GeneratedTokens != replies(plans) {
+				t.Errorf("%s/%s: %d finished, %d tokens generated of %d", name, mode, r.Completed, r.GeneratedTokens, replies(plans))
+			}
+			if b := LowerBound(plans, cfg); r.MakespanS < b.S {
+				t.Errorf("%s/%s: makespan %.1f s under the lower bound %.1f s", name, mode, r.MakespanS, b.S)
+			}
+			if cfg.Kind != KindAction && r.Preemptions > 0 {
+				t.Errorf("%s/%s: %d preemptions", name, mode, r.Preemptions)
+			}
+			if cfg.Kind == KindTrajectory && r.PeakActive > 2*4 {
+				t.Errorf("%s/%s: %d trajectories at once on 8 slots", name, mode, r.PeakActive)
+			}
+			if (cfg.SyncEvery > 0) != (r.Syncs > 0) || (r.Syncs > 0) != (r.VersionSpreadX > 0) {
+				t.Errorf("%s/%s: %d syncs, version spread up to %d", name, mode, r.Syncs, r.VersionSpreadX)
+			}
+			again, _ := Run(cfg, plans)
+			if !reflect.DeepEqual(r, again) {
+				t.Errorf("%s/%s: the same run twice gave other figures", name, mode)
+			}
+		}
+	}
+}
+
+// Under memory pressure over-admission costs re-prefill: async, which
+// admits everything, re-prefills more than trajectory-level, which keeps
+// only as many trajectories as slots.
+func TestOverAdmissionThrashesTheCache(t *testing.T) {
+	sc, _ := workload.Lookup("swe-rl-64k")
+	plans := sc.Generate(1, 128)
+	ms := modes(2, 4, 128)
+	for name, cfg := range ms {
+		cfg.Server.MaxTotalTokens = 120_000 // four or five whole contexts
+		ms[name] = cfg
+	}
+	traj, err := Run(ms["trajectory"], plans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	async, err := Run(ms["async"], plans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if async.Reprefilled <= 2*traj.Reprefilled || async.Evicted <= traj.Evicted {
+		t.Errorf("async re-prefilled %d (evicted %d), trajectory-level %d (evicted %d)", async.Reprefilled, async.Evicted,
+			traj.Reprefilled, traj.Evicted)
+	}
+}
+
+// A trajectory that cannot fit a server is refused before anything runs,
+// naming it and the limit.
+func TestLimitsAreCheckedAtStart(t *testing.T) {
+	sc, _ := workload.Lookup("swe-rl-128k")
+	plans := sc.Generate(1, 16)
+	cfg := Defaults(1, 4)
+	cfg.Server.MaxTotalTokens = 50_000
+	_, err := Run(cfg, plans)
+	if err == nil || !strings.Contains(err.Error(), "max_total_num_tokens") || !strings.Contains(err.Error(), "swe-rl-128k-") {
+		t.Fatalf("err = %v", err)
+	}
+	cfg = Defaults(1, 4)
+	cfg.MaxNew = 10
+	if _, err := Run(cfg, plans); err == nil || !strings.Contains(err.Error(), "max_new_tokens") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := Run(Config{}, plans); err == nil {
+		t.Fatal("an empty configuration ran")
+	}
+	if _, err := Run(Defaults(1, 4), nil); err == nil {
+		t.Fatal("an empty batch ran")
+	}
+}
+
+// The engine's defaults are the services' own.
+func TestDefaultsAreTheServices(t *testing.T) {
+	d := Defaults(1, 1)
+	durations := []struct {
+		typ   reflect.Type
+		field string
+		got   time.Duration
+	}{
+		{reflect.TypeOf(coordinator.Config{}), "AdaptInterval", d.AdaptInterval},
+		{reflect.TypeOf(coordinator.Config{}), "SnapshotInterval", d.SnapshotInterval},
+		{reflect.TypeOf(coordinator.Config{}), "AgeLimit", d.AgeLimit},
+		{reflect.TypeOf(genworker.Config{}), "PreemptCooldown", d.PreemptCooldown},
+	}
+	for _, c := range durations {
+		f, _ := c.typ.FieldByName(c.field)
+		want, err := time.ParseDuration(f.Tag.Get("default"))
+		if err != nil || want != c.got {
+			t.Errorf("%s.%s: the service's default is %q, the engine's %v", c.typ.Name(), c.field, f.Tag.Get("default"), c.got)
+		}
+	}
+	f, _ := reflect.TypeOf(coordinator.Config{}).FieldByName("ReprefillLimit")
+	if f.Tag.Get("default") != "0.5" || d.ReprefillLimit != 0.5 {
+		t.Errorf("ReprefillLimit: %q against %v", f.Tag.Get("default"), d.ReprefillLimit)
+	}
+	cc := coordinator.Config{Slots: 8, Replicas: []string{"a", "b", "c"}}
+	ec := Defaults(3, 8)
+	if cc.ActiveFloor() != ec.floor() || cc.ActiveCeiling() != ec.ceiling() {
+		t.Errorf("admission floor/ceiling %d/%d, the coordinator's %d/%d", ec.floor(), ec.ceiling(), cc.ActiveFloor(), cc.ActiveCeiling())
+	}
+	if err := d.Validate(); err != nil {
+		t.Error(err)
+	}
+	bad := d
+	bad.Kind, bad.Predictor = "fast", "psychic"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "kind") || !strings.Contains(err.Error(), "predictor") {
+		t.Errorf("Validate() = %v", err)
+	}
+}
+
+// BenchmarkEngine measures the engine's speed: simulated trajectories per
+// wall second, on a batch of the RL-scale shape.
+func BenchmarkEngine(b *testing.B) {
+	sc, _ := workload.Lookup("swe-rl-64k")
+	plans := sc.Generate(1, 512)
+	for _, mode := range []string{"trajectory", "async", "action-lpt-oracle"} {
+		b.Run(mode, func(b *testing.B) {
+			cfg := modes(1, 16, 512)[mode]
+			for b.Loop() {
+				if _, err := Run(cfg, plans); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(plans)*b.N)/b.Elapsed().Seconds(), "trajectories/s")
+		})
+	}
+}
