@@ -22,22 +22,26 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 
 # docs/configuration.md's settings tables, from the settings structs' tags
-# and doc comments (a test fails while the committed file differs).
+# and doc comments, and docs/calibration.md, the server model against its
+# profiles (tests fail while a committed file differs).
 docs:
 	$(GO) run ./internal/launch/docgen
+	$(GO) run ./cmd/actloop bench-calibration > docs/calibration.md
 
-# The scheduling benchmark on every scenario, the weight-sync one, and the
-# pipeline's own cost with 1, 2 and 4 workers of each kind (one JSON object a
-# line); figures in bench/ (see docs/benchmarks.md). They report; they do not fail
-# on a number.
+# The scheduling benchmark on every scenario (virtual engine, 3 seeds), the
+# cross-check of a small scenario on both engines, the weight-sync one, and
+# the pipeline's own cost with 1, 2 and 4 workers of each kind (one JSON
+# object or array a line); figures in bench/ (see docs/benchmarks.md). They
+# report; they do not fail on a number.
 bench:
 	@mkdir -p bench
 	$(GO) build -o bench/actloop ./cmd/actloop
-	bench/actloop bench --scenarios all --json --charts bench > bench/results.json
+	bench/actloop bench --scenarios all --seeds 3 --json --charts bench > bench/results.json
+	bench/actloop bench-crosscheck --scenarios tool-fast --modes trajectory,async,action-fcfs --time-scale 0.2 --json > bench/crosscheck.json
 	bench/actloop bench-sync --json > bench/sync.json
 	for n in 1 2 4; do bench/actloop bench-pipeline --gen-workers $$n --env-workers $$n --json || exit 1; done > bench/pipeline.json
 	@rm -f bench/actloop
-	@cat bench/results.json bench/sync.json bench/pipeline.json
+	@cat bench/results.json bench/crosscheck.json bench/sync.json bench/pipeline.json
 
 # The long chaos run (test/chaos): 500 trajectories under 60 faults; the
 # report lands in test-artifacts/ and on the terminal. CHAOS_SEED picks the

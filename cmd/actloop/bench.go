@@ -61,10 +61,9 @@ per scenario (KV-pool or slot use over time, makespan by mode).`,
 	f.IntVar(&s.Tasks, "tasks", 0, "trajectories per scenario (0: the scenario's own, 96 for the small ones)")
 	f.IntVar(&s.Replicas, "replicas", 0, "inference replicas (0: the scenario's own, 2 for the small ones)")
 	f.IntVar(&s.Slots, "slots", 0, "each gen-worker's generation slots, and on the live engine each replica's running limit (0: the scenario's own, 8 for the small ones)")
-	f.IntVar(&s.CacheTokens, "cache-tokens", 1<<16, "live engine: each replica's prefix cache, in tokens")
 	f.Float64Var(&s.TimeScale, "time-scale", 0.02, "live engine: wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
 	f.Int64Var(&s.Seed, "seed", 1, "workload and simulator seed: same seed, same batch")
-	f.Float64Var(&s.SyncEvery, "sync-every", 60, "simulated seconds between weight syncs in the -sync modes")
+	f.Float64Var(&s.SyncEvery, "sync-every", 0, "simulated seconds between weight syncs in the -sync modes (0: the scenario's own, 60 for the small ones)")
 	f.BoolVar(&s.JSON, "json", false, "print one JSON array instead of a table")
 	f.StringVar(&s.Charts, "charts", "", "write a PNG chart per scenario (KV-pool or slot use over time, makespan by mode) into this directory")
 	outputFlags(f, &s.Outputs, "the whole bench")
@@ -135,4 +134,56 @@ reported. --json prints one JSON object.`,
 	f.BoolVar(&p.JSON, "json", false, "print one JSON object")
 	outputFlags(f, &p.Outputs, "the run")
 	return cmd
+}
+
+func newBenchCrossCheckCmd() *cobra.Command {
+	s := bench.Scheduling{Engine: bench.EngineLive}
+	cmd := &cobra.Command{
+		Use:   "bench-crosscheck [--scenarios LIST] [--modes LIST] [flags]",
+		Short: "Run small scenarios on both engines and compare their makespans",
+		Long: `Run each small scenario under each mode on the live engine (the in-process
+stack against the inference simulator running the same server model) and on
+the virtual engine (one seed), and compare the makespans mode by mode. They
+agree within 10 %, or the report says by how much they differ with the
+figures that explain it (input tokens per call, re-prefilled tokens,
+preemptions). --time-scale should leave the pipeline's latency well under
+1 % of a step. --json prints one JSON array.`,
+		Example: "  actloop bench-crosscheck --scenarios tool-fast --modes trajectory,action-fcfs --time-scale 0.2",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s.Engine = bench.EngineLive
+			if err := checked("bench-crosscheck", s.Validate()); err != nil {
+				return err
+			}
+			return bench.RunCrossCheck(cmd.Context(), s, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&s.Scenarios, "scenarios", "tool-fast", "comma-separated small scenarios")
+	f.StringVar(&s.Modes, "modes", "trajectory,async,action-fcfs", "comma-separated: "+strings.Join(bench.ModeNames(), ", "))
+	f.IntVar(&s.Tasks, "tasks", 0, "trajectories per scenario (0: 96)")
+	f.IntVar(&s.Replicas, "replicas", 0, "inference replicas (0: 2)")
+	f.IntVar(&s.Slots, "slots", 0, "each gen-worker's generation slots (0: 8)")
+	f.Float64Var(&s.TimeScale, "time-scale", 0.2, "live engine: wall seconds per simulated second")
+	f.Float64Var(&s.SyncEvery, "sync-every", 0, "simulated seconds between weight syncs in the -sync modes (0: 60)")
+	f.Int64Var(&s.Seed, "seed", 1, "workload seed")
+	f.BoolVar(&s.JSON, "json", false, "print one JSON array instead of a table")
+	outputFlags(f, &s.Outputs, "the live runs")
+	return cmd
+}
+
+func newBenchCalibrationCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "bench-calibration",
+		Short: "Print the virtual engine's server cost model against the profiles it was fitted to",
+		Long: `Print, as Markdown, the cost model the virtual engine's servers take an
+iteration's time from (Llama-3.1-8B on an A100 80GB), fitted to Vidur's
+operator profiles: its parameters, its error by kind of iteration, and every
+profiled iteration with the measured and modelled throughput. This is
+docs/calibration.md.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.WriteCalibration(cmd.OutOrStdout())
+		},
+	}
 }

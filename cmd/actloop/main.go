@@ -109,7 +109,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		c.GroupID = "trainer"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newBenchCmd(), newBenchSyncCmd(), newBenchPipelineCmd()} {
+	for _, c := range []*cobra.Command{newBenchCmd(), newBenchSyncCmd(), newBenchPipelineCmd(), newBenchCrossCheckCmd(), newBenchCalibrationCmd()} {
 		c.GroupID = "bench"
 		root.AddCommand(c)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/launch"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
@@ -26,6 +27,7 @@ type simOptions struct {
 	slots, cacheTokens  int
 	seed                int64
 	tokenizer, logLevel string
+	serverModel         string
 }
 
 func newSimCmd() *cobra.Command {
@@ -50,6 +52,8 @@ in a deployment without GPUs; SIGTERM stops it.`,
 	f.Int64Var(&o.seed, "seed", 0, "varies the unscripted replies")
 	f.StringVar(&o.tokenizer, "tokenizer", tokenize.TokenizerQwen, "the model's tokenizer: qwen or bytes (the gen-workers' ACTLOOP_TOKENIZER)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.serverModel, "server-model", "", "\"\": the plain cost model above; "+batching.A100Llama8B.Name+
+		": the benchmark's iteration-level model of SGLang's batching (one token pool, admission when a request fits, chunked prefill, retraction; --slots and --cache-tokens do not apply)")
 	return cmd
 }
 
@@ -68,6 +72,9 @@ func runSim(ctx context.Context, o simOptions, stderr io.Writer) error {
 	if o.tokenizer != tokenize.TokenizerQwen && o.tokenizer != tokenize.TokenizerBytes {
 		errs = append(errs, fmt.Errorf("--tokenizer: %q: want %s or %s", o.tokenizer, tokenize.TokenizerQwen, tokenize.TokenizerBytes))
 	}
+	if o.serverModel != "" && o.serverModel != batching.A100Llama8B.Name {
+		errs = append(errs, fmt.Errorf("--server-model: %q: want %s or nothing", o.serverModel, batching.A100Llama8B.Name))
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %w", err))
@@ -82,8 +89,12 @@ func runSim(ctx context.Context, o simOptions, stderr io.Writer) error {
 	if err := sim.CheckTokenizer(tok); err != nil {
 		return fmt.Errorf("sim: --tokenizer: the simulator speaks ChatML: %w", err)
 	}
-	sv := sim.New(sim.Config{TimeScale: o.timeScale, MaxRunning: o.slots, CacheTokens: o.cacheTokens,
-		Seed: o.seed, Tokenizer: tok})
+	cfg := sim.Config{TimeScale: o.timeScale, MaxRunning: o.slots, CacheTokens: o.cacheTokens, Seed: o.seed, Tokenizer: tok}
+	if o.serverModel != "" {
+		m := batching.DefaultConfig()
+		cfg.Model = &m
+	}
+	sv := sim.New(cfg)
 	l, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return fmt.Errorf("sim: listen %s: %w", o.addr, err)

@@ -91,9 +91,18 @@ func readCalib(name string, cols int) ([][]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseCalib(name, b, cols)
+}
+
+// parseCalib parses a calib/ table: a header line, then rows of cols
+// numbers >= 0 whose last (a time) is > 0.
+func parseCalib(name string, b []byte, cols int) ([][]float64, error) {
 	recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
 	if err != nil {
 		return nil, fmt.Errorf("calib/%s: %w", name, err)
+	}
+	if len(recs) < 2 {
+		return nil, fmt.Errorf("calib/%s: no rows", name)
 	}
 	var rows [][]float64
 	for i, rec := range recs[1:] {
@@ -103,7 +112,7 @@ func readCalib(name string, cols int) ([][]float64, error) {
 		row := make([]float64, cols)
 		for j, f := range rec {
 			v, err := strconv.ParseFloat(f, 64)
-			if err != nil || math.IsNaN(v) || v < 0 {
+			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 				return nil, fmt.Errorf("calib/%s line %d field %d: %q is not a number >= 0", name, i+2, j+1, f)
 			}
 			row[j] = v

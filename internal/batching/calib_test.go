@@ -34,3 +34,31 @@ func TestCalibrationRefits(t *testing.T) {
 		t.Errorf("fit over %d iterations, want every row of calib/ with an mlp row", len(ps))
 	}
 }
+
+// FuzzParseCalib: a calibration table parses into rows of the width asked
+// for, every number finite and >= 0 and every time > 0, or is refused.
+func FuzzParseCalib(f *testing.F) {
+	f.Add([]byte("num_tokens,ms\n1,0.3\n2,0.31\n"), 2)
+	f.Add([]byte("a,b,c\n1,2,3\n"), 3)
+	f.Add([]byte("a,b\n1,-2\n"), 2)
+	f.Add([]byte("a,b\n1,NaN\n"), 2)
+	f.Fuzz(func(t *testing.T, b []byte, cols int) {
+		if cols < 1 || cols > 8 {
+			return
+		}
+		rows, err := parseCalib("fuzz", b, cols)
+		if err != nil {
+			return
+		}
+		for _, r := range rows {
+			if len(r) != cols || r[cols-1] <= 0 {
+				t.Fatalf("row %v", r)
+			}
+			for _, v := range r {
+				if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Fatalf("row %v", r)
+				}
+			}
+		}
+	})
+}

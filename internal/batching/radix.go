@@ -25,7 +25,7 @@ type vtok struct {
 // only a node with no lock is evictable, and then so is every node below it.
 type node struct {
 	parent   *node
-	children map[vtok]*node
+	children children
 	key      uint64
 	off, n   int
 	lock     int
@@ -48,7 +48,7 @@ type radix struct {
 }
 
 func newRadix() *radix {
-	return &radix{root: &node{children: map[vtok]*node{}, heapAt: -1, lock: 1}}
+	return &radix{root: &node{heapAt: -1, lock: 1}}
 }
 
 // match walks segs from the root and returns the deepest node fully
@@ -58,15 +58,25 @@ func newRadix() *radix {
 // counted past the last whole node. Every node on the path is touched at
 // now.
 func (t *radix) match(segs []Segment, split bool, now float64) (*node, int) {
+	return t.matchUpTo(segs, -1, split, now)
+}
+
+// matchUpTo is match over the first limit tokens of segs (all when limit
+// is negative).
+func (t *radix) matchUpTo(segs []Segment, limit int, split bool, now float64) (*node, int) {
 	cur, matched := t.root, 0
 	for _, s := range segs {
+		n := s.Tokens
+		if limit >= 0 {
+			n = min(n, limit-matched)
+		}
 		pos := 0
-		for pos < s.Tokens {
-			c := cur.children[vtok{s.Key, pos}]
+		for pos < n {
+			c := cur.children.get(vtok{s.Key, pos})
 			if c == nil {
 				return cur, matched
 			}
-			m := min(c.n, s.Tokens-pos)
+			m := min(c.n, n-pos)
 			if m < c.n {
 				if !split {
 					return cur, matched
@@ -77,6 +87,9 @@ func (t *radix) match(segs []Segment, split bool, now float64) (*node, int) {
 			t.touched(c)
 			cur, matched, pos = c, matched+m, pos+m
 		}
+		if pos < s.Tokens { // the limit
+			break
+		}
 	}
 	return cur, matched
 }
@@ -84,12 +97,12 @@ func (t *radix) match(segs []Segment, split bool, now float64) (*node, int) {
 // split cuts c after its first m tokens and returns the upper part.
 func (t *radix) split(c *node, m int) *node {
 	t.nextID++
-	up := &node{parent: c.parent, children: map[vtok]*node{}, key: c.key, off: c.off, n: m,
+	up := &node{parent: c.parent, key: c.key, off: c.off, n: m,
 		lock: c.lock, lastUse: c.lastUse, id: t.nextID, heapAt: -1}
-	c.parent.children[vtok{c.key, c.off}] = up
+	c.parent.children.set(vtok{c.key, c.off}, up)
 	c.parent = up
 	c.off, c.n = c.off+m, c.n-m
-	up.children[vtok{c.key, c.off}] = c
+	up.children.set(vtok{c.key, c.off}, c)
 	return up
 }
 
@@ -97,9 +110,14 @@ func (t *radix) split(c *node, m int) *node {
 // returns the last node and how many tokens it added. The nodes added are
 // unlocked (evictable) until someone locks them.
 func (t *radix) insert(segs []Segment, now float64) (*node, int) {
-	cur, _ := t.match(segs, true, now)
-	// Find where the match stopped: skip the tokens the path holds.
-	depth := t.depth(cur)
+	return t.insertUpTo(segs, -1, now)
+}
+
+// insertUpTo is insert of the first limit tokens of segs (all when limit
+// is negative).
+func (t *radix) insertUpTo(segs []Segment, limit int, now float64) (*node, int) {
+	cur, depth := t.matchUpTo(segs, limit, true, now)
+	left := limit - depth // tokens still to place under a limit
 	added := 0
 	for _, s := range segs {
 		if depth >= s.Tokens {
@@ -108,13 +126,20 @@ func (t *radix) insert(segs []Segment, now float64) (*node, int) {
 		}
 		pos := depth
 		depth = 0
+		n := s.Tokens - pos
+		if limit >= 0 {
+			n = min(n, left)
+			left -= n
+		}
+		if n <= 0 {
+			break
+		}
 		t.nextID++
-		c := &node{parent: cur, children: map[vtok]*node{}, key: s.Key, off: pos, n: s.Tokens - pos,
-			lastUse: now, id: t.nextID, heapAt: -1}
-		if cur.children[vtok{s.Key, pos}] != nil {
+		c := &node{parent: cur, key: s.Key, off: pos, n: n, lastUse: now, id: t.nextID, heapAt: -1}
+		if cur.children.get(vtok{s.Key, pos}) != nil {
 			panic("batching: radix insert below a node that has the run already")
 		}
-		cur.children[vtok{s.Key, pos}] = c
+		cur.children.set(vtok{s.Key, pos}, c)
 		t.left(cur)
 		t.tokens += c.n
 		t.evictable += c.n
@@ -162,7 +187,7 @@ func (t *radix) evict(need int) int {
 	freed := 0
 	for freed < need && len(t.leaves) > 0 {
 		n := heap.Pop(&t.leaves).(*node)
-		delete(n.parent.children, vtok{n.key, n.off})
+		n.parent.children.del(vtok{n.key, n.off})
 		t.tokens -= n.n
 		t.evictable -= n.n
 		freed += n.n
@@ -177,10 +202,10 @@ func (t *radix) evict(need int) int {
 func (t *radix) drop(segs []Segment, now float64) int {
 	n, _ := t.match(segs, false, now)
 	freed := 0
-	for n != t.root && n.lock == 0 && len(n.children) == 0 {
+	for n != t.root && n.lock == 0 && n.children.len() == 0 {
 		p := n.parent
 		t.left(n)
-		delete(p.children, vtok{n.key, n.off})
+		p.children.del(vtok{n.key, n.off})
 		t.tokens -= n.n
 		t.evictable -= n.n
 		freed += n.n
@@ -196,7 +221,7 @@ func (t *radix) flush() int { return t.evict(t.tokens + 1) }
 // touched puts n in the leaves heap if it is an unlocked leaf, or fixes its
 // place after its lastUse changed.
 func (t *radix) touched(n *node) {
-	if n == t.root || n.lock > 0 || len(n.children) > 0 {
+	if n == t.root || n.lock > 0 || n.children.len() > 0 {
 		t.left(n)
 		return
 	}
@@ -240,4 +265,50 @@ func (h *leafHeap) Pop() any {
 	*h = old[:len(old)-1]
 	n.heapAt = -1
 	return n
+}
+
+// children are a node's children by their first token. Most nodes have
+// one (a trajectory's context is a chain), so it is kept apart from the
+// map the others need.
+type children struct {
+	one  *node
+	more map[vtok]*node
+}
+
+func (c *children) get(v vtok) *node {
+	if c.one != nil && c.one.key == v.key && c.one.off == v.pos {
+		return c.one
+	}
+	return c.more[v]
+}
+
+func (c *children) set(v vtok, n *node) {
+	if c.one == nil || (c.one.key == v.key && c.one.off == v.pos) {
+		c.one = n
+		return
+	}
+	if c.more == nil {
+		c.more = map[vtok]*node{}
+	}
+	c.more[v] = n
+}
+
+func (c *children) del(v vtok) {
+	if c.one != nil && c.one.key == v.key && c.one.off == v.pos {
+		c.one = nil
+		for k, n := range c.more { // promote one; which does not matter
+			c.one = n
+			delete(c.more, k)
+			break
+		}
+		return
+	}
+	delete(c.more, v)
+}
+
+func (c *children) len() int {
+	if c.one == nil {
+		return 0
+	}
+	return 1 + len(c.more)
 }

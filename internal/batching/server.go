@@ -18,6 +18,13 @@ type Request struct {
 	Output    int
 	MaxNew    int
 	OutputKey uint64
+	// With, when set, is how the input followed by its first n output
+	// tokens is segmented (what joins the cache when it ends, and what a
+	// retracted request prefills again); nil: Input followed by n tokens of
+	// OutputKey. A caller whose segments are blocks of token ids (as a
+	// server that sees only ids makes them) sets it so that the next turn's
+	// input matches.
+	With func(n int) []Segment
 }
 
 // Done is a request that left the server: finished (its Output generated)
@@ -58,13 +65,14 @@ type Occupancy struct {
 // req is a request inside the server.
 type req struct {
 	Request
-	origin   int // input tokens as submitted
-	input    []Segment
-	inputLen int   // tokens of input (grows on retraction by the output so far)
-	out      int   // output tokens generated
-	node     *node // the last node of its locked prefix; nil when none is locked
-	treeLen  int   // input tokens in the tree and locked
-	filled   int   // input tokens computed or cached so far (chunked prefill)
+	origin   int       // input tokens as submitted
+	orig     []Segment // input as submitted, with a spare element
+	input    []Segment // input now (longer after a retraction)
+	inputLen int       // tokens of input (grows on retraction by the output so far)
+	out      int       // output tokens generated
+	node     *node     // the last node of its locked prefix; nil when none is locked
+	treeLen  int       // input tokens in the tree and locked
+	filled   int       // input tokens computed or cached so far (chunked prefill)
 	// kvOut is the output tokens whose KV is in the pool: a token's KV is
 	// written by the iteration that feeds it back, so out−1 between
 	// iterations and out while a decode is in flight.
@@ -98,6 +106,7 @@ type Server struct {
 	decay  float64
 	used   int // pool tokens held: tree + private
 	inFly  *iteration
+	it     iteration // the one iteration, reused
 	now    float64
 	lastAt float64 // last time UsageTokenS was integrated to
 	stats  Stats
@@ -145,7 +154,11 @@ func (s *Server) Submit(r Request) error {
 	if r.Output < 1 || r.MaxNew < r.Output {
 		return fmt.Errorf("submit %d: output %d must be in [1, max_new %d]", r.ID, r.Output, r.MaxNew)
 	}
-	q := &req{Request: r, input: slices.Clone(r.Input), arrival: s.arrivals}
+	// A spare element, so that the input with its output (what joins the
+	// cache when it ends) is usually made without copying.
+	in := make([]Segment, len(r.Input), len(r.Input)+1)
+	copy(in, r.Input)
+	q := &req{Request: r, orig: in, input: in, arrival: s.arrivals}
 	for _, g := range r.Input {
 		q.inputLen += g.Tokens
 	}
@@ -185,6 +198,29 @@ func (s *Server) Abort(id int64, at float64) (Done, bool) {
 	s.release(q, at, true)
 	q.done.At, q.done.Aborted, q.done.Generated = at, true, q.out
 	return q.done, true
+}
+
+// Phases of a request inside the server.
+const (
+	Waiting    = "waiting"
+	Prefilling = "prefill"
+	Decoding   = "decode"
+)
+
+// State reports where request id is (Waiting, Prefilling or Decoding) and
+// how many output tokens it has generated; ok is false for an id not
+// inside.
+func (s *Server) State(id int64) (phase string, generated int, ok bool) {
+	q := s.byID[id]
+	switch {
+	case q == nil:
+		return "", 0, false
+	case q.inRunning:
+		return Decoding, q.out, true
+	case q.filled > 0:
+		return Prefilling, q.out, true
+	}
+	return Waiting, q.out, true
 }
 
 // Busy reports whether the server has an iteration to run.
@@ -242,7 +278,7 @@ func (s *Server) release(q *req, at float64, insert bool) {
 // tokens not in the tree are freed at once. Its lock goes either way.
 func (s *Server) freeKV(q *req, at float64, insert bool) {
 	if insert && q.filled == q.inputLen {
-		_, added := s.tree.insert(withOutput(q.input, q.OutputKey, q.kvOut), at)
+		_, added := s.tree.insert(q.with(q.inputLen-q.origin+q.kvOut), at)
 		s.used -= q.held() - added
 	} else {
 		s.used -= q.held()
@@ -257,19 +293,28 @@ func (s *Server) freeKV(q *req, at float64, insert bool) {
 // held is the pool tokens q holds outside the tree.
 func (q *req) held() int { return q.filled - q.treeLen + q.kvOut }
 
-// withOutput is input followed by n tokens of stream key: a last segment of
-// that stream grows, else one is appended.
-func withOutput(input []Segment, key uint64, n int) []Segment {
-	out := slices.Clip(input)
-	if n == 0 {
-		return out
+// with is q's input as submitted followed by its first n output tokens.
+func (q *req) with(n int) []Segment {
+	if q.With != nil {
+		return q.With(n)
 	}
-	if len(out) > 0 && out[len(out)-1].Key == key {
-		out = slices.Clone(out)
+	return withOutput(q.orig, q.OutputKey, n)
+}
+
+// withOutput is input followed by n tokens of stream key: a last segment of
+// that stream grows (in a copy), else one is appended (into input's spare
+// capacity when it has some: the result is for reading at once, not
+// keeping).
+func withOutput(input []Segment, key uint64, n int) []Segment {
+	if n == 0 {
+		return input
+	}
+	if len(input) > 0 && input[len(input)-1].Key == key {
+		out := slices.Clone(input)
 		out[len(out)-1].Tokens += n
 		return out
 	}
-	return append(out, Segment{key, n})
+	return append(input, Segment{key, n})
 }
 
 // Form starts the iteration at time at (>= the end of the last one) and
@@ -281,7 +326,8 @@ func (s *Server) Form(at float64) float64 {
 	}
 	at = max(at, s.now)
 	s.integrate(at)
-	it := &iteration{start: at}
+	it := &s.it
+	*it = iteration{start: at, prefill: it.prefill[:0], chunks: it.chunks[:0], decode: it.decode[:0]}
 	if !s.formPrefill(it, at) {
 		s.formDecode(it, at)
 	}
@@ -367,27 +413,13 @@ func (s *Server) Finish() []Done {
 // there (cache_unfinished_req): the tokens were private, now the tree holds
 // them, and a duplicate of what is there already is freed.
 func (s *Server) cachePrefill(q *req, at float64) {
-	segs := prefixOf(q.input, q.filled)
-	last, added := s.tree.insert(segs, at)
+	last, added := s.tree.insertUpTo(q.input, q.filled, at)
 	s.used -= (q.filled - q.treeLen) - added
 	s.tree.lock(last)
 	if q.node != nil {
 		s.tree.unlock(q.node)
 	}
 	q.node, q.treeLen = last, q.filled
-}
-
-// prefixOf is the first n tokens of segs.
-func prefixOf(segs []Segment, n int) []Segment {
-	var out []Segment
-	for _, g := range segs {
-		if n <= 0 {
-			break
-		}
-		out = append(out, Segment{g.Key, min(g.Tokens, n)})
-		n -= g.Tokens
-	}
-	return out
 }
 
 // formPrefill builds a prefill batch as SGLang's get_new_batch_prefill and
@@ -436,6 +468,7 @@ func (s *Server) formPrefill(it *iteration, at float64) bool {
 		it.prefill, it.chunks = append(it.prefill, q), append(it.chunks, n)
 	}
 	admitted := len(it.prefill)
+	var taken []*req
 	for _, q := range s.order(at) {
 		if len(s.running)+admitted >= s.cfg.MaxRunning || remChunk <= 0 || remInput <= 0 || remTotal() <= 0 {
 			break
@@ -454,7 +487,7 @@ func (s *Server) formPrefill(it *iteration, at float64) bool {
 			s.tree.unlock(last)
 			break
 		}
-		s.waiting = slices.DeleteFunc(s.waiting, func(x *req) bool { return x == q })
+		taken = append(taken, q)
 		q.node, q.treeLen, q.filled = last, cached, cached
 		if q.done.Retracted == 0 && q.done.Prefilled == 0 {
 			q.done.Cached = cached
@@ -472,6 +505,9 @@ func (s *Server) formPrefill(it *iteration, at float64) bool {
 		offset += float64(n + reserve(q))
 		it.prefill, it.chunks = append(it.prefill, q), append(it.chunks, n)
 	}
+	if len(taken) > 0 {
+		s.unqueue(taken)
+	}
 	if len(it.prefill) == 0 && it.partial == nil {
 		return false
 	}
@@ -479,13 +515,27 @@ func (s *Server) formPrefill(it *iteration, at float64) bool {
 	return true
 }
 
+// unqueue takes the requests admitted out of the waiting queue: under fcfs
+// they are its head.
+func (s *Server) unqueue(taken []*req) {
+	if len(taken) <= len(s.waiting) && slices.Equal(s.waiting[:len(taken)], taken) {
+		s.waiting = s.waiting[len(taken):]
+		return
+	}
+	in := make(map[*req]bool, len(taken))
+	for _, q := range taken {
+		in[q] = true
+	}
+	s.waiting = slices.DeleteFunc(s.waiting, func(x *req) bool { return in[x] })
+}
+
 // order is the waiting queue in the policy's order: arrival (fcfs), or
 // longest cached prefix first (lpm) while at most LPMQueueLimit wait.
 func (s *Server) order(at float64) []*req {
-	q := slices.Clone(s.waiting)
-	if s.cfg.Policy != PolicyLPM || len(q) > LPMQueueLimit {
-		return q
+	if s.cfg.Policy != PolicyLPM || len(s.waiting) > LPMQueueLimit {
+		return s.waiting
 	}
+	q := slices.Clone(s.waiting)
 	matched := make(map[*req]int, len(q))
 	for _, r := range q {
 		_, matched[r] = s.tree.match(r.input, false, at)
@@ -510,7 +560,7 @@ func (s *Server) formDecode(it *iteration, at float64) {
 	for _, q := range s.running {
 		q.kvOut++
 	}
-	it.decode = slices.Clone(s.running)
+	it.decode = append(it.decode, s.running...)
 }
 
 // retract takes requests out of the running batch, fewest output tokens
@@ -530,7 +580,7 @@ func (s *Server) retract(at float64) {
 		s.running = s.running[:len(s.running)-1]
 		s.freeKV(q, at, false)
 		q.inRunning = false
-		q.input = withOutput(q.input, q.OutputKey, q.origin+q.out-q.inputLen)
+		q.input = slices.Clone(q.with(q.out))
 		q.inputLen = q.origin + q.out
 		q.done.Retracted++
 		s.stats.Retractions++

@@ -254,3 +254,42 @@ func TestRandomWorkKeepsThePoolConsistent(t *testing.T) {
 		}
 	}
 }
+
+// Under lpm the request with the longest cached prefix goes first; under
+// fcfs arrival order holds.
+func TestLongestPrefixMatchOrdersTheQueue(t *testing.T) {
+	for _, policy := range []string{PolicyFCFS, PolicyLPM} {
+		cfg := DefaultConfig()
+		cfg.Policy = policy
+		cfg.MaxPrefillTokens = 1000 // one of the two per prefill iteration
+		s, _ := New(cfg)
+		_ = s.Submit(Request{ID: 1, Input: []Segment{{7, 900}}, Output: 1, MaxNew: 1, OutputKey: 8})
+		_, now := run(t, s, 0)
+		_ = s.Submit(Request{ID: 2, Input: []Segment{{5, 900}}, Output: 1, MaxNew: 1, OutputKey: 9})
+		_ = s.Submit(Request{ID: 3, Input: []Segment{{7, 900}, {6, 150}}, Output: 1, MaxNew: 1, OutputKey: 10})
+		done, _ := run(t, s, now)
+		first := done[2].At < done[3].At
+		if first != (policy == PolicyFCFS) {
+			t.Errorf("%s: request 2 done at %.4f, request 3 (cached prefix) at %.4f", policy, done[2].At, done[3].At)
+		}
+	}
+}
+
+// Chunks of a long input join the cache as they are computed: a request
+// aborted after two chunks leaves them cached.
+func TestChunksJoinTheCache(t *testing.T) {
+	s := small(t, 100_000)
+	_ = s.Submit(Request{ID: 1, Input: []Segment{{1, 5000}, {2, 20_000}}, Output: 1, MaxNew: 10, OutputKey: 3})
+	now := 0.0
+	for range 2 {
+		now = s.Form(now)
+		s.Finish()
+	}
+	s.Abort(1, now)
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := s.tree.match([]Segment{{1, 5000}, {2, 20_000}}, false, now); got != 2*8192 {
+		t.Errorf("%d tokens cached after two chunks, want %d", got, 2*8192)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/actloop/actloop/internal/launch"
-	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/virtual"
 	"github.com/actloop/actloop/internal/workload"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -41,10 +42,9 @@ func TestSchedulingRunsEveryMode(t *testing.T) {
 	// some whatever the machine's speed.
 	sc, _ := workload.Lookup("tool-fast")
 	charts := t.TempDir()
-	bound := workload.LowerBound(sc.Generate(1, 8), workload.Machine{Replicas: 2, MaxRunning: 8,
-		DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
+	bound := virtual.LowerBound(sc.Generate(1, 8), virtual.Defaults(2, 8))
 	s := Scheduling{Scenarios: "tool-fast", Modes: strings.Join(ModeNames(), ","), Engine: EngineLive, Tasks: 8, Replicas: 2, Slots: 8,
-		CacheTokens: 1 << 16, TimeScale: 0.002, SyncEvery: bound.S / 3, Seed: 1, JSON: true, Charts: charts}
+		TimeScale: 0.002, SyncEvery: bound.S / 3, Seed: 1, JSON: true, Charts: charts}
 	var out, errOut bytes.Buffer
 	if err := RunScheduling(context.Background(), s, &out, &errOut); err != nil {
 		t.Fatalf("bench: %v\n%s", err, errOut.String())
@@ -224,6 +224,45 @@ func TestSync(t *testing.T) {
 	for _, run := range []SyncRun{r.WithSyncs, r.WithoutSyncs} {
 		if run.Completed != 16 || run.Trajectories != 16 || run.MakespanS <= 0 {
 			t.Errorf("run %+v: want 16 of 16 completed", run)
+		}
+	}
+}
+
+// docs/calibration.md is what bench-calibration writes (make docs).
+func TestCalibrationDocIsCurrent(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteCalibration(&b); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/calibration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(doc, b.Bytes()) {
+		t.Fatal("docs/calibration.md is out of date: run make docs")
+	}
+}
+
+// The cross-check runs each mode on both engines and reports the two
+// makespans side by side; whether they agree depends on the machine, so
+// only the report's consistency is checked.
+func TestCrossCheckReportsBothEngines(t *testing.T) {
+	s := Scheduling{Scenarios: "tool-fast", Modes: "trajectory,action-fcfs", Tasks: 6, TimeScale: 0.01, Seed: 1, JSON: true}
+	var out, errOut bytes.Buffer
+	if err := RunCrossCheck(context.Background(), s, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var got []CrossCheck
+	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &got); err != nil {
+		t.Fatalf("%q: %v", out.String(), err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d rows, want one per mode", len(got))
+	}
+	for _, c := range got {
+		if c.LiveS <= 0 || c.VirtualS <= 0 || c.Ratio != c.LiveS/c.VirtualS || c.Agree != (math.Abs(c.Ratio-1) <= CrossCheckTolerance) ||
+			(c.Why == "") != c.Agree || c.LiveInputPerCall <= 0 || c.VirtualInputPerCall <= 0 {
+			t.Errorf("%+v", c)
 		}
 	}
 }

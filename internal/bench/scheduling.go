@@ -15,9 +15,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/sim"
+	"github.com/actloop/actloop/internal/virtual"
 	"github.com/actloop/actloop/internal/workload"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -91,7 +93,6 @@ type Result struct {
 	MeanLatencyS float64 `json:"mean_latency_s"`
 	P99LatencyS  float64 `json:"p99_latency_s"`
 	TokensPerS   float64 `json:"generated_tokens_per_s"`
-	DecodeUse    float64 `json:"decode_use"` // generated tokens over what the replicas could decode in the makespan
 	// SlotUse is the mean share of the replicas' slots (running limit)
 	// holding a request over the makespan; SlotUseSeries samples it every
 	// SlotUseStepS simulated seconds from the start.
@@ -146,6 +147,8 @@ type Result struct {
 	KVUseStepS  float64   `json:"kv_use_step_s,omitempty"`
 	KVUseSeries []float64 `json:"kv_use_series,omitempty"`
 	BusyShare   float64   `json:"busy_share,omitempty"`
+	// InputPerCall is the mean input tokens of a generation call.
+	InputPerCall float64 `json:"input_tokens_per_call,omitempty"`
 	// Mean seconds a trajectory spent with its gen step queued at its
 	// gen-worker, at its server (queued, prefilling, decoding) and in its
 	// sandbox (start-up, commands, eval).
@@ -172,12 +175,10 @@ type Scheduling struct {
 	Tasks    int
 	Replicas int
 	Slots    int
-	// CacheTokens is each replica's prefix cache, in tokens.
-	CacheTokens int
 	// TimeScale is wall seconds per simulated second.
 	TimeScale float64
 	// SyncEvery is simulated seconds between weight syncs in the -sync
-	// modes.
+	// modes (0: the scenario's own, else 60).
 	SyncEvery float64
 	Seed      int64  // workload and simulator seed: same seed, same batch
 	JSON      bool   // one JSON array instead of a table
@@ -254,8 +255,7 @@ func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	o := runOpts{tasks: s.Tasks, replicas: s.Replicas, slots: s.Slots, cacheTokens: s.CacheTokens,
-		timeScale: s.TimeScale, syncEvery: s.SyncEvery, seed: s.Seed}
+	o := runOpts{timeScale: s.TimeScale, seed: s.Seed}
 	log, closeLog, err := s.Outputs.logger()
 	if err != nil {
 		return err
@@ -304,10 +304,10 @@ func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) 
 // liveTable prints the live engine's results.
 func liveTable(stdout io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tslot use\tdecode use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\tlast: wait+run / path s\tmean stretch\twall s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\t× bound\tmean lat s\tp99 lat s\ttok/s\tslot use\tpreempt\twasted tok\tre-prefill tok\tsyncs\tversion spread\tlast: wait+run / path s\tmean stretch\twall s\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.1f / %d\t%.0f+%.0f / %.0f\t%.2f\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
-			r.Trajectories, r.MakespanS, r.VsBound, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.SlotUse, r.DecodeUse,
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f\t%d\t%d\t%d\t%d\t%.1f / %d\t%.0f+%.0f / %.0f\t%.2f\t%.1f\t\n", r.Scenario, r.Mode, r.Completed,
+			r.Trajectories, r.MakespanS, r.VsBound, r.MeanLatencyS, r.P99LatencyS, r.TokensPerS, r.SlotUse,
 			r.Preemptions, r.WastedTokens, r.Reprefilled, r.Syncs, r.VersionSpread, r.VersionSpreadX,
 			r.LastAdmitS, r.LastRunS, r.LastPathS, r.MeanStretch, r.WallS)
 	}
@@ -330,12 +330,11 @@ func virtualTable(stdout io.Writer, results []Result) error {
 // runLive runs every chosen mode on sc, each on a fresh in-process stack,
 // and checks that they produced the same tokens.
 func (s Scheduling) runLive(ctx context.Context, sc workload.Scenario, chosen []Mode, o runOpts, stderr io.Writer) ([]Result, error) {
-	o.tasks = s.tasksOf(sc)
+	o.tasks, o.syncEvery = s.tasksOf(sc), s.syncEveryOf(sc)
 	o.replicas, o.slots = s.machine(sc)
 	var results []Result
 	plans := sc.Generate(o.seed, o.tasks)
-	bound := workload.LowerBound(plans, workload.Machine{Replicas: o.replicas, MaxRunning: o.slots,
-		DecodePerSec: sim.DefaultDecodeTokensPerSec, BatchSlowdown: sim.DefaultBatchSlowdown})
+	bound := virtual.LowerBound(plans, virtual.Defaults(o.replicas, o.slots))
 	var ref map[string]uint64
 	var refFull map[string]schema.Result
 	refMode := ""
@@ -366,10 +365,10 @@ func (s Scheduling) runLive(ctx context.Context, sc workload.Scenario, chosen []
 
 // runOpts are the knobs shared by every run of one scheduling bench.
 type runOpts struct {
-	tasks, replicas, slots, cacheTokens int
-	timeScale, syncEvery                float64
-	seed                                int64
-	log                                 *slog.Logger
+	tasks, replicas, slots int
+	timeScale, syncEvery   float64
+	seed                   int64
+	log                    *slog.Logger
 }
 
 // runOne runs the batch under one mode on a fresh stack. It returns the
@@ -381,7 +380,9 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	if m.Kind == "async" {
 		genSlots = tasks // every generation goes to the server at once; it queues the rest
 	}
-	simCfg := sim.Config{TimeScale: o.timeScale, Seed: o.seed, MaxRunning: o.slots, CacheTokens: o.cacheTokens}
+	// Every replica is the server model the virtual engine runs.
+	model := batching.DefaultConfig()
+	simCfg := sim.Config{TimeScale: o.timeScale, Seed: o.seed, Model: &model}
 	st, sctx, stop, err := startBench(ctx, devstack.Options{Replicas: o.replicas, Slots: genSlots,
 		EnvSlots: 2 * tasks, Sim: simCfg, Common: benchCommon(), Log: o.log})
 	if err != nil {
@@ -466,8 +467,8 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	var last time.Time
 	tokens := 0
 	paths := make(map[string]float64, len(plans))
-	for _, p := range plans {
-		paths[p.ID] = p.Path(sim.DefaultDecodeTokensPerSec)
+	for i := range plans {
+		paths[plans[i].ID] = virtual.Path(&plans[i], model.Cost)
 	}
 	simS := func(d time.Duration) float64 { return d.Seconds() / o.timeScale }
 	for _, res := range results {
@@ -499,9 +500,6 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	}
 	r.P99LatencyS = lat[min(len(lat)-1, len(lat)*99/100)]
 	r.TokensPerS = float64(tokens) / r.MakespanS
-	capacity := workload.Machine{Replicas: o.replicas, MaxRunning: o.slots, DecodePerSec: sim.DefaultDecodeTokensPerSec,
-		BatchSlowdown: sim.DefaultBatchSlowdown}.Capacity()
-	r.DecodeUse = r.TokensPerS / capacity
 	r.SlotUseStepS = slotUseStep
 	r.SlotUseSeries = series[:min(len(series), int(math.Ceil(r.MakespanS/slotUseStep)))]
 	for _, u := range r.SlotUseSeries {
@@ -516,6 +514,13 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 			r.Reprefilled += s.ReprefilledTokens
 		}
 	}
+	var calls, input int64
+	for _, sv := range st.Sims {
+		ss := sv.Stats()
+		calls += ss.Requests
+		input += ss.PromptTokens
+	}
+	r.InputPerCall = float64(input) / float64(max(calls, 1))
 	return r, prints, results, nil
 }
 

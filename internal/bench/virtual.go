@@ -24,7 +24,7 @@ const ModeClairvoyant = "clairvoyant"
 
 // ClairvoyantReserves are the shares of each trajectory's largest context
 // the clairvoyant reference tries reserving; it reports the best.
-var ClairvoyantReserves = []float64{1, 0.7, 0.5, 0.35, 0.25}
+var ClairvoyantReserves = []float64{0.7, 0.5, 0.35}
 
 // virtualConfig is the engine configuration of mode m on scenario sc.
 func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtual.Config {
@@ -46,7 +46,7 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		cfg.MaxActiveCeiling = tasks
 	}
 	if m.Sync {
-		cfg.SyncEvery = s.SyncEvery
+		cfg.SyncEvery = s.syncEveryOf(sc)
 	}
 	return cfg
 }
@@ -62,6 +62,18 @@ func (s Scheduling) machine(sc workload.Scenario) (replicas, slots int) {
 		slots = cmpOr(sc.Slots, 8)
 	}
 	return replicas, slots
+}
+
+// syncEveryOf is the seconds between weight syncs on sc: --sync-every,
+// else the scenario's own, else 60.
+func (s Scheduling) syncEveryOf(sc workload.Scenario) float64 {
+	switch {
+	case s.SyncEvery > 0:
+		return s.SyncEvery
+	case sc.SyncEvery > 0:
+		return sc.SyncEvery
+	}
+	return 60
 }
 
 // tasksOf is the batch size of a scenario: its own unless --tasks says.
@@ -218,6 +230,7 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 		r.MeanGenQueueS += v.MeanGenQueueS / n
 		r.MeanServerS += v.MeanServerS / n
 		r.MeanEnvS += v.MeanEnvS / n
+		r.InputPerCall += v.InputPerCall / n
 	}
 	r.Completed /= len(runs) // per seed, as Trajectories
 	// Counters are per seed too.

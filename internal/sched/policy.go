@@ -104,7 +104,7 @@ func (p FCFS) Rank(facts []Fact, now time.Time) []Fact { return gather(facts, p.
 
 // Order implements Policy.
 func (p FCFS) Order(facts []Fact, now time.Time) []int {
-	return rank(facts, now, p.AgeLimit, func(*ranked, *ranked) int { return 0 })
+	return rank(facts, now, p.AgeLimit, nil)
 }
 
 // LPT ranks the longest predicted remaining work first.
@@ -151,11 +151,14 @@ type ranked struct {
 }
 
 // rank orders facts: aged ones first, longest wait first; the rest by
-// prefer; ties by AdmittedAt, then TrajID, then input position (so even
+// prefer (nil: no preference); ties by AdmittedAt, then TrajID, then input position (so even
 // facts with the same id come out in one order). It returns indices into
 // facts.
 func rank(facts []Fact, now time.Time, ageLimit time.Duration, prefer func(a, b *ranked) int) []int {
-	median := medianKnown(facts)
+	median := 0.0
+	if prefer != nil { // a policy that reads predictions
+		median = medianKnown(facts)
+	}
 	rs := make([]ranked, len(facts))
 	for i := range facts {
 		f := &facts[i]
@@ -177,7 +180,7 @@ func rank(facts []Fact, now time.Time, ageLimit time.Duration, prefer func(a, b 
 			if c := cmp.Compare(a.waiting, b.waiting); c != 0 {
 				return c
 			}
-		default:
+		case prefer != nil:
 			if c := prefer(a, b); c != 0 {
 				return c
 			}

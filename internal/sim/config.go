@@ -1,6 +1,9 @@
 package sim
 
-import "github.com/actloop/actloop/internal/tokenize"
+import (
+	"github.com/actloop/actloop/internal/batching"
+	"github.com/actloop/actloop/internal/tokenize"
+)
 
 // Config configures a simulated inference server. Zero values take the
 // defaults.
@@ -33,6 +36,14 @@ type Config struct {
 	// WeightVersion is reported in meta_info.weight_version until
 	// /update_weight_version changes it. Default "0".
 	WeightVersion string
+	// Model, when set, replaces the cost model above (PrefillTokensPerSec,
+	// DecodeTokensPerSec, BatchSlowdown, MaxRunning, CacheTokens) with the
+	// iteration-level model of SGLang's continuous batching that the
+	// virtual-time benchmark runs (internal/batching): one token pool for
+	// running requests and the prefix cache, admission when a request
+	// fits, chunked prefill, retraction, an iteration time calibrated for a
+	// named model and GPU. Prefixes are matched in blocks of 16 token ids.
+	Model *batching.Config
 }
 
 // Defaults of Config.

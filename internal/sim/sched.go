@@ -33,6 +33,7 @@ type job struct {
 	perTok    time.Duration // (mu)
 	cached    int           // (mu) cached tokens of the first prefill
 	prefilled bool          // (mu) a prefill has started
+	m         *modelJob     // (mu) its request in the server model (Config.Model)
 }
 
 // waitResult is how a wait ended.
@@ -153,6 +154,10 @@ func (s *Server) abortLocked(j *job) {
 	}
 	j.aborted = true
 	close(j.abortCh)
+	if s.mdl != nil {
+		s.abortModelLocked(j)
+		return
+	}
 	if j.elem != nil {
 		s.queue.Remove(j.elem)
 		j.elem = nil
@@ -327,10 +332,11 @@ func (s *Server) end(j *job, kind endKind) *generateOutput {
 	gen := j.generated
 	version := s.version
 	cached := j.cached
-	switch kind {
-	case endFinished:
+	switch {
+	case kind == endFinished && s.mdl == nil:
 		s.cache.insert(slices.Concat(j.req.InputIDs, j.plan.ids))
-	case endAbortDecode:
+	case kind == endFinished:
+	case kind == endAbortDecode && s.mdl == nil:
 		s.cache.insert(j.context())
 		s.stats.Aborted++
 	default:
@@ -396,6 +402,9 @@ func (s *Server) simTime(sec float64) time.Duration {
 
 // info describes j now.
 func (s *Server) infoLocked(j *job) RequestInfo {
+	if s.mdl != nil {
+		return s.modelInfoLocked(j)
+	}
 	info := RequestInfo{Phase: j.phase, Generated: j.generated}
 	if j.segActive {
 		info.Generated += progress(time.Since(j.segStart), j.perTok, len(j.plan.ids)-j.generated)

@@ -46,7 +46,8 @@ type Server struct {
 	resumeCh  chan struct{} // closed when generation continues
 	version   string
 	cache     *prefixCache
-	stats     Stats // counters only; gauges are computed
+	mdl       *modelled // the server model, with Config.Model
+	stats     Stats     // counters only; gauges are computed
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -65,6 +66,12 @@ func New(cfg Config) *Server {
 	}
 	if s.voc, s.vocErr = newVocab(cfg.Tokenizer); s.vocErr != nil {
 		s.voc, _ = newVocab(tokenize.Bytes{}) // for the endpoints that only count
+	}
+	if cfg.Model != nil {
+		var err error
+		if s.mdl, err = newModelled(*cfg.Model); err != nil && s.vocErr == nil {
+			s.vocErr = err // /generate answers it
+		}
 	}
 	for _, r := range []struct {
 		pattern string
@@ -102,6 +109,9 @@ func (s *Server) Stats() Stats {
 	st := s.stats
 	st.Running = s.running
 	st.Waiting = s.queue.Len()
+	if s.mdl != nil {
+		s.modelStatsLocked(&st)
+	}
 	return st
 }
 
@@ -172,8 +182,17 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := s.accept(req)
-
-	out := s.end(j, s.run(r.Context(), j))
+	var kind endKind
+	if s.mdl != nil {
+		if kind, err = s.runModel(r.Context(), j); err != nil {
+			s.end(j, endGone)
+			writeError(w, http.StatusBadRequest, errModel(err))
+			return
+		}
+	} else {
+		kind = s.run(r.Context(), j)
+	}
+	out := s.end(j, kind)
 	if out == nil {
 		return // the client went away
 	}
@@ -234,8 +253,11 @@ func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
 	}
 	s.pauseMode = mode
 	var done []chan struct{}
-	if mode == pauseAbort {
+	switch {
+	case mode == pauseAbort:
 		done = s.abortMatchingLocked("", true)
+	case mode == pauseRetract && s.mdl != nil:
+		s.retractModelLocked()
 	}
 	s.mu.Unlock()
 	// As SGLang does in abort mode, answer once the aborted requests have.
@@ -260,6 +282,9 @@ func (s *Server) handleContinue(w http.ResponseWriter, r *http.Request) {
 		close(s.resumeCh)
 		s.pauseCh = make(chan struct{})
 		s.admitLocked()
+		if s.mdl != nil {
+			s.kickLocked()
+		}
 	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]string{"message": "Generation continued successfully.", "status": "ok"})
@@ -383,19 +408,31 @@ func (s *Server) loadCore() map[string]any {
 	for e := s.queue.Front(); e != nil; e = e.Next() {
 		waitingTokens += len(e.Value.(*job).req.InputIDs)
 	}
+	running, waiting, pool, maxRunning := s.running, s.queue.Len(), s.cfg.CacheTokens, s.cfg.MaxRunning
+	if s.mdl != nil { // the server model's pool and limits
+		o, mc := s.mdl.srv.Occupancy(), s.mdl.srv.Config()
+		running, waiting, pool, maxRunning, used = o.Running, o.Queued, mc.MaxTotalTokens, mc.MaxRunning, o.Used
+		usage = float64(used) / float64(pool)
+		waitingTokens = 0
+		for _, j := range s.mdl.jobs {
+			if j.phase == PhaseWaiting {
+				waitingTokens += len(j.m.input)
+			}
+		}
+	}
 	return map[string]any{
 		"dp_rank":                     0,
-		"num_running_reqs":            s.running,
-		"num_waiting_reqs":            s.queue.Len(),
+		"num_running_reqs":            running,
+		"num_waiting_reqs":            waiting,
 		"num_waiting_uncached_tokens": waitingTokens,
 		"num_used_tokens":             used,
 		"num_total_tokens":            used,
-		"max_total_num_tokens":        s.cfg.CacheTokens,
-		"max_running_requests":        s.cfg.MaxRunning,
+		"max_total_num_tokens":        pool,
+		"max_running_requests":        maxRunning,
 		"token_usage":                 usage,
 		"gen_throughput":              0.0,
 		"cache_hit_rate":              hit,
-		"utilization":                 float64(s.running) / float64(s.cfg.MaxRunning),
+		"utilization":                 float64(running) / float64(maxRunning),
 	}
 }
 
@@ -424,6 +461,9 @@ func (s *Server) handleFlushCache(w http.ResponseWriter, _ *http.Request) {
 	busy := len(s.jobs) > 0
 	if !busy {
 		s.cache.reset()
+		if s.mdl != nil {
+			s.mdl.srv.Flush()
+		}
 	}
 	s.mu.Unlock()
 	if busy {

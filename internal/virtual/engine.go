@@ -37,7 +37,6 @@ type traj struct {
 	genCtx    int // context plus output of its last generation (0: none yet)
 	genTokens int
 	calls     int
-	gen       *generation
 	versions  [2]int64 // min and max weight version of its tokens; min > max: none
 
 	// Where its time went, in seconds.
@@ -98,6 +97,7 @@ type engine struct {
 	replicaOf  map[string]int
 	board      sched.Board
 	snapVer    int64
+	nextSnap   float64 // the earliest time of the next snapshot
 	dirty      bool
 	paused     bool
 	version    int64
@@ -110,6 +110,9 @@ type engine struct {
 	// promised its admitted trajectories.
 	reserved []int
 	paths    []float64
+	// calls and inputTokens count the generation requests and their
+	// input tokens.
+	calls, inputTokens int64
 }
 
 // Run plays plans under cfg and reports what happened. The same plans and
@@ -148,9 +151,6 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 	}
 	e.arrive()
 	e.q.push(cfg.AdaptInterval.Seconds(), evAdapt, 0)
-	if cfg.Kind == KindAction {
-		e.q.push(cfg.SnapshotInterval.Seconds(), evSnapshot, 0)
-	}
 	if cfg.SyncEvery > 0 {
 		e.q.push(cfg.SyncEvery, evPause, 0)
 	}
@@ -266,13 +266,6 @@ func (e *engine) handle(ev event) {
 	case evAdapt:
 		e.adapt()
 		e.q.push(e.now+e.cfg.AdaptInterval.Seconds(), evAdapt, 0)
-	case evSnapshot:
-		if e.dirty {
-			e.snapshot()
-		}
-		if e.done < len(e.ts) {
-			e.q.push(e.now+e.cfg.SnapshotInterval.Seconds(), evSnapshot, 0)
-		}
 	case evPause:
 		e.pause()
 		e.q.push(e.now+e.cfg.SyncPauseS, evResume, 0)
@@ -383,9 +376,20 @@ func (e *engine) instant(s float64) time.Time {
 
 // publishGen queues t's next gen step on its replica, in the class the
 // newest snapshot gives it (.lo after an interruption), and dispatches.
+//
+// Snapshots are made when a class is read, not on a clock: the
+// coordinator publishes one at most every SnapshotInterval while facts
+// change, so a class is up to that old; here a publish that finds the
+// newest snapshot that old, with facts changed since, makes a new one
+// first. The classes read are as old as the coordinator's at most, and the
+// engine ranks only when someone looks.
 func (e *engine) publishGen(i int) {
 	t := e.ts[i]
 	t.state, t.since = genQueued, e.now
+	if e.cfg.Kind == KindAction && e.dirty && e.now >= e.nextSnap {
+		e.snapshot()
+		e.nextSnap = e.now + e.cfg.SnapshotInterval.Seconds()
+	}
 	w := e.ws[t.replica]
 	if !t.resumed && e.board.Class(e.names[t.replica], t.plan.ID) == sched.ClassHigh {
 		w.hi.push(i)
@@ -449,7 +453,8 @@ func (e *engine) start(r, i int, low bool) {
 	if err != nil {
 		panic(fmt.Sprintf("virtual: %v", err)) // fits checked every input at the start
 	}
-	t.gen = g
+	e.calls++
+	e.inputTokens += int64(g.input)
 	w.gens[g.id] = g
 	w.running++
 	if low {
@@ -506,7 +511,6 @@ func (e *engine) ended(r int, g *generation, d batching.Done) {
 // one, which goes back to the queue.
 func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	t.serverS += e.now - t.since
-	t.gen = nil
 	if d.Generated > 0 {
 		t.versions[0] = min(t.versions[0], g.version)
 		t.versions[1] = max(t.versions[1], g.version)

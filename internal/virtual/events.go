@@ -16,7 +16,6 @@ const (
 	evEnvDone                           // trajectory i's command has run
 	evResult                            // trajectory i's eval has run: it is finished
 	evAdapt                             // the admission limit is reconsidered
-	evSnapshot                          // priority snapshots are published
 	evPause                             // the trainer pauses generation for a weight sync
 	evResume                            // and resumes it with the next weight version
 	evSample                            // the KV pools' use is sampled

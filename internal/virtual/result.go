@@ -24,7 +24,8 @@ type Result struct {
 	Evicted                 int64
 	Iterations              int64
 	Syncs                   int
-	PeakActive              int // most trajectories admitted at once
+	PeakActive              int     // most trajectories admitted at once
+	InputPerCall            float64 // mean input tokens of a generation call
 	// VersionSpread: per trajectory the spread of the weight versions its
 	// tokens came from (max − min), mean and largest.
 	VersionSpread  float64
@@ -92,6 +93,7 @@ func (e *engine) result() Result {
 		r.Evicted += st.Evicted
 		r.Iterations += st.Iterations
 	}
+	r.InputPerCall = float64(e.inputTokens) / float64(max(e.calls, 1))
 	span := r.MakespanS * float64(len(e.ws))
 	r.BusyShare = busy / span
 	r.KVUse = usage / span / float64(e.cfg.Server.MaxTotalTokens)

@@ -102,6 +102,9 @@ type Scenario struct {
 	// Tasks, Replicas and Slots are the batch and machine the scenario is
 	// meant for (0: the bench's flags decide).
 	Tasks, Replicas, Slots int
+	// SyncEvery is the seconds between weight syncs in the bench's -sync
+	// modes: about one trainer step on the batch (0: the bench's flag).
+	SyncEvery float64
 }
 
 // Template tokens around each turn's text in a ChatML context:
@@ -114,11 +117,12 @@ const (
 )
 
 // DefaultPrompt and DefaultObs are the prompt and observation sizes of a
-// scenario that sets none: mini-swe-agent's system and instance templates
-// around a short issue, and a short command output.
+// scenario that sets none: about what the live stack's are in Qwen3
+// tokens, mini-swe-agent's system and instance templates around a short
+// task, and its observation template around a command that prints nothing.
 var (
-	DefaultPrompt Dist = Uniform{Min: 1200, Max: 1800}
-	DefaultObs    Dist = LogNormal{Median: 60, Sigma: 0.8, Min: 10, Max: 2000}
+	DefaultPrompt Dist = Uniform{Min: 850, Max: 1150}
+	DefaultObs    Dist = LogNormal{Median: 25, Sigma: 0.5, Min: 5, Max: 2000}
 )
 
 // Scenarios are the named workloads, the small ones first; docs/benchmarks.md
@@ -189,14 +193,14 @@ var rlScenarios = []Scenario{
 		Exec:      LogNormal{Median: 1, Sigma: 1.5, Min: 0.05, Max: 180},
 		Eval:      LogNormal{Median: 180, Sigma: 0.8, Min: 30, Max: 1200},
 		StepLimit: 50, ContextLimit: 65536,
-		Tasks: 4096, Replicas: 8, Slots: 16,
+		Tasks: 4096, Replicas: 8, Slots: 16, SyncEvery: 1800,
 	},
 	{
 		Name:      "swe-rl-128k",
 		About:     "long-horizon rollouts: 512 prompts × 8, up to 150 steps, a 128k context, evals of minutes, on 16 replicas",
 		GroupSize: 8, GroupSpread: 0.3,
 		Turns:      LogNormal{Median: 55, Sigma: 0.55, Min: 5, Max: 150},
-		TurnTokens: LogNormal{Median: 170, Sigma: 0.9, Min: 20, Max: 8192},
+		TurnTokens: LogNormal{Median: 170, Sigma: 0.9, Min: 20, Max: 8000},
 		Prompt:     Uniform{Min: 2000, Max: 4000},
 		Obs: Mixture{Weights: []float64{0.8, 0.2}, Parts: []Dist{
 			LogNormal{Median: 350, Sigma: 1.0, Min: 5, Max: 2800},
@@ -206,7 +210,7 @@ var rlScenarios = []Scenario{
 		Exec:      LogNormal{Median: 1, Sigma: 1.5, Min: 0.05, Max: 300},
 		Eval:      LogNormal{Median: 180, Sigma: 0.8, Min: 30, Max: 1200},
 		StepLimit: 150, ContextLimit: 131072,
-		Tasks: 4096, Replicas: 16, Slots: 8,
+		Tasks: 4096, Replicas: 16, Slots: 8, SyncEvery: 1800,
 	},
 }
 
@@ -302,59 +306,3 @@ func (t Trajectory) Sample() schema.Sample {
 }
 
 func seconds(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
-
-// Machine is what the batch runs on, for the lower bound: the simulator's
-// cost model (see sim.Config) on Replicas replicas.
-type Machine struct {
-	Replicas      int
-	MaxRunning    int     // requests decoding at once per replica
-	DecodePerSec  float64 // one stream's decode rate at batch size 1
-	BatchSlowdown float64 // per-token decode time grows by this per extra request
-}
-
-// Capacity is the most tokens per second the machine decodes: every replica
-// at the batch size (up to MaxRunning) that maximises b·rate/(1+s·(b−1)),
-// which grows with b, so at MaxRunning.
-func (m Machine) Capacity() float64 {
-	b := float64(m.MaxRunning)
-	return float64(m.Replicas) * b * m.DecodePerSec / (1 + m.BatchSlowdown*(b-1))
-}
-
-// Path is t's critical path in seconds: start-up, each reply decoded
-// alone at decodePerSec, each command, the eval's sandbox start-up and the
-// eval. No schedule finishes t sooner after admitting it.
-func (t Trajectory) Path(decodePerSec float64) float64 {
-	path := 2*t.Startup + t.Eval
-	for _, n := range t.Tokens {
-		path += float64(n+1) / decodePerSec // the reply and its <|im_end|>
-	}
-	for _, x := range t.Exec {
-		path += x
-	}
-	return path
-}
-
-// Bound is the batch's lower bound on makespan, in simulated seconds: the
-// larger of all decode work over the machine's capacity and the longest
-// trajectory's critical path (start-up, each reply decoded alone, each
-// command, the eval's sandbox start-up and the eval). Prefill is left out of
-// both, so the bound stays a bound (it is at most a few per cent of the
-// work at these prompt lengths).
-type Bound struct {
-	WorkS, PathS, S float64
-}
-
-// LowerBound computes the bound of ts on m.
-func LowerBound(ts []Trajectory, m Machine) Bound {
-	var b Bound
-	tokens := 0
-	for _, t := range ts {
-		for _, n := range t.Tokens {
-			tokens += n + 1 // the reply and its <|im_end|>
-		}
-		b.PathS = max(b.PathS, t.Path(m.DecodePerSec))
-	}
-	b.WorkS = float64(tokens) / m.Capacity()
-	b.S = max(b.WorkS, b.PathS)
-	return b
-}

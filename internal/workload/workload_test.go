@@ -70,23 +70,6 @@ func TestShapes(t *testing.T) {
 	}
 }
 
-func TestLowerBound(t *testing.T) {
-	m := Machine{Replicas: 2, MaxRunning: 4, DecodePerSec: 50, BatchSlowdown: 0}
-	ts := []Trajectory{
-		{Tokens: []int{99, 49}, Exec: []float64{10}, Startup: 5, Eval: 20},
-		{Tokens: []int{9}, Startup: 1, Eval: 1},
-	}
-	b := LowerBound(ts, m)
-	// Path of the first: 2·5 + 20 + (100 + 50)/50 + 10 = 43 s; work: 160
-	// tokens over 2·4·50 tokens/s = 0.4 s.
-	if math.Abs(b.PathS-43) > 1e-9 || math.Abs(b.WorkS-0.4) > 1e-9 || b.S != b.PathS {
-		t.Fatalf("bound %+v", b)
-	}
-	if c := (Machine{Replicas: 1, MaxRunning: 64, DecodePerSec: 50, BatchSlowdown: 0.02}).Capacity(); math.Abs(c-64*50/(1+0.02*63)) > 1e-9 {
-		t.Fatalf("capacity %v", c)
-	}
-}
-
 func corr(pairs []float64) float64 {
 	var n, sx, sy, sxx, syy, sxy float64
 	for i := 0; i+1 < len(pairs); i += 2 {
