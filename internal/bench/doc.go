@@ -1,14 +1,20 @@
 // Package bench is the benchmark harness behind `actloop bench`,
-// `actloop bench-sync` and `actloop bench-pipeline`. Each run starts a fresh
-// in-process stack (internal/devstack) with the inference simulator, plays
-// a trainer against it, and reports what it measured: as a table or
-// summary for people, or as JSON (one array, or one object, on one line)
-// for scripts.
+// `actloop bench-crosscheck`, `actloop bench-calibration`, `actloop
+// bench-sync` and `actloop bench-pipeline`. It reports what it measured: as
+// a table or summary for people, or as JSON (one array, or one object, on
+// one line) for scripts.
 //
-//   - RunScheduling: one seeded workload per scenario under several
-//     scheduling modes; makespan against the batch's lower bound, latency,
-//     slot and decode use, preemptions; it fails if two modes produced other
-//     tokens for a trajectory.
+//   - RunScheduling: seeded workloads per scenario under several scheduling
+//     modes, on the virtual-time engine (internal/virtual; means over
+//     seeds, against the lower bound, the baselines and the clairvoyant
+//     reference) or on the live engine: a fresh in-process stack
+//     (internal/devstack) per mode, whose simulated servers run the same
+//     server model, failing if two modes produced other tokens for a
+//     trajectory.
+//   - RunCrossCheck: small scenarios on both engines, makespans side by
+//     side.
+//   - WriteCalibration: the server model against the profiles it was
+//     fitted to (docs/calibration.md).
 //   - RunSync: pause and resume many times with generations in flight;
 //     pause latency, tokens kept, makespan lost per sync.
 //   - RunPipeline: the pipeline's own cost with backends that answer at

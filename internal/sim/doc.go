@@ -42,7 +42,20 @@
 // with finish_reason {"type": "abort"} and the tokens generated so far (none
 // before prefill or while waiting).
 //
-// The Server is safe for concurrent use and starts no goroutines of its own:
-// each request runs on its HTTP handler's goroutine, and waits on timers that
-// an abort, a pause or the client going away interrupt.
+// Server model. With Config.Model the cost model above is replaced by the
+// iteration-level model of SGLang's continuous batching that the
+// virtual-time benchmark runs (internal/batching): one token pool for
+// running requests and the prefix cache (prefixes matched in blocks of 16
+// ids), admission when a request fits, chunked prefill, retraction, and an
+// iteration time calibrated for a named model and GPU. Its iterations run
+// on one goroutine, in simulated time scaled by TimeScale (late timers are
+// made up by the following iterations), while it has work and generation
+// is not paused; it ends when there is none. A retract-mode pause takes
+// every request out of the model and queues it again with its output so
+// far; /v1/loads reports the model's pool.
+//
+// The Server is safe for concurrent use. Without a server model it starts
+// no goroutines of its own: each request runs on its HTTP handler's
+// goroutine, and waits on timers that an abort, a pause or the client going
+// away interrupt.
 package sim

@@ -53,6 +53,12 @@ type Config struct {
 	SyncEvery, SyncPauseS float64
 	// MaxNew is each generation's max_new_tokens.
 	MaxNew int
+	// TrainBatchSize and MaxStaleness bound admission as the control
+	// state's max_staleness and ACTLOOP_TRAIN_BATCH_SIZE do
+	// (sched.StalenessRoom): no more trajectories are admitted than the
+	// trainer can consume while they are fresh. TrainBatchSize 0: no bound.
+	TrainBatchSize int
+	MaxStaleness   int64
 
 	// The coordinator's and gen-workers' settings, as their ACTLOOP_
 	// settings name them; Defaults has their defaults.

@@ -91,6 +91,7 @@ type engine struct {
 	activeIDs  []int // admitted and not finished, in admission order
 	facts      []sched.Fact
 	active     int
+	admitted   int // trajectories admitted so far
 	limit      int
 	load       map[string]int // active trajectories per replica name
 	names      []string       // replica names
@@ -163,9 +164,18 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 		ev := e.q.pop()
 		e.now = ev.at
 		e.handle(ev)
+		if e.active == 0 && e.done < len(e.ts) && (e.cfg.SyncEvery == 0 || e.now > stallAfterS) {
+			// Nothing runs and nothing can be admitted: only a weight sync
+			// could make room (under a staleness bound), and none comes.
+			return Result{}, fmt.Errorf("virtual engine stalled at %.1f s with %d of %d trajectories finished and none admitted", e.now, e.done, len(e.ts))
+		}
 	}
 	return e.result(), nil
 }
+
+// stallAfterS ends a run that has had nothing to run for this long even
+// with weight syncs (a year of virtual time).
+const stallAfterS = 365 * 24 * 3600
 
 // fits checks that p's longest input and reply fit in a server's pool.
 func (e *engine) fits(p *workload.Trajectory) error {
@@ -286,7 +296,8 @@ func (e *engine) admit() {
 		e.admitClairvoyant()
 		return
 	}
-	free := sched.Admissible(e.limit, e.active, -1)
+	room := sched.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
+	free := sched.Admissible(e.limit, e.active, room)
 	if free == 0 || len(e.waitingIDs) == 0 {
 		return
 	}
@@ -364,6 +375,7 @@ func (e *engine) start0(i, r int) {
 	t.replica = r
 	t.state, t.admittedAt, t.updatedAt, t.since = starting, e.now, e.now, e.now
 	e.active++
+	e.admitted++
 	e.res.PeakActive = max(e.res.PeakActive, e.active)
 	e.activeIDs = append(e.activeIDs, i)
 	e.q.push(e.now+t.plan.Startup, evSandboxReady, i)
@@ -650,6 +662,7 @@ func (e *engine) resume() {
 	for r := range e.ws {
 		e.dispatch(r)
 	}
+	e.admit() // a new version makes room under a staleness bound
 }
 
 // sample records the KV pools' use now.

@@ -105,6 +105,25 @@ func TestOverAdmissionThrashesTheCache(t *testing.T) {
 	}
 }
 
+// Under a staleness bound no more trajectories are admitted than
+// (max_staleness + version + 1) × the train batch, so with no weight sync
+// a batch larger than that never finishes, and with syncs it does (24
+// trajectories in batches of 8 need two new versions).
+func TestStalenessBoundsAdmission(t *testing.T) {
+	sc, _ := workload.Lookup("tool-fast")
+	plans := sc.Generate(1, 24)
+	cfg := modes(2, 4, 24)["action-fcfs"]
+	cfg.TrainBatchSize, cfg.MaxStaleness = 8, 0
+	if _, err := Run(cfg, plans); err == nil || !strings.Contains(err.Error(), "8 of 24") {
+		t.Fatalf("without syncs: %v, want a stall after 8 of 24", err)
+	}
+	cfg.SyncEvery = 30
+	r, err := Run(cfg, plans)
+	if err != nil || r.Completed != 24 || r.Syncs < 2 || r.MeanAdmitWaitS <= 0 {
+		t.Fatalf("with syncs: %+v, %v", r, err)
+	}
+}
+
 // A trajectory that cannot fit a server is refused before anything runs,
 // naming it and the limit.
 func TestLimitsAreCheckedAtStart(t *testing.T) {

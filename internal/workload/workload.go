@@ -1,9 +1,12 @@
 // Package workload generates benchmark batches of SWE-agent-like
 // trajectories, deterministically from a seed: long-tailed turn counts and
 // tokens per turn, groups of rollouts per prompt with correlated lengths,
-// sandbox start-up, command run times and an eval. Each trajectory becomes
-// a sample whose task carries a sim.Directive, so the simulator and the
-// simulated sandbox play exactly the drawn lengths through every real path.
+// prompt and observation sizes, sandbox start-up, command run times and an
+// eval; small scenarios and RL-scale ones (512 prompts × 8 rollouts at 64k
+// and 128k contexts). The virtual-time engine plays a trajectory's plan
+// directly; on the live stack each trajectory becomes a sample whose task
+// carries a sim.Directive, so the simulator and the simulated sandbox play
+// exactly the drawn lengths through every real path.
 package workload
 
 import (

@@ -1,0 +1,24 @@
+// Package virtual is actloop's virtual-time scheduling engine: a
+// discrete-event simulation of a batch of agent trajectories on a set of
+// inference replicas, for `actloop bench`. It calls the services' own
+// scheduling decisions (internal/sched: admission rank, limit and its
+// adaptation, the staleness bound, replica choice, priority snapshots and
+// dispatch classes, the preemption victim; internal/predict's history
+// decision) with the services' default settings, and runs each replica as
+// internal/batching's iteration-level model of SGLang's continuous
+// batching. The gen-workers' slots and .hi/.lo queues, preemption with its
+// cooldown, weight syncs (pause in abort mode, cache flush, resume with the
+// next version) and each trajectory's sandbox start-up, commands and eval
+// are played from the workload's plan (internal/workload).
+//
+// Run is a pure function of its configuration and plans: events are ordered
+// by time and then by the order they were scheduled, nothing reads a clock
+// or iterates a map where order matters, so the same input gives the same
+// Result bit for bit on any machine under any load. What it leaves out is
+// the pipeline's own latency (NATS, Redis, HTTP), which the live engine
+// (the in-process stack) measures.
+//
+// Beside the modes the services run, it has a clairvoyant reference
+// (KindClairvoyant) and a lower bound (LowerBound), so that a makespan can
+// be read against the best achievable.
+package virtual
