@@ -148,6 +148,7 @@ type Worker struct {
 	control   bus.ControlView
 	restarts  atomic.Int64 // trajectories started again because they went stale
 	health    *replicaHealth
+	load      atomic.Pointer[llm.Load] // the server's, at the last read (loadLoop)
 
 	hi, lo jetstream.Consumer
 	driver *traj.Driver
@@ -220,6 +221,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return r.Run(ctx) })
 	g.Go(func() error { return bus.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
 	g.Go(func() error { return w.heartbeat(ctx) })
+	g.Go(func() error { return w.loadLoop(ctx) })
 	g.Go(func() error { return w.health.run(ctx) })
 	g.Go(func() error { return w.watchControl(ctx) })
 	for range 4 {
@@ -280,9 +282,11 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	return service.Heartbeat(ctx, w.d.JS, "gen."+w.cfg.Replica+"."+w.id, w.cfg.HeartbeatInterval, w.health.changed,
 		func() (schema.Heartbeat, bool) {
 			st := w.tracker.stats()
+			l := w.serverLoad()
 			return schema.Heartbeat{V: schema.Version, Worker: w.id, Replica: w.cfg.Replica, Slots: w.cfg.Slots,
 				Running: int(st.Running), GeneratedTokens: st.GeneratedTokens, ReprefilledTokens: st.ReprefilledTokens,
-				At: w.d.Now().UTC()}, !w.health.isDown()
+				ServerKVTokens: l.CapacityTokens, ServerKVUsage: l.Usage, ServerRunning: l.Running, ServerWaiting: l.Waiting,
+				ServerCacheHitRate: l.CacheHitRate, At: w.d.Now().UTC()}, !w.health.isDown()
 		}, w.d.Log)
 }
 

@@ -16,10 +16,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"encoding/json"
+
+	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // flakyServer answers 503 to everything while failing is set, then a /health
@@ -194,4 +199,47 @@ func TestConfigValidateLLM(t *testing.T) {
 			t.Errorf("Validate = %v, want an error naming %s", err, tt.want)
 		}
 	}
+}
+
+// TestHeartbeatCarriesServerLoad: the heartbeat reports the inference
+// server's KV pool and occupancy as the server's /metrics says them.
+func TestHeartbeatCarriesServerLoad(t *testing.T) {
+	ns := testkit.StartNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := (bus.Topology{Memory: true}).EnsureKV(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketHeartbeats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := batching.DefaultConfig()
+	ts := httptest.NewServer(sim.New(sim.Config{Model: &m}))
+	t.Cleanup(ts.Close)
+	w := &Worker{cfg: Config{Replica: "r0", Slots: 1, HeartbeatInterval: 10 * time.Millisecond},
+		d: &service.Deps{JS: js, Log: discard, Now: time.Now}, id: "w1",
+		gen:     llm.NewSGLang(ts.URL, llm.SGLangOptions{HTTPClient: ts.Client()}),
+		tracker: newTracker(false, nil, time.Now), health: newReplicaHealth(1, time.Second, nil, discard)}
+	done := make(chan error, 2)
+	go func() { done <- w.heartbeat(ctx) }()
+	go func() { done <- w.loadLoop(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; <-done })
+
+	testkit.Eventually(t, 10*time.Second, "a heartbeat with the server's pool", func() bool {
+		e, err := kv.Get(ctx, "gen.r0.w1")
+		if err != nil {
+			return false
+		}
+		var h schema.Heartbeat
+		return json.Unmarshal(e.Value(), &h) == nil && h.ServerKVTokens == m.MaxTotalTokens && h.ServerCacheHitRate == 0
+	})
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -88,5 +89,21 @@ func TestModelRefusesAnInputLargerThanThePool(t *testing.T) {
 	r := h.generate(genBody(rid('1'), prompt(strings.Repeat("long ", 40)), scripted("ok", 10)))
 	if r.status != 400 || !strings.Contains(r.errorBody, "max_total_num_tokens") {
 		t.Fatalf("status %d: %s", r.status, r.errorBody)
+	}
+}
+
+// /get_server_info reports the pool and the scheduler's settings under
+// SGLang's names.
+func TestServerInfo(t *testing.T) {
+	m := batching.DefaultConfig()
+	h := newHarness(t, Config{Model: &m})
+	status, b := h.do("GET", "/get_server_info", nil)
+	var info map[string]any
+	if status != 200 || json.Unmarshal(b, &info) != nil {
+		t.Fatalf("status %d: %s", status, b)
+	}
+	if info["max_total_num_tokens"] != float64(m.MaxTotalTokens) || info["max_running_requests"] != float64(m.MaxRunning) ||
+		info["chunked_prefill_size"] != float64(m.ChunkedPrefill) || info["schedule_policy"] != m.Policy {
+		t.Fatalf("server info = %v", info)
 	}
 }

@@ -28,4 +28,13 @@
 //     lost mid-request can meet the first attempt still running under the
 //     same rid (SGLang aborts a non-streamed request whose client went away
 //     when it next checks, within seconds).
+//   - Load (LoadReader, both backends) reads the server's KV capacity and
+//     occupancy from its own endpoints, under the servers' metric names:
+//     SGLang's /metrics (sglang:token_usage, sglang:num_running_reqs,
+//     sglang:num_queue_reqs, sglang:cache_hit_rate,
+//     sglang:max_total_num_tokens; the server must run with
+//     --enable-metrics) and /get_server_info (max_total_num_tokens); vLLM's
+//     /metrics (vllm:kv_cache_usage_perc, vllm:num_requests_running,
+//     vllm:num_requests_waiting, vllm:cache_config_info). One call, no
+//     retries; ErrNoMetrics when the names are missing.
 package llm

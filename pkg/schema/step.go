@@ -234,9 +234,18 @@ type Heartbeat struct {
 	// Cumulative since the worker started: tokens generated, and prompt
 	// tokens prefilled again because the server's prefix cache had lost
 	// them (a context it had seen before).
-	GeneratedTokens   int64     `json:"generated_tokens"`
-	ReprefilledTokens int64     `json:"reprefilled_tokens"`
-	At                time.Time `json:"at"`
+	GeneratedTokens   int64 `json:"generated_tokens"`
+	ReprefilledTokens int64 `json:"reprefilled_tokens"`
+	// The inference server's own figures at the worker's last read of its
+	// /metrics (llm.Load; all zero when it reports none): its KV pool in
+	// tokens, the share of it held by running requests, its running and
+	// queued requests, and its prefix cache hit rate (−1: not reported).
+	ServerKVTokens     int       `json:"server_kv_tokens,omitempty"`
+	ServerKVUsage      float64   `json:"server_kv_usage,omitempty"`
+	ServerRunning      int       `json:"server_running,omitempty"`
+	ServerWaiting      int       `json:"server_waiting,omitempty"`
+	ServerCacheHitRate float64   `json:"server_cache_hit_rate,omitempty"`
+	At                 time.Time `json:"at"`
 }
 
 // Validate implements validator.

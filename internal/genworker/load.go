@@ -1,0 +1,53 @@
+package genworker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/actloop/actloop/pkg/llm"
+)
+
+// serverLoad is the server's load at the last read (zero when its client
+// reads none).
+func (w *Worker) serverLoad() llm.Load {
+	if l := w.load.Load(); l != nil {
+		return *l
+	}
+	return llm.Load{}
+}
+
+// loadLoop reads the server's load every heartbeat interval until ctx
+// ends, for the heartbeat: the coordinator sees each replica's KV pool and
+// occupancy as the server counts them. A server without the metrics is
+// read again, and said once.
+func (w *Worker) loadLoop(ctx context.Context) error {
+	r, ok := w.gen.(llm.LoadReader)
+	if !ok {
+		return nil
+	}
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	var warned bool
+	for {
+		l, err := r.Load(ctx)
+		switch {
+		case err == nil:
+			w.load.Store(&l)
+		case ctx.Err() != nil:
+			return nil
+		case !warned:
+			warned = true
+			msg := "the inference server reports no load; heartbeats carry none"
+			if errors.Is(err, llm.ErrNoMetrics) {
+				msg += " (an SGLang server needs --enable-metrics)"
+			}
+			w.d.Log.Warn(msg, "replica", w.cfg.Replica, "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
