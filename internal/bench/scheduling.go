@@ -18,6 +18,7 @@ import (
 	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/predictor"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/virtual"
 	"github.com/actloop/actloop/internal/workload"
@@ -400,7 +401,7 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	}
 	switch m.Kind {
 	case "trajectory":
-		cc.MaxActive, cc.MaxActiveCeiling = o.replicas*o.slots, o.replicas*o.slots
+		cc.Scheduling = sched.SchedulingTrajectory
 	case "async":
 		cc.MaxActive, cc.MaxActiveCeiling = tasks, tasks
 	default: // adapts from the default floor up to the whole batch
@@ -412,6 +413,9 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	for _, r := range st.Replicas {
 		gc := st.GenWorkerConfig(r)
 		gc.Preempt = m.Kind == "action"
+		if m.Kind == "trajectory" {
+			gc.Scheduling = sched.SchedulingTrajectory
+		}
 		gc.HeartbeatInterval = cc.AdaptInterval // what admission adapts to
 		if m.Predictor == "" {
 			gc.PredictTimeout = 0

@@ -38,8 +38,7 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		cfg.Predictor = virtual.PredictOracle
 	}
 	switch m.Kind {
-	case virtual.KindTrajectory:
-		cfg.MaxActive, cfg.MaxActiveCeiling = replicas*slots, replicas*slots
+	case virtual.KindTrajectory: // ACTLOOP_SCHEDULING=trajectory
 	case virtual.KindAsync:
 		cfg.MaxActive, cfg.MaxActiveCeiling = tasks, tasks
 	default: // adapts from the default floor up to the whole batch

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
@@ -28,6 +27,12 @@ type Config struct {
 	// the admission limit falls.
 	ReprefillLimit float64 `envconfig:"REPREFILL_LIMIT" default:"0.5"`
 	Policy         string  `envconfig:"POLICY" default:"fcfs"`
+	// Scheduling is action (action-level scheduling: admission adapts
+	// between MAX_ACTIVE and MAX_ACTIVE_CEILING) or trajectory (a trajectory
+	// holds a generation slot for its whole life: exactly SLOTS x replicas
+	// are admitted), siiRL-agentic's enable_action_level_scheduling; the
+	// gen-workers' ACTLOOP_SCHEDULING must say the same.
+	Scheduling string `envconfig:"SCHEDULING" default:"action"`
 	// AgeLimit: a trajectory waiting this long ranks first whatever the
 	// policy, so nothing starves.
 	AgeLimit time.Duration `envconfig:"AGE_LIMIT" default:"2m"`
@@ -126,6 +131,15 @@ func (c *Config) Validate() error {
 	if c.MaxActive < 0 {
 		errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE: must be >= 0 (0 = slots x replicas x 1.5)"))
 	}
+	switch c.Scheduling {
+	case sched.SchedulingAction:
+	case sched.SchedulingTrajectory:
+		if c.MaxActive > 0 || c.MaxActiveCeiling > 0 {
+			errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE, ACTLOOP_MAX_ACTIVE_CEILING: not with ACTLOOP_SCHEDULING=trajectory, which admits exactly SLOTS x replicas"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("ACTLOOP_SCHEDULING: %q: want action or trajectory", c.Scheduling))
+	}
 	if _, err := sched.New(c.Policy, sched.Config{AgeLimit: c.AgeLimit}); err != nil {
 		errs = append(errs, fmt.Errorf("ACTLOOP_POLICY: %w", err))
 	}
@@ -170,13 +184,12 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ActiveFloor is MAX_ACTIVE, or total gen slots x 1.5 when unset, so sandbox
-// start-up overlaps generation: the admission limit never goes below it.
+// ActiveFloor is the least the admission limit goes to (sched.ActiveBounds):
+// MAX_ACTIVE, or total gen slots x 1.5 when unset, so sandbox start-up
+// overlaps generation; under ACTLOOP_SCHEDULING=trajectory the slots.
 func (c *Config) ActiveFloor() int {
-	if c.MaxActive > 0 {
-		return c.MaxActive
-	}
-	return int(math.Ceil(float64(c.Slots*len(c.Replicas)) * 1.5))
+	floor, _ := sched.ActiveBounds(c.Scheduling, c.Slots, len(c.Replicas), c.MaxActive, c.MaxActiveCeiling)
+	return floor
 }
 
 // highSlots is the size of each replica's high class.
@@ -187,10 +200,9 @@ func (c *Config) highSlots() int {
 	return c.Slots
 }
 
-// ActiveCeiling is the most the admission limit may rise to.
+// ActiveCeiling is the most the admission limit may rise to
+// (sched.ActiveBounds).
 func (c *Config) ActiveCeiling() int {
-	if c.MaxActiveCeiling > 0 {
-		return max(c.MaxActiveCeiling, c.ActiveFloor())
-	}
-	return 3 * c.ActiveFloor()
+	_, ceiling := sched.ActiveBounds(c.Scheduling, c.Slots, len(c.Replicas), c.MaxActive, c.MaxActiveCeiling)
+	return ceiling
 }

@@ -62,8 +62,13 @@ type Config struct {
 	// 0 = no predictions.
 	PredictTimeout time.Duration `envconfig:"PREDICT_TIMEOUT" default:"200ms"`
 	// Preempt lets a high-priority step preempt the newest low-priority
-	// generation when every slot is busy.
+	// generation when every slot is busy (never under
+	// ACTLOOP_SCHEDULING=trajectory).
 	Preempt bool `envconfig:"PREEMPT" default:"true"`
+	// Scheduling is action or trajectory, as the coordinator's
+	// ACTLOOP_SCHEDULING: under trajectory a trajectory holds its slot for
+	// its whole life and nothing is preempted.
+	Scheduling string `envconfig:"SCHEDULING" default:"action"`
 	// PreemptCooldown: a trajectory preempted less than this long ago is not
 	// preempted again (guards against thrashing).
 	PreemptCooldown time.Duration `envconfig:"PREEMPT_COOLDOWN" default:"30s"`
@@ -94,6 +99,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Slots < 1 {
 		errs = append(errs, errors.New("ACTLOOP_SLOTS: must be >= 1"))
+	}
+	if c.Scheduling != sched.SchedulingAction && c.Scheduling != sched.SchedulingTrajectory {
+		errs = append(errs, fmt.Errorf("ACTLOOP_SCHEDULING: %q: want action or trajectory", c.Scheduling))
 	}
 	if c.LLMURL == "" {
 		errs = append(errs, errors.New("ACTLOOP_LLM_URL: missing"))
@@ -193,7 +201,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log.With("replica", cfg.Replica),
 		Lease: d.Common.StepLease}
-	w.tracker = newTracker(cfg.Preempt, gen.Abort, d.Now)
+	w.tracker = newTracker(cfg.Preempt && cfg.Scheduling != sched.SchedulingTrajectory, gen.Abort, d.Now)
 	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
 		interval: min(max(cfg.StealAfter/4, 50*time.Millisecond), time.Second)}
 	name := "gen-" + cfg.Replica

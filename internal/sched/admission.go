@@ -5,6 +5,39 @@ package sched
 // their inputs, so the coordinator and a virtual-time simulator call the
 // same code.
 
+// Scheduling modes (ACTLOOP_SCHEDULING), siiRL-agentic's
+// enable_action_level_scheduling.
+const (
+	// SchedulingAction: action-level scheduling: admission adapts between a
+	// floor of 1.5 × the generation slots (so sandbox start-up overlaps
+	// generation) and a ceiling, and a high-priority step may preempt a
+	// low-priority generation.
+	SchedulingAction = "action"
+	// SchedulingTrajectory: a trajectory holds a generation slot for its
+	// whole life: exactly as many are admitted as there are slots, and
+	// nothing is preempted.
+	SchedulingTrajectory = "trajectory"
+)
+
+// ActiveBounds is the admission limit's floor and ceiling for a scheduling
+// mode on replicas × slots generation slots: under SchedulingTrajectory
+// both are the slots; under SchedulingAction the floor is maxActive, or
+// 1.5 × the slots when 0, and the ceiling maxActiveCeiling (at least the
+// floor), or 3 × the floor when 0.
+func ActiveBounds(scheduling string, slots, replicas, maxActive, maxActiveCeiling int) (floor, ceiling int) {
+	if scheduling == SchedulingTrajectory {
+		return slots * replicas, slots * replicas
+	}
+	floor = maxActive
+	if floor <= 0 {
+		floor = (3*slots*replicas + 1) / 2
+	}
+	if maxActiveCeiling > 0 {
+		return floor, max(maxActiveCeiling, floor)
+	}
+	return floor, 3 * floor
+}
+
 // Load is what the gen-workers reported over one adaptation interval.
 type Load struct {
 	Slots, Running         int   // over live workers, at their last heartbeat

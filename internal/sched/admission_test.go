@@ -95,3 +95,24 @@ func TestAssignReplicas(t *testing.T) {
 		t.Fatalf("LeastLoaded(none live) = %q", got)
 	}
 }
+
+func TestActiveBounds(t *testing.T) {
+	for _, c := range []struct {
+		name                                string
+		mode                                string
+		slots, replicas, maxActive, ceiling int
+		wantFloor, wantCeiling              int
+	}{
+		{"trajectory: the slots", sched.SchedulingTrajectory, 8, 2, 0, 0, 16, 16},
+		{"action: 1.5 x the slots, 3 x that", sched.SchedulingAction, 8, 2, 0, 0, 24, 72},
+		{"action: odd slots round up", sched.SchedulingAction, 3, 1, 0, 0, 5, 15},
+		{"action: MAX_ACTIVE", sched.SchedulingAction, 8, 2, 10, 0, 10, 30},
+		{"action: a ceiling below the floor is the floor", sched.SchedulingAction, 8, 2, 10, 4, 10, 10},
+		{"action: a ceiling", sched.SchedulingAction, 8, 2, 0, 100, 24, 100},
+	} {
+		f, x := sched.ActiveBounds(c.mode, c.slots, c.replicas, c.maxActive, c.ceiling)
+		if f != c.wantFloor || x != c.wantCeiling {
+			t.Errorf("%s: ActiveBounds = %d, %d; want %d, %d", c.name, f, x, c.wantFloor, c.wantCeiling)
+		}
+	}
+}

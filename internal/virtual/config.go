@@ -89,20 +89,17 @@ func Defaults(replicas, slots int) Config {
 }
 
 // floor and ceiling of the admission limit, as the coordinator's
-// ActiveFloor and ActiveCeiling compute them.
-func (c Config) floor() int {
-	if c.MaxActive > 0 {
-		return c.MaxActive
+// (sched.ActiveBounds; a trajectory-level run is ACTLOOP_SCHEDULING=trajectory).
+func (c Config) bounds() (floor, ceiling int) {
+	mode := sched.SchedulingAction
+	if c.Kind == KindTrajectory {
+		mode = sched.SchedulingTrajectory
 	}
-	return (c.Slots*c.Replicas*3 + 1) / 2
+	return sched.ActiveBounds(mode, c.Slots, c.Replicas, c.MaxActive, c.MaxActiveCeiling)
 }
 
-func (c Config) ceiling() int {
-	if c.MaxActiveCeiling > 0 {
-		return max(c.MaxActiveCeiling, c.floor())
-	}
-	return 3 * c.floor()
-}
+func (c Config) floor() int   { f, _ := c.bounds(); return f }
+func (c Config) ceiling() int { _, x := c.bounds(); return x }
 
 func (c Config) highSlots() int {
 	if c.HighSlots > 0 {

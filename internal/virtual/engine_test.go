@@ -8,6 +8,7 @@ import (
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/genworker"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/workload"
 )
 
@@ -16,7 +17,7 @@ import (
 func modes(replicas, slots, tasks int) map[string]Config {
 	base := Defaults(replicas, slots)
 	traj := base
-	traj.Kind, traj.MaxActive, traj.MaxActiveCeiling = KindTrajectory, replicas*slots, replicas*slots
+	traj.Kind = KindTrajectory
 	async := base
 	async.Kind, async.MaxActive, async.MaxActiveCeiling = KindAsync, tasks, tasks
 	fcfs := base
@@ -176,6 +177,10 @@ func TestDefaultsAreTheServices(t *testing.T) {
 	ec := Defaults(3, 8)
 	if cc.ActiveFloor() != ec.floor() || cc.ActiveCeiling() != ec.ceiling() {
 		t.Errorf("admission floor/ceiling %d/%d, the coordinator's %d/%d", ec.floor(), ec.ceiling(), cc.ActiveFloor(), cc.ActiveCeiling())
+	}
+	cc.Scheduling, ec.Kind = sched.SchedulingTrajectory, KindTrajectory
+	if cc.ActiveFloor() != ec.floor() || cc.ActiveCeiling() != ec.ceiling() || ec.floor() != 24 {
+		t.Errorf("trajectory-level floor/ceiling %d/%d, the coordinator's %d/%d", ec.floor(), ec.ceiling(), cc.ActiveFloor(), cc.ActiveCeiling())
 	}
 	if err := d.Validate(); err != nil {
 		t.Error(err)

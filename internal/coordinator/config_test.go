@@ -1,0 +1,36 @@
+package coordinator
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/internal/service"
+)
+
+// ACTLOOP_SCHEDULING: action adapts admission between its floor and
+// ceiling; trajectory admits exactly the slots and refuses the settings
+// that would say otherwise; anything else is named.
+func TestSchedulingSetting(t *testing.T) {
+	var cfg Config
+	service.Defaults(&cfg)
+	cfg.Replicas, cfg.Slots = []string{"r0", "r1"}, 8
+	if err := cfg.Validate(); err != nil || cfg.Scheduling != sched.SchedulingAction {
+		t.Fatalf("defaults: %v, scheduling %q", err, cfg.Scheduling)
+	}
+	if cfg.ActiveFloor() != 24 || cfg.ActiveCeiling() != 72 {
+		t.Errorf("action: %d..%d", cfg.ActiveFloor(), cfg.ActiveCeiling())
+	}
+	cfg.Scheduling = sched.SchedulingTrajectory
+	if err := cfg.Validate(); err != nil || cfg.ActiveFloor() != 16 || cfg.ActiveCeiling() != 16 {
+		t.Errorf("trajectory: %v, %d..%d", err, cfg.ActiveFloor(), cfg.ActiveCeiling())
+	}
+	cfg.MaxActive = 40
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ACTLOOP_SCHEDULING=trajectory") {
+		t.Errorf("trajectory with MAX_ACTIVE: %v", err)
+	}
+	cfg.MaxActive, cfg.Scheduling = 0, "both"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ACTLOOP_SCHEDULING") {
+		t.Errorf("unknown: %v", err)
+	}
+}
