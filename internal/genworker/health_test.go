@@ -136,24 +136,8 @@ func TestFailuresMustBeConsecutive(t *testing.T) {
 // entry (the coordinator then moves the replica's trajectories) and puts it
 // back when it comes back up.
 func TestHeartbeatWhileDown(t *testing.T) {
-	ns := testkit.StartNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := heartbeatsKV(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := (bus.Topology{Memory: true}).EnsureKV(ctx, js); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, bus.BucketHeartbeats)
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &Worker{cfg: Config{Replica: "r0", Slots: 1, HeartbeatInterval: 10 * time.Millisecond},
 		d: &service.Deps{JS: js, Log: discard, Now: time.Now}, id: "w1",
 		tracker: newTracker(false, nil, time.Now), health: newReplicaHealth(1, time.Second, nil, discard)}
@@ -204,24 +188,8 @@ func TestConfigValidateLLM(t *testing.T) {
 // TestHeartbeatCarriesServerLoad: the heartbeat reports the inference
 // server's KV pool and occupancy as the server's /metrics says them.
 func TestHeartbeatCarriesServerLoad(t *testing.T) {
-	ns := testkit.StartNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := heartbeatsKV(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := (bus.Topology{Memory: true}).EnsureKV(ctx, js); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, bus.BucketHeartbeats)
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := batching.DefaultConfig()
 	ts := httptest.NewServer(sim.New(sim.Config{Model: &m}))
 	t.Cleanup(ts.Close)
@@ -242,4 +210,28 @@ func TestHeartbeatCarriesServerLoad(t *testing.T) {
 		var h schema.Heartbeat
 		return json.Unmarshal(e.Value(), &h) == nil && h.ServerKVTokens == m.MaxTotalTokens && h.ServerCacheHitRate == 0
 	})
+}
+
+// heartbeatsKV starts NATS with actloop's KV buckets and returns JetStream
+// and the heartbeats bucket.
+func heartbeatsKV(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	ns := testkit.StartNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (bus.Topology{Memory: true}).EnsureKV(context.Background(), js); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), bus.BucketHeartbeats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, kv
 }
