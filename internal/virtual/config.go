@@ -23,10 +23,11 @@ const (
 	// KindClairvoyant: the reference that knows every length in advance:
 	// trajectories admitted longest critical path first, each on the
 	// replica with the most room, only while every admitted trajectory's
-	// largest context (plus the output reserve a request needs) fits in
-	// its replica's pool, so nothing is evicted or retracted; every
-	// generation goes to the server at once, and a finished trajectory's
-	// context is dropped from the cache.
+	// reserve (Reserve of its largest context, plus the output reserve a
+	// request needs) fits in its replica's pool, so that with the whole
+	// context nothing is evicted or retracted; every generation goes to the
+	// server at once, and a finished trajectory's context is dropped from
+	// the cache.
 	KindClairvoyant = "clairvoyant"
 )
 
