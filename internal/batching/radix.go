@@ -150,15 +150,6 @@ func (t *radix) insertUpTo(segs []Segment, limit int, now float64) (*node, int) 
 	return cur, added
 }
 
-// depth is the number of tokens on the path from the root to n.
-func (t *radix) depth(n *node) int {
-	d := 0
-	for ; n != t.root; n = n.parent {
-		d += n.n
-	}
-	return d
-}
-
 // lock and unlock add and remove a running request's hold on the path from
 // n to the root.
 func (t *radix) lock(n *node) {

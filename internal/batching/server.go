@@ -114,12 +114,12 @@ type Server struct {
 
 // iteration is the batch of the iteration in flight.
 type iteration struct {
-	start, end float64
-	prefill    []*req // whole or last-chunk prefills: they emit their first token at the end
-	chunks     []int  // tokens each of prefill computes in this iteration
-	partial    *req   // a chunk that does not finish its request's input
-	partialN   int
-	decode     []*req
+	end      float64
+	prefill  []*req // whole or last-chunk prefills: they emit their first token at the end
+	chunks   []int  // tokens each of prefill computes in this iteration
+	partial  *req   // a chunk that does not finish its request's input
+	partialN int
+	decode   []*req
 }
 
 // New returns an idle server at time 0. cfg must be valid.
@@ -327,7 +327,7 @@ func (s *Server) Form(at float64) float64 {
 	at = max(at, s.now)
 	s.integrate(at)
 	it := &s.it
-	*it = iteration{start: at, prefill: it.prefill[:0], chunks: it.chunks[:0], decode: it.decode[:0]}
+	*it = iteration{prefill: it.prefill[:0], chunks: it.chunks[:0], decode: it.decode[:0]}
 	if !s.formPrefill(it, at) {
 		s.formDecode(it, at)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -53,14 +54,7 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 // machine is the replicas and slots of a scenario: its own unless the
 // flags say otherwise.
 func (s Scheduling) machine(sc workload.Scenario) (replicas, slots int) {
-	replicas, slots = s.Replicas, s.Slots
-	if replicas == 0 {
-		replicas = cmpOr(sc.Replicas, 2)
-	}
-	if slots == 0 {
-		slots = cmpOr(sc.Slots, 8)
-	}
-	return replicas, slots
+	return cmp.Or(s.Replicas, sc.Replicas, 2), cmp.Or(s.Slots, sc.Slots, 8)
 }
 
 // syncEveryOf is the seconds between weight syncs on sc: --sync-every,
@@ -77,17 +71,7 @@ func (s Scheduling) syncEveryOf(sc workload.Scenario) float64 {
 
 // tasksOf is the batch size of a scenario: its own unless --tasks says.
 func (s Scheduling) tasksOf(sc workload.Scenario) int {
-	if s.Tasks > 0 {
-		return s.Tasks
-	}
-	return cmpOr(sc.Tasks, 96)
-}
-
-func cmpOr(v, def int) int {
-	if v > 0 {
-		return v
-	}
-	return def
+	return cmp.Or(s.Tasks, sc.Tasks, 96)
 }
 
 // runVirtual runs every chosen mode and the clairvoyant reference on sc

@@ -13,37 +13,18 @@ import (
 // max_running_requests, chunked_prefill_size, schedule_policy, page_size,
 // served_model_name and version.
 func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
-	g := s.gauges()
+	l := s.load()
 	writeJSON(w, http.StatusOK, map[string]any{
 		"model_path":           modelName,
 		"served_model_name":    modelName,
-		"max_total_num_tokens": g.pool,
-		"max_running_requests": g.maxRunning,
-		"chunked_prefill_size": g.chunk,
-		"schedule_policy":      g.policy,
+		"max_total_num_tokens": l.pool,
+		"max_running_requests": l.maxRunning,
+		"chunked_prefill_size": l.chunk,
+		"schedule_policy":      l.policy,
 		"page_size":            1,
 		"version":              modelName,
-		"internal_states":      []map[string]any{{"pp_max_micro_batch_size": g.maxRunning}},
+		"internal_states":      []map[string]any{{"pp_max_micro_batch_size": l.maxRunning}},
 	})
-}
-
-// gauges are the figures /metrics and /get_server_info report.
-type gauges struct {
-	pool, maxRunning, chunk, running, queued, used int
-	hitRate                                        float64
-	policy                                         string
-}
-
-func (s *Server) gauges() gauges {
-	core := s.loadCore()
-	g := gauges{pool: core["max_total_num_tokens"].(int), maxRunning: core["max_running_requests"].(int),
-		running: core["num_running_reqs"].(int), queued: core["num_waiting_reqs"].(int), used: core["num_used_tokens"].(int),
-		hitRate: core["cache_hit_rate"].(float64), chunk: -1, policy: "fcfs"}
-	if s.mdl != nil {
-		mc := s.mdl.srv.Config()
-		g.chunk, g.policy = mc.ChunkedPrefill, mc.Policy
-	}
-	return g
 }
 
 // handleMetrics answers GET /metrics in the Prometheus text format with the
@@ -58,11 +39,8 @@ func (s *Server) gauges() gauges {
 // engine). The cache hit rate is over every prefill so far (SGLang's is
 // over its last prefill batch).
 func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
-	g := s.gauges()
-	usage := 0.0
-	if g.pool > 0 {
-		usage = float64(g.used) / float64(g.pool)
-	}
+	g := s.load()
+	usage := g.usage()
 	sgl := fmt.Sprintf(`model_name=%q,engine_type="unified",tp_rank="0",pp_rank="0"`, modelName)
 	vl := fmt.Sprintf(`model_name=%q,engine="0"`, modelName)
 	var b strings.Builder
@@ -72,11 +50,11 @@ func (s *Server) handleMetrics(w http.ResponseWriter, _ *http.Request) {
 	gauge("sglang:num_running_reqs", "The number of running requests.", sgl, float64(g.running))
 	gauge("sglang:num_used_tokens", "The number of used tokens.", sgl, float64(g.used))
 	gauge("sglang:token_usage", "The token usage.", sgl, usage)
-	gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", sgl, float64(g.queued))
+	gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", sgl, float64(g.waiting))
 	gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", sgl, g.hitRate)
 	gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", sgl, float64(g.pool))
 	gauge("vllm:num_requests_running", "Number of requests in model execution batches.", vl, float64(g.running))
-	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", vl, float64(g.queued))
+	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", vl, float64(g.waiting))
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", vl, usage)
 	gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
 		fmt.Sprintf(`%s,block_size="%d",num_gpu_blocks="%d"`, vl, blockSize, g.pool/blockSize), 1)

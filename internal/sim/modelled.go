@@ -70,9 +70,9 @@ func (s *Server) runModel(ctx context.Context, j *job) (endKind, error) {
 		case <-ctx.Done():
 			s.mu.Lock()
 			if d, ok := s.mdl.srv.Abort(j.m.id, s.vnowLocked()); ok {
-				delete(s.mdl.jobs, j.m.id)
 				j.generated = j.m.base + d.Generated
 			}
+			delete(s.mdl.jobs, j.m.id) // also when its end came first, unread
 			s.mu.Unlock()
 			return endGone, nil
 		}

@@ -396,47 +396,64 @@ func (s *Server) handleLoads(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) loadCore() map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	used := s.cache.usedTokens()
-	hit := 0.0
-	if s.stats.PromptTokens > 0 {
-		hit = float64(s.stats.CachedTokens) / float64(s.stats.PromptTokens)
-	}
-	usage := 0.0
-	if s.cfg.CacheTokens > 0 {
-		usage = float64(used) / float64(s.cfg.CacheTokens)
-	}
-	waitingTokens := 0
-	for e := s.queue.Front(); e != nil; e = e.Next() {
-		waitingTokens += len(e.Value.(*job).req.InputIDs)
-	}
-	running, waiting, pool, maxRunning := s.running, s.queue.Len(), s.cfg.CacheTokens, s.cfg.MaxRunning
-	if s.mdl != nil { // the server model's pool and limits
-		o, mc := s.mdl.srv.Occupancy(), s.mdl.srv.Config()
-		running, waiting, pool, maxRunning, used = o.Running, o.Queued, mc.MaxTotalTokens, mc.MaxRunning, o.Used
-		usage = float64(used) / float64(pool)
-		waitingTokens = 0
-		for _, j := range s.mdl.jobs {
-			if j.phase == PhaseWaiting {
-				waitingTokens += len(j.m.input)
-			}
-		}
-	}
+	l := s.load()
 	return map[string]any{
 		"dp_rank":                     0,
-		"num_running_reqs":            running,
-		"num_waiting_reqs":            waiting,
-		"num_waiting_uncached_tokens": waitingTokens,
-		"num_used_tokens":             used,
-		"num_total_tokens":            used,
-		"max_total_num_tokens":        pool,
-		"max_running_requests":        maxRunning,
-		"token_usage":                 usage,
+		"num_running_reqs":            l.running,
+		"num_waiting_reqs":            l.waiting,
+		"num_waiting_uncached_tokens": l.waitingTokens,
+		"num_used_tokens":             l.used,
+		"num_total_tokens":            l.used,
+		"max_total_num_tokens":        l.pool,
+		"max_running_requests":        l.maxRunning,
+		"token_usage":                 l.usage(),
 		"gen_throughput":              0.0,
-		"cache_hit_rate":              hit,
-		"utilization":                 float64(running) / float64(maxRunning),
+		"cache_hit_rate":              l.hitRate,
+		"utilization":                 float64(l.running) / float64(l.maxRunning),
 	}
+}
+
+// serverLoad is what /v1/loads, /metrics and /get_server_info report.
+type serverLoad struct {
+	running, waiting, waitingTokens int
+	used, pool, maxRunning          int
+	chunk                           int    // chunked_prefill_size; -1 without a server model
+	policy                          string // schedule_policy
+	hitRate                         float64
+}
+
+func (l serverLoad) usage() float64 {
+	if l.pool <= 0 {
+		return 0
+	}
+	return float64(l.used) / float64(l.pool)
+}
+
+// load is the server's load now: the plain cost model's slots and prefix
+// cache, or the server model's pool and limits.
+func (s *Server) load() serverLoad {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := serverLoad{running: s.running, waiting: s.queue.Len(), used: s.cache.usedTokens(), pool: s.cfg.CacheTokens,
+		maxRunning: s.cfg.MaxRunning, chunk: -1, policy: "fcfs"}
+	if s.stats.PromptTokens > 0 {
+		l.hitRate = float64(s.stats.CachedTokens) / float64(s.stats.PromptTokens)
+	}
+	if s.mdl == nil {
+		for e := s.queue.Front(); e != nil; e = e.Next() {
+			l.waitingTokens += len(e.Value.(*job).req.InputIDs)
+		}
+		return l
+	}
+	o, mc := s.mdl.srv.Occupancy(), s.mdl.srv.Config()
+	l.running, l.waiting, l.used = o.Running, o.Queued, o.Used
+	l.pool, l.maxRunning, l.chunk, l.policy = mc.MaxTotalTokens, mc.MaxRunning, mc.ChunkedPrefill, mc.Policy
+	for _, j := range s.mdl.jobs {
+		if j.phase == PhaseWaiting {
+			l.waitingTokens += len(j.m.input)
+		}
+	}
+	return l
 }
 
 // handleGetLoad answers the older GET /get_load: one entry per DP rank with

@@ -20,14 +20,14 @@ const (
 
 // traj is one trajectory's state in a run.
 type traj struct {
-	plan    *workload.Trajectory
-	replica int
-	state   trajState
+	plan     *workload.Trajectory
+	replica  int
+	finished bool
 
-	arrivedAt, admittedAt, finishedAt float64
-	updatedAt                         float64 // last state change: the fact's WaitingSince
-	predicted                         float64
-	preemptedAt                       float64
+	admittedAt, finishedAt float64
+	updatedAt              float64 // last state change: the fact's WaitingSince
+	predicted              float64
+	preemptedAt            float64
 
 	turn      int                // the turn being generated (0-based)
 	partial   int                // tokens of this turn kept from interrupted generations
@@ -43,18 +43,6 @@ type traj struct {
 	genQueueS, serverS, envS float64
 	since                    float64 // when its current phase began
 }
-
-type trajState uint8
-
-const (
-	waiting trajState = iota
-	starting
-	genQueued
-	generating
-	envRunning
-	evaluating
-	finished
-)
 
 // generation is one generation running on a server.
 type generation struct {
@@ -228,7 +216,7 @@ func (e *engine) siblingPrediction(i int) float64 {
 	t := e.ts[i]
 	first := i - t.plan.GroupIndex
 	for j := max(first, 0); j < first+t.plan.GroupSize && j < len(e.ts); j++ {
-		if s := e.ts[j]; j != i && s.state != finished && s.predicted > 0 && s.plan.GroupID == t.plan.GroupID {
+		if s := e.ts[j]; j != i && !s.finished && s.predicted > 0 && s.plan.GroupID == t.plan.GroupID {
 			return s.predicted
 		}
 	}
@@ -304,7 +292,7 @@ func (e *engine) admit() {
 	facts := make([]sched.Fact, len(e.waitingIDs))
 	for k, i := range e.waitingIDs {
 		t := e.ts[i]
-		at := e.instant(t.arrivedAt)
+		at := e.instant(0) // the whole batch arrives at once
 		facts[k] = sched.Fact{TrajID: t.plan.ID, GroupID: t.plan.GroupID, AdmittedAt: at, WaitingSince: at, Predicted: t.predicted}
 	}
 	order := e.policy.Order(facts, e.instant(e.now))
@@ -373,7 +361,7 @@ func (e *engine) peak(t *traj) int {
 func (e *engine) start0(i, r int) {
 	t := e.ts[i]
 	t.replica = r
-	t.state, t.admittedAt, t.updatedAt, t.since = starting, e.now, e.now, e.now
+	t.admittedAt, t.updatedAt, t.since = e.now, e.now, e.now
 	e.active++
 	e.admitted++
 	e.res.PeakActive = max(e.res.PeakActive, e.active)
@@ -397,7 +385,7 @@ func (e *engine) instant(s float64) time.Time {
 // engine ranks only when someone looks.
 func (e *engine) publishGen(i int) {
 	t := e.ts[i]
-	t.state, t.since = genQueued, e.now
+	t.since = e.now
 	if e.cfg.Kind == KindAction && e.dirty && e.now >= e.nextSnap {
 		e.snapshot()
 		e.nextSnap = e.now + e.cfg.SnapshotInterval.Seconds()
@@ -451,7 +439,7 @@ func (e *engine) start(r, i int, low bool) {
 	w := e.ws[r]
 	t := e.ts[i]
 	t.genQueueS += e.now - t.since
-	t.state, t.since = generating, e.now
+	t.since = e.now
 	input := t.ctx
 	if t.partial > 0 {
 		input = append(slices.Clip(t.ctx), batching.Segment{Key: key(t.plan.ID, t.turn, 'r'), Tokens: t.partial})
@@ -543,7 +531,7 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	t.calls++
 	t.partial, t.resumed = 0, false
 	if t.turn == len(t.plan.Tokens)-1 {
-		t.state, t.since = evaluating, e.now
+		t.since = e.now
 		e.q.push(e.now+t.plan.Startup+t.plan.Eval, evResult, g.t)
 		return
 	}
@@ -556,7 +544,7 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 			t.predicted = p
 		}
 	}
-	t.state, t.since = envRunning, e.now
+	t.since = e.now
 	e.q.push(e.now+t.plan.Exec[t.turn-1], evEnvDone, g.t)
 }
 
@@ -575,7 +563,7 @@ func (e *engine) interrupt(r int, g *generation) {
 func (e *engine) finish(i int) {
 	t := e.ts[i]
 	t.envS += e.now - t.since
-	t.state, t.finishedAt = finished, e.now
+	t.finished, t.finishedAt = true, e.now
 	e.done++
 	e.active--
 	e.activeIDs = slices.DeleteFunc(e.activeIDs, func(j int) bool { return j == i })

@@ -68,8 +68,8 @@ const (
 )
 
 // Load implements LoadReader with GET /metrics (SGLang's scheduler gauges)
-// and, when they lack the pool's size, GET /get_server_info
-// (max_total_num_tokens).
+// and, when they lack the pool's size (servers before
+// sglang:max_total_num_tokens), GET /get_server_info once.
 func (c *SGLang) Load(ctx context.Context) (Load, error) {
 	fams, err := c.metrics(ctx)
 	if err != nil {
@@ -85,21 +85,34 @@ func (c *SGLang) Load(ctx context.Context) (Load, error) {
 		l.CacheHitRate = gaugeMax(f)
 	}
 	if l.CapacityTokens == 0 {
-		b, err := c.get(ctx, "/get_server_info")
-		if err != nil {
-			return Load{}, fmt.Errorf("load: %w", err)
-		}
-		var info struct {
-			MaxTotalNumTokens *float64 `json:"max_total_num_tokens"`
-		}
-		if err := json.Unmarshal(b, &info); err != nil {
-			return Load{}, fmt.Errorf("load: /get_server_info: %w", err)
-		}
-		if info.MaxTotalNumTokens != nil && *info.MaxTotalNumTokens > 0 {
-			l.CapacityTokens = int(*info.MaxTotalNumTokens)
+		if l.CapacityTokens, err = c.serverCapacity(ctx); err != nil {
+			return Load{}, err
 		}
 	}
 	return l, nil
+}
+
+// serverCapacity is max_total_num_tokens from GET /get_server_info, read
+// once: the pool is sized when the server starts (0 when it does not say).
+func (c *SGLang) serverCapacity(ctx context.Context) (int, error) {
+	if n := c.capacity.Load(); n > 0 {
+		return int(n), nil
+	}
+	b, err := c.get(ctx, "/get_server_info")
+	if err != nil {
+		return 0, fmt.Errorf("load: %w", err)
+	}
+	var info struct {
+		MaxTotalNumTokens *float64 `json:"max_total_num_tokens"`
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return 0, fmt.Errorf("load: /get_server_info: %w", err)
+	}
+	if info.MaxTotalNumTokens == nil || *info.MaxTotalNumTokens <= 0 {
+		return 0, nil
+	}
+	c.capacity.Store(int64(*info.MaxTotalNumTokens))
+	return int(*info.MaxTotalNumTokens), nil
 }
 
 // Load implements LoadReader with GET /metrics (vLLM's gauges; the pool's

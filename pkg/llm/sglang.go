@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -45,6 +46,7 @@ const (
 // /health). It is safe for concurrent use.
 type SGLang struct {
 	httpCore
+	capacity atomic.Int64 // max_total_num_tokens from /get_server_info, once read
 }
 
 var (
@@ -57,7 +59,7 @@ var (
 // NewSGLang returns a client of the SGLang server at baseURL
 // (e.g. "http://10.0.0.5:30000").
 func NewSGLang(baseURL string, opts SGLangOptions) *SGLang {
-	return &SGLang{newHTTPCore(baseURL, opts.HTTPClient, opts.Timeout, opts.Retries, opts.Backoff)}
+	return &SGLang{httpCore: newHTTPCore(baseURL, opts.HTTPClient, opts.Timeout, opts.Retries, opts.Backoff)}
 }
 
 // Generate implements Generator with POST /generate (non-streamed, with
