@@ -25,9 +25,10 @@ type activeSet struct {
 type activeTraj struct {
 	entry   traj.ActiveEntry // as the index keeps it: enough for a fallback result
 	fact    sched.Fact
-	turnSeq int64      // newest prediction's seq
-	span    trace.Span // nil when admitted before this process started
-	movedAt time.Time  // when moved off a replica that went down
+	kv      sched.Footprint // its use of KV, from its newest progress report (Replica unset)
+	turnSeq int64           // newest prediction's seq
+	span    trace.Span      // nil when admitted before this process started
+	movedAt time.Time       // when moved off a replica that went down
 	// republishedAt is when its pending work message was last published
 	// again (see Config.RepublishAfter); republished counts how often.
 	republishedAt time.Time
@@ -199,7 +200,37 @@ func (s *activeSet) predicted(p schema.Prediction) {
 	a.turnSeq = p.TurnSeq
 	a.fact.Predicted, a.fact.Turns, a.fact.Tokens = p.RemainingTokens, p.Turns, p.GenTokens
 	a.fact.WaitingSince = p.At
+	a.kv = footprintOf(p)
 	s.dirty = true
+}
+
+// footprintOf is what a progress report says of a trajectory's KV.
+func footprintOf(p schema.Prediction) sched.Footprint {
+	f := sched.Footprint{Context: p.ContextTokens, Turns: p.Turns, RemainingTurns: -1, Finishing: p.Finishing}
+	if p.Turns > 0 {
+		f.Grown = p.ContextTokens - p.PromptTokens
+	}
+	if p.Source != "" {
+		f.RemainingTurns = p.RemainingTurns
+	}
+	return f
+}
+
+// footprints returns every active trajectory's use of KV; one with no
+// progress report yet is on its replica with nothing known.
+func (s *activeSet) footprints() []sched.Footprint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]sched.Footprint, 0, len(s.m))
+	for _, a := range s.m {
+		f := a.kv
+		if f == (sched.Footprint{}) {
+			f.RemainingTurns = -1 // no report yet
+		}
+		f.Replica = a.fact.Replica
+		out = append(out, f)
+	}
+	return out
 }
 
 // republishDue reports whether id's pending work message may be published

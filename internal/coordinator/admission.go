@@ -146,8 +146,7 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 		case <-c.wake:
 		case <-t.C:
 		}
-		batch := c.admissible()
-		replicas := sched.AssignReplicas(c.members.liveReplicas(c.cfg.Replicas, c.d.Now()), c.active.load(), len(batch))
+		batch, replicas := c.admissible()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, admitParallel)
 		for i, replica := range replicas {
@@ -164,13 +163,38 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 	}
 }
 
-// admissible returns the waiting samples to admit now, best first.
-func (c *Coordinator) admissible() []*waitingSample {
-	free := sched.Admissible(c.waiting.currentLimit(), c.active.count(), c.stalenessRoom())
-	if free == 0 || c.waiting.count() == 0 || len(c.members.liveReplicas(c.cfg.Replicas, c.d.Now())) == 0 {
-		return nil // full, nothing waiting, or no live replica
+// admissible returns the waiting samples to admit now, best first, and
+// the replica of each. While every live replica reports its KV pool (and
+// ACTLOOP_KV_BUDGET > 0) admission goes by KV (sched.KVPools) under the
+// count ceiling; otherwise by the adaptive count limit, each on the replica
+// with the fewest trajectories.
+func (c *Coordinator) admissible() ([]*waitingSample, []string) {
+	now := c.d.Now()
+	live := c.members.liveReplicas(c.cfg.Replicas, now)
+	capacity := c.members.capacity(now)
+	byKV := c.cfg.Scheduling == sched.SchedulingAction && c.cfg.KVBudget > 0 && len(live) > 0
+	for _, r := range live {
+		byKV = byKV && capacity[r] > 0
 	}
-	return c.waiting.ranked(c.policy, c.d.Now(), free)
+	limit := c.waiting.currentLimit()
+	if byKV {
+		limit = c.cfg.ActiveCeiling()
+	}
+	free := sched.Admissible(limit, c.active.count(), c.stalenessRoom())
+	if free == 0 || c.waiting.count() == 0 || len(live) == 0 {
+		return nil, nil // full, nothing waiting, or no live replica
+	}
+	batch := c.waiting.ranked(c.policy, now, free)
+	if !byKV {
+		return batch, sched.AssignReplicas(live, c.active.load(), len(batch))
+	}
+	waiting := make([]sched.Footprint, len(batch))
+	for k := range waiting {
+		waiting[k] = sched.Footprint{RemainingTurns: -1} // nothing known before its first call
+	}
+	pools := sched.KVPools{Capacity: capacity, Budget: c.cfg.KVBudget, Slots: c.cfg.Slots}
+	replicas := pools.Admit(live, c.active.footprints(), waiting)
+	return batch[:len(replicas)], replicas
 }
 
 // stalenessRoom is sched.StalenessRoom for the current control state and

@@ -26,7 +26,12 @@ type Config struct {
 	// servers' prefix caches) exceed this share of the tokens generated,
 	// the admission limit falls.
 	ReprefillLimit float64 `envconfig:"REPREFILL_LIMIT" default:"0.5"`
-	Policy         string  `envconfig:"POLICY" default:"fcfs"`
+	// KVBudget is the share of each replica's KV pool (as its gen-workers
+	// report it from the server) that the active trajectories' expected KV
+	// may fill: admission goes by KV while every live replica reports its
+	// pool, and by the adaptive count limit otherwise. 0: always by count.
+	KVBudget float64 `envconfig:"KV_BUDGET" default:"1"`
+	Policy   string  `envconfig:"POLICY" default:"fcfs"`
 	// Scheduling is action (action-level scheduling: admission adapts
 	// between MAX_ACTIVE and MAX_ACTIVE_CEILING) or trajectory (a trajectory
 	// holds a generation slot for its whole life: exactly SLOTS x replicas
@@ -127,6 +132,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReprefillLimit <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_REPREFILL_LIMIT: must be > 0"))
+	}
+	if c.KVBudget < 0 || c.KVBudget > 2 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_KV_BUDGET: must be in [0, 2] (0: admission by count), got %v", c.KVBudget))
 	}
 	if c.MaxActive < 0 {
 		errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE: must be >= 0 (0 = slots x replicas x 1.5)"))

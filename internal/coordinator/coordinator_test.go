@@ -247,3 +247,59 @@ func TestAdmissionWithoutPredictor(t *testing.T) {
 		return err == nil && st.Active == 2 && st.PredictorFailures >= 2
 	})
 }
+
+// While every live replica's gen-workers report their server's KV pool,
+// admission keeps the active trajectories' expected KV within the pools: a
+// trajectory that reports it is finishing frees its share; once a replica
+// stops reporting its pool, admission goes by count again.
+func TestAdmissionByKV(t *testing.T) {
+	ctx, s, d := stack(t)
+	cfg := s.CoordinatorConfig()
+	cfg.MaxActiveCeiling = 6 // and the count floor is 1.5 × 2 slots × 2 replicas = 6
+	hearts, err := d.JS.KeyValue(ctx, bus.BucketHeartbeats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beat := func(replica string, pool int) {
+		t.Helper()
+		b, _ := json.Marshal(schema.Heartbeat{V: schema.Version, Worker: "w", Replica: replica, Slots: 2, ServerKVTokens: pool, At: time.Now()})
+		if _, err := hearts.Put(ctx, "gen."+replica+".w", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 100,000 tokens a pool and 2 slots: a trajectory with nothing known is
+	// expected to grow by 50,000, of which it counts 0.75: two fit a pool.
+	beat("r0", 100000)
+	beat("r1", 100000)
+	c, err := s.StartCoordinator(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"} {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, id, sample(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := func(active int, queued uint64) func() bool {
+		return func() bool {
+			st, err := c.Status(ctx)
+			return err == nil && st.Active == active && st.Queued == queued
+		}
+	}
+	testkit.Eventually(t, wait, "two a pool admitted", counts(4, 6))
+	act, err := d.Store.Active(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, e := range act {
+		p := schema.Prediction{V: schema.Version, TrajID: id, Replica: e.Replica, TurnSeq: 3, Turns: 1, GenTokens: 100,
+			ContextTokens: 1500, PromptTokens: 1000, Finishing: true, At: time.Now()}
+		if err := d.Pub.Publish(ctx, bus.SubjectPredictions, "", p); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	testkit.Eventually(t, wait, "one more in the room the finishing one left", counts(5, 5))
+	beat("r1", 0)
+	testkit.Eventually(t, wait, "by count up to the ceiling", counts(6, 4))
+}

@@ -154,6 +154,19 @@ func (m *membership) busy(now time.Time) map[string]int {
 	return busy
 }
 
+// capacity is each replica's KV pool in tokens, as its live gen-workers
+// last read it from their server; a replica none of whose workers reports
+// one is absent.
+func (m *membership) capacity(now time.Time) map[string]int {
+	out := map[string]int{}
+	for _, h := range m.genWorkers(now) {
+		if h.ServerKVTokens > 0 {
+			out[h.Replica] = max(out[h.Replica], h.ServerKVTokens)
+		}
+	}
+	return out
+}
+
 // envWorkers splits the env-workers heard from into the dead (not heard
 // from for envTimeout) and the live, each live one with a count of 0.
 func (m *membership) envWorkers(now time.Time) (dead map[string]bool, live map[string]int) {

@@ -150,7 +150,7 @@ type Worker struct {
 	ridPrefix string
 	// predictions queued for predictor-gw; a full queue drops (a missing
 	// prediction only leaves the length unknown).
-	toPredict chan schema.PredictRequest
+	toPredict chan progress
 	tracker   *tracker
 	stealer   *stealer
 	control   bus.ControlView
@@ -196,7 +196,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, d: d, gen: gen, m: newGenMetrics(cfg.Replica), tmpl: tmpl, tok: tmpl.Tokenizer(), agent: ac,
-		board: &sched.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan schema.PredictRequest, 256),
+		board: &sched.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan progress, 256),
 		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log.With("replica", cfg.Replica),
@@ -496,36 +496,49 @@ func (w *Worker) publishNext(ctx context.Context, t *traj.Trajectory) error {
 	if err := traj.Publish(ctx, w.d.Pub, t.Trace, n); err != nil {
 		return err
 	}
-	if t.Status == traj.StatusNeedsEnvStep && w.cfg.PredictTimeout > 0 {
-		// Predict the rest while the sandbox works.
+	if t.Status == traj.StatusNeedsEnvStep || t.Status == traj.StatusFinishing {
+		// Report its progress (and, while the sandbox works, predict the
+		// rest).
+		p := schema.Prediction{V: schema.Version, TrajID: t.ID, Replica: w.cfg.Replica, TurnSeq: t.Seq, Turns: t.Calls,
+			GenTokens: t.GenTokens, ContextTokens: t.GenCtx, PromptTokens: min(t.PromptLen, t.GenCtx),
+			Finishing: t.Status == traj.StatusFinishing}
 		select {
-		case w.toPredict <- schema.PredictRequest{TrajID: t.ID, GroupID: t.Sample.GroupID, Family: t.Sample.Family,
-			Turns: t.Calls, GenTokens: t.GenTokens, TurnSeq: t.Seq}: // not t: it holds every token
+		case w.toPredict <- progress{p: p, group: t.Sample.GroupID, family: t.Sample.Family}: // not t: it holds every token
 		default:
 		}
 	}
 	return nil
 }
 
-// predictLoop asks predictor-gw for the remaining work of trajectories
-// whose generation just ended and reports it to the coordinator.
+// progress is a trajectory's progress report and what its prediction
+// needs.
+type progress struct {
+	p             schema.Prediction
+	group, family string
+}
+
+// predictLoop reports the progress of trajectories whose generation just
+// ended to the coordinator, with predictor-gw's prediction of their
+// remaining work when they go on (PREDICT_TIMEOUT > 0).
 func (w *Worker) predictLoop(ctx context.Context) error {
 	for {
-		var req schema.PredictRequest
+		var pr progress
 		select {
 		case <-ctx.Done():
 			return nil
-		case req = <-w.toPredict:
+		case pr = <-w.toPredict:
 		}
-		rep, err := w.predict.Predict(ctx, req)
-		if err != nil {
-			continue // logged once by the Predictor; the length stays unknown
+		p := pr.p
+		if !p.Finishing && w.cfg.PredictTimeout > 0 {
+			rep, err := w.predict.Predict(ctx, schema.PredictRequest{TrajID: p.TrajID, GroupID: pr.group, Family: pr.family,
+				Turns: p.Turns, GenTokens: p.GenTokens, TurnSeq: p.TurnSeq})
+			if err == nil { // else logged once by the Predictor; the length stays unknown
+				p.RemainingTokens, p.RemainingTurns, p.Source = rep.RemainingTokens, rep.RemainingTurns, rep.Source
+			}
 		}
-		p := schema.Prediction{V: schema.Version, TrajID: req.TrajID, Replica: w.cfg.Replica, TurnSeq: req.TurnSeq,
-			Turns: req.Turns, GenTokens: req.GenTokens, RemainingTokens: rep.RemainingTokens,
-			RemainingTurns: rep.RemainingTurns, Source: rep.Source, At: w.d.Now().UTC()}
-		if err := w.d.Pub.Publish(ctx, bus.SubjectPredictions, schema.MsgID(req.TrajID, req.TurnSeq, "pred"), p); err != nil && ctx.Err() == nil {
-			w.d.Log.Warn("report prediction", "traj_id", req.TrajID, "error", err)
+		p.At = w.d.Now().UTC()
+		if err := w.d.Pub.Publish(ctx, bus.SubjectPredictions, schema.MsgID(p.TrajID, p.TurnSeq, "pred"), p); err != nil && ctx.Err() == nil {
+			w.d.Log.Warn("report prediction", "traj_id", p.TrajID, "error", err)
 		}
 	}
 }

@@ -119,3 +119,145 @@ func AssignReplicas(live []string, load map[string]int, n int) []string {
 	}
 	return out
 }
+
+// KV admission: admission keeps what the active trajectories are expected
+// to hold in the replicas' KV pools within the pools, from the capacity the
+// servers report (SGLang's max_total_num_tokens, vLLM's KV blocks × block
+// size).
+
+// GrowthShare is the share of a trajectory's predicted context growth its
+// KV demand counts: a context grows from the prompt to its largest over the
+// trajectory's life, so the mean it holds is about half the growth still to
+// come; the predictions of remaining turns come from finished trajectories,
+// the shorter ones first, and run low, which the other quarter makes up for
+// (on the RL-scale benchmark scenarios, 0.5 let the pools overfill at 128k
+// contexts and 1 admitted too few at 64k).
+const GrowthShare = 0.75
+
+// Footprint is what admission knows of a trajectory's use of its replica's
+// KV pool.
+type Footprint struct {
+	Replica string // "" for a waiting sample
+	// Context is its tokens of context after its last reply (0: none yet),
+	// Grown how many of them came after the prompt, over Turns model calls.
+	Context, Grown, Turns int
+	// RemainingTurns is the predicted model calls still to come; negative
+	// (or NaN) when unknown.
+	RemainingTurns float64
+	// Finishing: its last reply is in and it is in its eval; it needs no
+	// more KV.
+	Finishing bool
+}
+
+// PerTurn is the context tokens a model call adds, on average over the
+// running trajectories of fs (each reply and the observation after it);
+// 0 before any has made a call.
+func PerTurn(fs []Footprint) float64 {
+	grown, turns := 0, 0
+	for _, f := range fs {
+		if !f.Finishing && f.Turns > 0 {
+			grown += f.Grown
+			turns += f.Turns
+		}
+	}
+	if turns == 0 {
+		return 0
+	}
+	return float64(grown) / float64(turns)
+}
+
+// Demand is the KV f is expected to hold: nothing while finishing; else its
+// context and GrowthShare of the growth still to come, predicted as its
+// remaining turns × perTurn, or, without a prediction, fresh tokens less
+// what it has grown.
+func Demand(f Footprint, perTurn, fresh float64) float64 {
+	if f.Finishing {
+		return 0
+	}
+	if f.RemainingTurns >= 0 && perTurn > 0 {
+		return float64(f.Context) + GrowthShare*f.RemainingTurns*perTurn
+	}
+	return float64(f.Context) + GrowthShare*max(fresh-float64(f.Grown), 0)
+}
+
+// FreshGrowth is how far a trajectory's context is expected to grow over
+// its life: the mean over the running trajectories of fs with a prediction
+// of what they have grown and are predicted to grow; prior when none has
+// one.
+func FreshGrowth(fs []Footprint, perTurn, prior float64) float64 {
+	sum, n := 0.0, 0
+	for _, f := range fs {
+		if !f.Finishing && f.RemainingTurns >= 0 && perTurn > 0 {
+			sum += float64(f.Grown) + f.RemainingTurns*perTurn
+			n++
+		}
+	}
+	if n == 0 {
+		return prior
+	}
+	return sum / float64(n)
+}
+
+// KVPools is admission's view of the replicas' KV pools.
+type KVPools struct {
+	// Capacity is each live replica's pool, in tokens.
+	Capacity map[string]int
+	// Budget is the share of each pool the active trajectories' demand may
+	// fill (ACTLOOP_KV_BUDGET).
+	Budget float64
+	// Slots is each gen-worker's generation slots: before any trajectory
+	// has a prediction, one is expected to grow by its replica's capacity /
+	// Slots.
+	Slots int
+}
+
+// Admit returns the replicas of the first waiting samples to admit, in
+// waiting's (rank) order, beside the active trajectories: each goes to the
+// live replica with the most room (budget × capacity minus the demand on
+// it, counting those admitted before it) while its demand fits; admission
+// stops at the first that fits nowhere, so that a large one is not passed
+// over for ever. A replica with nothing on it takes one whatever its
+// demand. live orders replicas of equal room.
+func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
+	perTurn := PerTurn(active)
+	fresh := FreshGrowth(active, perTurn, -1)
+	full := make(map[string]float64, len(live))
+	room := make(map[string]float64, len(live))
+	for _, r := range live {
+		full[r] = p.Budget * float64(p.Capacity[r])
+		room[r] = full[r]
+	}
+	for _, f := range active {
+		if _, ok := room[f.Replica]; ok {
+			room[f.Replica] -= Demand(f, perTurn, p.fresh(fresh, f.Replica))
+		}
+	}
+	var out []string
+	for _, f := range waiting {
+		best := ""
+		for _, r := range live {
+			if best == "" || room[r] > room[best] {
+				best = r
+			}
+		}
+		if best == "" {
+			break
+		}
+		need := Demand(f, perTurn, p.fresh(fresh, best))
+		if need > room[best] && room[best] < full[best] {
+			break
+		}
+		room[best] -= need
+		out = append(out, best)
+	}
+	return out
+}
+
+// fresh is the expected growth of a trajectory on replica: fresh when
+// known (not negative), else the replica's capacity / Slots.
+func (p KVPools) fresh(fresh float64, replica string) float64 {
+	if fresh >= 0 {
+		return fresh
+	}
+	return float64(p.Capacity[replica]) / float64(max(p.Slots, 1))
+}

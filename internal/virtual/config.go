@@ -71,6 +71,11 @@ type Config struct {
 	PreemptCooldown             time.Duration
 	ReprefillLimit              float64
 
+	// KVBudget is the share of each server's pool that admission lets the
+	// active trajectories' KV demand fill (ACTLOOP_KV_BUDGET; 0: admission
+	// by the adaptive count limit instead).
+	KVBudget float64
+
 	// Reserve is the share of each trajectory's largest context the
 	// clairvoyant reference reserves (0: 1, all of it).
 	Reserve float64
@@ -86,7 +91,7 @@ func Defaults(replicas, slots int) Config {
 	return Config{Replicas: replicas, Server: batching.DefaultConfig(), Slots: slots, Kind: KindAction,
 		Policy: sched.NameFCFS, MaxNew: 8192,
 		AdaptInterval: 5 * time.Second, SnapshotInterval: 200 * time.Millisecond, AgeLimit: 2 * time.Minute,
-		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, SampleEveryS: 10}
+		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, SampleEveryS: 10}
 }
 
 // floor and ceiling of the admission limit, as the coordinator's

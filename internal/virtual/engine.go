@@ -3,6 +3,7 @@ package virtual
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -29,6 +30,8 @@ type traj struct {
 	predicted              float64
 	preemptedAt            float64
 
+	inEval    bool               // its last reply is in: it needs no more KV
+	predTurns float64            // the history's prediction of its remaining turns (-1: none)
 	turn      int                // the turn being generated (0-based)
 	partial   int                // tokens of this turn kept from interrupted generations
 	resumed   bool               // interrupted: its next gen step goes to .lo
@@ -133,7 +136,7 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 		if err := e.fits(p); err != nil {
 			return Result{}, err
 		}
-		t := &traj{plan: p, replica: -1, preemptedAt: math.Inf(-1), versions: [2]int64{math.MaxInt64, math.MinInt64}}
+		t := &traj{plan: p, replica: -1, predTurns: -1, preemptedAt: math.Inf(-1), versions: [2]int64{math.MaxInt64, math.MinInt64}}
 		t.ctx = []batching.Segment{{Key: key(p.GroupID, -1, 'p'), Tokens: p.Prompt}}
 		t.ctxLen = p.Prompt
 		e.ts = append(e.ts, t)
@@ -229,7 +232,7 @@ func (e *engine) predict(t *traj) float64 {
 	case PredictOracle:
 		return float64(e.remainingTokens(t))
 	case PredictHistory:
-		p, _ := e.history.predict(t.plan.GroupID, t.genTokens, t.calls)
+		p, _, _ := e.history.predict(t.plan.GroupID, t.genTokens, t.calls)
 		return p
 	}
 	return 0
@@ -284,28 +287,79 @@ func (e *engine) admit() {
 		e.admitClairvoyant()
 		return
 	}
+	if e.cfg.Kind == KindAction && e.cfg.KVBudget > 0 {
+		e.admitKV()
+		return
+	}
 	room := sched.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
 	free := sched.Admissible(e.limit, e.active, room)
 	if free == 0 || len(e.waitingIDs) == 0 {
 		return
 	}
+	order := e.policy.Order(e.waitingFacts(), e.instant(e.now))
+	batch := order[:min(free, len(order))]
+	e.startAll(batch, sched.AssignReplicas(e.names, maps.Clone(e.load), len(batch)))
+}
+
+// waitingFacts are the waiting samples' facts, in waitingIDs' order.
+func (e *engine) waitingFacts() []sched.Fact {
 	facts := make([]sched.Fact, len(e.waitingIDs))
 	for k, i := range e.waitingIDs {
 		t := e.ts[i]
 		at := e.instant(0) // the whole batch arrives at once
 		facts[k] = sched.Fact{TrajID: t.plan.ID, GroupID: t.plan.GroupID, AdmittedAt: at, WaitingSince: at, Predicted: t.predicted}
 	}
-	order := e.policy.Order(facts, e.instant(e.now))
-	batch := order[:min(free, len(order))]
-	replicas := sched.AssignReplicas(e.names, e.load, len(batch))
-	admitted := make(map[int]bool, len(batch))
-	for k, j := range batch {
-		i := e.waitingIDs[j]
+	return facts
+}
+
+// startAll admits the waiting samples at positions order[:len(replicas)]
+// of waitingIDs, each on its replica.
+func (e *engine) startAll(order []int, replicas []string) {
+	if len(replicas) == 0 {
+		return
+	}
+	admitted := make(map[int]bool, len(replicas))
+	for k, name := range replicas {
+		i := e.waitingIDs[order[k]]
 		admitted[i] = true
-		e.start0(i, e.replicaOf[replicas[k]]) // AssignReplicas counted it in load
+		e.load[name]++
+		e.start0(i, e.replicaOf[name])
 	}
 	e.waitingIDs = slices.DeleteFunc(e.waitingIDs, func(i int) bool { return admitted[i] })
 	e.dirty = true
+}
+
+// admitKV admits waiting samples in policy order while their KV demand
+// fits beside the active trajectories' in the replicas' pools
+// (sched.KVPools), under the count ceiling and the staleness bound, as the
+// coordinator does when its gen-workers report their servers' pools.
+func (e *engine) admitKV() {
+	room := sched.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
+	free := sched.Admissible(e.cfg.ceiling(), e.active, room)
+	if free == 0 || len(e.waitingIDs) == 0 {
+		return
+	}
+	order := e.policy.Order(e.waitingFacts(), e.instant(e.now))
+	order = order[:min(free, len(order))]
+	active := make([]sched.Footprint, len(e.activeIDs))
+	for k, i := range e.activeIDs {
+		t := e.ts[i]
+		active[k] = sched.Footprint{Replica: e.names[t.replica], Context: t.genCtx, Turns: t.calls,
+			RemainingTurns: t.predTurns, Finishing: t.inEval}
+		if t.calls > 0 {
+			active[k].Grown = t.genCtx - t.plan.Prompt
+		}
+	}
+	waiting := make([]sched.Footprint, len(order))
+	for k := range waiting {
+		waiting[k] = sched.Footprint{RemainingTurns: -1}
+	}
+	capacity := make(map[string]int, len(e.names))
+	for _, name := range e.names {
+		capacity[name] = e.cfg.Server.MaxTotalTokens
+	}
+	pools := sched.KVPools{Capacity: capacity, Budget: e.cfg.KVBudget, Slots: e.cfg.Slots}
+	e.startAll(order, pools.Admit(e.names, active, waiting))
 }
 
 // admitClairvoyant admits, longest critical path first, every waiting
@@ -531,6 +585,8 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	t.calls++
 	t.partial, t.resumed = 0, false
 	if t.turn == len(t.plan.Tokens)-1 {
+		t.inEval = true
+		e.admit() // it needs no more KV
 		t.since = e.now
 		e.q.push(e.now+t.plan.Startup+t.plan.Eval, evResult, g.t)
 		return
@@ -543,6 +599,11 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 		if p := e.predict(t); p > 0 {
 			t.predicted = p
 		}
+	}
+	// The gen-worker asks predictor-gw every turn, whatever the policy.
+	t.predTurns = -1
+	if _, turns, ok := e.history.predict(t.plan.GroupID, t.genTokens, t.calls); ok {
+		t.predTurns = turns
 	}
 	t.since = e.now
 	e.q.push(e.now+t.plan.Exec[t.turn-1], evEnvDone, g.t)
@@ -683,11 +744,11 @@ func keepNewest(ts []predict.Total, t predict.Total) []predict.Total {
 	return ts[:min(len(ts), predict.DefaultKeep)]
 }
 
-func (h *history) predict(group string, tokens, turns int) (float64, bool) {
+func (h *history) predict(group string, tokens, turns int) (float64, float64, bool) {
 	levels := []predict.Level{
 		{Source: predict.SourceGroup, Min: 1, Totals: h.groups[group]},
 		{Source: predict.SourceGlobal, Min: predict.DefaultMinGlobal, Totals: h.global},
 	}
-	p, _, _, ok := predict.Remaining(levels, tokens, turns)
-	return p, ok
+	p, rt, _, ok := predict.Remaining(levels, tokens, turns)
+	return p, rt, ok
 }

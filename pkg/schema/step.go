@@ -176,20 +176,31 @@ type PredictReply struct {
 	Error           string  `json:"error,omitempty"`
 }
 
-// Prediction reports a trajectory's predicted remaining work to the
-// coordinator on actloop.predictions. The coordinator drops one whose
-// TurnSeq is older than what it already knows of the trajectory.
+// Prediction reports a trajectory's progress and predicted remaining work
+// to the coordinator on actloop.predictions, after each of its model calls.
+// The coordinator drops one whose TurnSeq is older than what it already
+// knows of the trajectory.
 type Prediction struct {
-	V               int       `json:"v"`
-	TrajID          string    `json:"traj_id"`
-	Replica         string    `json:"replica"`
-	TurnSeq         int64     `json:"turn_seq"`
-	Turns           int       `json:"turns"`
-	GenTokens       int       `json:"gen_tokens"`
-	RemainingTokens float64   `json:"remaining_tokens"`
-	RemainingTurns  float64   `json:"remaining_turns"`
-	Source          string    `json:"source,omitempty"`
-	At              time.Time `json:"at"`
+	V               int     `json:"v"`
+	TrajID          string  `json:"traj_id"`
+	Replica         string  `json:"replica"`
+	TurnSeq         int64   `json:"turn_seq"`
+	Turns           int     `json:"turns"`
+	GenTokens       int     `json:"gen_tokens"`
+	RemainingTokens float64 `json:"remaining_tokens"`
+	RemainingTurns  float64 `json:"remaining_turns"`
+	// Source is the predictor's evidence; empty when there is no
+	// prediction (the remaining work is then unknown, and 0).
+	Source string `json:"source,omitempty"`
+	// ContextTokens is the trajectory's context after its last reply, of
+	// which PromptTokens are its prompt: what it holds in its server's KV
+	// pool.
+	ContextTokens int `json:"context_tokens,omitempty"`
+	PromptTokens  int `json:"prompt_tokens,omitempty"`
+	// Finishing: its last reply is in and its eval follows; it needs no
+	// more generation (nor KV).
+	Finishing bool      `json:"finishing,omitempty"`
+	At        time.Time `json:"at"`
 }
 
 // Validate implements validator.
@@ -219,6 +230,11 @@ func (r *Prediction) Validate() error {
 	}
 	if r.RemainingTokens < 0 || r.RemainingTurns < 0 {
 		p.add("remaining_tokens", "must be >= 0")
+	}
+	nonNegative(&p, "context_tokens", int64(r.ContextTokens))
+	nonNegative(&p, "prompt_tokens", int64(r.PromptTokens))
+	if r.PromptTokens > r.ContextTokens {
+		p.add("prompt_tokens", "more than context_tokens")
 	}
 	return p.err()
 }

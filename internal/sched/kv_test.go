@@ -1,0 +1,133 @@
+package sched_test
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/actloop/actloop/internal/sched"
+)
+
+func TestPerTurnAndFreshGrowth(t *testing.T) {
+	fs := []sched.Footprint{
+		{Replica: "a", Context: 5000, Grown: 3000, Turns: 3, RemainingTurns: 7},
+		{Replica: "a", Context: 9000, Grown: 7000, Turns: 5, RemainingTurns: -1},
+		{Replica: "b", Context: 60000, Grown: 58000, Turns: 20, Finishing: true}, // left out
+		{Replica: "b", Context: 2000, RemainingTurns: -1},                        // no call yet: left out
+	}
+	if got := sched.PerTurn(fs); got != 10000.0/8 {
+		t.Fatalf("PerTurn = %v, want 1250 (10,000 tokens over 8 calls)", got)
+	}
+	if got := sched.PerTurn(fs[2:]); got != 0 {
+		t.Fatalf("PerTurn with no running call = %v, want 0", got)
+	}
+	// Only the first has a prediction: 3,000 grown + 7 × 1,250.
+	if got := sched.FreshGrowth(fs, 1250, -1); got != 3000+7*1250 {
+		t.Fatalf("FreshGrowth = %v, want %v", got, 3000+7*1250)
+	}
+	if got := sched.FreshGrowth(fs[1:], 1250, 42); got != 42 {
+		t.Fatalf("FreshGrowth without predictions = %v, want the prior 42", got)
+	}
+}
+
+func TestDemand(t *testing.T) {
+	g := sched.GrowthShare
+	tests := []struct {
+		name           string
+		f              sched.Footprint
+		perTurn, fresh float64
+		want           float64
+	}{
+		{"finishing: nothing", sched.Footprint{Context: 50000, Finishing: true}, 1000, 20000, 0},
+		{"predicted: context and a share of turns × per turn", sched.Footprint{Context: 10000, Grown: 8000, Turns: 4, RemainingTurns: 10}, 1000, 20000, 10000 + g*10*1000},
+		{"predicted to end: its context", sched.Footprint{Context: 10000, Grown: 8000, Turns: 4, RemainingTurns: 0}, 1000, 20000, 10000},
+		{"unknown: a share of the fresh growth it has not made", sched.Footprint{Context: 10000, Grown: 8000, Turns: 4, RemainingTurns: -1}, 1000, 20000, 10000 + g*12000},
+		{"unknown and past the fresh growth: its context", sched.Footprint{Context: 30000, Grown: 28000, Turns: 9, RemainingTurns: -1}, 1000, 20000, 30000},
+		{"waiting: a share of the fresh growth", sched.Footprint{RemainingTurns: -1}, 0, 20000, g * 20000},
+		{"NaN prediction is unknown", sched.Footprint{Context: 100, RemainingTurns: math.NaN()}, 1000, 400, 100 + g*400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sched.Demand(tt.f, tt.perTurn, tt.fresh); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("Demand = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func waiting(n int) []sched.Footprint {
+	out := make([]sched.Footprint, n)
+	for k := range out {
+		out[k] = sched.Footprint{RemainingTurns: -1}
+	}
+	return out
+}
+
+func TestKVPoolsAdmit(t *testing.T) {
+	pools := sched.KVPools{Capacity: map[string]int{"a": 100000, "b": 100000}, Budget: 1, Slots: 4}
+	// Nothing known: a fresh trajectory grows by capacity / slots = 25,000,
+	// of which it counts GrowthShare.
+	need := sched.GrowthShare * 25000
+	per := int(100000 / need) // on each replica
+	got := pools.Admit([]string{"a", "b"}, nil, waiting(100))
+	if len(got) != 2*per {
+		t.Fatalf("admitted %d on empty pools, want %d (%d a replica)", len(got), 2*per, per)
+	}
+	if n := countOf(got, "a"); n != per {
+		t.Fatalf("replica a got %d of %v, want %d: the most room first", n, got, per)
+	}
+
+	// Replica a is full with one large trajectory: all go to b.
+	active := []sched.Footprint{{Replica: "a", Context: 99000, Grown: 97000, Turns: 10, RemainingTurns: -1}}
+	got = pools.Admit([]string{"a", "b"}, active, waiting(10))
+	if len(got) != per || countOf(got, "a") != 0 {
+		t.Fatalf("with a full: %v, want %d on b", got, per)
+	}
+
+	// A trajectory in its eval holds nothing.
+	active[0].Finishing = true
+	if got = pools.Admit([]string{"a", "b"}, active, waiting(100)); len(got) != 2*per {
+		t.Fatalf("with a finishing: admitted %d, want %d", len(got), 2*per)
+	}
+
+	// A replica with nothing on it takes one whatever its demand.
+	small := sched.KVPools{Capacity: map[string]int{"a": 1000}, Budget: 1, Slots: 1}
+	if got = small.Admit([]string{"a"}, nil, waiting(3)); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("an empty replica too small for one: %v, want one admitted", got)
+	}
+
+	// Nothing live: nothing admitted.
+	if got = pools.Admit(nil, nil, waiting(3)); len(got) != 0 {
+		t.Fatalf("no live replica: %v", got)
+	}
+
+	// A budget of 0.5 halves what fits.
+	half := pools
+	half.Budget = 0.5
+	if got = half.Admit([]string{"a", "b"}, nil, waiting(100)); len(got) != 2*int(50000/need) {
+		t.Fatalf("budget 0.5: admitted %d, want %d", len(got), 2*int(50000/need))
+	}
+
+	// Active trajectories with predictions set the fresh growth: each has
+	// grown 4,000 in 4 calls and has 6 to go, so a fresh one grows 10,000.
+	active = nil
+	for range 4 {
+		active = append(active, sched.Footprint{Replica: "a", Context: 5000, Grown: 4000, Turns: 4, RemainingTurns: 6})
+	}
+	used := 4 * (5000 + sched.GrowthShare*6*1000)
+	fresh := sched.GrowthShare * 10000.0
+	want := int((100000-used)/fresh) + int(100000/fresh)
+	if got = pools.Admit([]string{"a", "b"}, active, waiting(100)); len(got) != want {
+		t.Fatalf("with history: admitted %d, want %d", len(got), want)
+	}
+}
+
+func countOf(rs []string, r string) int {
+	n := 0
+	for _, x := range rs {
+		if x == r {
+			n++
+		}
+	}
+	return n
+}
