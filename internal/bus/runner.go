@@ -43,7 +43,11 @@ import (
 type Runner struct {
 	Name    string               // consumer name, for logs, spans and dead letters
 	Sources []jetstream.Consumer // in priority order
-	Slots   int                  // concurrent handlers
+	Slots   int                  // concurrent handlers, at most
+	// Limit, when set, is how many handlers may run now (at most Slots,
+	// at least 1): the Runner follows it within about limitPoll, holding
+	// the slots above it empty.
+	Limit func() int
 	Handler Handler
 	// Middleware wraps Handler inside the standard chain (after Recover),
 	// outermost first.
@@ -131,10 +135,22 @@ func (r *Runner) Run(ctx context.Context) error {
 	slots := make(chan struct{}, r.Slots)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	release := func(n int) { releaseN(slots, n) }
+	if r.Limit != nil {
+		lim := &limiter{slots: slots, cap: r.Slots, limit: r.Limit}
+		lim.adjust() // before any pull
+		release = lim.release
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			lim.follow(ctx)
+		}()
+	}
 	// dispatch runs m in a slot the caller already holds.
 	dispatch := func(m jetstream.Msg) {
 		wg.Go(func() {
-			defer func() { <-slots }()
+			defer release(1)
 			_ = h(mctx, m) // settled by the Acker
 		})
 	}
@@ -160,7 +176,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			free++
 		}
 		if r.Ready != nil && !r.Ready() { // changed while waiting for a slot
-			releaseN(slots, free)
+			release(free)
 			continue
 		}
 		rang := bell.take()
@@ -170,7 +186,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				got = r.fetch(ctx, src, 1, 0, dispatch)
 			}
 		}
-		releaseN(slots, free-got)
+		release(free - got)
 		// A ring can come before its message is stored where the consumer
 		// sees it (the doorbell hears the publish, the stream stores it
 		// after): one that found nothing is kept for another look, for up
@@ -192,6 +208,81 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// limiter keeps the slots above a Runner's Limit held, so no handler can
+// take them: slots are interchangeable, so holding one is leaving a token
+// in the channel. A slot given back while the limit wants more held is
+// kept; free slots are taken every limitPoll.
+type limiter struct {
+	slots chan struct{}
+	cap   int
+	limit func() int
+
+	mu   sync.Mutex
+	held int
+}
+
+// want is how many slots should be held now.
+func (l *limiter) want() int { return l.cap - min(max(l.limit(), 1), l.cap) }
+
+// release gives back n slots a caller held, keeping those the limit wants
+// held.
+func (l *limiter) release(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	want := l.want()
+	for range n {
+		if l.held < want {
+			l.held++
+		} else {
+			<-l.slots
+		}
+	}
+}
+
+// adjust takes free slots, or gives back held ones, until it holds what
+// the limit wants (taking only free ones: one in use is kept when its
+// handler gives it back).
+func (l *limiter) adjust() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	want := l.want()
+	for l.held < want {
+		select {
+		case l.slots <- struct{}{}:
+			l.held++
+			continue
+		default:
+		}
+		break
+	}
+	for l.held > want {
+		<-l.slots
+		l.held--
+	}
+}
+
+// follow adjusts every limitPoll until ctx ends, then gives back what it
+// holds.
+func (l *limiter) follow(ctx context.Context) {
+	t := time.NewTicker(limitPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.mu.Lock()
+			releaseN(l.slots, l.held)
+			l.held = 0
+			l.mu.Unlock()
+			return
+		case <-t.C:
+			l.adjust()
+		}
+	}
+}
+
+// limitPoll is how often a Runner with a Limit asks it again.
+const limitPoll = 10 * time.Millisecond
 
 func releaseN(slots chan struct{}, n int) {
 	for range n {

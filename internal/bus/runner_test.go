@@ -468,3 +468,67 @@ func firstDeadLetter(t *testing.T, ctx context.Context, js jetstream.JetStream) 
 	}
 	return e, m
 }
+
+// With a Limit, the Runner runs no more handlers than it says from the
+// start, more as it rises and fewer once it falls.
+func TestRunnerFollowsLimit(t *testing.T) {
+	ctx, js, topo := setup(t)
+	c, err := topo.Consumer(ctx, js, bus.StreamEnv, "limit", bus.SubjectEnvStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := bus.NewPublisher(js)
+	for range 30 {
+		if err := pub.PublishRaw(ctx, bus.SubjectEnvStart, "", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var running, peak, ended atomic.Int32
+	var limit atomic.Int64
+	limit.Store(2)
+	gate := make(chan struct{})
+	r := newRunner(js, topo, "limit", 8, func(ctx context.Context, _ jetstream.Msg) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		select {
+		case <-gate:
+			ended.Add(1)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, c)
+	r.Limit = func() int { return int(limit.Load()) }
+	start(t, r)
+	testkit.Eventually(t, within, "two handlers running", func() bool { return running.Load() == 2 })
+	if info, err := c.Info(ctx); err != nil || info.NumAckPending != 2 {
+		t.Fatalf("ack pending %+v %v with a limit of 2", info, err)
+	}
+	if peak.Load() != 2 {
+		t.Fatalf("peak concurrency %d under a limit of 2", peak.Load())
+	}
+	limit.Store(5)
+	testkit.Eventually(t, within, "five running once the limit rose", func() bool { return running.Load() == 5 })
+	limit.Store(1)
+	testkit.Eventually(t, within, "one running once the limit fell and handlers ended", func() bool {
+		if running.Load() > 1 {
+			select {
+			case gate <- struct{}{}:
+			default:
+			}
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && running.Load() == 1 && info.NumAckPending == 1
+	})
+	// Without the limit, one would run only once the 30 ran out.
+	if n := ended.Load(); n > 20 {
+		t.Fatalf("%d handlers ended before one alone ran", n)
+	}
+}

@@ -41,7 +41,9 @@ func TestPreemptionKeepsTheTokenStream(t *testing.T) {
 	if _, err := e.stack.StartCoordinator(e.ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.stack.StartGenWorker(e.ctx, "r0", nil); err != nil {
+	gcfg := e.stack.GenWorkerConfig("r0")
+	gcfg.KVBudget = 0 // one slot, however much the server's pool holds: it is full
+	if _, err := e.stack.StartGenWorkerWith(e.ctx, gcfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	envCfg := e.stack.EnvWorkerConfig("env-0")

@@ -65,6 +65,11 @@ type Config struct {
 	// generation when every slot is busy (never under
 	// ACTLOOP_SCHEDULING=trajectory).
 	Preempt bool `envconfig:"PREEMPT" default:"true"`
+	// KVBudget is the share of the server's KV pool (as it reports it) the
+	// running generations' inputs and output reserves may fill: beyond its
+	// SLOTS the worker runs more generations while they fit, up to 1,024.
+	// 0: SLOTS only. Never under ACTLOOP_SCHEDULING=trajectory.
+	KVBudget float64 `envconfig:"KV_BUDGET" default:"1"`
 	// Scheduling is action or trajectory, as the coordinator's
 	// ACTLOOP_SCHEDULING: under trajectory a trajectory holds its slot for
 	// its whole life and nothing is preempted.
@@ -99,6 +104,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Slots < 1 {
 		errs = append(errs, errors.New("ACTLOOP_SLOTS: must be >= 1"))
+	}
+	if c.KVBudget < 0 || c.KVBudget > 2 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_KV_BUDGET: must be in [0, 2] (0: SLOTS only), got %v", c.KVBudget))
 	}
 	if c.Scheduling != sched.SchedulingAction && c.Scheduling != sched.SchedulingTrajectory {
 		errs = append(errs, fmt.Errorf("ACTLOOP_SCHEDULING: %q: want action or trajectory", c.Scheduling))
@@ -224,6 +232,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		Preempt: w.tracker, Ready: func() bool { return !w.tracker.isPaused() && !w.health.isDown() }}
 	if w.cfg.Steal {
 		r.Steal = w.stealer.Steal
+	}
+	if w.cfg.Scheduling == sched.SchedulingAction && w.cfg.KVBudget > 0 {
+		r.Slots, r.Limit = max(w.cfg.Slots, sched.DispatchCap), w.dispatchLimit
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(ctx) })
@@ -359,6 +370,7 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 			req.Reply = s.Script[t.Calls]
 		}
 		g.rid, g.notBefore = rid, t.PreemptedAt.Add(w.cfg.PreemptCooldown)
+		g.need = int64(len(t.Tokens) + sched.OutputReserve(maxNew))
 		if err := w.tracker.start(ctx, g); err != nil {
 			return nil, err // shutting down while paused
 		}

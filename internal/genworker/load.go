@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/pkg/llm"
 )
 
@@ -50,4 +51,20 @@ func (w *Worker) loadLoop(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// limit is how many generations the worker may run now: its slots, or
+// by KV (dispatchLimit).
+func (w *Worker) limit() int {
+	if w.cfg.Scheduling == sched.SchedulingAction && w.cfg.KVBudget > 0 {
+		return w.dispatchLimit()
+	}
+	return w.cfg.Slots
+}
+
+// dispatchLimit is how many generations the worker may run now
+// (sched.DispatchLimit over its server's pool as last read).
+func (w *Worker) dispatchLimit() int {
+	return sched.DispatchLimit(w.cfg.Slots, int(w.tracker.inFlight.Load()), w.tracker.inFlightKV.Load(),
+		w.serverLoad().CapacityTokens, w.cfg.KVBudget)
 }

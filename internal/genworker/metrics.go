@@ -38,6 +38,8 @@ func (w *Worker) registerMetrics() *metrics.Scope {
 	l := prometheus.Labels{"replica": w.cfg.Replica}
 	k := w.tracker
 	metrics.GaugeFunc(reg, "actloop_slots", l, func() float64 { return float64(w.cfg.Slots) })
+	metrics.GaugeFunc(reg, "actloop_dispatch_limit", l, func() float64 { return float64(w.limit()) })
+	metrics.GaugeFunc(reg, "actloop_inflight_kv_tokens", l, func() float64 { return float64(k.inFlightKV.Load()) })
 	metrics.GaugeFunc(reg, "actloop_slots_busy", l, func() float64 { return float64(k.inFlight.Load()) })
 	metrics.GaugeFunc(reg, "actloop_llm_down", l, func() float64 { return metrics.Bool(w.health.isDown()) })
 	for name, v := range map[string]interface{ Load() int64 }{

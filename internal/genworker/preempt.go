@@ -24,6 +24,9 @@ type generation struct {
 	kept      atomic.Int64  // tokens a pause abort left to keep; -1 when not aborted by a pause
 	returned  chan struct{} // closed when the call returned
 	queuedAt  time.Time     // when its gen step was published (zero: unknown)
+	// need is what it is counted to hold in the server's pool: its input
+	// and its output reserve (sched.OutputReserve).
+	need int64
 }
 
 func newGeneration() *generation {
@@ -56,6 +59,7 @@ type tracker struct {
 	resumedTokens atomic.Int64
 	wastedTokens  atomic.Int64
 	inFlight      atomic.Int64
+	inFlightKV    atomic.Int64 // the running generations' needs
 	generated     atomic.Int64
 	reprefilled   atomic.Int64
 }
@@ -94,11 +98,13 @@ func (k *tracker) start(ctx context.Context, g *generation) error {
 	}
 	k.mu.Unlock()
 	k.inFlight.Add(1)
+	k.inFlightKV.Add(g.need)
 	return nil
 }
 
 func (k *tracker) done(g *generation) {
 	k.inFlight.Add(-1)
+	k.inFlightKV.Add(-g.need)
 	k.mu.Lock()
 	delete(k.running, g)
 	if g.elem != nil {

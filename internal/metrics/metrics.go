@@ -55,6 +55,8 @@ var Catalogue = []Metric{
 
 	{"actloop_slots", "Generation slots of the replica on this gen-worker.", "gauge", []string{GenWorker}, []string{"replica"}},
 	{"actloop_slots_busy", "Generations running now.", "gauge", []string{GenWorker}, []string{"replica"}},
+	{"actloop_dispatch_limit", "Generations the worker may run now: its slots, or more while they fit in ACTLOOP_KV_BUDGET of the server's pool.", "gauge", []string{GenWorker}, []string{"replica"}},
+	{"actloop_inflight_kv_tokens", "The running generations' inputs and output reserves, in tokens.", "gauge", []string{GenWorker}, []string{"replica"}},
 	{"actloop_gen_step_seconds", "Time of one generation call on the inference server.", "histogram", []string{GenWorker}, []string{"replica"}},
 	{"actloop_gen_queue_wait_seconds", "Time from a gen step's publish to its generation's start.", "histogram", []string{GenWorker}, []string{"replica"}},
 	{"actloop_generated_tokens_total", "Tokens generated.", "counter", []string{GenWorker}, []string{"replica"}},

@@ -261,3 +261,31 @@ func (p KVPools) fresh(fresh float64, replica string) float64 {
 	}
 	return float64(p.Capacity[replica]) / float64(max(p.Slots, 1))
 }
+
+// DispatchCap bounds the generations a gen-worker runs at once when it
+// dispatches by KV (DispatchLimit).
+const DispatchCap = 1024
+
+// DispatchLimit is how many generations a gen-worker may run at once: its
+// slots, and beyond them, while its server reports a pool (pool > 0) and
+// budget > 0, as many as fit in budget × pool beside the running ones,
+// whose inputs and output reserves (min(max_new_tokens, 4,096), what
+// SGLang reserves for a new request) come to inflight tokens; each more is
+// expected to need their mean, or pool / slots while none runs. At most
+// DispatchCap.
+func DispatchLimit(slots, running int, inflight int64, pool int, budget float64) int {
+	if pool <= 0 || budget <= 0 {
+		return slots
+	}
+	mean := float64(pool) / float64(max(slots, 1))
+	if running > 0 && inflight > 0 {
+		mean = float64(inflight) / float64(running)
+	}
+	room := budget*float64(pool) - float64(inflight)
+	return min(max(running+int(room/mean), slots), DispatchCap)
+}
+
+// OutputReserve is the output tokens a generation of maxNew new tokens is
+// counted to need in its server's pool (SGLang's
+// SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, 4,096).
+func OutputReserve(maxNew int) int { return min(maxNew, 4096) }

@@ -131,3 +131,34 @@ func countOf(rs []string, r string) int {
 	}
 	return n
 }
+
+func TestDispatchLimit(t *testing.T) {
+	tests := []struct {
+		name     string
+		slots    int
+		running  int
+		inflight int64
+		pool     int
+		budget   float64
+		want     int
+	}{
+		{"no pool reported: the slots", 4, 4, 40000, 0, 1, 4},
+		{"budget 0: the slots", 4, 4, 40000, 100000, 0, 4},
+		{"room for six more at the running mean", 4, 4, 40000, 100000, 1, 10},
+		{"none running: pool / slots each", 4, 0, 0, 100000, 1, 4},
+		{"pool overfull: no more until the excess ends", 4, 12, 120000, 100000, 1, 10},
+		{"never below the slots", 4, 4, 200000, 100000, 1, 4},
+		{"half the pool", 4, 2, 20000, 100000, 0.5, 5},
+		{"at most DispatchCap", 1, 1, 10, 1 << 30, 1, sched.DispatchCap},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sched.DispatchLimit(tt.slots, tt.running, tt.inflight, tt.pool, tt.budget); got != tt.want {
+				t.Fatalf("DispatchLimit = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	if sched.OutputReserve(8192) != 4096 || sched.OutputReserve(100) != 100 {
+		t.Fatal("OutputReserve: min(max_new_tokens, 4096)")
+	}
+}

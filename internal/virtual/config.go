@@ -72,8 +72,9 @@ type Config struct {
 	ReprefillLimit              float64
 
 	// KVBudget is the share of each server's pool that admission lets the
-	// active trajectories' KV demand fill (ACTLOOP_KV_BUDGET; 0: admission
-	// by the adaptive count limit instead).
+	// active trajectories' KV demand fill, and that each gen-worker's
+	// running generations may fill beyond its slots (ACTLOOP_KV_BUDGET;
+	// 0: admission by the adaptive count limit, dispatch by slots).
 	KVBudget float64
 
 	// Reserve is the share of each trajectory's largest context the

@@ -55,14 +55,16 @@ type generation struct {
 	version   int64
 	notBefore float64
 	input     int
+	need      int64 // input and output reserve, as the gen-worker counts them
 }
 
 // worker is one replica's gen-worker and its server.
 type worker struct {
 	srv     *batching.Server
 	hi, lo  fifo
-	running int
-	low     []*generation // running low generations, oldest first
+	running  int
+	inflight int64 // the running generations' needs
+	low      []*generation // running low generations, oldest first
 	gens    map[int64]*generation
 	// Counters as a gen-worker's heartbeat reports them.
 	generated, reprefilled int64
@@ -462,7 +464,7 @@ func (e *engine) dispatch(r int) {
 		return
 	}
 	for {
-		for w.running < e.cfg.Slots && (w.hi.len() > 0 || w.lo.len() > 0) {
+		for (w.hi.len() > 0 || w.lo.len() > 0) && e.room(w) {
 			if w.hi.len() > 0 {
 				e.start(r, w.hi.pop(), false)
 			} else {
@@ -488,6 +490,15 @@ func (e *engine) dispatch(r int) {
 	e.kick(r)
 }
 
+// room reports whether worker w may start another generation now: within
+// its slots, or by KV as the gen-worker dispatches (sched.DispatchLimit).
+func (e *engine) room(w *worker) bool {
+	if e.cfg.Kind != KindAction || e.cfg.KVBudget == 0 {
+		return w.running < e.cfg.Slots
+	}
+	return w.running < sched.DispatchLimit(e.cfg.Slots, w.running, w.inflight, e.cfg.Server.MaxTotalTokens, e.cfg.KVBudget)
+}
+
 // start sends trajectory i's generation to replica r's server.
 func (e *engine) start(r, i int, low bool) {
 	w := e.ws[r]
@@ -509,6 +520,8 @@ func (e *engine) start(r, i int, low bool) {
 	}
 	e.calls++
 	e.inputTokens += int64(g.input)
+	g.need = int64(g.input + sched.OutputReserve(e.cfg.MaxNew-t.partial))
+	w.inflight += g.need
 	w.gens[g.id] = g
 	w.running++
 	if low {
@@ -541,6 +554,7 @@ func (e *engine) ended(r int, g *generation, d batching.Done) {
 	w := e.ws[r]
 	delete(w.gens, g.id)
 	w.running--
+	w.inflight -= g.need
 	if g.low {
 		w.low = slices.DeleteFunc(w.low, func(x *generation) bool { return x == g })
 	}

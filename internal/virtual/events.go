@@ -89,3 +89,4 @@ func (f *fifo) pop() int {
 	}
 	return i
 }
+
