@@ -47,7 +47,7 @@ type Runner struct {
 	// Limit, when set, is how many handlers may run now (at most Slots,
 	// at least 1): the Runner follows it within about limitPoll, holding
 	// the slots above it empty.
-	Limit func() int
+	Limit   func() int
 	Handler Handler
 	// Middleware wraps Handler inside the standard chain (after Recover),
 	// outermost first.

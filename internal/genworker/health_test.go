@@ -20,8 +20,8 @@ import (
 
 	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/llm"

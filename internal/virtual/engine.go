@@ -60,12 +60,12 @@ type generation struct {
 
 // worker is one replica's gen-worker and its server.
 type worker struct {
-	srv     *batching.Server
-	hi, lo  fifo
+	srv      *batching.Server
+	hi, lo   fifo
 	running  int
-	inflight int64 // the running generations' needs
+	inflight int64         // the running generations' needs
 	low      []*generation // running low generations, oldest first
-	gens    map[int64]*generation
+	gens     map[int64]*generation
 	// Counters as a gen-worker's heartbeat reports them.
 	generated, reprefilled int64
 	lastGenerated, lastRe  int64

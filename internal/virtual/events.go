@@ -89,4 +89,3 @@ func (f *fifo) pop() int {
 	}
 	return i
 }
-
