@@ -33,10 +33,12 @@ docs:
 # the pipeline's own cost with 1, 2 and 4 workers of each kind (one JSON
 # object or array a line); figures in bench/ (see docs/benchmarks.md). They
 # report; they do not fail on a number.
+BENCH_MODES = trajectory,async,action-fcfs,action-lpt-history,action-lpt-oracle,action-lpt-history-sync,action-fcfs-no-kv-admission,action-fcfs-no-kv-dispatch,action-fcfs-no-preemption
+
 bench:
 	@mkdir -p bench
 	$(GO) build -o bench/actloop ./cmd/actloop
-	bench/actloop bench --scenarios all --seeds 3 --json --charts bench > bench/results.json
+	bench/actloop bench --scenarios all --seeds 3 --modes $(BENCH_MODES) --json --charts bench > bench/results.json
 	bench/actloop bench-crosscheck --scenarios tool-fast --modes trajectory,async,action-fcfs --time-scale 0.2 --json > bench/crosscheck.json
 	bench/actloop bench-sync --json > bench/sync.json
 	for n in 1 2 4; do bench/actloop bench-pipeline --gen-workers $$n --env-workers $$n --json || exit 1; done > bench/pipeline.json

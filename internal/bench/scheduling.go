@@ -38,17 +38,33 @@ type Mode struct {
 	// seconds (pause in abort mode, flush the prefix caches, resume with
 	// the next version).
 	Sync bool
+	// Without turns one of action-level scheduling's mechanisms off, for
+	// ablations: AblateKVAdmission (admission by the adaptive count limit:
+	// the coordinator's ACTLOOP_KV_BUDGET=0), AblateKVDispatch (each
+	// gen-worker runs its slots only: its ACTLOOP_KV_BUDGET=0) or
+	// AblatePreemption (ACTLOOP_PREEMPT=false).
+	Without string
 }
+
+// Mechanisms a Mode may turn off.
+const (
+	AblateKVAdmission = "kv-admission"
+	AblateKVDispatch  = "kv-dispatch"
+	AblatePreemption  = "preemption"
+)
 
 // Modes are every mode the scheduling bench knows.
 var Modes = []Mode{
-	{"trajectory", "trajectory", "fcfs", "", false},
-	{"async", "async", "fcfs", "", false},
-	{"action-fcfs", "action", "fcfs", "", false},
-	{"action-lpt-history", "action", "lpt", predictor.BackendHistory, false},
-	{"action-lpt-oracle", "action", "lpt", predictor.BackendOracle, false},
-	{"action-sjf-history", "action", "sjf", predictor.BackendHistory, false},
-	{"action-lpt-history-sync", "action", "lpt", predictor.BackendHistory, true},
+	{"trajectory", "trajectory", "fcfs", "", false, ""},
+	{"async", "async", "fcfs", "", false, ""},
+	{"action-fcfs", "action", "fcfs", "", false, ""},
+	{"action-lpt-history", "action", "lpt", predictor.BackendHistory, false, ""},
+	{"action-lpt-oracle", "action", "lpt", predictor.BackendOracle, false, ""},
+	{"action-sjf-history", "action", "sjf", predictor.BackendHistory, false, ""},
+	{"action-lpt-history-sync", "action", "lpt", predictor.BackendHistory, true, ""},
+	{"action-fcfs-no-kv-admission", "action", "fcfs", "", false, AblateKVAdmission},
+	{"action-fcfs-no-kv-dispatch", "action", "fcfs", "", false, AblateKVDispatch},
+	{"action-fcfs-no-preemption", "action", "fcfs", "", false, AblatePreemption},
 }
 
 // DefaultModes are the modes `actloop bench` runs unless told otherwise.
@@ -396,8 +412,18 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	// Admission adapts on the simulated clock's scale: every few simulated
 	// seconds, not every few wall seconds.
 	cc.AdaptInterval = max(100*time.Millisecond, time.Duration(float64(5*time.Second)*o.timeScale))
-	if m.Predictor == "" {
+	// Admission by KV reads predictions whatever the policy: every
+	// action-level mode runs predictor-gw (the history backend unless the
+	// mode names one), as the services do by default.
+	predictorBackend := m.Predictor
+	if predictorBackend == "" && m.Kind == "action" {
+		predictorBackend = predictor.BackendHistory
+	}
+	if predictorBackend == "" {
 		cc.PredictTimeout = 0
+	}
+	if m.Without == AblateKVAdmission {
+		cc.KVBudget = 0
 	}
 	switch m.Kind {
 	case "trajectory":
@@ -412,12 +438,15 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	}
 	for _, r := range st.Replicas {
 		gc := st.GenWorkerConfig(r)
-		gc.Preempt = m.Kind == "action"
+		gc.Preempt = m.Kind == "action" && m.Without != AblatePreemption
 		if m.Kind == "trajectory" {
 			gc.Scheduling = sched.SchedulingTrajectory
 		}
+		if m.Without == AblateKVDispatch {
+			gc.KVBudget = 0
+		}
 		gc.HeartbeatInterval = cc.AdaptInterval // what admission adapts to
-		if m.Predictor == "" {
+		if predictorBackend == "" {
 			gc.PredictTimeout = 0
 		}
 		if _, err := st.StartGenWorkerWith(sctx, gc, nil); err != nil {
@@ -429,9 +458,9 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	if _, err := st.StartEnvWorker(sctx, ec); err != nil {
 		return Result{}, nil, nil, err
 	}
-	if m.Predictor != "" {
+	if predictorBackend != "" {
 		pc := st.PredictorConfig()
-		pc.Backend, pc.OracleURL = m.Predictor, st.SimURLs[st.Replicas[0]]
+		pc.Backend, pc.OracleURL = predictorBackend, st.SimURLs[st.Replicas[0]]
 		if err := st.StartPredictorWith(sctx, pc); err != nil {
 			return Result{}, nil, nil, err
 		}

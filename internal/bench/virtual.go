@@ -48,6 +48,14 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 	if m.Sync {
 		cfg.SyncEvery = s.syncEveryOf(sc)
 	}
+	switch m.Without {
+	case AblateKVAdmission:
+		cfg.KVBudget = 0
+	case AblateKVDispatch:
+		cfg.DispatchKVBudget = 0
+	case AblatePreemption:
+		cfg.Preempt = false
+	}
 	return cfg
 }
 

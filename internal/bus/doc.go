@@ -14,8 +14,9 @@
 // AckWait even when the message was already redelivered elsewhere, and a
 // message can be delivered again after a crash, a nak or a missed AckWait.
 //
-// Order: a Runner takes its sources in priority order (a gen-worker's .hi
-// before .lo; an env-worker's own sandboxes before new ones), in stream
+// Order: a Runner takes its sources in priority order (a gen-worker's
+// resumed generations before new ones, high before low; an env-worker's own
+// sandboxes before new ones), in stream
 // order within one (redeliveries aside); with several slots, messages run
 // concurrently and finish in any order. A worker runs one step of a trajectory at a time; the order
 // of a trajectory's steps comes from its seq, not from the stream.

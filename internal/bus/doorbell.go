@@ -16,14 +16,15 @@ type doorbell struct {
 	subs  []*nats.Subscription
 	rang  atomic.Uint64 // bit i: source i rang since the last take
 	any   chan struct{} // signalled (non-blocking) on every ring
-	first chan struct{} // signalled on a ring of the first source
+	first chan struct{} // signalled on a ring of a source in mask
+	mask  uint64        // the preempting sources (Runner.PreemptFrom)
 }
 
 func (r *Runner) doorbell() (*doorbell, error) {
 	if len(r.Sources) == 1 {
 		return nil, nil
 	}
-	b := &doorbell{any: make(chan struct{}, 1), first: make(chan struct{}, 1)}
+	b := &doorbell{any: make(chan struct{}, 1), first: make(chan struct{}, 1), mask: r.preemptMask()}
 	nc := r.Publisher.js.Conn()
 	for i, src := range r.Sources {
 		cfg := src.CachedInfo().Config
@@ -46,7 +47,7 @@ func (r *Runner) doorbell() (*doorbell, error) {
 func (b *doorbell) ring(i int) {
 	b.mark(i)
 	signal(b.any)
-	if i == 0 {
+	if b.mask&(1<<i) != 0 {
 		signal(b.first)
 	}
 }
@@ -73,20 +74,20 @@ func (b *doorbell) take() uint64 {
 	return b.rang.Swap(0)
 }
 
-// clear forgets a ring of source i.
-func (b *doorbell) clear(i int) {
+// clearMask forgets the rings of the preempting sources.
+func (b *doorbell) clearMask() {
 	if b != nil {
-		b.rang.And(^uint64(1 << i))
+		b.rang.And(^b.mask)
 	}
 }
 
-// waitFirst waits up to d for a ring of the first source.
+// waitFirst waits up to d for a ring of a preempting source.
 func (b *doorbell) waitFirst(ctx context.Context, d time.Duration) {
 	if b == nil {
 		sleepCtx(ctx, d)
 		return
 	}
-	if b.rang.Load()&1 != 0 {
+	if b.rang.Load()&b.mask != 0 {
 		return
 	}
 	t := time.NewTimer(d)

@@ -24,11 +24,36 @@ type Preemptor interface {
 // before it could be pulled.
 const MultiSourceWait = 20 * time.Millisecond
 
-// pullToPreempt takes a message waiting on the first source while every
-// slot is busy: it preempts running work and takes its slot. It reports
-// whether there was one.
+// preemptMask has bit i set for each source whose messages may preempt:
+// PreemptFrom, or the first source.
+func (r *Runner) preemptMask() uint64 {
+	if len(r.PreemptFrom) == 0 {
+		return 1
+	}
+	var m uint64
+	for _, i := range r.PreemptFrom {
+		m |= 1 << i
+	}
+	return m
+}
+
+// pullToPreempt takes a message waiting on a preempting source (the first
+// that has one) while every slot is busy: it preempts running work and
+// takes its slot. It reports whether there was one.
 func (r *Runner) pullToPreempt(ctx context.Context, slots chan struct{}, dispatch func(jetstream.Msg)) bool {
-	batch, err := r.Sources[0].FetchNoWait(1)
+	mask := r.preemptMask()
+	for i, src := range r.Sources {
+		if mask&(1<<i) != 0 && r.preemptWith(ctx, src, slots, dispatch) {
+			return true
+		}
+	}
+	return false
+}
+
+// preemptWith takes a message waiting on src, preempting running work for
+// it; it reports whether there was one.
+func (r *Runner) preemptWith(ctx context.Context, src jetstream.Consumer, slots chan struct{}, dispatch func(jetstream.Msg)) bool {
+	batch, err := src.FetchNoWait(1)
 	if err != nil {
 		r.pullFailed(ctx, err)
 		return false

@@ -10,7 +10,7 @@ import (
 )
 
 // acquire takes one slot, waiting for it; with a Preemptor it gives up
-// after a short wait, or when the first source's doorbell rings, so the
+// after a short wait, or when a preempting source's doorbell rings, so the
 // caller can look again at what may be preempted.
 func (r *Runner) acquire(ctx context.Context, slots chan struct{}, bell *doorbell) bool {
 	var timeout <-chan time.Time
@@ -29,7 +29,7 @@ func (r *Runner) acquire(ctx context.Context, slots chan struct{}, bell *doorbel
 	case <-ctx.Done():
 	case <-timeout:
 	case <-first:
-		bell.mark(0) // consumed the first source's ring: keep it for the pull
+		bell.keep(bell.mask) // consumed a preempting source's ring: keep it for the pull
 	}
 	return false
 }

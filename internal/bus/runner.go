@@ -69,12 +69,14 @@ type Runner struct {
 	// Ready, when set, is asked before each pull; while it reports false the
 	// Runner pulls nothing (admission control, pause).
 	Ready func() bool
-	// Preempt, when set, lets a message of the first source displace running
-	// work: while every slot is busy and Preempt.CanPreempt(), the Runner
-	// pulls from the first source whenever its doorbell rings (and every
+	// Preempt, when set, lets a message of a preempting source (those
+	// PreemptFrom indexes; the first when empty) displace running work:
+	// while every slot is busy and Preempt.CanPreempt(), the Runner pulls
+	// from the preempting sources whenever one's doorbell rings (and every
 	// MultiSourceWait); a message it finds calls Preempt.Preempt() and runs
 	// in the slot the preempted work gives up.
-	Preempt Preemptor
+	Preempt     Preemptor
+	PreemptFrom []int
 	// Steal, when set, is asked after a pull on every source found nothing
 	// while slots were free: a consumer it returns (another replica's queue)
 	// is fetched from once, for one message. nil: nothing to steal now.
@@ -161,7 +163,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			continue
 		}
 		if r.Preempt != nil && len(slots) == cap(slots) && r.Preempt.CanPreempt() {
-			bell.clear(0)
+			bell.clearMask()
 			if !r.pullToPreempt(ctx, slots, dispatch) {
 				bell.waitFirst(ctx, MultiSourceWait) // a high message, or look again
 			}

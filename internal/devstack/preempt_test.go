@@ -38,6 +38,7 @@ func TestPreemptionKeepsTheTokenStream(t *testing.T) {
 	cfg := e.stack.CoordinatorConfig()
 	cfg.PredictTimeout = 0
 	cfg.SnapshotInterval = time.Hour
+	cfg.KVBudget = 0 // admit both at once: by KV, one slot's share of the pool is all of it
 	if _, err := e.stack.StartCoordinator(e.ctx, cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,7 @@
-// Package genworker serves one inference replica: it pulls gen steps (.hi
-// before .lo) only while one of its SLOTS is free, runs one LLM call per
+// Package genworker serves one inference replica: it pulls gen steps (in
+// sched.DispatchOrder: resumed before new, high before low) only while it
+// has room (its SLOTS, or more while they fit in the server's KV pool:
+// sched.DispatchLimit), runs one LLM call per
 // step, appends the generated tokens, parses the action and publishes the
 // step that follows.
 //
@@ -18,7 +20,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -166,9 +167,9 @@ type Worker struct {
 	health    *replicaHealth
 	load      atomic.Pointer[llm.Load] // the server's, at the last read (loadLoop)
 
-	hi, lo jetstream.Consumer
-	driver *traj.Driver
-	m      *genMetrics // registered by Run
+	sources []jetstream.Consumer // one per class, in sched.DispatchOrder
+	driver  *traj.Driver
+	m       *genMetrics // registered by Run
 }
 
 // NewGenerator returns the client of the replica's inference server that
@@ -213,11 +214,12 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
 		interval: min(max(cfg.StealAfter/4, 50*time.Millisecond), time.Second)}
 	name := "gen-" + cfg.Replica
-	if w.hi, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-hi", bus.SubjectGen(cfg.Replica, sched.ClassHigh)); err != nil {
-		return nil, err
-	}
-	if w.lo, err = d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-lo", bus.SubjectGen(cfg.Replica, sched.ClassLow)); err != nil {
-		return nil, err
+	for _, class := range sched.DispatchOrder {
+		c, err := d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-"+class, bus.SubjectGen(cfg.Replica, class))
+		if err != nil {
+			return nil, err
+		}
+		w.sources = append(w.sources, c)
 	}
 	return w, nil
 }
@@ -226,10 +228,11 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.registerMetrics().Close()
 	c := w.d.Common
-	r := &bus.Runner{Name: "gen-" + w.cfg.Replica, Sources: []jetstream.Consumer{w.hi, w.lo}, Slots: w.cfg.Slots,
+	r := &bus.Runner{Name: "gen-" + w.cfg.Replica, Sources: w.sources, Slots: w.cfg.Slots,
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("replica", w.cfg.Replica),
 		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout,
-		Preempt: w.tracker, Ready: func() bool { return !w.tracker.isPaused() && !w.health.isDown() }}
+		Preempt: w.tracker, PreemptFrom: highSources(),
+		Ready: func() bool { return !w.tracker.isPaused() && !w.health.isDown() }}
 	if w.cfg.Steal {
 		r.Steal = w.stealer.Steal
 	}
@@ -250,6 +253,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// highSources indexes the high classes in sched.DispatchOrder: their steps
+// may preempt.
+func highSources() []int {
+	var out []int
+	for i, class := range sched.DispatchOrder {
+		if sched.IsHigh(class) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 func (w *Worker) giveUp(ctx context.Context, m jetstream.Msg, cause error) error {
 	step, err := schema.Decode[schema.GenStep](m.Data())
 	if err != nil {
@@ -265,7 +280,9 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
 	telemetry.AddLogAttrs(ctx, "traj_id", step.TrajID, "seq", step.Seq)
-	low := strings.HasSuffix(m.Subject(), "."+sched.ClassLow)
+	// The class is read again now, from the newest snapshot: the step's
+	// subject says what it was when published.
+	low := !sched.IsHigh(w.board.Class(w.cfg.Replica, step.TrajID))
 	g := newGeneration()
 	if meta, err := m.Metadata(); err == nil {
 		g.queuedAt = meta.Timestamp
@@ -494,11 +511,7 @@ func trimStop(out, stops []int32) []int32 {
 }
 
 func (w *Worker) publishNext(ctx context.Context, t *traj.Trajectory) error {
-	var cls traj.Classifier = w.board
-	if t.RID != "" {
-		cls = traj.LowOnly{} // a preempted generation is re-queued on .lo
-	}
-	n, err := traj.NextOf(t, cls)
+	n, err := traj.NextOf(t, w.board)
 	if errors.Is(err, traj.ErrNoNext) {
 		return nil
 	}

@@ -4,11 +4,13 @@
 // code. The decisions:
 //
 //   - the rank of trajectories and waiting samples (Policy.Rank);
-//   - the dispatch class of a gen step (Snapshots, Board.Class);
-//   - how many samples to admit, under the admission limit and the
-//     staleness bound (Admissible, StalenessRoom), and how the limit adapts
-//     (NextLimit);
-//   - the replica of a new trajectory (AssignReplicas, LeastLoaded);
+//   - the dispatch class of a gen step (Snapshots, Board.Class, Resumed)
+//     and the order of the classes (DispatchOrder);
+//   - how many samples to admit and where: by KV while the servers report
+//     their pools (KVPools.Admit), else under the admission limit
+//     (Admissible, NextLimit, AssignReplicas), and under the staleness
+//     bound (StalenessRoom);
+//   - how many generations a gen-worker runs at once (DispatchLimit);
 //   - the generation a high-priority step preempts (Victim);
 //   - whether a trajectory's tokens are too stale to go on (MustRestart).
 //

@@ -7,11 +7,33 @@ import (
 	"time"
 )
 
-// Classes of gen steps; they name the subject suffix.
+// Classes of gen steps; they name the subject suffix. A resumed step (the
+// rest of a generation interrupted by a preemption or a pause) has a class
+// of its own beside its priority, as the reference loop keeps its
+// hp-resume and lp-resume queues.
 const (
-	ClassHigh = "hi"
-	ClassLow  = "lo"
+	ClassHigh       = "hi"
+	ClassLow        = "lo"
+	ClassHighResume = "rhi"
+	ClassLowResume  = "rlo"
 )
+
+// DispatchOrder is the order in which a gen-worker takes its steps: resumed
+// generations before new ones, high before low within each (siiRL-agentic's
+// hp-resume > lp-resume > pending, pending high before low). Steps of the
+// high classes may preempt a running low generation.
+var DispatchOrder = []string{ClassHighResume, ClassLowResume, ClassHigh, ClassLow}
+
+// Resumed is the class of a resumed step whose priority class is class.
+func Resumed(class string) string {
+	if class == ClassHigh {
+		return ClassHighResume
+	}
+	return ClassLowResume
+}
+
+// IsHigh reports whether class is a high one (ClassHigh, ClassHighResume).
+func IsHigh(class string) bool { return class == ClassHigh || class == ClassHighResume }
 
 // SnapshotV is the "v" that Marshal writes and DecodeSnapshot reads.
 const SnapshotV = 1

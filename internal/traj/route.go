@@ -56,7 +56,13 @@ func NextOf(t *Trajectory, cls Classifier) (Next, error) {
 	case StatusNeedsGeneration:
 		// The replica is part of the id: a step moved to another replica
 		// (its own went down) is not a duplicate of the one left behind.
-		return Next{bus.SubjectGen(t.Replica, cls.Class(t.Replica, t.ID)), t.MsgID("gen-" + t.Replica),
+		// An interrupted generation (it has a request id) resumes in its
+		// class's resume queue.
+		class := cls.Class(t.Replica, t.ID)
+		if t.RID != "" {
+			class = sched.Resumed(class)
+		}
+		return Next{bus.SubjectGen(t.Replica, class), t.MsgID("gen-" + t.Replica),
 			schema.GenStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Replica: t.Replica}}, nil
 	case StatusNeedsEnvStep:
 		return env(bus.SubjectEnv(t.Owner), schema.EnvExec), nil

@@ -72,10 +72,15 @@ type Config struct {
 	ReprefillLimit              float64
 
 	// KVBudget is the share of each server's pool that admission lets the
-	// active trajectories' KV demand fill, and that each gen-worker's
-	// running generations may fill beyond its slots (ACTLOOP_KV_BUDGET;
-	// 0: admission by the adaptive count limit, dispatch by slots).
-	KVBudget float64
+	// active trajectories' KV demand fill (the coordinator's
+	// ACTLOOP_KV_BUDGET; 0: admission by the adaptive count limit), and
+	// DispatchKVBudget the share each gen-worker's running generations may
+	// fill beyond its slots (the gen-workers' ACTLOOP_KV_BUDGET; 0: slots
+	// only).
+	KVBudget, DispatchKVBudget float64
+	// Preempt lets a high step preempt a low generation (ACTLOOP_PREEMPT),
+	// in action-level runs.
+	Preempt bool
 
 	// Reserve is the share of each trajectory's largest context the
 	// clairvoyant reference reserves (0: 1, all of it).
@@ -92,7 +97,7 @@ func Defaults(replicas, slots int) Config {
 	return Config{Replicas: replicas, Server: batching.DefaultConfig(), Slots: slots, Kind: KindAction,
 		Policy: sched.NameFCFS, MaxNew: 8192,
 		AdaptInterval: 5 * time.Second, SnapshotInterval: 200 * time.Millisecond, AgeLimit: 2 * time.Minute,
-		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, SampleEveryS: 10}
+		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, DispatchKVBudget: 1, Preempt: true, SampleEveryS: 10}
 }
 
 // floor and ceiling of the admission limit, as the coordinator's

@@ -3,10 +3,11 @@
 // inference replicas, for `actloop bench`. It calls the services' own
 // scheduling decisions (internal/sched: admission rank, limit and its
 // adaptation, the staleness bound, replica choice, priority snapshots and
-// dispatch classes, the preemption victim; internal/predict's history
-// decision) with the services' default settings, and runs each replica as
-// internal/batching's iteration-level model of SGLang's continuous
-// batching. The gen-workers' slots and .hi/.lo queues, preemption with its
+// dispatch classes, KV admission and dispatch, the preemption victim;
+// internal/predict's history decision) with the services' default
+// settings, and runs each replica as internal/batching's iteration-level
+// model of SGLang's continuous batching. The gen-workers' room and class
+// queues, preemption with its
 // cooldown, weight syncs (pause in abort mode, cache flush, resume with the
 // next version) and each trajectory's sandbox start-up, commands and eval
 // are played from the workload's plan (internal/workload).

@@ -34,7 +34,7 @@ type traj struct {
 	predTurns float64            // the history's prediction of its remaining turns (-1: none)
 	turn      int                // the turn being generated (0-based)
 	partial   int                // tokens of this turn kept from interrupted generations
-	resumed   bool               // interrupted: its next gen step goes to .lo
+	resumed   bool               // interrupted: its next gen step resumes (sched.Resumed)
 	ctx       []batching.Segment // the context before this turn's reply
 	ctxLen    int
 	genCtx    int // context plus output of its last generation (0: none yet)
@@ -61,7 +61,7 @@ type generation struct {
 // worker is one replica's gen-worker and its server.
 type worker struct {
 	srv      *batching.Server
-	hi, lo   fifo
+	queues   []fifo // one per class, in sched.DispatchOrder
 	running  int
 	inflight int64         // the running generations' needs
 	low      []*generation // running low generations, oldest first
@@ -129,7 +129,7 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		e.ws = append(e.ws, &worker{srv: srv, gens: map[int64]*generation{}})
+		e.ws = append(e.ws, &worker{srv: srv, gens: map[int64]*generation{}, queues: make([]fifo, len(sched.DispatchOrder))})
 		e.names = append(e.names, fmt.Sprintf("r%d", r))
 		e.replicaOf[e.names[r]] = r
 	}
@@ -431,7 +431,8 @@ func (e *engine) instant(s float64) time.Time {
 }
 
 // publishGen queues t's next gen step on its replica, in the class the
-// newest snapshot gives it (.lo after an interruption), and dispatches.
+// newest snapshot gives it (its resume class after an interruption), and
+// dispatches.
 //
 // Snapshots are made when a class is read, not on a clock: the
 // coordinator publishes one at most every SnapshotInterval while facts
@@ -446,32 +447,54 @@ func (e *engine) publishGen(i int) {
 		e.snapshot()
 		e.nextSnap = e.now + e.cfg.SnapshotInterval.Seconds()
 	}
-	w := e.ws[t.replica]
-	if !t.resumed && e.board.Class(e.names[t.replica], t.plan.ID) == sched.ClassHigh {
-		w.hi.push(i)
-	} else {
-		w.lo.push(i)
+	class := e.board.Class(e.names[t.replica], t.plan.ID)
+	if t.resumed {
+		class = sched.Resumed(class)
 	}
+	e.ws[t.replica].queues[slices.Index(sched.DispatchOrder, class)].push(i)
 	e.dispatch(t.replica)
 }
 
-// dispatch starts queued gen steps while the gen-worker has free slots,
-// high class first, and, with preemption, lets a waiting high step preempt
-// the newest low generation that may be preempted.
+// next pops the first step of w's queues in dispatch order (-1: none).
+func (w *worker) next() int {
+	for k := range w.queues {
+		if w.queues[k].len() > 0 {
+			return w.queues[k].pop()
+		}
+	}
+	return -1
+}
+
+// waiting reports whether a step waits in any of w's queues.
+func (w *worker) waiting() bool {
+	return slices.ContainsFunc(w.queues, func(q fifo) bool { return q.len() > 0 })
+}
+
+// highWaiting reports whether a step of a high class waits.
+func (w *worker) highWaiting() bool {
+	for k, class := range sched.DispatchOrder {
+		if sched.IsHigh(class) && w.queues[k].len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatch starts queued gen steps while the gen-worker has room, in
+// sched.DispatchOrder, each low or high by the newest snapshot now, and,
+// with preemption, lets a waiting high step preempt the newest low
+// generation that may be preempted.
 func (e *engine) dispatch(r int) {
 	w := e.ws[r]
 	if e.paused {
 		return
 	}
 	for {
-		for (w.hi.len() > 0 || w.lo.len() > 0) && e.room(w) {
-			if w.hi.len() > 0 {
-				e.start(r, w.hi.pop(), false)
-			} else {
-				e.start(r, w.lo.pop(), true)
-			}
+		for w.waiting() && e.room(w) {
+			i := w.next()
+			e.start(r, i, !sched.IsHigh(e.board.Class(e.names[r], e.ts[i].plan.ID)))
 		}
-		if e.cfg.Kind != KindAction || w.hi.len() == 0 || len(w.low) == 0 {
+		if e.cfg.Kind != KindAction || !e.cfg.Preempt || !w.highWaiting() || len(w.low) == 0 {
 			break
 		}
 		notBefore := make([]time.Time, len(w.low))
@@ -493,10 +516,10 @@ func (e *engine) dispatch(r int) {
 // room reports whether worker w may start another generation now: within
 // its slots, or by KV as the gen-worker dispatches (sched.DispatchLimit).
 func (e *engine) room(w *worker) bool {
-	if e.cfg.Kind != KindAction || e.cfg.KVBudget == 0 {
+	if e.cfg.Kind != KindAction || e.cfg.DispatchKVBudget == 0 {
 		return w.running < e.cfg.Slots
 	}
-	return w.running < sched.DispatchLimit(e.cfg.Slots, w.running, w.inflight, e.cfg.Server.MaxTotalTokens, e.cfg.KVBudget)
+	return w.running < sched.DispatchLimit(e.cfg.Slots, w.running, w.inflight, e.cfg.Server.MaxTotalTokens, e.cfg.DispatchKVBudget)
 }
 
 // start sends trajectory i's generation to replica r's server.

@@ -1,6 +1,7 @@
 package virtual
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -169,9 +170,20 @@ func TestDefaultsAreTheServices(t *testing.T) {
 			t.Errorf("%s.%s: the service's default is %q, the engine's %v", c.typ.Name(), c.field, f.Tag.Get("default"), c.got)
 		}
 	}
-	f, _ := reflect.TypeOf(coordinator.Config{}).FieldByName("ReprefillLimit")
-	if f.Tag.Get("default") != "0.5" || d.ReprefillLimit != 0.5 {
-		t.Errorf("ReprefillLimit: %q against %v", f.Tag.Get("default"), d.ReprefillLimit)
+	tags := []struct {
+		typ   reflect.Type
+		field string
+		got   string
+	}{
+		{reflect.TypeOf(coordinator.Config{}), "ReprefillLimit", fmt.Sprint(d.ReprefillLimit)},
+		{reflect.TypeOf(coordinator.Config{}), "KVBudget", fmt.Sprint(d.KVBudget)},
+		{reflect.TypeOf(genworker.Config{}), "KVBudget", fmt.Sprint(d.DispatchKVBudget)},
+		{reflect.TypeOf(genworker.Config{}), "Preempt", fmt.Sprint(d.Preempt)},
+	}
+	for _, c := range tags {
+		if f, _ := c.typ.FieldByName(c.field); f.Tag.Get("default") != c.got {
+			t.Errorf("%s.%s: the service's default is %q, the engine's %s", c.typ.Name(), c.field, f.Tag.Get("default"), c.got)
+		}
 	}
 	cc := coordinator.Config{Slots: 8, Replicas: []string{"a", "b", "c"}}
 	ec := Defaults(3, 8)
