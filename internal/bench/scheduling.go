@@ -42,7 +42,8 @@ type Mode struct {
 	// ablations: AblateKVAdmission (admission by the adaptive count limit:
 	// the coordinator's ACTLOOP_KV_BUDGET=0), AblateKVDispatch (each
 	// gen-worker runs its slots only: its ACTLOOP_KV_BUDGET=0) or
-	// AblatePreemption (ACTLOOP_PREEMPT=false).
+	// AblatePreemption (ACTLOOP_PREEMPT=false) or AblateRankByTime (lpt
+	// and sjf rank by tokens: ACTLOOP_RANK_BY=tokens).
 	Without string
 }
 
@@ -51,6 +52,7 @@ const (
 	AblateKVAdmission = "kv-admission"
 	AblateKVDispatch  = "kv-dispatch"
 	AblatePreemption  = "preemption"
+	AblateRankByTime  = "rank-by-time"
 )
 
 // Modes are every mode the scheduling bench knows.
@@ -65,6 +67,7 @@ var Modes = []Mode{
 	{"action-fcfs-no-kv-admission", "action", "fcfs", "", false, AblateKVAdmission},
 	{"action-fcfs-no-kv-dispatch", "action", "fcfs", "", false, AblateKVDispatch},
 	{"action-fcfs-no-preemption", "action", "fcfs", "", false, AblatePreemption},
+	{"action-lpt-history-by-tokens", "action", "lpt", predictor.BackendHistory, false, AblateRankByTime},
 }
 
 // DefaultModes are the modes `actloop bench` runs unless told otherwise.
@@ -422,8 +425,11 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	if predictorBackend == "" {
 		cc.PredictTimeout = 0
 	}
-	if m.Without == AblateKVAdmission {
+	switch m.Without {
+	case AblateKVAdmission:
 		cc.KVBudget = 0
+	case AblateRankByTime:
+		cc.RankBy = sched.RankByTokens
 	}
 	switch m.Kind {
 	case "trajectory":

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/predictor"
+	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/virtual"
 	"github.com/actloop/actloop/internal/workload"
 )
@@ -55,6 +56,8 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		cfg.DispatchKVBudget = 0
 	case AblatePreemption:
 		cfg.Preempt = false
+	case AblateRankByTime:
+		cfg.RankBy = sched.RankByTokens
 	}
 	return cfg
 }

@@ -198,7 +198,7 @@ func (s *activeSet) predicted(p schema.Prediction) {
 		a.fact.Replica = p.Replica // a newer turn ran there: stolen by that replica
 	}
 	a.turnSeq = p.TurnSeq
-	a.fact.Predicted, a.fact.Turns, a.fact.Tokens = p.RemainingTokens, p.Turns, p.GenTokens
+	a.fact.Predicted, a.fact.RemainingTurns, a.fact.Turns, a.fact.Tokens = p.RemainingTokens, p.RemainingTurns, p.Turns, p.GenTokens
 	a.fact.WaitingSince = p.At
 	a.kv = footprintOf(p)
 	s.dirty = true

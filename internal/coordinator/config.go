@@ -32,6 +32,11 @@ type Config struct {
 	// pool, and by the adaptive count limit otherwise. 0: always by count.
 	KVBudget float64 `envconfig:"KV_BUDGET" default:"1"`
 	Policy   string  `envconfig:"POLICY" default:"fcfs"`
+	// RankBy is what lpt and sjf rank by: time (the predicted remaining
+	// tokens at the replica's measured seconds per token, plus the
+	// predicted remaining turns at the time a turn spends outside
+	// generation, learnt from finished trajectories) or tokens.
+	RankBy string `envconfig:"RANK_BY" default:"time"`
 	// Scheduling is action (action-level scheduling: admission adapts
 	// between MAX_ACTIVE and MAX_ACTIVE_CEILING) or trajectory (a trajectory
 	// holds a generation slot for its whole life: exactly SLOTS x replicas
@@ -132,6 +137,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReprefillLimit <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_REPREFILL_LIMIT: must be > 0"))
+	}
+	if c.RankBy != sched.RankByTime && c.RankBy != sched.RankByTokens {
+		errs = append(errs, fmt.Errorf("ACTLOOP_RANK_BY: %q: want time or tokens", c.RankBy))
 	}
 	if c.KVBudget < 0 || c.KVBudget > 2 {
 		errs = append(errs, fmt.Errorf("ACTLOOP_KV_BUDGET: must be in [0, 2] (0: admission by count), got %v", c.KVBudget))

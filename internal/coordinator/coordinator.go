@@ -67,6 +67,7 @@ type Coordinator struct {
 	wake chan struct{} // admission has something to do
 
 	members *membership
+	pace    paceView
 	active  *activeSet
 	waiting *waitingSet
 	snaps   snapshotLog

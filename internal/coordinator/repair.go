@@ -34,6 +34,9 @@ func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
 		c.observeResult(r)
 	}
 	a := c.active.remove(r.TrajID, was)
+	if a != nil && r.Status == schema.StatusCompleted && r.FinishedAt.After(r.AdmittedAt) {
+		c.pace.finished(a.fact.Replica, r.FinishedAt.Sub(r.AdmittedAt).Seconds(), r.GenTokens, r.Turns)
+	}
 	c.poke()
 	if a != nil && a.span != nil {
 		a.span.SetAttributes(attribute.String("status", r.Status), attribute.Float64("reward", r.Reward),

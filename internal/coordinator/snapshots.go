@@ -84,6 +84,9 @@ func (c *Coordinator) snapshotLoop(ctx context.Context) error {
 
 func (c *Coordinator) publishSnapshots(ctx context.Context, facts []sched.Fact) error {
 	now := c.d.Now()
+	if c.cfg.RankBy == sched.RankByTime {
+		c.pace.inSeconds(facts, c.members.genWorkers(now))
+	}
 	version := c.snaps.nextVersion(now)
 	snaps := sched.Snapshots(c.policy, facts, c.cfg.highSlots(), version, now)
 	high := map[string]int{}

@@ -322,7 +322,7 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 			return schema.Heartbeat{V: schema.Version, Worker: w.id, Replica: w.cfg.Replica, Slots: w.cfg.Slots,
 				Running: int(st.Running), GeneratedTokens: st.GeneratedTokens, ReprefilledTokens: st.ReprefilledTokens,
 				ServerKVTokens: l.CapacityTokens, ServerKVUsage: l.Usage, ServerRunning: l.Running, ServerWaiting: l.Waiting,
-				ServerCacheHitRate: l.CacheHitRate, At: w.d.Now().UTC()}, !w.health.isDown()
+				ServerCacheHitRate: l.CacheHitRate, TokenSeconds: w.tracker.tokenSeconds(), At: w.d.Now().UTC()}, !w.health.isDown()
 		}, w.d.Log)
 }
 
@@ -398,6 +398,9 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		var err error
 		res, err = w.gen.Generate(ctx, req)
 		w.m.step.Observe(time.Since(started).Seconds())
+		if err == nil && res.Finish.Type != llm.FinishAbort {
+			w.tracker.paced(time.Since(started).Seconds(), len(res.OutputIDs))
+		}
 		span := trace.SpanFromContext(ctx)
 		span.SetAttributes(attribute.String("replica", w.cfg.Replica), attribute.String("rid", rid),
 			attribute.Int("tokens_in", len(req.InputIDs)), attribute.Int("tokens_out", len(res.OutputIDs)),

@@ -51,6 +51,7 @@ type tracker struct {
 	paused  bool
 	open    chan struct{} // closed while not paused
 	version int64         // weight version of generations started now
+	tokenS  float64       // seconds per output token (sched.NextTokenS)
 	// dispatch holds recent dispatch latencies: from a gen step's publish
 	// (right after the commit before it) to its generation's start.
 	dispatch ring
@@ -100,6 +101,21 @@ func (k *tracker) start(ctx context.Context, g *generation) error {
 	k.inFlight.Add(1)
 	k.inFlightKV.Add(g.need)
 	return nil
+}
+
+// paced folds a whole generation's seconds and output tokens into the
+// worker's seconds per token (sched.NextTokenS).
+func (k *tracker) paced(seconds float64, tokens int) {
+	k.mu.Lock()
+	k.tokenS = sched.NextTokenS(k.tokenS, seconds, tokens)
+	k.mu.Unlock()
+}
+
+// tokenSeconds is the worker's seconds per token so far (0: none yet).
+func (k *tracker) tokenSeconds() float64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.tokenS
 }
 
 func (k *tracker) done(g *generation) {

@@ -35,9 +35,15 @@ type Fact struct {
 	// AdmittedAt is when the trajectory was admitted; for a waiting sample,
 	// when it arrived.
 	AdmittedAt time.Time
-	Turns      int     // model calls so far
-	Tokens     int     // generated tokens so far
-	Predicted  float64 // predicted remaining tokens; 0 (or negative, NaN, Inf) = unknown
+	Turns      int // model calls so far
+	Tokens     int // generated tokens so far
+	// Predicted is the predicted remaining work the policies rank by: tokens
+	// as predicted, or seconds (Pace.Seconds); 0 (or negative, NaN, Inf) =
+	// unknown.
+	Predicted float64
+	// RemainingTurns is the predicted model calls to go (0: none or
+	// unknown), for Pace.Seconds.
+	RemainingTurns float64
 	// WaitingSince is when it last started waiting for a generation (or, for
 	// a waiting sample, for admission). The zero time means not waiting: such
 	// a fact never ages.

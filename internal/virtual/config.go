@@ -33,7 +33,7 @@ const (
 
 // Predictors.
 const (
-	PredictNone    = ""
+	PredictNone    = ""        // the history, as predictor-gw's default backend
 	PredictHistory = "history" // predict.Remaining over the finished trajectories' totals
 	PredictOracle  = "oracle"  // the workload's own remaining tokens
 )
@@ -82,6 +82,10 @@ type Config struct {
 	// in action-level runs.
 	Preempt bool
 
+	// RankBy is what policies rank by: sched.RankByTime (the default) or
+	// sched.RankByTokens (ACTLOOP_RANK_BY).
+	RankBy string
+
 	// Reserve is the share of each trajectory's largest context the
 	// clairvoyant reference reserves (0: 1, all of it).
 	Reserve float64
@@ -97,7 +101,7 @@ func Defaults(replicas, slots int) Config {
 	return Config{Replicas: replicas, Server: batching.DefaultConfig(), Slots: slots, Kind: KindAction,
 		Policy: sched.NameFCFS, MaxNew: 8192,
 		AdaptInterval: 5 * time.Second, SnapshotInterval: 200 * time.Millisecond, AgeLimit: 2 * time.Minute,
-		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, DispatchKVBudget: 1, Preempt: true, SampleEveryS: 10}
+		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, DispatchKVBudget: 1, Preempt: true, RankBy: sched.RankByTime, SampleEveryS: 10}
 }
 
 // floor and ceiling of the admission limit, as the coordinator's
@@ -142,6 +146,9 @@ func (c Config) Validate() error {
 	case PredictNone, PredictHistory, PredictOracle:
 	default:
 		bad("predictor", c.Predictor)
+	}
+	if c.RankBy != sched.RankByTime && c.RankBy != sched.RankByTokens {
+		bad("rank_by", c.RankBy)
 	}
 	if c.SyncEvery < 0 || c.SyncPauseS < 0 {
 		bad("sync", fmt.Sprint(c.SyncEvery, c.SyncPauseS))

@@ -31,7 +31,7 @@ type traj struct {
 	preemptedAt            float64
 
 	inEval    bool               // its last reply is in: it needs no more KV
-	predTurns float64            // the history's prediction of its remaining turns (-1: none)
+	predTurns float64            // the predictor's remaining turns (-1: none)
 	turn      int                // the turn being generated (0-based)
 	partial   int                // tokens of this turn kept from interrupted generations
 	resumed   bool               // interrupted: its next gen step resumes (sched.Resumed)
@@ -56,6 +56,7 @@ type generation struct {
 	notBefore float64
 	input     int
 	need      int64 // input and output reserve, as the gen-worker counts them
+	startedAt float64
 }
 
 // worker is one replica's gen-worker and its server.
@@ -68,6 +69,7 @@ type worker struct {
 	gens     map[int64]*generation
 	// Counters as a gen-worker's heartbeat reports them.
 	generated, reprefilled int64
+	tokenS                 float64 // its measure of seconds per token (genworker's tokenPace)
 	lastGenerated, lastRe  int64
 }
 
@@ -99,6 +101,7 @@ type engine struct {
 	done       int
 
 	history history
+	pace    sched.Pace
 	res     Result
 	// reserved is, per replica, the pool the clairvoyant reference has
 	// promised its admitted trajectories.
@@ -209,7 +212,7 @@ func (e *engine) arrive() {
 		if p := e.siblingPrediction(i); p > 0 {
 			t.predicted = p
 		} else {
-			t.predicted = e.predict(t)
+			e.predict(t)
 		}
 	}
 }
@@ -228,16 +231,28 @@ func (e *engine) siblingPrediction(i int) float64 {
 	return 0
 }
 
-// predict is the predictor's answer for t now (0: unknown).
-func (e *engine) predict(t *traj) float64 {
-	switch e.cfg.Predictor {
-	case PredictOracle:
-		return float64(e.remainingTokens(t))
-	case PredictHistory:
-		p, _, _ := e.history.predict(t.plan.GroupID, t.genTokens, t.calls)
-		return p
+// predict sets t's prediction from the predictor now: its remaining
+// tokens (0: unknown) and turns (-1: unknown). Every mode asks, as the
+// gen-workers ask predictor-gw whatever the policy; without a predictor
+// named, the history (predictor-gw's default backend) answers.
+func (e *engine) predict(t *traj) {
+	if e.cfg.Predictor == PredictOracle {
+		t.predicted, t.predTurns = float64(e.remainingTokens(t)), float64(len(t.plan.Tokens)-t.turn)
+		return
 	}
-	return 0
+	t.predicted, t.predTurns = 0, -1
+	if p, turns, ok := e.history.predict(t.plan.GroupID, t.genTokens, t.calls); ok {
+		t.predicted, t.predTurns = p, turns
+	}
+}
+
+// rankValue is what policies rank t by on replica (a waiting sample: ""):
+// its predicted remaining time (sched.Pace), or tokens under RankByTokens.
+func (e *engine) rankValue(t *traj, replica string) float64 {
+	if e.cfg.RankBy == sched.RankByTokens {
+		return t.predicted
+	}
+	return e.pace.Seconds(replica, t.predicted, t.predTurns)
 }
 
 // remainingTokens is what t has left to generate, this turn's rest
@@ -309,7 +324,7 @@ func (e *engine) waitingFacts() []sched.Fact {
 	for k, i := range e.waitingIDs {
 		t := e.ts[i]
 		at := e.instant(0) // the whole batch arrives at once
-		facts[k] = sched.Fact{TrajID: t.plan.ID, GroupID: t.plan.GroupID, AdmittedAt: at, WaitingSince: at, Predicted: t.predicted}
+		facts[k] = sched.Fact{TrajID: t.plan.ID, GroupID: t.plan.GroupID, AdmittedAt: at, WaitingSince: at, Predicted: e.rankValue(t, "")}
 	}
 	return facts
 }
@@ -353,8 +368,8 @@ func (e *engine) admitKV() {
 		}
 	}
 	waiting := make([]sched.Footprint, len(order))
-	for k := range waiting {
-		waiting[k] = sched.Footprint{RemainingTurns: -1}
+	for k, j := range order {
+		waiting[k] = sched.Footprint{RemainingTurns: e.ts[e.waitingIDs[j]].predTurns}
 	}
 	capacity := make(map[string]int, len(e.names))
 	for _, name := range e.names {
@@ -534,7 +549,7 @@ func (e *engine) start(r, i int, low bool) {
 	}
 	reply := t.plan.Tokens[t.turn] + replyEndTokens
 	e.nextGen++
-	g := &generation{t: i, id: e.nextGen, low: low, version: e.version,
+	g := &generation{t: i, id: e.nextGen, low: low, version: e.version, startedAt: e.now,
 		notBefore: t.preemptedAt + e.cfg.PreemptCooldown.Seconds(), input: t.ctxLen + t.partial}
 	err := w.srv.Submit(batching.Request{ID: g.id, Input: input, Output: reply - t.partial, MaxNew: e.cfg.MaxNew - t.partial,
 		OutputKey: key(t.plan.ID, t.turn, 'r')})
@@ -616,6 +631,9 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 		e.publishGen(g.t)
 		return
 	}
+	w := e.ws[t.replica]
+	w.tokenS = sched.NextTokenS(w.tokenS, e.now-g.startedAt, d.Generated)
+	e.pace.SetTokenS(e.names[t.replica], w.tokenS)
 	reply := t.plan.Tokens[t.turn] + replyEndTokens
 	t.ctx = append(t.ctx, batching.Segment{Key: key(t.plan.ID, t.turn, 'r'), Tokens: reply})
 	t.ctxLen += reply
@@ -632,16 +650,7 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	t.ctx = append(t.ctx, batching.Segment{Key: key(t.plan.ID, t.turn, 'o'), Tokens: obs})
 	t.ctxLen += obs
 	t.turn++
-	if e.cfg.Predictor != PredictNone {
-		if p := e.predict(t); p > 0 {
-			t.predicted = p
-		}
-	}
-	// The gen-worker asks predictor-gw every turn, whatever the policy.
-	t.predTurns = -1
-	if _, turns, ok := e.history.predict(t.plan.GroupID, t.genTokens, t.calls); ok {
-		t.predTurns = turns
-	}
+	e.predict(t)
 	t.since = e.now
 	e.q.push(e.now+t.plan.Exec[t.turn-1], evEnvDone, g.t)
 }
@@ -671,6 +680,7 @@ func (e *engine) finish(i int) {
 		e.ws[t.replica].srv.Drop(t.ctx, e.now)
 	}
 	e.history.observe(t.plan.GroupID, t.genTokens, t.calls)
+	e.pace.ObserveFinished(e.names[t.replica], t.finishedAt-t.admittedAt, t.genTokens, t.calls)
 	e.dirty = true
 	e.admit()
 }
@@ -699,7 +709,7 @@ func (e *engine) snapshot() {
 	for _, i := range e.activeIDs {
 		t := e.ts[i]
 		facts = append(facts, sched.Fact{TrajID: t.plan.ID, Replica: e.names[t.replica], GroupID: t.plan.GroupID,
-			AdmittedAt: e.instant(t.admittedAt), Turns: t.calls, Tokens: t.genTokens, Predicted: t.predicted,
+			AdmittedAt: e.instant(t.admittedAt), Turns: t.calls, Tokens: t.genTokens, Predicted: e.rankValue(t, e.names[t.replica]),
 			WaitingSince: e.instant(t.updatedAt)})
 	}
 	e.facts = facts

@@ -179,6 +179,7 @@ func TestDefaultsAreTheServices(t *testing.T) {
 		{reflect.TypeOf(coordinator.Config{}), "KVBudget", fmt.Sprint(d.KVBudget)},
 		{reflect.TypeOf(genworker.Config{}), "KVBudget", fmt.Sprint(d.DispatchKVBudget)},
 		{reflect.TypeOf(genworker.Config{}), "Preempt", fmt.Sprint(d.Preempt)},
+		{reflect.TypeOf(coordinator.Config{}), "RankBy", d.RankBy},
 	}
 	for _, c := range tags {
 		if f, _ := c.typ.FieldByName(c.field); f.Tag.Get("default") != c.got {

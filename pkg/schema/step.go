@@ -256,12 +256,16 @@ type Heartbeat struct {
 	// /metrics (llm.Load; all zero when it reports none): its KV pool in
 	// tokens, the share of it held by running requests, its running and
 	// queued requests, and its prefix cache hit rate (−1: not reported).
-	ServerKVTokens     int       `json:"server_kv_tokens,omitempty"`
-	ServerKVUsage      float64   `json:"server_kv_usage,omitempty"`
-	ServerRunning      int       `json:"server_running,omitempty"`
-	ServerWaiting      int       `json:"server_waiting,omitempty"`
-	ServerCacheHitRate float64   `json:"server_cache_hit_rate,omitempty"`
-	At                 time.Time `json:"at"`
+	ServerKVTokens     int     `json:"server_kv_tokens,omitempty"`
+	ServerKVUsage      float64 `json:"server_kv_usage,omitempty"`
+	ServerRunning      int     `json:"server_running,omitempty"`
+	ServerWaiting      int     `json:"server_waiting,omitempty"`
+	ServerCacheHitRate float64 `json:"server_cache_hit_rate,omitempty"`
+	// TokenSeconds is the worker's measure of a request's seconds per
+	// output token at its server's load (generation time over output
+	// tokens, an exponentially weighted mean); 0 before any generation.
+	TokenSeconds float64   `json:"token_seconds,omitempty"`
+	At           time.Time `json:"at"`
 }
 
 // Validate implements validator.
