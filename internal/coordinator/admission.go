@@ -118,7 +118,7 @@ func (c *Coordinator) predictWaiting(ctx context.Context, w *waitingSample) {
 	if err != nil {
 		return
 	}
-	b, err := c.waiting.predicted(w, rep.RemainingTokens)
+	b, err := c.waiting.predicted(w, rep.RemainingTokens, rep.RemainingTurns)
 	if err == nil {
 		err = c.store.UpdateWaiting(ctx, s.ID, b)
 	}
@@ -189,8 +189,8 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 		return batch, sched.AssignReplicas(live, c.active.load(), len(batch))
 	}
 	waiting := make([]sched.Footprint, len(batch))
-	for k := range waiting {
-		waiting[k] = sched.Footprint{RemainingTurns: -1} // nothing known before its first call
+	for k, w := range batch {
+		waiting[k] = w.footprint()
 	}
 	pools := sched.KVPools{Capacity: capacity, Budget: c.cfg.KVBudget, Slots: c.cfg.Slots}
 	replicas := pools.Admit(live, c.active.footprints(), waiting)

@@ -36,3 +36,19 @@ func TestPaceFromHeartbeatsAndResults(t *testing.T) {
 		}
 	}
 }
+
+// A waiting sample's KV footprint carries predictor-gw's turns when it
+// answered, and nothing known otherwise (a sibling's share is tokens only).
+func TestWaitingFootprint(t *testing.T) {
+	w := &waitingSample{Predicted: 500}
+	if f := w.footprint(); f.RemainingTurns != -1 || f.Context != 0 {
+		t.Fatalf("no turns predicted: %+v", f)
+	}
+	var s waitingSet
+	if _, err := s.predicted(w, 800, 12); err != nil {
+		t.Fatal(err)
+	}
+	if f := w.footprint(); f.RemainingTurns != 12 || w.Predicted != 800 {
+		t.Fatalf("predicted 12 turns: %+v", f)
+	}
+}

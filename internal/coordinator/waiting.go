@@ -17,6 +17,19 @@ type waitingSample struct {
 	// Predicted is the remaining tokens from predictor-gw or a sibling; 0 =
 	// unknown. Stored with the entry, so a restarted coordinator keeps it.
 	Predicted float64 `json:"predicted,omitempty"`
+	// PredictedTurns is predictor-gw's remaining turns for it; nil =
+	// unknown (a sibling's prediction carries tokens only).
+	PredictedTurns *float64 `json:"predicted_turns,omitempty"`
+}
+
+// footprint is what KV admission knows of w: nothing of its context yet,
+// and its predicted turns when predictor-gw gave them.
+func (w *waitingSample) footprint() sched.Footprint {
+	f := sched.Footprint{RemainingTurns: -1}
+	if w.PredictedTurns != nil {
+		f.RemainingTurns = *w.PredictedTurns
+	}
+	return f
 }
 
 // waitingSet is the samples waiting for admission and the admission limit,
@@ -80,10 +93,10 @@ func (s *waitingSet) siblingPrediction(group string) float64 {
 }
 
 // predicted records w's predicted length and returns the entry to store.
-func (s *waitingSet) predicted(w *waitingSample, remaining float64) ([]byte, error) {
+func (s *waitingSet) predicted(w *waitingSample, remaining, turns float64) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w.Predicted = remaining
+	w.Predicted, w.PredictedTurns = remaining, &turns
 	return json.Marshal(w)
 }
 
