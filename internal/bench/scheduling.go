@@ -62,6 +62,8 @@ var Modes = []Mode{
 	{"action-fcfs", "action", "fcfs", "", false, ""},
 	{"action-lpt-history", "action", "lpt", predictor.BackendHistory, false, ""},
 	{"action-lpt-oracle", "action", "lpt", predictor.BackendOracle, false, ""},
+	{"action-lpt-learned", "action", "lpt", predictor.BackendLearned, false, ""},
+	{"action-sjf-learned", "action", "sjf", predictor.BackendLearned, false, ""},
 	{"action-sjf-history", "action", "sjf", predictor.BackendHistory, false, ""},
 	{"action-lpt-history-sync", "action", "lpt", predictor.BackendHistory, true, ""},
 	{"action-fcfs-no-kv-admission", "action", "fcfs", "", false, AblateKVAdmission},
@@ -175,6 +177,12 @@ type Result struct {
 	MeanGenQueueS float64 `json:"mean_gen_queue_s,omitempty"`
 	MeanServerS   float64 `json:"mean_server_s,omitempty"`
 	MeanEnvS      float64 `json:"mean_env_s,omitempty"`
+	// The predictor's error (virtual engine): the share of the times asked
+	// that it predicted, the mean absolute error of remaining tokens, and
+	// Spearman's rank correlation of predicted with true remaining tokens.
+	PredCoverage float64 `json:"predictor_coverage,omitempty"`
+	PredMAE      float64 `json:"predictor_mae_tokens,omitempty"`
+	PredRankCorr float64 `json:"predictor_rank_corr,omitempty"`
 }
 
 // Scheduling is what `actloop bench` runs: one simulated workload per
@@ -337,12 +345,13 @@ func liveTable(stdout io.Writer, results []Result) error {
 // virtualTable prints the virtual engine's results: means over the seeds.
 func virtualTable(stdout io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\tmin–max s\t× bound\t× trajectory\t× async\t÷ clairvoyant\tmean lat s\ttok/s\tKV use\tbusy\tpreempt\tre-prefill tok\tretract\tsyncs\tqueue/server/env s\twall s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\tmin–max s\t× bound\t× trajectory\t× async\t÷ clairvoyant\tmean lat s\ttok/s\tKV use\tbusy\tpreempt\tre-prefill tok\tretract\tsyncs\tqueue/server/env s\tpred MAE tok\tpred rank ρ\twall s\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.0f\t%.2f\t%.1f\t\n",
 			r.Scenario, r.Mode, r.Completed, r.Trajectories, r.MakespanS, r.MakespanMinS, r.MakespanMaxS, r.VsBound,
 			r.SpeedupVsTrajectory, r.SpeedupVsAsync, r.VsClairvoyant, r.MeanLatencyS, r.TokensPerS, r.KVUse, r.BusyShare,
-			r.Preemptions, r.Reprefilled, r.Retractions, r.Syncs, r.MeanGenQueueS, r.MeanServerS, r.MeanEnvS, r.WallS)
+			r.Preemptions, r.Reprefilled, r.Retractions, r.Syncs, r.MeanGenQueueS, r.MeanServerS, r.MeanEnvS,
+			r.PredMAE, r.PredRankCorr, r.WallS)
 	}
 	return tw.Flush()
 }

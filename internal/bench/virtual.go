@@ -38,6 +38,8 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		cfg.Predictor = virtual.PredictHistory
 	case predictor.BackendOracle:
 		cfg.Predictor = virtual.PredictOracle
+	case predictor.BackendLearned:
+		cfg.Predictor = virtual.PredictLearned
 	}
 	switch m.Kind {
 	case virtual.KindTrajectory: // ACTLOOP_SCHEDULING=trajectory
@@ -225,6 +227,9 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 		r.MeanServerS += v.MeanServerS / n
 		r.MeanEnvS += v.MeanEnvS / n
 		r.InputPerCall += v.InputPerCall / n
+		r.PredCoverage += v.PredCoverage / n
+		r.PredMAE += v.PredMAE / n
+		r.PredRankCorr += v.PredRankCorr / n
 	}
 	r.Completed /= len(runs) // per seed, as Trajectories
 	// Counters are per seed too.

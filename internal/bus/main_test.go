@@ -10,10 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
+
+	"github.com/actloop/actloop/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
 // fakeMsg is a jetstream.Msg that records what was done with it.
 type fakeMsg struct {

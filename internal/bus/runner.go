@@ -173,9 +173,14 @@ func (r *Runner) Run(ctx context.Context) error {
 			continue
 		}
 		free := 1
-		for free < r.Slots && len(slots) < cap(slots) {
-			slots <- struct{}{}
-			free++
+	more: // every free slot, without waiting: a limiter may take one meanwhile
+		for free < r.Slots {
+			select {
+			case slots <- struct{}{}:
+				free++
+			default:
+				break more
+			}
 		}
 		if r.Ready != nil && !r.Ready() { // changed while waiting for a slot
 			release(free)
@@ -249,14 +254,14 @@ func (l *limiter) adjust() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	want := l.want()
+take:
 	for l.held < want {
 		select {
 		case l.slots <- struct{}{}:
 			l.held++
-			continue
 		default:
+			break take
 		}
-		break
 	}
 	for l.held > want {
 		<-l.slots
@@ -265,7 +270,8 @@ func (l *limiter) adjust() {
 }
 
 // follow adjusts every limitPoll until ctx ends, then gives back what it
-// holds.
+// holds (slots handlers give back later may be kept: the Runner is done
+// with the channel by then).
 func (l *limiter) follow(ctx context.Context) {
 	t := time.NewTicker(limitPoll)
 	defer t.Stop()

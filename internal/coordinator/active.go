@@ -198,22 +198,19 @@ func (s *activeSet) predicted(p schema.Prediction) {
 		a.fact.Replica = p.Replica // a newer turn ran there: stolen by that replica
 	}
 	a.turnSeq = p.TurnSeq
-	a.fact.Predicted, a.fact.RemainingTurns, a.fact.Turns, a.fact.Tokens = p.RemainingTokens, p.RemainingTurns, p.Turns, p.GenTokens
-	a.fact.WaitingSince = p.At
-	a.kv = footprintOf(p)
-	s.dirty = true
-}
-
-// footprintOf is what a progress report says of a trajectory's KV.
-func footprintOf(p schema.Prediction) sched.Footprint {
-	f := sched.Footprint{Context: p.ContextTokens, Turns: p.Turns, RemainingTurns: -1, Finishing: p.Finishing}
+	a.fact.Turns, a.fact.Tokens, a.fact.WaitingSince = p.Turns, p.GenTokens, p.At
+	remaining := a.kv.RemainingTurns // without a new prediction, the last one stands
+	if a.kv == (sched.Footprint{}) {
+		remaining = -1
+	}
+	if p.Source != "" || p.Finishing {
+		a.fact.Predicted, a.fact.RemainingTurns, remaining = p.RemainingTokens, p.RemainingTurns, p.RemainingTurns
+	}
+	a.kv = sched.Footprint{Context: p.ContextTokens, Turns: p.Turns, RemainingTurns: remaining, Finishing: p.Finishing}
 	if p.Turns > 0 {
-		f.Grown = p.ContextTokens - p.PromptTokens
+		a.kv.Grown = p.ContextTokens - p.PromptTokens
 	}
-	if p.Source != "" {
-		f.RemainingTurns = p.RemainingTurns
-	}
-	return f
+	s.dirty = true
 }
 
 // footprints returns every active trajectory's use of KV; one with no

@@ -242,7 +242,9 @@ func (c *Coordinator) admit(ctx context.Context, w *waitingSample, replica strin
 	}
 	f := factOf(t)
 	f.Predicted = w.Predicted
-	if !c.active.add(s.ID, &activeTraj{entry: entry, fact: f, span: span}) {
+	kv := w.footprint()
+	f.RemainingTurns = max(kv.RemainingTurns, 0)
+	if !c.active.add(s.ID, &activeTraj{entry: entry, fact: f, kv: kv, span: span}) {
 		endSpan(span) // a retry: keep the span of the first try
 	}
 	n, err := traj.NextOf(t, traj.LowOnly{})

@@ -195,7 +195,7 @@ func TestPredictionsDriveSnapshots(t *testing.T) {
 	predict := func(id string, seq int64, remaining float64) {
 		t.Helper()
 		p := schema.Prediction{V: schema.Version, TrajID: id, Replica: "r0", TurnSeq: seq, Turns: 1, GenTokens: 10,
-			RemainingTokens: remaining, At: time.Now()}
+			RemainingTokens: remaining, Source: "history:group", At: time.Now()}
 		if err := d.Pub.Publish(ctx, bus.SubjectPredictions, "", p); err != nil {
 			t.Fatal(err)
 		}

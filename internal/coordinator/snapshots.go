@@ -62,6 +62,9 @@ func (c *Coordinator) handlePrediction(_ context.Context, m jetstream.Msg) error
 		return bus.Malformed(fmt.Errorf("prediction: %w", err))
 	}
 	c.active.predicted(p)
+	if p.Finishing {
+		c.poke() // its KV is free for admission
+	}
 	return nil
 }
 

@@ -204,7 +204,17 @@ func (w *Worker) publishNext(ctx context.Context, t *traj.Trajectory) error {
 		if err != nil {
 			return err
 		}
-		return traj.Publish(ctx, w.d.Pub, t.Trace, n)
+		if err := traj.Publish(ctx, w.d.Pub, t.Trace, n); err != nil {
+			return err
+		}
+		if t.Status == traj.StatusFinishing {
+			// Submitted: it needs no more generation, nor KV (admission
+			// counts its context no more).
+			p := traj.ProgressReport(t)
+			p.At = w.d.Now().UTC()
+			return w.d.Pub.Publish(ctx, bus.SubjectPredictions, schema.MsgID(t.ID, t.Seq, "pred"), p)
+		}
+		return nil
 	}
 	// Only now that the end is committed: a finish that must be retried
 	// needs its sandbox for the diff.
@@ -262,7 +272,7 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 		}
 		return nil, err
 	}
-	ran := traj.Ran{Digest: traj.ExecDigest(res.Output, res.ReturnCode), Replay: replay}
+	ran := traj.Ran{Digest: traj.ExecDigest(res.Output, res.ReturnCode), Exit: res.ReturnCode, Replay: replay}
 	if submitted, _ := agent.Submission(res.Output); submitted && !res.TimedOut {
 		return traj.Submitted{Ran: ran}, nil
 	}

@@ -527,22 +527,19 @@ func (w *Worker) publishNext(ctx context.Context, t *traj.Trajectory) error {
 	if t.Status == traj.StatusNeedsEnvStep || t.Status == traj.StatusFinishing {
 		// Report its progress (and, while the sandbox works, predict the
 		// rest).
-		p := schema.Prediction{V: schema.Version, TrajID: t.ID, Replica: w.cfg.Replica, TurnSeq: t.Seq, Turns: t.Calls,
-			GenTokens: t.GenTokens, ContextTokens: t.GenCtx, PromptTokens: min(t.PromptLen, t.GenCtx),
-			Finishing: t.Status == traj.StatusFinishing}
 		select {
-		case w.toPredict <- progress{p: p, group: t.Sample.GroupID, family: t.Sample.Family}: // not t: it holds every token
+		case w.toPredict <- progress{p: traj.ProgressReport(t), ask: traj.PredictRequest(t)}: // not t: it holds every token
 		default:
 		}
 	}
 	return nil
 }
 
-// progress is a trajectory's progress report and what its prediction
-// needs.
+// progress is a trajectory's progress report and what predictor-gw is
+// asked of it.
 type progress struct {
-	p             schema.Prediction
-	group, family string
+	p   schema.Prediction
+	ask schema.PredictRequest
 }
 
 // predictLoop reports the progress of trajectories whose generation just
@@ -558,8 +555,7 @@ func (w *Worker) predictLoop(ctx context.Context) error {
 		}
 		p := pr.p
 		if !p.Finishing && w.cfg.PredictTimeout > 0 {
-			rep, err := w.predict.Predict(ctx, schema.PredictRequest{TrajID: p.TrajID, GroupID: pr.group, Family: pr.family,
-				Turns: p.Turns, GenTokens: p.GenTokens, TurnSeq: p.TurnSeq})
+			rep, err := w.predict.Predict(ctx, pr.ask)
 			if err == nil { // else logged once by the Predictor; the length stays unknown
 				p.RemainingTokens, p.RemainingTurns, p.Source = rep.RemainingTokens, rep.RemainingTurns, rep.Source
 			}

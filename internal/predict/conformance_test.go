@@ -89,7 +89,12 @@ func TestOracleConformance(t *testing.T) {
 	}
 }
 
-func observe(t testing.TB, h *predict.History, rs ...schema.Result) {
+// observer is a backend that learns from results.
+type observer interface {
+	Observe(context.Context, schema.ResultHead) error
+}
+
+func observe(t testing.TB, h observer, rs ...schema.Result) {
 	t.Helper()
 	for _, r := range rs {
 		if err := h.Observe(context.Background(), r.ResultHead); err != nil {

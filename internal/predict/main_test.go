@@ -3,7 +3,7 @@ package predict_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/actloop/actloop/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }

@@ -13,6 +13,7 @@ import (
 // Backends of predictor-gw.
 const (
 	BackendHistory = "history" // learn from finished trajectories (Redis)
+	BackendLearned = "learned" // a regression on the conversation, learned online (Redis)
 	BackendHTTP    = "http"    // an external model server
 	BackendOracle  = "oracle"  // the simulator's plan; benchmarks only
 )
@@ -30,9 +31,13 @@ type Config struct {
 	Addr string `envconfig:"PREDICTOR_ADDR" default:":8083"`
 	// Backend is history (learned online from finished trajectories: a
 	// trajectory's group siblings, then its task family, then every
-	// trajectory, conditioned on how far it has come), http (an external
-	// model server) or oracle (the simulator's planned lengths; for
-	// benchmarks only, refused by anything but the simulator).
+	// trajectory, conditioned on how far it has come), learned (a
+	// regression on what the conversation says — turns, tokens, context,
+	// the last command's kind, the last observation's length and exit
+	// code — and on history's answer, learned online from finished
+	// trajectories; history answers until it has 200 examples), http (an
+	// external model server) or oracle (the simulator's planned lengths;
+	// for benchmarks only, refused by anything but the simulator).
 	Backend string `envconfig:"PREDICTOR" default:"history"`
 	// URL is the http backend's model server: it gets the PredictRequest
 	// as a JSON POST and answers {"remaining_tokens", "remaining_turns"}.
@@ -54,7 +59,7 @@ func (c *Config) Validate() error {
 func (c *Config) validateOwn() error {
 	var errs []error
 	switch c.Backend {
-	case BackendHistory:
+	case BackendHistory, BackendLearned:
 	case BackendHTTP:
 		if err := checkURL(c.URL); err != nil {
 			errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR_URL: %w (required with ACTLOOP_PREDICTOR=http)", err))
@@ -65,7 +70,7 @@ func (c *Config) validateOwn() error {
 		}
 		errs = append(errs, c.Chat.Validate())
 	default:
-		errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR: unknown backend %q (want history, http or oracle)", c.Backend))
+		errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR: unknown backend %q (want history, learned, http or oracle)", c.Backend))
 	}
 	if c.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR_TIMEOUT: must be > 0, got %v", c.Timeout))

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
@@ -19,7 +18,7 @@ import (
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
 // wait bounds every poll: generous, for loaded machines.
 const wait = time.Minute

@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/predict"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -20,7 +19,7 @@ const HistoryConsumer = "predictor-history"
 const historySlots = 8
 
 // historyRunner returns the Runner that observes finished trajectories.
-func (g *Gateway) historyRunner(ctx context.Context, h *predict.History) (*bus.Runner, error) {
+func (g *Gateway) historyRunner(ctx context.Context, h learner) (*bus.Runner, error) {
 	c, err := g.d.Topo.Consumer(ctx, g.d.JS, schema.StreamResults, HistoryConsumer, schema.SubjectResults)
 	if err != nil {
 		return nil, err
@@ -42,7 +41,7 @@ func (g *Gateway) historyRunner(ctx context.Context, h *predict.History) (*bus.R
 
 // observe is the handler of HistoryConsumer: see the package doc for how
 // each outcome is acked.
-func observe(h *predict.History) bus.Handler {
+func observe(h learner) bus.Handler {
 	return func(ctx context.Context, m jetstream.Msg) error {
 		r, err := schema.Decode[schema.ResultHead](m.Data())
 		if err != nil {

@@ -10,10 +10,10 @@
 // shutting down says so), and the caller falls back to fcfs for that
 // trajectory. Nothing is retried here: a prediction is only useful now.
 //
-// With the history backend the gateway also learns: the durable consumer
-// "predictor-history" on ACTLOOP_RESULTS, shared by every instance, feeds
-// each finished trajectory to History.Observe. Delivery is at-least-once and
-// Observe is idempotent per traj_id. Outcomes: observed, skipped (a
+// With the history and learned backends the gateway also learns: the
+// durable consumer "predictor-history" on ACTLOOP_RESULTS, shared by every
+// instance, feeds each finished trajectory to the backend's Observe.
+// Delivery is at-least-once and Observe is idempotent per traj_id. Outcomes: observed, skipped (a
 // fallback) → Ack; undecodable → dead-letter and Term; a Redis error → Nak
 // with back-off, up to MaxDeliver deliveries, then Term (one observation
 // lost).
@@ -81,7 +81,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.cfg.validateOwn(); err != nil {
 		return fmt.Errorf("predictor-gw settings: %w", err)
 	}
-	p, history, closeBackend, err := g.build()
+	p, learner, closeBackend, err := g.build()
 	if err != nil {
 		return fmt.Errorf("predictor-gw: %w", err)
 	}
@@ -100,8 +100,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 	eg, ectx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return service.Serve(ectx, g.cfg.Addr, g.Handler(), g.d.Log) })
-	if history != nil {
-		r, err := g.historyRunner(ctx, history)
+	if learner != nil {
+		r, err := g.historyRunner(ctx, learner)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped while starting
@@ -113,15 +113,20 @@ func (g *Gateway) Run(ctx context.Context) error {
 	return eg.Wait()
 }
 
-// build returns the backend cfg names (or the one set for tests), the
-// History when that is it, and what closes the backend.
 // Handler serves /healthz, /readyz and /metrics.
 func (g *Gateway) Handler() http.Handler { return service.HealthMux(g.d) }
 
-func (g *Gateway) build() (predict.Predictor, *predict.History, func(), error) {
+// learner is a backend that learns from finished trajectories.
+type learner interface {
+	Observe(ctx context.Context, r schema.ResultHead) error
+}
+
+// build returns the backend cfg names (or the one set for tests), the
+// same as a learner when it learns, and what closes the backend.
+func (g *Gateway) build() (predict.Predictor, learner, func(), error) {
 	if g.backend != nil {
-		h, _ := g.backend.(*predict.History)
-		return g.backend, h, func() {}, nil
+		l, _ := g.backend.(learner)
+		return g.backend, l, func() {}, nil
 	}
 	switch g.cfg.Backend {
 	case BackendHTTP:
@@ -134,6 +139,10 @@ func (g *Gateway) build() (predict.Predictor, *predict.History, func(), error) {
 		}
 		p := predict.NewOracle(g.d.Store, tmpl, g.cfg.OracleURL, g.cfg.Timeout)
 		return p, nil, func() { _ = p.Close() }, nil
+	case BackendLearned:
+		h := predict.NewHistory(g.d.Redis, predict.HistoryConfig{SeenTTL: g.d.Common.ResultsMaxAge})
+		l := predict.NewLearned(g.d.Redis, h, predict.LearnedConfig{SeenTTL: g.d.Common.ResultsMaxAge})
+		return l, l, func() {}, nil
 	default:
 		h := predict.NewHistory(g.d.Redis, predict.HistoryConfig{SeenTTL: g.d.Common.ResultsMaxAge})
 		return h, h, func() {}, nil

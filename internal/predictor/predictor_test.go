@@ -24,68 +24,79 @@ import (
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// History learns from results on actloop.results, each counted once
-// however often it is delivered, and predicts for a sibling; two instances
-// share the work.
+// History (and the learned backend, which answers as History until it has
+// examples enough) learns from results on actloop.results, each counted
+// once however often it is delivered, and predicts for a sibling; two
+// instances share the work.
 func TestHistoryLearnsFromResults(t *testing.T) {
-	for _, kind := range testkit.RedisKinds(t) {
-		t.Run(kind, func(t *testing.T) {
-			e := newEnv(t, kind)
-			d := e.start(t, Config{Backend: BackendHistory, Timeout: wait})
-			e.start(t, Config{Backend: BackendHistory, Timeout: wait})
+	for _, backend := range []string{BackendHistory, BackendLearned} {
+		for _, kind := range testkit.RedisKinds(t) {
+			t.Run(backend+"/"+kind, func(t *testing.T) { historyLearns(t, backend, kind) })
+		}
+	}
+}
 
-			if rep := e.ask(t, request("g-2", "g", 1, 100)); !strings.Contains(rep.Error, "no finished trajectories") {
-				t.Fatalf("before any result: %+v, want an error saying there is no evidence", rep)
-			}
-			ctx := context.Background()
-			publish := func(msgID string, r schema.Result) {
-				t.Helper()
-				if err := d.Results.Publish(ctx, r, msgID); err != nil {
-					t.Fatal(err)
-				}
-			}
-			publish("g-0", result("g-0", "g", schema.StatusCompleted, 1000, 5))
-			// A copy of g-0's head, as a publisher that does not ask for the
-			// subject to be empty would leave.
-			stream, err := d.JS.Stream(ctx, schema.StreamResults)
-			if err != nil {
-				t.Fatal(err)
-			}
-			head, err := stream.GetLastMsgForSubject(ctx, schema.SubjectResult("g-0"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.pub.PublishRaw(ctx, schema.SubjectResult("g-0"), "g-0-again", head.Data); err != nil {
-				t.Fatal(err)
-			}
-			publish("g-1", result("g-1", "g", schema.StatusCompleted, 2000, 9))
-			publish("g-3", result("g-3", "g", schema.StatusFallback, 10, 1))
-			if err := e.pub.PublishRaw(ctx, schema.SubjectResult("junk"), "junk", []byte(`{"v":1,"traj_id":"`)); err != nil {
-				t.Fatal(err)
-			}
+func historyLearns(t *testing.T, backend, kind string) {
+	e := newEnv(t, kind)
+	d := e.start(t, Config{Backend: backend, Timeout: wait})
+	e.start(t, Config{Backend: backend, Timeout: wait})
 
-			js := d.JS
-			testkit.Eventually(t, wait, "every result observed", func() bool {
-				c, err := js.Consumer(ctx, schema.StreamResults, HistoryConsumer)
-				if err != nil {
-					return false
-				}
-				info, err := c.Info(ctx)
-				return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Consumer >= 5
-			})
-			want := schema.PredictReply{V: schema.Version, RemainingTokens: 1400, RemainingTurns: 6, Source: predict.SourceGroup}
-			if rep := e.ask(t, request("g-2", "g", 1, 100)); rep != want {
-				t.Fatalf("sibling: %+v, want %+v", rep, want)
-			}
-			testkit.Eventually(t, wait, "the junk result dead-lettered", func() bool {
-				s, err := js.Stream(ctx, schema.StreamDLQ)
-				if err != nil {
-					return false
-				}
-				info, err := s.Info(ctx)
-				return err == nil && info.State.Msgs == 1
-			})
-		})
+	if rep := e.ask(t, request("g-2", "g", 1, 100)); !strings.Contains(rep.Error, "no finished trajectories") {
+		t.Fatalf("before any result: %+v, want an error saying there is no evidence", rep)
+	}
+	_ = e.ask(t, request("g-1", "g", 2, 300)) // the learned backend keeps it for g-1's result
+	ctx := context.Background()
+	publish := func(msgID string, r schema.Result) {
+		t.Helper()
+		if err := d.Results.Publish(ctx, r, msgID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("g-0", result("g-0", "g", schema.StatusCompleted, 1000, 5))
+	// A copy of g-0's head, as a publisher that does not ask for the
+	// subject to be empty would leave.
+	stream, err := d.JS.Stream(ctx, schema.StreamResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := stream.GetLastMsgForSubject(ctx, schema.SubjectResult("g-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pub.PublishRaw(ctx, schema.SubjectResult("g-0"), "g-0-again", head.Data); err != nil {
+		t.Fatal(err)
+	}
+	publish("g-1", result("g-1", "g", schema.StatusCompleted, 2000, 9))
+	publish("g-3", result("g-3", "g", schema.StatusFallback, 10, 1))
+	if err := e.pub.PublishRaw(ctx, schema.SubjectResult("junk"), "junk", []byte(`{"v":1,"traj_id":"`)); err != nil {
+		t.Fatal(err)
+	}
+
+	js := d.JS
+	testkit.Eventually(t, wait, "every result observed", func() bool {
+		c, err := js.Consumer(ctx, schema.StreamResults, HistoryConsumer)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Consumer >= 5
+	})
+	want := schema.PredictReply{V: schema.Version, RemainingTokens: 1400, RemainingTurns: 6, Source: predict.SourceGroup}
+	if rep := e.ask(t, request("g-2", "g", 1, 100)); rep != want {
+		t.Fatalf("sibling: %+v, want %+v", rep, want)
+	}
+	testkit.Eventually(t, wait, "the junk result dead-lettered", func() bool {
+		s, err := js.Stream(ctx, schema.StreamDLQ)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	})
+	if backend == BackendLearned {
+		if n, err := e.rdb.HGet(ctx, "actloop:{predict}:learned", "0").Float64(); err != nil || n != 1 {
+			t.Fatalf("examples learned = %v (%v), want 1: g-1's", n, err)
+		}
 	}
 }
 

@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
 var chat = tokenize.NewByteChatML()
 

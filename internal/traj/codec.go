@@ -78,6 +78,8 @@ var fields = []field{
 	counter("preempts", func(t *Trajectory) *int { return &t.Preempts }),
 	timeField("preempted_at", func(t *Trajectory) *time.Time { return &t.PreemptedAt }),
 	counter("restarts", func(t *Trajectory) *int { return &t.Restarts }),
+	counter("last_exit", func(t *Trajectory) *int { return &t.LastExit }),
+	counter("last_obs", func(t *Trajectory) *int { return &t.LastObs }),
 	strField("digests", func(t *Trajectory) *string { return &t.Digests }),
 	counter("replays", func(t *Trajectory) *int { return &t.Replays }),
 	counter("diverged", func(t *Trajectory) *int { return &t.Diverged }),

@@ -7,7 +7,9 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unicode/utf8"
 
+	"github.com/actloop/actloop/internal/agent"
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/telemetry"
@@ -214,4 +216,34 @@ func ReportFailed(ctx context.Context, pub *bus.Publisher, now time.Time, worker
 	e := schema.Event{V: schema.Version, Type: schema.EventFailed, TrajID: trajID, Seq: seq, Worker: worker,
 		Reason: cause.Error(), At: now.UTC()}
 	return pub.Publish(ctx, bus.SubjectEvents, schema.MsgID(trajID, seq, "failed"), e)
+}
+
+// ProgressReport is t's progress report for the coordinator after a model call
+// (bus.SubjectPredictions, without a prediction or its time): its turns,
+// tokens and context, and whether it is finishing (its last reply is in).
+func ProgressReport(t *Trajectory) schema.Prediction {
+	return schema.Prediction{V: schema.Version, TrajID: t.ID, Replica: t.Replica, TurnSeq: t.Seq, Turns: t.Calls,
+		GenTokens: t.GenTokens, ContextTokens: t.GenCtx, PromptTokens: min(t.PromptLen, t.GenCtx),
+		Finishing: t.Status == StatusFinishing}
+}
+
+// PredictRequest is what predictor-gw is asked of t after a model call:
+// its progress, and what its conversation says (the command the reply asks
+// to run, cut to schema.MaxPredictCommandBytes at a character boundary,
+// and its kind; the previous command's observation and exit code).
+func PredictRequest(t *Trajectory) schema.PredictRequest {
+	cmd := t.Action
+	if n := schema.MaxPredictCommandBytes; len(cmd) > n {
+		for n > 0 && !utf8.RuneStart(cmd[n]) {
+			n--
+		}
+		cmd = cmd[:n]
+	}
+	r := schema.PredictRequest{V: schema.Version, TrajID: t.ID, GroupID: t.Sample.GroupID, Family: t.Sample.Family,
+		Turns: t.Calls, GenTokens: t.GenTokens, TurnSeq: t.Seq, ContextTokens: t.GenCtx,
+		PromptTokens: min(t.PromptLen, t.GenCtx), Command: cmd, ObsTokens: t.LastObs, ExitCode: t.LastExit}
+	if t.Action != "" {
+		r.CommandKind = agent.ClassifyCommand(t.Action)
+	}
+	return r
 }

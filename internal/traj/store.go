@@ -68,6 +68,11 @@ type Trajectory struct {
 	GenCtx   int
 	Preempts int
 	Restarts int
+	// LastExit and LastObs are the last command's exit code and its
+	// observation's tokens (0 before the first): what a remaining-length
+	// predictor reads of it.
+	LastExit int
+	LastObs  int
 	// Digests holds a digest of each command's outcome (ExecDigest), one
 	// per command run, space-separated: what a replay of the commands in a
 	// rebuilt sandbox is checked against. Replays counts the sandboxes

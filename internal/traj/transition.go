@@ -224,6 +224,7 @@ func (o Observed) apply(t *Trajectory, _ time.Time) (appended, error) {
 	}
 	o.Ran.apply(t)
 	t.Status = StatusNeedsGeneration
+	t.LastObs = len(o.Observation.Tokens)
 	var a appended
 	a.user(o.Observation)
 	return a, nil
@@ -250,6 +251,7 @@ const ReasonSubmitted = "submitted"
 // the new sandbox's handle.
 type Ran struct {
 	Digest string
+	Exit   int // the command's exit code
 	Replay Replay
 }
 
@@ -280,6 +282,7 @@ func (r Ran) apply(t *Trajectory) {
 		t.Digests += " "
 	}
 	t.Digests += d
+	t.LastExit = r.Exit
 	r.Replay.apply(t)
 }
 

@@ -36,6 +36,7 @@ const (
 	PredictNone    = ""        // the history, as predictor-gw's default backend
 	PredictHistory = "history" // predict.Remaining over the finished trajectories' totals
 	PredictOracle  = "oracle"  // the workload's own remaining tokens
+	PredictLearned = "learned" // predict.Regression on what the conversation says, as predictor-gw's learned backend
 )
 
 // Config is one run: the machine, the mode and the services' settings.
@@ -143,7 +144,7 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	switch c.Predictor {
-	case PredictNone, PredictHistory, PredictOracle:
+	case PredictNone, PredictHistory, PredictOracle, PredictLearned:
 	default:
 		bad("predictor", c.Predictor)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/actloop/actloop/internal/predict"
 	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/workload"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 const (
@@ -40,7 +41,8 @@ type traj struct {
 	genCtx    int // context plus output of its last generation (0: none yet)
 	genTokens int
 	calls     int
-	versions  [2]int64 // min and max weight version of its tokens; min > max: none
+	versions  [2]int64      // min and max weight version of its tokens; min > max: none
+	asks      []predict.Ask // what the learned predictor was asked of it
 
 	// Where its time went, in seconds.
 	genQueueS, serverS, envS float64
@@ -101,8 +103,13 @@ type engine struct {
 	done       int
 
 	history history
-	pace    sched.Pace
-	res     Result
+	learned learned
+	// predErrs pairs every prediction made with the truth: predicted and
+	// true remaining tokens.
+	predErrs [][2]float64
+	asked    int
+	pace     sched.Pace
+	res      Result
 	// reserved is, per replica, the pool the clairvoyant reference has
 	// promised its admitted trajectories.
 	reserved []int
@@ -236,14 +243,40 @@ func (e *engine) siblingPrediction(i int) float64 {
 // gen-workers ask predictor-gw whatever the policy; without a predictor
 // named, the history (predictor-gw's default backend) answers.
 func (e *engine) predict(t *traj) {
+	truth := float64(e.remainingTokens(t))
+	e.asked++
 	if e.cfg.Predictor == PredictOracle {
-		t.predicted, t.predTurns = float64(e.remainingTokens(t)), float64(len(t.plan.Tokens)-t.turn)
+		t.predicted, t.predTurns = truth, float64(len(t.plan.Tokens)-t.turn)
+		e.predErrs = append(e.predErrs, [2]float64{truth, truth})
 		return
 	}
 	t.predicted, t.predTurns = 0, -1
-	if p, turns, ok := e.history.predict(t.plan.GroupID, t.genTokens, t.calls); ok {
-		t.predicted, t.predTurns = p, turns
+	hist, ok := e.history.predict(t.plan.GroupID, t.genTokens, t.calls)
+	if ok {
+		t.predicted, t.predTurns = hist.RemainingTokens, hist.RemainingTurns
 	}
+	if e.cfg.Predictor == PredictLearned {
+		x := predict.Features(e.request(t), hist, ok)
+		t.asks = append(t.asks, predict.Ask{Tokens: t.genTokens, Turns: t.calls, X: x})
+		if e.learned.ready {
+			t.predicted, t.predTurns = e.learned.model.Predict(x)
+			ok = true
+		}
+	}
+	if ok {
+		e.predErrs = append(e.predErrs, [2]float64{t.predicted, truth})
+	}
+}
+
+// request is what a gen-worker would ask predictor-gw of t now (after a
+// reply, before its command's observation).
+func (e *engine) request(t *traj) schema.PredictRequest {
+	r := schema.PredictRequest{Turns: t.calls, GenTokens: t.genTokens, ContextTokens: t.genCtx,
+		PromptTokens: min(t.plan.Prompt, t.genCtx)}
+	if t.turn >= 2 {
+		r.ObsTokens = t.plan.Obs[t.turn-2] + obsTemplateTokens
+	}
+	return r
 }
 
 // rankValue is what policies rank t by on replica (a waiting sample: ""):
@@ -456,6 +489,12 @@ func (e *engine) instant(s float64) time.Time {
 // first. The classes read are as old as the coordinator's at most, and the
 // engine ranks only when someone looks.
 func (e *engine) publishGen(i int) {
+	e.queueGen(i)
+	e.dispatch(e.ts[i].replica)
+}
+
+// queueGen queues t's next gen step (publishGen without the dispatch).
+func (e *engine) queueGen(i int) {
 	t := e.ts[i]
 	t.since = e.now
 	if e.cfg.Kind == KindAction && e.dirty && e.now >= e.nextSnap {
@@ -467,7 +506,6 @@ func (e *engine) publishGen(i int) {
 		class = sched.Resumed(class)
 	}
 	e.ws[t.replica].queues[slices.Index(sched.DispatchOrder, class)].push(i)
-	e.dispatch(t.replica)
 }
 
 // next pops the first step of w's queues in dispatch order (-1: none).
@@ -478,6 +516,17 @@ func (w *worker) next() int {
 		}
 	}
 	return -1
+}
+
+// nextHigh pops the first step of w's high classes in dispatch order
+// (one waits).
+func (w *worker) nextHigh() int {
+	for k, class := range sched.DispatchOrder {
+		if sched.IsHigh(class) && w.queues[k].len() > 0 {
+			return w.queues[k].pop()
+		}
+	}
+	panic("virtual: no high step waits")
 }
 
 // waiting reports whether a step waits in any of w's queues.
@@ -524,6 +573,11 @@ func (e *engine) dispatch(r int) {
 		g := w.low[v]
 		e.ts[g.t].preemptedAt = e.now
 		e.interrupt(r, g)
+		// The slot goes to the high step, as the gen-worker's Runner hands
+		// it the preempted one's slot; the interrupted rest waits in its
+		// resume class.
+		i := w.nextHigh()
+		e.start(r, i, !sched.IsHigh(e.board.Class(e.names[r], e.ts[i].plan.ID)))
 	}
 	e.kick(r)
 }
@@ -628,7 +682,7 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	if d.Aborted {
 		e.res.ResumedTokens += int64(d.Generated)
 		t.resumed = true
-		e.publishGen(g.t)
+		e.queueGen(g.t) // whoever interrupted it dispatches
 		return
 	}
 	w := e.ws[t.replica]
@@ -680,6 +734,10 @@ func (e *engine) finish(i int) {
 		e.ws[t.replica].srv.Drop(t.ctx, e.now)
 	}
 	e.history.observe(t.plan.GroupID, t.genTokens, t.calls)
+	if e.cfg.Predictor == PredictLearned {
+		e.learned.observe(t.asks, predict.Total{Tokens: t.genTokens, Turns: t.calls})
+		t.asks = nil
+	}
 	e.pace.ObserveFinished(e.names[t.replica], t.finishedAt-t.admittedAt, t.genTokens, t.calls)
 	e.dirty = true
 	e.admit()
@@ -791,11 +849,27 @@ func keepNewest(ts []predict.Total, t predict.Total) []predict.Total {
 	return ts[:min(len(ts), predict.DefaultKeep)]
 }
 
-func (h *history) predict(group string, tokens, turns int) (float64, float64, bool) {
+func (h *history) predict(group string, tokens, turns int) (schema.PredictReply, bool) {
 	levels := []predict.Level{
 		{Source: predict.SourceGroup, Min: 1, Totals: h.groups[group]},
 		{Source: predict.SourceGlobal, Min: predict.DefaultMinGlobal, Totals: h.global},
 	}
-	p, rt, _, ok := predict.Remaining(levels, tokens, turns)
-	return p, rt, ok
+	p, rt, source, ok := predict.Remaining(levels, tokens, turns)
+	return schema.PredictReply{RemainingTokens: p, RemainingTurns: rt, Source: source}, ok
+}
+
+// learned is predictor-gw's learned backend in memory: predict.Regression
+// with its defaults, refitted as each trajectory finishes.
+type learned struct {
+	reg   predict.Regression
+	model predict.Model
+	ready bool
+}
+
+func (l *learned) observe(asks []predict.Ask, total predict.Total) {
+	if len(asks) == 0 {
+		return
+	}
+	l.reg.Merge(predict.DefaultDecay, predict.Delta(asks, total))
+	l.model, l.ready = l.reg.Trained(predict.DefaultLambda, predict.DefaultMinExamples)
 }

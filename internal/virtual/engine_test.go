@@ -2,7 +2,9 @@ package virtual
 
 import (
 	"fmt"
+	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +222,19 @@ func BenchmarkEngine(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(plans)*b.N)/b.Elapsed().Seconds(), "trajectories/s")
 		})
+	}
+}
+
+func TestPredictionError(t *testing.T) {
+	mae, rho := predictionError([][2]float64{{10, 12}, {20, 18}, {30, 40}, {40, 30}})
+	if mae != 6 {
+		t.Errorf("MAE = %v, want 6", mae)
+	}
+	// ranks 1 2 3 4 against 1 2 4 3: 1 − 6·2 / (4·15) = 0.8
+	if math.Abs(rho-0.8) > 1e-12 {
+		t.Errorf("rank correlation = %v, want 0.8", rho)
+	}
+	if got := ranks([]float64{5, 1, 5, 2}); !slices.Equal(got, []float64{3.5, 1, 3.5, 2}) {
+		t.Errorf("ranks with ties = %v", got)
 	}
 }

@@ -1,8 +1,12 @@
 package virtual
 
 import (
+	"cmp"
 	"math"
 	"slices"
+
+	"gonum.org/v1/gonum/floats"
+	"gonum.org/v1/gonum/stat"
 
 	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/workload"
@@ -48,6 +52,11 @@ type Result struct {
 	MeanAdmitWaitS, MeanStretch     float64
 	MeanGenQueueS, MeanServerS      float64
 	MeanEnvS                        float64
+	// How good the predictions were: the share of the times asked that a
+	// prediction came, and over those, the mean absolute error of the
+	// remaining tokens and Spearman's rank correlation of predicted with
+	// true remaining tokens (what lpt and sjf rank by).
+	PredCoverage, PredMAE, PredRankCorr float64
 }
 
 func (e *engine) result() Result {
@@ -97,7 +106,50 @@ func (e *engine) result() Result {
 	span := r.MakespanS * float64(len(e.ws))
 	r.BusyShare = busy / span
 	r.KVUse = usage / span / float64(e.cfg.Server.MaxTotalTokens)
+	r.PredCoverage = float64(len(e.predErrs)) / float64(max(e.asked, 1))
+	r.PredMAE, r.PredRankCorr = predictionError(e.predErrs)
 	return r
+}
+
+// predictionError is the mean absolute error of the pairs (predicted,
+// true) and Spearman's rank correlation between the two (0 for fewer than
+// two pairs or a constant side).
+func predictionError(pairs [][2]float64) (mae, rho float64) {
+	if len(pairs) == 0 {
+		return 0, 0
+	}
+	pred, truth := make([]float64, len(pairs)), make([]float64, len(pairs))
+	for i, p := range pairs {
+		mae += math.Abs(p[0]-p[1]) / float64(len(pairs))
+		pred[i], truth[i] = p[0], p[1]
+	}
+	a, b := ranks(pred), ranks(truth)
+	if len(pairs) < 2 || floats.Max(a) == floats.Min(a) || floats.Max(b) == floats.Min(b) {
+		return mae, 0
+	}
+	return mae, stat.Correlation(a, b, nil)
+}
+
+// ranks returns the rank of each of xs (1-based; ties share their mean
+// rank).
+func ranks(xs []float64) []float64 {
+	idx := make([]int, len(xs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(i, j int) int { return cmp.Compare(xs[i], xs[j]) })
+	out := make([]float64, len(xs))
+	for i := 0; i < len(idx); {
+		j := i
+		for j < len(idx) && xs[idx[j]] == xs[idx[i]] {
+			j++
+		}
+		for k := i; k < j; k++ {
+			out[idx[k]] = float64(i+j+1) / 2
+		}
+		i = j
+	}
+	return out
 }
 
 // Path is t's critical path on an idle server under cost c: its sandbox's

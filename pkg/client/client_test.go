@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/service"
@@ -24,13 +23,7 @@ import (
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// nats.go's jetstream starts resetPendingAcksOnReconnect with its first
-// async publish; when the connection closes before that goroutine has read
-// its status channel, it reads the nil channel the close left and never
-// returns (nats.go v1.55.0, jetstream/publish.go). Not ours to stop.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
-}
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
 // wait bounds every poll: generous, for loaded machines.
 const wait = time.Minute

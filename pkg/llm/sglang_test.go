@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/actloop/actloop/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyNoLeaks(m) }
 
 // recorder is an httptest server that records what it is sent and answers
 // with a fixed status and body.

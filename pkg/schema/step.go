@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -164,7 +165,42 @@ type PredictRequest struct {
 	// Task is sent for a sample not yet admitted (no state to read), so a
 	// predictor that reads the prompt can still answer.
 	Task string `json:"task,omitempty"`
+	// What the conversation so far says, as the gen-worker sees it after a
+	// model call: the context after the reply (of which PromptTokens are
+	// the prompt), the command the reply asks to run (its first
+	// MaxPredictCommandBytes) and its kind (CommandKind), and the previous
+	// command's observation (its tokens; 0 before the first) and exit code.
+	ContextTokens int         `json:"context_tokens,omitempty"`
+	PromptTokens  int         `json:"prompt_tokens,omitempty"`
+	Command       string      `json:"command,omitempty"`
+	CommandKind   CommandKind `json:"command_kind,omitempty"`
+	ObsTokens     int         `json:"obs_tokens,omitempty"`
+	ExitCode      int         `json:"exit_code,omitempty"`
 }
+
+// MaxPredictCommandBytes bounds PredictRequest.Command: a prediction needs
+// the command's head, not a heredoc's whole file.
+const MaxPredictCommandBytes = 1024
+
+// CommandKind is what a shell command mostly does, as a remaining-length
+// predictor reads it (ClassifyCommand).
+type CommandKind string
+
+// Command kinds.
+const (
+	CommandRead   CommandKind = "read"   // look at files: cat, head, sed -n, ls, find
+	CommandSearch CommandKind = "search" // grep, rg, ag
+	CommandEdit   CommandKind = "edit"   // change files: sed -i, a heredoc or redirect into a file, patch, python writing a file
+	CommandTest   CommandKind = "test"   // run tests: pytest, go test, make test, tox, npm test
+	CommandRun    CommandKind = "run"    // run a program or script: python, node, go run, make
+	CommandVCS    CommandKind = "vcs"    // git
+	CommandSubmit CommandKind = "submit" // the submission (COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT)
+	CommandOther  CommandKind = "other"
+)
+
+// CommandKinds lists every kind, in a fixed order (a predictor's feature
+// order).
+var CommandKinds = []CommandKind{CommandRead, CommandSearch, CommandEdit, CommandTest, CommandRun, CommandVCS, CommandSubmit, CommandOther}
 
 // PredictReply answers a PredictRequest. Error is set when no prediction
 // could be made; the caller falls back to fcfs for that trajectory.
@@ -209,6 +245,18 @@ func (r *PredictRequest) Validate() error {
 	stepFields(&p, r.TrajID, r.TurnSeq)
 	nonNegative(&p, "turns", int64(r.Turns))
 	nonNegative(&p, "gen_tokens", int64(r.GenTokens))
+	nonNegative(&p, "context_tokens", int64(r.ContextTokens))
+	nonNegative(&p, "prompt_tokens", int64(r.PromptTokens))
+	nonNegative(&p, "obs_tokens", int64(r.ObsTokens))
+	if r.PromptTokens > r.ContextTokens && r.ContextTokens > 0 {
+		p.add("prompt_tokens", "more than context_tokens")
+	}
+	if len(r.Command) > MaxPredictCommandBytes {
+		p.add("command", "longer than %d bytes (%d)", MaxPredictCommandBytes, len(r.Command))
+	}
+	if r.CommandKind != "" && !slices.Contains(CommandKinds, r.CommandKind) {
+		p.add("command_kind", "unknown kind %q", clip(string(r.CommandKind)))
+	}
 	return p.err()
 }
 

@@ -162,7 +162,7 @@ name, unknown here: `*`.
   "gen-worker": {"pub": ["actloop.gen.>", "actloop.env.>", "actloop.events", "actloop.predictions", "actloop.predict",
     "$JS.ACK.ACTLOOP_GEN.>", "$KV.actloop_heartbeats.gen.<replica>.>", "$KV.actloop_control.gen.<replica>.>"],
     "sub": ["actloop.gen.<replica>.*"]},
-  "env-worker": {"pub": ["actloop.gen.>", "actloop.env.>", "actloop.results.>", "$O.ACTLOOP_RESULT_BODIES.>", "actloop.events", "$JS.ACK.ACTLOOP_ENV.>",
+  "env-worker": {"pub": ["actloop.gen.>", "actloop.env.>", "actloop.results.>", "$O.ACTLOOP_RESULT_BODIES.>", "actloop.events", "actloop.predictions", "$JS.ACK.ACTLOOP_ENV.>",
     "$KV.actloop_heartbeats.env.<id>"], "sub": ["actloop.env.<id>", "actloop.env.start"]},
   "predictor-gw": {"pub": ["$JS.ACK.ACTLOOP_RESULTS.>"], "sub": ["actloop.predict"], "responses": true},
   "cli": {"pub": ["$JS.API.>", "$JS.FC.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>"], "sub": ["_INBOX.>"]}
