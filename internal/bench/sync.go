@@ -34,8 +34,14 @@ type SyncReport struct {
 	PauseMS         []float64 `json:"pause_ms"` // trainer side: call to answer
 	PauseP50MS      float64   `json:"pause_p50_ms"`
 	PauseP99MS      float64   `json:"pause_p99_ms"`
-	Aborted         int       `json:"aborted"`
-	KeptTokens      int64     `json:"kept_tokens"`
+	// PauseOwnMS is each pause less its server share (PauseReply's
+	// server_ms: the abort call until the aborted answers were in), what
+	// actloop's own code spent.
+	PauseOwnMS    []float64 `json:"pause_own_ms"`
+	PauseOwnP50MS float64   `json:"pause_own_p50_ms"`
+	PauseOwnP99MS float64   `json:"pause_own_p99_ms"`
+	Aborted       int       `json:"aborted"`
+	KeptTokens    int64     `json:"kept_tokens"`
 	// RegeneratedTokens is output thrown away and generated again: none,
 	// since a resumed generation continues from its partial output; what a
 	// sync costs is re-prefilling the contexts its cache flush evicted.
@@ -118,18 +124,18 @@ func RunSync(ctx context.Context, s Sync, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(b.PauseMS) > 0 {
-		s := slices.Sorted(slices.Values(b.PauseMS))
-		b.PauseP50MS = s[len(s)/2]
-		b.PauseP99MS = s[min(len(s)-1, len(s)*99/100)]
-		b.LostPerSyncS = (b.WithSyncs.MakespanS - b.WithoutSyncs.MakespanS) / float64(len(s))
+		b.PauseP50MS, b.PauseP99MS = p50p99(b.PauseMS)
+		b.PauseOwnP50MS, b.PauseOwnP99MS = p50p99(b.PauseOwnMS)
+		b.LostPerSyncS = (b.WithSyncs.MakespanS - b.WithoutSyncs.MakespanS) / float64(len(b.PauseMS))
 	}
 	if s.JSON {
 		j, _ := json.Marshal(b)
 		_, err := fmt.Fprintln(stdout, string(j))
 		return err
 	}
-	fmt.Fprintf(stdout, "pause (trainer side) over %d syncs with %v generations in flight: p50 %.1f ms, p99 %.1f ms\n",
-		len(b.PauseMS), b.InFlightAtPause, b.PauseP50MS, b.PauseP99MS)
+	fmt.Fprintf(stdout, "pause (trainer side) over %d syncs with %v generations in flight: p50 %.1f ms, p99 %.1f ms; "+
+		"less the servers' share (abort call to the last aborted answer): p50 %.1f ms, p99 %.1f ms\n",
+		len(b.PauseMS), b.InFlightAtPause, b.PauseP50MS, b.PauseP99MS, b.PauseOwnP50MS, b.PauseOwnP99MS)
 	fmt.Fprintf(stdout, "aborted %d generations; kept %d tokens, regenerated %d\n", b.Aborted, b.KeptTokens, b.RegeneratedTokens)
 	for _, r := range []struct {
 		name string
@@ -225,6 +231,7 @@ func syncOnce(ctx context.Context, cfg Sync, syncs int, log *slog.Logger, out *S
 			}
 			out.InFlightAtPause = append(out.InFlightAtPause, n)
 			out.PauseMS = append(out.PauseMS, float64(took.Microseconds())/1000)
+			out.PauseOwnMS = append(out.PauseOwnMS, max(float64(took.Microseconds())/1000-reply.ServerMS, 0))
 			out.Aborted += reply.Aborted
 			out.KeptTokens += reply.KeptTokens
 		}
@@ -265,4 +272,10 @@ func syncOnce(ctx context.Context, cfg Sync, syncs int, log *slog.Logger, out *S
 		}
 	}
 	return r, nil
+}
+
+// p50p99 returns the median and 99th percentile of xs (not empty).
+func p50p99(xs []float64) (p50, p99 float64) {
+	s := slices.Sorted(slices.Values(xs))
+	return s[len(s)/2], s[min(len(s)-1, len(s)*99/100)]
 }

@@ -234,6 +234,7 @@ func (c *Coordinator) pauseProgress(epoch int64) (schema.PauseReply, []string) {
 		reply.Workers++
 		reply.Aborted += r.Aborted
 		reply.KeptTokens += r.KeptTokens
+		reply.ServerMS = max(reply.ServerMS, r.ServerMS)
 	}
 	return reply, missing
 }

@@ -385,9 +385,13 @@ type PauseReport struct {
 	Paused  bool   `json:"paused"`
 	// Aborted counts the generations this worker aborted for the pause and
 	// KeptTokens the partial output they had produced, now committed.
-	Aborted    int       `json:"aborted"`
-	KeptTokens int64     `json:"kept_tokens"`
-	At         time.Time `json:"at"`
+	Aborted    int   `json:"aborted"`
+	KeptTokens int64 `json:"kept_tokens"`
+	// ServerMS is the server's share of the pause (mode abort): from this
+	// worker's abort call until the last aborted generation's answer was
+	// in.
+	ServerMS float64   `json:"server_ms,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // PauseRequest is the body of POST /v1/pause and actloop.control.pause.
@@ -404,6 +408,9 @@ type PauseReply struct {
 	Aborted    int     `json:"aborted"`
 	KeptTokens int64   `json:"kept_tokens"`
 	WaitedMS   float64 `json:"waited_ms"`
+	// ServerMS is the largest of the workers' ServerMS: WaitedMS less it
+	// is what actloop itself spent.
+	ServerMS float64 `json:"server_ms,omitempty"`
 }
 
 // ResumeRequest is the body of POST /v1/resume and actloop.control.resume.
