@@ -260,6 +260,7 @@ func (c *Coordinator) Resume(ctx context.Context, req schema.ResumeRequest) (sch
 		return st, err
 	}
 	c.d.Log.Info("resume", "epoch", next.Epoch, "weight_version", next.WeightVersion)
+	c.poke() // admission held during the pause goes on
 	return c.controlState(), nil
 }
 

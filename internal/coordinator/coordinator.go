@@ -76,6 +76,7 @@ type Coordinator struct {
 	// and off env-workers that went away; work messages published again
 	// for lack of progress.
 	moved, envMoved, republished, readmitted atomic.Int64
+	held                                     atomic.Int64 // admission passes held back by a pause
 
 	view atomic.Pointer[view] // what the HTTP API and the metrics read
 	m    *coordMetrics

@@ -303,3 +303,32 @@ func TestAdmissionByKV(t *testing.T) {
 	beat("r1", 0)
 	testkit.Eventually(t, wait, "by count up to the ceiling", counts(6, 4))
 }
+
+// No sample is admitted while generation is paused for a weight sync; a
+// resume admits what waited.
+func TestNoAdmissionWhilePaused(t *testing.T) {
+	ctx, s, d := stack(t)
+	c, err := s.StartCoordinator(ctx, s.CoordinatorConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pause(ctx, schema.PauseRequest{Mode: schema.PauseAbort}); err != nil { // no gen-worker: at once
+		t.Fatal(err)
+	}
+	for _, id := range []string{"w1", "w2"} {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, id, sample(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, wait, "both waiting and an admission pass held", func() bool {
+		st, err := c.Status(ctx)
+		return err == nil && st.Queued == 2 && st.AdmissionHeld >= 1
+	})
+	if st, err := c.Status(ctx); err != nil || st.Active != 0 {
+		t.Fatalf("admitted during a pause: %+v, %v", st, err)
+	}
+	if _, err := c.Resume(ctx, schema.ResumeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, wait, "both admitted after the resume", func() bool { return c.ActiveCount() == 2 })
+}

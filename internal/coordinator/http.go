@@ -40,6 +40,9 @@ type Status struct {
 	// in (ACTLOOP_TRAIN_BATCH_SIZE with ACTLOOP_MAX_STALENESS); -1 when no
 	// such bound is set. At 0 admission waits for the next weight version.
 	StalenessRoom int `json:"staleness_room"`
+	// AdmissionHeld counts the admission passes that found samples waiting
+	// while generation was paused, and so admitted none.
+	AdmissionHeld int64 `json:"admission_held"`
 	// Control is the control state: paused or running, the weight version.
 	Control schema.Control `json:"control"`
 	// Queues is the backlog of each work subject.
@@ -84,7 +87,7 @@ func (c *Coordinator) state() Status {
 	st.Queued = uint64(c.waiting.count())
 	st.Snapshot, st.StalePredictions = c.snaps.get(), c.active.stalePredictions()
 	st.Moved, st.Republished, st.EnvMoved = c.moved.Load(), c.republished.Load(), c.envMoved.Load()
-	st.Readmitted = c.readmitted.Load()
+	st.Readmitted, st.AdmissionHeld = c.readmitted.Load(), c.held.Load()
 	live := map[string]bool{}
 	for _, r := range c.members.liveReplicas(c.cfg.Replicas, now) {
 		live[r] = true

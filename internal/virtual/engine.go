@@ -333,6 +333,9 @@ func (e *engine) handle(ev event) {
 // are active, each on the least loaded replica, as the coordinator's
 // admission loop does.
 func (e *engine) admit() {
+	if e.paused { // as the coordinator: no admission during a weight sync
+		return
+	}
 	if e.cfg.Kind == KindClairvoyant {
 		e.admitClairvoyant()
 		return
