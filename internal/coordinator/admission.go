@@ -164,10 +164,10 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 }
 
 // admissible returns the waiting samples to admit now, best first, and
-// the replica of each; none while generation is paused. While every live replica reports its KV pool (and
-// ACTLOOP_KV_BUDGET > 0) admission goes by KV (sched.KVPools) under the
-// count ceiling; otherwise by the adaptive count limit, each on the replica
-// with the fewest trajectories.
+// the replica of each; none while generation is paused. While every live
+// replica reports its KV pool (and ACTLOOP_KV_BUDGET > 0) admission goes by
+// KV (sched.KVPools) under the count ceiling; otherwise by the adaptive
+// count limit, each on the replica with the fewest trajectories.
 func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 	if c.controlState().Paused { // a weight sync: no new sample until it resumes
 		if c.waiting.count() > 0 {

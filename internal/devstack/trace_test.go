@@ -32,23 +32,28 @@ func TestStepSpansJoinTheTrajectoryTrace(t *testing.T) {
 	e.submit(simSample("traced", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"))
 	e.results(1)
 	// The last env step's span ends after its commit, which may be after the
-	// result is out: wait for every span, then check the tree.
-	testkit.Eventually(t, wait, "the trajectory span and its 4 step spans to end", func() bool {
-		n := 0
+	// result is out: wait for the trajectory span and one span of each step
+	// (a step delivered twice has a second span, so a count is not enough).
+	var traj sdktrace.ReadOnlySpan
+	testkit.Eventually(t, wait, "the trajectory span and its gen, start, exec and finish spans to end", func() bool {
+		traj = nil
+		seen := map[string]bool{}
 		for _, s := range rec.Ended() {
 			switch s.Name() {
-			case "trajectory", "gen-r0", "env-env-0":
-				n++
+			case "trajectory":
+				traj = s
+			case "gen-r0":
+				seen["gen"] = true
+			case "env-env-0":
+				for _, kv := range s.Attributes() {
+					if kv.Key == "kind" {
+						seen[kv.Value.AsString()] = true
+					}
+				}
 			}
 		}
-		return n >= 5
+		return traj != nil && seen["gen"] && seen["start"] && seen["exec"] && seen["finish"]
 	})
-	var traj sdktrace.ReadOnlySpan
-	for _, s := range rec.Ended() {
-		if s.Name() == "trajectory" {
-			traj = s
-		}
-	}
 	steps := map[string]int{}
 	for _, s := range rec.Ended() {
 		switch s.Name() {

@@ -210,9 +210,7 @@ func (w *Worker) publishNext(ctx context.Context, t *traj.Trajectory) error {
 		if t.Status == traj.StatusFinishing {
 			// Submitted: it needs no more generation, nor KV (admission
 			// counts its context no more).
-			p := traj.ProgressReport(t)
-			p.At = w.d.Now().UTC()
-			return w.d.Pub.Publish(ctx, bus.SubjectPredictions, schema.MsgID(t.ID, t.Seq, "pred"), p)
+			return traj.ReportProgress(ctx, w.d.Pub, w.d.Now(), traj.ProgressReport(t))
 		}
 		return nil
 	}

@@ -560,8 +560,7 @@ func (w *Worker) predictLoop(ctx context.Context) error {
 				p.RemainingTokens, p.RemainingTurns, p.Source = rep.RemainingTokens, rep.RemainingTurns, rep.Source
 			}
 		}
-		p.At = w.d.Now().UTC()
-		if err := w.d.Pub.Publish(ctx, bus.SubjectPredictions, schema.MsgID(p.TrajID, p.TurnSeq, "pred"), p); err != nil && ctx.Err() == nil {
+		if err := traj.ReportProgress(ctx, w.d.Pub, w.d.Now(), p); err != nil && ctx.Err() == nil {
 			w.d.Log.Warn("report prediction", "traj_id", p.TrajID, "error", err)
 		}
 	}

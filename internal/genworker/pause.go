@@ -91,7 +91,6 @@ func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generatio
 		p.abortAll(ctx, gens)
 	}
 	aborted := time.Since(start)
-	var server time.Duration // the abort call until the last answer is in
 	t := time.NewTicker(reRequestAbort)
 	defer t.Stop()
 	for _, g := range gens {
@@ -108,10 +107,10 @@ func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generatio
 			}
 		}
 	}
-	if abort && len(gens) > 0 {
-		server = time.Since(start)
+	r := schema.PauseReport{Epoch: c.Epoch, Paused: true}
+	if abort && len(gens) > 0 { // the abort call until the last answer is in
+		r.ServerMS = float64(time.Since(start).Microseconds()) / 1000
 	}
-	r := schema.PauseReport{Epoch: c.Epoch, Paused: true, ServerMS: float64(server.Microseconds()) / 1000}
 	for _, g := range gens {
 		if n := g.kept.Load(); n >= 0 {
 			r.Aborted++

@@ -13,10 +13,10 @@
 // With the history and learned backends the gateway also learns: the
 // durable consumer "predictor-history" on ACTLOOP_RESULTS, shared by every
 // instance, feeds each finished trajectory to the backend's Observe.
-// Delivery is at-least-once and Observe is idempotent per traj_id. Outcomes: observed, skipped (a
-// fallback) → Ack; undecodable → dead-letter and Term; a Redis error → Nak
-// with back-off, up to MaxDeliver deliveries, then Term (one observation
-// lost).
+// Delivery is at-least-once and Observe is idempotent per traj_id.
+// Outcomes: observed, skipped (a fallback) → Ack; undecodable → dead-letter
+// and Term; a Redis error → Nak with back-off, up to MaxDeliver deliveries,
+// then Term (one observation lost).
 package predictor
 
 import (

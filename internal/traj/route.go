@@ -218,9 +218,16 @@ func ReportFailed(ctx context.Context, pub *bus.Publisher, now time.Time, worker
 	return pub.Publish(ctx, bus.SubjectEvents, schema.MsgID(trajID, seq, "failed"), e)
 }
 
+// ReportProgress publishes p, a trajectory's progress report (and
+// prediction, when it has one), to the coordinator at now.
+func ReportProgress(ctx context.Context, pub *bus.Publisher, now time.Time, p schema.Prediction) error {
+	p.At = now.UTC()
+	return pub.Publish(ctx, bus.SubjectPredictions, schema.MsgID(p.TrajID, p.TurnSeq, "pred"), p)
+}
+
 // ProgressReport is t's progress report for the coordinator after a model call
-// (bus.SubjectPredictions, without a prediction or its time): its turns,
-// tokens and context, and whether it is finishing (its last reply is in).
+// (ReportProgress, without a prediction): its turns, tokens and context, and
+// whether it is finishing (its last reply is in).
 func ProgressReport(t *Trajectory) schema.Prediction {
 	return schema.Prediction{V: schema.Version, TrajID: t.ID, Replica: t.Replica, TurnSeq: t.Seq, Turns: t.Calls,
 		GenTokens: t.GenTokens, ContextTokens: t.GenCtx, PromptTokens: min(t.PromptLen, t.GenCtx),
