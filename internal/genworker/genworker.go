@@ -154,8 +154,9 @@ type Worker struct {
 	board   *sched.Board
 	predict *predict.Client
 	id      string
-	// ridPrefix starts the request ids this worker creates, so a pause
-	// aborts them with one call.
+	// ridPrefix starts the request ids this worker creates (a trajectory's,
+	// at its first generation), so a pause aborts the generations running
+	// under them with one call.
 	ridPrefix string
 	// predictions queued for predictor-gw; a full queue drops (a missing
 	// prediction only leaves the length unknown).
@@ -349,9 +350,11 @@ func (w *Worker) Handler() http.Handler {
 }
 
 // step runs the generation of t (or ends it at a limit) and returns the
-// transition. A generation preempted for a high-priority step commits its partial
-// output instead; its resume continues under the same request id with the
-// turn's token budget reduced by what it already produced.
+// transition. Every generation of t runs under its request id, made at its
+// first: its turns are sequential, so the engine sees one multi-turn
+// request. A generation preempted for a high-priority step commits its
+// partial output instead; its resume continues with the turn's token budget
+// reduced by what it already produced.
 func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (traj.Transition, error) {
 	s := t.Sample
 	lim := agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, w.agent.StepLimit), TokenBudget: s.Limits.TokenBudget,
@@ -369,7 +372,7 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 	}
 	partial := t.Tokens[len(t.Tokens)-t.TurnGen:]
 	rid := t.RID
-	if rid == "" {
+	if rid == "" { // its first generation; the commit keeps the rid for the rest
 		rid = llm.NewRIDWithPrefix(w.ridPrefix) // a pause aborts all of this worker's at once
 	}
 	var res llm.Result
@@ -396,7 +399,7 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 			w.m.queueWait.Observe(max(started.Sub(g.queuedAt), 0).Seconds())
 		}
 		var err error
-		res, err = w.gen.Generate(ctx, req)
+		res, err = w.generate(ctx, req, g)
 		w.m.step.Observe(time.Since(started).Seconds())
 		if err == nil && res.Finish.Type != llm.FinishAbort {
 			w.tracker.paced(time.Since(started).Seconds(), len(res.OutputIDs))
@@ -424,7 +427,7 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		}
 		w.tracker.done(g)
 		switch {
-		case err != nil && llm.Temporary(err):
+		case err != nil && (llm.Temporary(err) || duplicateRID(err)):
 			return nil, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
 		case err != nil:
 			return nil, bus.Fatal(fmt.Errorf("generate on %s: %w", w.cfg.Replica, err))
@@ -444,7 +447,7 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 	} // else the turn spent its whole budget before it was interrupted: it ends here
 	out := append(slices.Clone(partial), res.OutputIDs...)
 	turn := traj.Turn{Output: res.OutputIDs, Logprobs: res.Logprobs, Version: int32(g.version),
-		CloseTurn: w.tmpl.CloseTurn(out), Text: w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs()))}
+		CloseTurn: w.tmpl.CloseTurn(out), Text: w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs())), RID: rid}
 	action, perr := w.agent.ParseAction(turn.Text)
 	var fe *agent.FormatError
 	switch {
@@ -477,8 +480,8 @@ func (w *Worker) account(t *traj.Trajectory, res llm.Result) {
 }
 
 // partial commits what a generation aborted for a preemption or a pause
-// produced (possibly nothing, when the abort came before prefill) and keeps
-// its request id for the resume.
+// produced (possibly nothing, when the abort came before prefill), under
+// the trajectory's request id, for the resume.
 func (w *Worker) partial(g *generation, res llm.Result) traj.Transition {
 	w.tracker.resumedTokens.Add(int64(len(res.OutputIDs)))
 	return traj.Interrupted{Output: res.OutputIDs, Logprobs: res.Logprobs, Version: int32(g.version), RID: g.rid,

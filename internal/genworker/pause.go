@@ -130,8 +130,10 @@ func (p *pauser) settle(ctx context.Context, c schema.Control, gens []*generatio
 
 // abortAll aborts every generation of gens on the server: those whose
 // request id carries this worker's prefix with one call when the server
-// matches prefixes, the rest (resumed under an id another worker made) one
-// by one, all at once.
+// matches prefixes, the rest one by one, all at once. A trajectory keeps
+// the request id of its first generation for life, so those of
+// trajectories that started on another worker (or an earlier run of this
+// one), or moved here from another replica, carry another prefix.
 func (p *pauser) abortAll(ctx context.Context, gens []*generation) {
 	pa, byPrefix := p.w.gen.(llm.PrefixAborter)
 	var wg sync.WaitGroup

@@ -14,6 +14,8 @@ import (
 
 // generation is one LLM call of a gen step.
 type generation struct {
+	// rid is its trajectory's request id, which names this generation on
+	// the server: a trajectory has one generation at a time.
 	rid       string
 	low       bool
 	notBefore time.Time     // not preempted before this (thrash guard)

@@ -95,6 +95,9 @@ func (c Config) withDefaults() Config {
 type Stats struct {
 	// Requests counts accepted /generate requests.
 	Requests int64
+	// Duplicates counts requests refused because a request with their rid
+	// was live (errDuplicateRID).
+	Duplicates int64
 	// Running is how many requests hold a slot now; Waiting how many wait
 	// for one (in the queue, or because generation is paused).
 	Running, Waiting int

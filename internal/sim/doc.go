@@ -40,7 +40,11 @@
 // until /continue_generation; /update_weight_version changes the version
 // reported in meta_info.weight_version. An aborted request answers at once
 // with finish_reason {"type": "abort"} and the tokens generated so far (none
-// before prefill or while waiting).
+// before prefill or while waiting). A request whose rid is live already is
+// refused, as SGLang's TokenizerManager refuses it (400, "Duplicate request
+// ID detected: <rid>"; on /v1/completions vLLM's "Request id … already
+// running."), and the live one goes on; a rid that has answered serves
+// again.
 //
 // Server model. With Config.Model the cost model above is replaced by the
 // iteration-level model of SGLang's continuous batching that the

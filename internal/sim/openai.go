@@ -185,7 +185,22 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	j := s.accept(req)
+	j, err := s.accept(req)
+	if err != nil {
+		// vLLM's OutputProcessor.add_request raises a ValueError that
+		// serving_completion.py answers as an error: a 400, or an error
+		// event when streaming.
+		dup := errField("", "Request id cmpl-%s-0 already running.", req.RID)
+		if !o.stream {
+			writeError(w, http.StatusBadRequest, dup)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": dup.Error(), "type": "BadRequestError", "param": nil, "code": 400}})
+		_, _ = fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
+		return
+	}
 
 	cw := completionWriter{id: "cmpl-" + req.RID, created: time.Now().Unix(), o: o, req: req, plan: &j.plan, voc: s.voc}
 	if !o.stream {

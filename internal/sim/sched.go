@@ -328,6 +328,7 @@ func (s *Server) end(j *job, kind endKind) *generateOutput {
 		j.elem = nil
 	}
 	delete(s.jobs, j)
+	delete(s.byRID, j.req.RID) // before it answers, as SGLang frees a rid before its answer
 	close(j.doneCh)
 	gen := j.generated
 	version := s.version

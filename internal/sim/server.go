@@ -38,7 +38,8 @@ type Server struct {
 
 	mu        sync.Mutex
 	jobs      map[*job]struct{}
-	queue     list.List // of *job waiting for a slot
+	byRID     map[string]*job // the live jobs by rid
+	queue     list.List       // of *job waiting for a slot
 	running   int
 	paused    bool
 	pauseMode string
@@ -59,6 +60,7 @@ func New(cfg Config) *Server {
 		cfg:      cfg,
 		mux:      http.NewServeMux(),
 		jobs:     make(map[*job]struct{}),
+		byRID:    make(map[string]*job),
 		pauseCh:  make(chan struct{}),
 		resumeCh: make(chan struct{}),
 		version:  cfg.WeightVersion,
@@ -123,10 +125,8 @@ func (s *Server) Stats() Stats {
 func (s *Server) Request(rid string) (info RequestInfo, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for j := range s.jobs {
-		if j.req.RID == rid {
-			return s.infoLocked(j), true
-		}
+	if j, ok := s.byRID[rid]; ok {
+		return s.infoLocked(j), true
 	}
 	return RequestInfo{}, false
 }
@@ -149,9 +149,18 @@ func (s *Server) WeightVersion() string {
 	return s.version
 }
 
+// errDuplicateRID refuses a request whose rid is live already: SGLang's
+// TokenizerManager._init_req_state raises "Duplicate request ID detected:
+// <rid>" (a ValueError its HTTP server answers 400), and vLLM's
+// OutputProcessor.add_request "Request id <id> already running."; the live
+// request goes on. Once it has answered (finished or aborted), its rid may
+// be used again.
+var errDuplicateRID = errors.New("rid in flight already")
+
 // accept tokenizes req's prompt if it came as text, plans req and counts
-// it as a live request, waiting for a slot.
-func (s *Server) accept(req *genRequest) *job {
+// it as a live request, waiting for a slot; a request whose rid is live
+// already is refused with errDuplicateRID.
+func (s *Server) accept(req *genRequest) (*job, error) {
 	if req.text != nil {
 		req.InputIDs = s.voc.tok.Encode(*req.text)
 	}
@@ -164,10 +173,16 @@ func (s *Server) accept(req *genRequest) *job {
 		phase:   PhaseWaiting,
 	}
 	s.mu.Lock()
+	if _, ok := s.byRID[req.RID]; ok {
+		s.stats.Duplicates++
+		s.mu.Unlock()
+		return nil, errDuplicateRID
+	}
 	s.jobs[j] = struct{}{}
+	s.byRID[req.RID] = j
 	s.stats.Requests++
 	s.mu.Unlock()
-	return j
+	return j, nil
 }
 
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
@@ -184,7 +199,11 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	j := s.accept(req)
+	j, err := s.accept(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, errField("", "Duplicate request ID detected: %s", req.RID))
+		return
+	}
 	var kind endKind
 	if s.mdl != nil {
 		if kind, err = s.runModel(r.Context(), j); err != nil {

@@ -71,9 +71,12 @@ var fields = []field{
 	// gen_ctx: the context length the server saw at the end of the last
 	// generation.
 	counter("gen_ctx", func(t *Trajectory) *int { return &t.GenCtx }),
-	// rid and turn_gen: the request id of an interrupted generation, kept
-	// for its resume, and the tokens of the current turn it produced.
+	// rid: the trajectory's request id, for all its turns. resuming and
+	// turn_gen: an interrupted generation waits to resume, and the tokens
+	// of the current turn it produced.
 	strField("rid", func(t *Trajectory) *string { return &t.RID }),
+	{name: "resuming", encode: func(t *Trajectory) string { return strconv.FormatBool(t.Resuming) },
+		decode: func(t *Trajectory, v string) (err error) { t.Resuming, err = strconv.ParseBool(v); return err }},
 	counter("turn_gen", func(t *Trajectory) *int { return &t.TurnGen }),
 	counter("preempts", func(t *Trajectory) *int { return &t.Preempts }),
 	timeField("preempted_at", func(t *Trajectory) *time.Time { return &t.PreemptedAt }),

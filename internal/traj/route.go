@@ -58,10 +58,9 @@ func NextOf(t *Trajectory, cls Classifier) (Next, error) {
 	case StatusNeedsGeneration:
 		// The replica is part of the id: a step moved to another replica
 		// (its own went down) is not a duplicate of the one left behind.
-		// An interrupted generation (it has a request id) resumes in its
-		// class's resume queue.
+		// An interrupted generation resumes in its class's resume queue.
 		class := cls.Class(t.Replica, t.ID)
-		if t.RID != "" {
+		if t.Resuming {
 			class = sched.Resumed(class)
 		}
 		return Next{bus.SubjectGen(t.Replica, class), t.MsgID("gen-" + t.Replica),

@@ -28,3 +28,23 @@ func TestPredictRequest(t *testing.T) {
 		t.Fatalf("PredictRequest = %+v, want %+v", r, want)
 	}
 }
+
+// A trajectory keeps its request id across turns; only an interrupted
+// generation's step goes to its class's resume queue.
+func TestNextGenClass(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		tr   Trajectory
+		want string
+	}{
+		{"first turn", Trajectory{}, "actloop.gen.r0.lo"},
+		{"next turn, same rid", Trajectory{RID: strings.Repeat("a", 32), Calls: 2}, "actloop.gen.r0.lo"},
+		{"interrupted", Trajectory{RID: strings.Repeat("a", 32), Resuming: true}, "actloop.gen.r0.rlo"},
+	} {
+		tt.tr.ID, tt.tr.Replica, tt.tr.Status = "x", "r0", StatusNeedsGeneration
+		n, err := NextOf(&tt.tr, LowOnly{})
+		if err != nil || n.Subject != tt.want {
+			t.Errorf("%s: subject %q (%v), want %q", tt.name, n.Subject, err, tt.want)
+		}
+	}
+}

@@ -61,9 +61,13 @@ type Trajectory struct {
 	Commands  int
 	GenTokens int
 	PromptLen int
-	// RID and TurnGen describe an interrupted generation: its request id and
-	// how many tokens of the current turn it produced (already appended).
+	// RID is the trajectory's request id, made at its first generation and
+	// kept across its turns, resumes and moves, so the engine sees one
+	// multi-turn request. Resuming and TurnGen describe an interrupted
+	// generation: its next generation resumes it, and how many tokens of
+	// the current turn it produced (already appended).
 	RID      string
+	Resuming bool
 	TurnGen  int
 	GenCtx   int
 	Preempts int

@@ -99,13 +99,16 @@ func (s Started) apply(t *Trajectory, _ time.Time) (appended, error) {
 
 // Turn is a model's whole turn: its output tokens with their log-probs and
 // the weight version that produced them, the tokens that close the turn
-// (untrained), and the output as text (the assistant message).
+// (untrained), the output as text (the assistant message), and the request
+// id it ran under, which the trajectory keeps for its next turns ("": the
+// trajectory's own).
 type Turn struct {
 	Output    []int32
 	Logprobs  []float32
 	Version   int32
 	CloseTurn []int32
 	Text      string
+	RID       string
 }
 
 // add appends the turn and counts it; t holds the context it continued.
@@ -116,7 +119,10 @@ func (u Turn) add(t *Trajectory, a *appended) {
 	t.Calls++
 	t.GenTokens += len(u.Output)
 	t.GenCtx = len(t.Tokens) + len(u.Output)
-	t.RID, t.TurnGen = "", 0
+	if u.RID != "" {
+		t.RID = u.RID
+	}
+	t.Resuming, t.TurnGen = false, 0
 }
 
 // Generated: the model's turn holds an action (needs_generation →
@@ -155,7 +161,7 @@ func (f FormatErrored) apply(t *Trajectory, _ time.Time) (appended, error) {
 
 // Interrupted: a generation aborted for a preemption or a pause keeps what
 // it produced (possibly nothing, when the abort came before prefill) and
-// its request id, for the resume; the status stays needs_generation.
+// its request id, and waits to resume; the status stays needs_generation.
 type Interrupted struct {
 	Output    []int32
 	Logprobs  []float32
@@ -171,7 +177,10 @@ func (i Interrupted) apply(t *Trajectory, now time.Time) (appended, error) {
 	n := len(i.Output)
 	var a appended
 	a.add(i.Output, i.Logprobs, 1, i.Version)
-	t.RID = i.RID
+	if i.RID != "" {
+		t.RID = i.RID
+	}
+	t.Resuming = true
 	t.TurnGen += n
 	t.GenTokens += n
 	t.GenCtx = len(t.Tokens) + n
@@ -195,8 +204,8 @@ func (l LimitReached) apply(t *Trajectory, _ time.Time) (appended, error) {
 }
 
 // Restarted: a trajectory whose tokens went stale starts again: its
-// messages, tokens and counts go, and a fresh sandbox starts (the env
-// start closes the old one) (needs_generation → starting).
+// messages, tokens, counts and request id go, and a fresh sandbox starts
+// (the env start closes the old one) (needs_generation → starting).
 type Restarted struct{}
 
 func (r Restarted) apply(t *Trajectory, _ time.Time) (appended, error) {
@@ -204,7 +213,7 @@ func (r Restarted) apply(t *Trajectory, _ time.Time) (appended, error) {
 		return appended{}, err
 	}
 	t.Calls, t.GenTokens, t.Commands, t.TurnGen, t.GenCtx, t.PromptLen = 0, 0, 0, 0, 0, 0
-	t.RID, t.Action, t.Reason = "", "", ""
+	t.RID, t.Resuming, t.Action, t.Reason = "", false, "", ""
 	t.Status = StatusStarting
 	t.Restarts++
 	return appended{reset: true}, nil

@@ -14,10 +14,12 @@ import (
 // sets and what it appends; every other status refuses it.
 func TestTransitions(t *testing.T) {
 	now := time.UnixMilli(5000)
-	base := Trajectory{ID: "x", Seq: 3, Calls: 2, Commands: 1, GenTokens: 10, PromptLen: 4, TurnGen: 2, RID: "r",
+	base := Trajectory{ID: "x", Seq: 3, Calls: 2, Commands: 1, GenTokens: 10, PromptLen: 4, TurnGen: 2, RID: "r", Resuming: true,
 		Preempts: 1, Restarts: 0, Tokens: make([]int32, 20), Action: "ls", Handle: "h0", Digests: "ab"}
 	obs := UserTurn{Content: "out", Tokens: []int32{7, 8}}
 	turn := Turn{Output: []int32{1, 2, 3}, Logprobs: []float32{-1, -2, -3}, Version: 9, CloseTurn: []int32{4}, Text: "t"}
+	ridTurn := turn
+	ridTurn.RID = "first"
 	tests := []struct {
 		name  string
 		tr    Transition
@@ -35,16 +37,24 @@ func TestTransitions(t *testing.T) {
 		{"generated", Generated{Turn: turn, Action: "cat f"}, []Status{StatusNeedsGeneration},
 			func(t *Trajectory, a appended) string {
 				if t.Status != StatusNeedsEnvStep || t.Action != "cat f" || t.Calls != 3 || t.GenTokens != 13 || t.GenCtx != 23 ||
-					t.RID != "" || t.TurnGen != 0 || !slices.Equal(a.tokens, []int32{1, 2, 3, 4}) ||
+					t.RID != "r" || t.Resuming || t.TurnGen != 0 || !slices.Equal(a.tokens, []int32{1, 2, 3, 4}) ||
 					!slices.Equal(a.mask, []int8{1, 1, 1, 0}) || !slices.Equal(a.versions, []int32{9, 9, 9, -1}) ||
 					!slices.Equal(a.logprobs, []float32{-1, -2, -3, 0}) || len(a.messages) != 1 || a.messages[0].Role != schema.RoleAssistant {
 					return fmt.Sprintf("%+v %+v", t, a)
 				}
 				return ""
 			}},
-		{"format error", FormatErrored{Turn: turn, Feedback: obs}, []Status{StatusNeedsGeneration},
+		{"generated under a new rid", Generated{Turn: ridTurn, Action: "cat f"}, []Status{StatusNeedsGeneration},
 			func(t *Trajectory, a appended) string {
-				if t.Status != StatusNeedsGeneration || t.Calls != 3 || !slices.Equal(a.tokens, []int32{1, 2, 3, 4, 7, 8}) ||
+				if t.RID != "first" || t.Resuming || t.TurnGen != 0 {
+					return fmt.Sprintf("%+v", t)
+				}
+				return ""
+			}},
+		{"format error", FormatErrored{Turn: ridTurn, Feedback: obs}, []Status{StatusNeedsGeneration},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusNeedsGeneration || t.Calls != 3 || t.RID != "first" || t.Resuming ||
+					!slices.Equal(a.tokens, []int32{1, 2, 3, 4, 7, 8}) ||
 					len(a.messages) != 2 || a.messages[1] != (schema.Message{Role: schema.RoleUser, Content: "out"}) {
 					return fmt.Sprintf("%+v %+v", t, a)
 				}
@@ -52,7 +62,7 @@ func TestTransitions(t *testing.T) {
 			}},
 		{"preempted", Interrupted{Output: []int32{5}, Version: 9, RID: "rid", Preempted: true}, []Status{StatusNeedsGeneration},
 			func(t *Trajectory, a appended) string {
-				if t.Status != StatusNeedsGeneration || t.RID != "rid" || t.TurnGen != 3 || t.GenTokens != 11 || t.GenCtx != 21 ||
+				if t.Status != StatusNeedsGeneration || t.RID != "rid" || !t.Resuming || t.TurnGen != 3 || t.GenTokens != 11 || t.GenCtx != 21 ||
 					t.Preempts != 2 || !t.PreemptedAt.Equal(now) || t.Calls != 2 || len(a.messages) != 0 ||
 					!slices.Equal(a.mask, []int8{1}) {
 					return fmt.Sprintf("%+v %+v", t, a)
@@ -61,7 +71,7 @@ func TestTransitions(t *testing.T) {
 			}},
 		{"paused", Interrupted{RID: "rid"}, []Status{StatusNeedsGeneration},
 			func(t *Trajectory, a appended) string {
-				if t.RID != "rid" || t.TurnGen != 2 || t.Preempts != 1 || !t.PreemptedAt.IsZero() || len(a.tokens) != 0 {
+				if t.RID != "rid" || !t.Resuming || t.TurnGen != 2 || t.Preempts != 1 || !t.PreemptedAt.IsZero() || len(a.tokens) != 0 {
 					return fmt.Sprintf("%+v %+v", t, a)
 				}
 				return ""
@@ -76,7 +86,7 @@ func TestTransitions(t *testing.T) {
 		{"restarted", Restarted{}, []Status{StatusNeedsGeneration},
 			func(t *Trajectory, a appended) string {
 				if t.Status != StatusStarting || t.Restarts != 1 || t.Calls != 0 || t.GenTokens != 0 || t.Commands != 0 ||
-					t.TurnGen != 0 || t.PromptLen != 0 || t.RID != "" || t.Action != "" || !a.reset {
+					t.TurnGen != 0 || t.PromptLen != 0 || t.RID != "" || t.Resuming || t.Action != "" || !a.reset {
 					return fmt.Sprintf("%+v %+v", t, a)
 				}
 				return ""
@@ -121,7 +131,7 @@ func TestTransitions(t *testing.T) {
 			}},
 		{"stolen", Stolen{Replica: "r9", Then: Generated{Turn: turn}}, []Status{StatusNeedsGeneration},
 			func(t *Trajectory, a appended) string {
-				if t.Replica != "r9" || t.Status != StatusNeedsEnvStep {
+				if t.Replica != "r9" || t.Status != StatusNeedsEnvStep || t.RID != "r" {
 					return fmt.Sprintf("%+v", t)
 				}
 				return ""
@@ -156,7 +166,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	want := Trajectory{ID: "c", Status: StatusNeedsEnvStep, Seq: 9, Replica: "r", Owner: "o", Handle: "h", Action: "a",
 		Reason: "why", Diff: "d", Tests: map[string]string{"t": "FAILED"}, Reward: 0.25, Trace: "tp",
 		Sample: schema.Sample{V: schema.Version, ID: "c", Task: "task"}, Calls: 1, Commands: 2, GenTokens: 3, PromptLen: 4,
-		RID: "rid", TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, LastExit: -9, LastObs: 10, Digests: "00ff -", Replays: 1, Diverged: 1, Run: 2, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
+		RID: "rid", Resuming: true, TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, LastExit: -9, LastObs: 10, Digests: "00ff -", Replays: 1, Diverged: 1, Run: 2, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
 		UpdatedAt: time.UnixMilli(3), FinishedAt: time.UnixMilli(4)}
 	h := map[string]string{}
 	args := encodeFields(&Trajectory{Seq: -1}, &want, false)
