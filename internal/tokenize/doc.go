@@ -8,10 +8,15 @@
 // (Qwen2/2.5/3, Llama 3) and encodes as the tokenizers library does; Qwen
 // returns the Qwen3 tokenizer built into the binary; Bytes is a byte-level
 // toy tokenizer (one token per byte plus three ChatML specials) for tests and
-// benchmarks. Templates: ChatML (Qwen) and Llama3. Open picks both by name,
-// as the ACTLOOP_TOKENIZER and ACTLOOP_CHAT_TEMPLATE settings do.
+// benchmarks. Templates: ChatML (Qwen2.5), Llama3, and Qwen3 (Qwen3's own
+// template, with or without thinking), which is also a ToolTemplate: it
+// renders tool definitions, tool calls and tool results. Chat picks a
+// tokenizer and a template by name, as the ACTLOOP_TOKENIZER and
+// ACTLOOP_CHAT_TEMPLATE settings do.
 //
 // Every template delimits messages with special tokens, which the
 // tokenizer cuts out before any merge, so appending a conversation's turns
-// one by one yields the ids of tokenizing it whole (see ChatTemplate).
+// one by one yields the ids of tokenizing it whole, except where Qwen3's
+// template rewrites earlier assistant turns on a whole rendering (see
+// ChatTemplate and Qwen3).
 package tokenize

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
-
-	"golang.org/x/text/unicode/norm"
 )
 
 // HF is a byte-level BPE tokenizer read from a Hugging Face tokenizer.json,
@@ -21,9 +19,10 @@ import (
 // tokenizers library (huggingface/tokenizers, tokenizers/src/tokenizer/
 // added_vocabulary.rs, normalizers, pre_tokenizers/split.rs and byte_level.rs,
 // models/bpe/word.rs): added tokens are cut out first (leftmost, longest),
-// the rest is normalized, split into pre-tokens, mapped byte to unicode and
-// merged by rank. It adds no special tokens of its own (as
-// encode(add_special_tokens=False)); a ChatTemplate writes them.
+// the rest is normalized (NFC exactly as the library's, see nfc), split
+// into pre-tokens, mapped byte to unicode and merged by rank. It adds no
+// special tokens of its own (as encode(add_special_tokens=False)); a
+// ChatTemplate writes them.
 //
 // Added tokens are matched on the text as given, before normalization; the
 // library matches those marked "normalized": true on the normalized text,
@@ -426,11 +425,17 @@ func wordAfter(s string) bool {
 
 // encodeText appends the ids of s, which holds no added token.
 func (t *HF) encodeText(ids []int32, s string) []int32 {
+	if t.nfc {
+		s = nfc(s)
+	}
+	return t.encodeNormalized(ids, s)
+}
+
+// encodeNormalized appends the ids of s, normalized already: its
+// pre-tokens merged by rank.
+func (t *HF) encodeNormalized(ids []int32, s string) []int32 {
 	if s == "" {
 		return ids
-	}
-	if t.nfc && !norm.NFC.IsNormalString(s) {
-		s = norm.NFC.String(s)
 	}
 	t.split.split(s, func(piece string) {
 		ids = t.encodeWord(ids, piece)

@@ -3,6 +3,7 @@ package tokenize
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Chat names the model's tokenizer and chat template. The gen-workers,
@@ -14,8 +15,10 @@ type Chat struct {
 	// benchmarks), or the path of a Hugging Face tokenizer.json (.gz
 	// allowed) with byte-level BPE (Qwen2/2.5/3, Llama 3).
 	Tokenizer string `envconfig:"TOKENIZER" default:"qwen"`
-	// ChatTemplate is chatml (Qwen2.5, Qwen3) or llama3; the tokenizer must
-	// have the template's special tokens.
+	// ChatTemplate is chatml (Qwen2.5), llama3, qwen3 (Qwen3's own template
+	// in thinking mode) or qwen3-nothink (Qwen3's with enable_thinking=false:
+	// every generation prompt ends with an empty think block); the tokenizer
+	// must have the template's special tokens.
 	ChatTemplate string `envconfig:"CHAT_TEMPLATE" default:"chatml"`
 }
 
@@ -25,7 +28,7 @@ func (s Chat) Validate() error {
 	if s.Tokenizer == "" {
 		errs = append(errs, errors.New("ACTLOOP_TOKENIZER: missing (want bytes, qwen or the path of a tokenizer.json)"))
 	}
-	if s.ChatTemplate != TemplateChatML && s.ChatTemplate != TemplateLlama3 {
+	if !slices.Contains(TemplateNames, s.ChatTemplate) {
 		errs = append(errs, fmt.Errorf("ACTLOOP_CHAT_TEMPLATE: %q: %w", s.ChatTemplate, ErrUnknownTemplate))
 	}
 	return errors.Join(errs...)

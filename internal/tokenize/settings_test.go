@@ -12,13 +12,16 @@ func TestChatTemplateSettings(t *testing.T) {
 	tests := []struct {
 		name, tokenizer, template string
 		wantErr                   string // "" = no error
+		wantPrompt                string // the end of the opening
 	}{
-		{"qwen chatml", "qwen", "chatml", ""},
-		{"bytes chatml", "bytes", "chatml", ""},
-		{"unknown template", "qwen", "jinja", "ACTLOOP_CHAT_TEMPLATE"},
-		{"no tokenizer", "", "chatml", "ACTLOOP_TOKENIZER"},
-		{"missing file", "/nonexistent/tokenizer.json", "chatml", "ACTLOOP_TOKENIZER"},
-		{"llama3 without its tokens", "qwen", "llama3", "ACTLOOP_CHAT_TEMPLATE"},
+		{"qwen chatml", "qwen", "chatml", "", "<|im_start|>assistant\n"},
+		{"bytes chatml", "bytes", "chatml", "", "<|im_start|>assistant\n"},
+		{"qwen3", "qwen", "qwen3", "", "<|im_start|>assistant\n"},
+		{"qwen3 without thinking", "qwen", "qwen3-nothink", "", "<|im_start|>assistant\n<think>\n\n</think>\n\n"},
+		{"unknown template", "qwen", "jinja", "ACTLOOP_CHAT_TEMPLATE", ""},
+		{"no tokenizer", "", "chatml", "ACTLOOP_TOKENIZER", ""},
+		{"missing file", "/nonexistent/tokenizer.json", "chatml", "ACTLOOP_TOKENIZER", ""},
+		{"llama3 without its tokens", "qwen", "llama3", "ACTLOOP_CHAT_TEMPLATE", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -33,7 +36,7 @@ func TestChatTemplateSettings(t *testing.T) {
 					t.Fatal(err)
 				}
 				gp := tmpl.GenerationPrompt()
-				if len(ids) <= len(gp) || tmpl.Tokenizer().Decode(ids[len(ids)-len(gp):]) != "<|im_start|>assistant\n" {
+				if len(ids) <= len(gp) || tmpl.Tokenizer().Decode(ids[len(ids)-len(gp):]) != tt.wantPrompt {
 					t.Fatalf("opening %q", tmpl.Tokenizer().Decode(ids))
 				}
 				return
@@ -47,7 +50,9 @@ func TestChatTemplateSettings(t *testing.T) {
 		!strings.Contains(err.Error(), "ACTLOOP_CHAT_TEMPLATE") {
 		t.Fatalf("Validate = %v", err)
 	}
-	if err := (tokenize.Chat{Tokenizer: "qwen", ChatTemplate: "llama3"}).Validate(); err != nil {
-		t.Fatal(err)
+	for _, name := range tokenize.TemplateNames {
+		if err := (tokenize.Chat{Tokenizer: "qwen", ChatTemplate: name}).Validate(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

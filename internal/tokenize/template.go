@@ -10,6 +10,9 @@ import (
 // Msg is one chat message, for Render.
 type Msg struct {
 	Role, Content string
+	// ToolCalls are an assistant message's function calls, which a
+	// ToolTemplate renders after its content; other templates ignore them.
+	ToolCalls []ToolCall
 }
 
 // ChatTemplate renders chat messages as token ids, turn by turn, so a
@@ -17,12 +20,15 @@ type Msg struct {
 //
 // Every template here starts and ends each message with special tokens, and
 // the tokenizer cuts its input at special tokens before any merge, so BPE
-// never joins text across a message boundary: the deltas of a conversation
-// are exactly the ids of its whole rendering. The one boundary inside a turn
-// is where the generation prompt ends and the generated ids begin; those ids
-// are the server's and are kept as they are, never re-tokenized (they equal
-// the whole rendering's ids when they are the tokenizer's own encoding of a
-// reply that starts with a non-space character).
+// never joins text across a message boundary: for ChatML and Llama 3 the
+// deltas of a conversation are exactly the ids of its whole rendering.
+// (Qwen3's template rewrites earlier assistant turns when it renders a
+// whole conversation, which a trajectory does not; see Qwen3.) The one
+// boundary inside a turn is where the generation prompt ends and the
+// generated ids begin; those ids are the server's and are kept as they are,
+// never re-tokenized (they equal the whole rendering's ids when they are
+// the tokenizer's own encoding of a reply that starts with a non-space
+// character).
 type ChatTemplate interface {
 	// Tokenizer is the tokenizer the template encodes with.
 	Tokenizer() Tokenizer
@@ -46,20 +52,25 @@ type ChatTemplate interface {
 	Render(msgs []Msg, generationPrompt bool) string
 }
 
-// Names of the chat templates Open knows.
+// Names of the chat templates NewTemplate knows.
 const (
-	TemplateChatML = "chatml" // Qwen2.5 / Qwen3 (non-thinking turns)
-	TemplateLlama3 = "llama3" // Llama 3 / 3.1 / 3.2 / 3.3
+	TemplateChatML       = "chatml"        // Qwen2.5; plain ChatML
+	TemplateLlama3       = "llama3"        // Llama 3 / 3.1 / 3.2 / 3.3
+	TemplateQwen3        = "qwen3"         // Qwen3's own template, thinking mode (its default)
+	TemplateQwen3NoThink = "qwen3-nothink" // Qwen3's own template with enable_thinking=false
 )
 
-// Names of the built-in tokenizers Open knows; anything else is a path.
+// TemplateNames are the names NewTemplate knows.
+var TemplateNames = []string{TemplateChatML, TemplateLlama3, TemplateQwen3, TemplateQwen3NoThink}
+
+// Names of the built-in tokenizers OpenTokenizer knows; anything else is a path.
 const (
 	TokenizerBytes = "bytes"
 	TokenizerQwen  = "qwen"
 )
 
-// ErrUnknownTemplate reports a chat template name Open does not know.
-var ErrUnknownTemplate = errors.New("unknown chat template (want chatml or llama3)")
+// ErrUnknownTemplate reports a chat template name NewTemplate does not know.
+var ErrUnknownTemplate = errors.New("unknown chat template (want chatml, llama3, qwen3 or qwen3-nothink)")
 
 // OpenTokenizer returns the tokenizer named name: "bytes", "qwen" (the
 // embedded Qwen3 tokenizer) or the path of a tokenizer.json (gzipped when
@@ -83,6 +94,8 @@ func NewTemplate(name string, tok Tokenizer) (ChatTemplate, error) {
 		return NewChatML(tok)
 	case TemplateLlama3:
 		return NewLlama3(tok)
+	case TemplateQwen3, TemplateQwen3NoThink:
+		return NewQwen3(tok, name == TemplateQwen3)
 	}
 	return nil, fmt.Errorf("%q: %w", name, ErrUnknownTemplate)
 }
@@ -99,9 +112,9 @@ func specialID(tok Tokenizer, text, template string) (int32, error) {
 
 // ChatML is the ChatML template of the Qwen families:
 // "<|im_start|>{role}\n{content}<|im_end|>\n", with "<|im_start|>assistant\n"
-// as the generation prompt. It is Qwen2.5's template, and Qwen3's for turns
-// without reasoning (Qwen3's own template also drops earlier turns'
-// <think> blocks, which an append-only trajectory cannot do).
+// as the generation prompt. It is Qwen2.5's template for conversations
+// without tools; Qwen3's own template, with its think blocks and tools, is
+// Qwen3.
 type ChatML struct {
 	Tok   Tokenizer
 	ImEnd int32 // id of <|im_end|>
@@ -114,11 +127,14 @@ func NewByteChatML() ChatML { return ChatML{Tok: Bytes{}, ImEnd: ImEnd} }
 
 // NewChatML returns the ChatML template over tok, which must have the
 // <|im_start|> and <|im_end|> tokens.
-func NewChatML(tok Tokenizer) (ChatML, error) {
-	if _, err := specialID(tok, "<|im_start|>", TemplateChatML); err != nil {
+func NewChatML(tok Tokenizer) (ChatML, error) { return newChatML(tok, TemplateChatML) }
+
+// newChatML is NewChatML for the template named name, which errors name.
+func newChatML(tok Tokenizer, name string) (ChatML, error) {
+	if _, err := specialID(tok, "<|im_start|>", name); err != nil {
 		return ChatML{}, err
 	}
-	end, err := specialID(tok, "<|im_end|>", TemplateChatML)
+	end, err := specialID(tok, "<|im_end|>", name)
 	if err != nil {
 		return ChatML{}, err
 	}

@@ -82,7 +82,7 @@ func play(tmpl ChatTemplate, turns []turn) (ids []int32, mask []int8, msgs []Msg
 	for _, tr := range turns {
 		if tr.role != "assistant" {
 			add(tmpl.Message(tr.role, tr.content), 0)
-			msgs = append(msgs, Msg{tr.role, tr.content})
+			msgs = append(msgs, Msg{Role: tr.role, Content: tr.content})
 			if tr.role == "user" {
 				add(tmpl.GenerationPrompt(), 0)
 			}
@@ -95,7 +95,7 @@ func play(tmpl ChatTemplate, turns []turn) (ids []int32, mask []int8, msgs []Msg
 		}
 		add(gen, 1)
 		add(tmpl.CloseTurn(gen), 0)
-		msgs = append(msgs, Msg{"assistant", tmpl.Tokenizer().Decode(TrimStop(gen, tmpl.StopTokenIDs()))})
+		msgs = append(msgs, Msg{Role: "assistant", Content: tmpl.Tokenizer().Decode(TrimStop(gen, tmpl.StopTokenIDs()))})
 	}
 	return ids, mask, msgs, prompts
 }
@@ -203,7 +203,7 @@ func TestLlama3Layout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := l.Render([]Msg{{"system", " sys \n"}, {"user", "hi"}}, true)
+	got := l.Render([]Msg{{Role: "system", Content: " sys \n"}, {Role: "user", Content: "hi"}}, true)
 	want := "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nsys<|eot_id|>" +
 		"<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 	if got != want {
@@ -228,8 +228,15 @@ func TestOpen(t *testing.T) {
 	if got := tmpl.StopTokenIDs(); !slices.Equal(got, []int32{151645}) {
 		t.Fatalf("StopTokenIDs = %v", got)
 	}
-	if _, err := open("bytes", "chatml"); err != nil {
+	for _, name := range []string{"chatml", "qwen3", "qwen3-nothink"} {
+		if _, err := open("bytes", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tmpl, err := open("qwen", "qwen3"); err != nil {
 		t.Fatal(err)
+	} else if _, ok := tmpl.(ToolTemplate); !ok {
+		t.Fatal("qwen3 is not a ToolTemplate")
 	}
 	if _, err := open("bytes", "jinja"); !errors.Is(err, ErrUnknownTemplate) {
 		t.Fatalf("unknown template: %v", err)

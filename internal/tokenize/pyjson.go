@@ -1,0 +1,148 @@
+package tokenize
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// pyJSON returns the JSON value raw written as transformers' tojson filter
+// writes it into a chat template: json.dumps(json.loads(raw),
+// ensure_ascii=False). That is ", " and ": " between items, keys in the
+// order given, non-ASCII characters as they are, integers as written and
+// other numbers as Python's repr of a float. A key repeated in one object is
+// an error (Python would keep the first key's place and the last value).
+func pyJSON(raw []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var b strings.Builder
+	if err := writePyValue(&b, dec); err != nil {
+		return "", err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", errors.New("JSON: data after the value")
+	}
+	return b.String(), nil
+}
+
+func writePyValue(b *strings.Builder, dec *json.Decoder) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("JSON: %w", err)
+	}
+	switch v := tok.(type) {
+	case json.Delim:
+		switch v {
+		case '{':
+			b.WriteByte('{')
+			seen := map[string]bool{}
+			for i := 0; dec.More(); i++ {
+				k, err := dec.Token()
+				if err != nil {
+					return fmt.Errorf("JSON: %w", err)
+				}
+				key := k.(string) // dec.Token yields only strings as keys
+				if seen[key] {
+					return fmt.Errorf("JSON: key %q repeated in an object", key)
+				}
+				seen[key] = true
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				writePyString(b, key)
+				b.WriteString(": ")
+				if err := writePyValue(b, dec); err != nil {
+					return err
+				}
+			}
+			b.WriteByte('}')
+		case '[':
+			b.WriteByte('[')
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				if err := writePyValue(b, dec); err != nil {
+					return err
+				}
+			}
+			b.WriteByte(']')
+		}
+		if _, err := dec.Token(); err != nil { // the closing delimiter
+			return fmt.Errorf("JSON: %w", err)
+		}
+	case string:
+		writePyString(b, v)
+	case json.Number:
+		b.WriteString(pyNumber(string(v)))
+	case bool:
+		b.WriteString(strconv.FormatBool(v))
+	case nil:
+		b.WriteString("null")
+	}
+	return nil
+}
+
+// writePyString writes s as Python's json module does with
+// ensure_ascii=False: only '"', '\\' and control characters are escaped.
+func writePyString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		default:
+			if r < 0x20 {
+				fmt.Fprintf(b, `\u%04x`, r)
+			} else {
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+}
+
+// pyNumber writes a JSON number as Python reads and writes it: an int when
+// it has no fraction or exponent, else a float in repr's shortest form.
+func pyNumber(s string) string {
+	if !strings.ContainsAny(s, ".eE") {
+		if s == "-0" {
+			return "0"
+		}
+		return s
+	}
+	f, _ := strconv.ParseFloat(s, 64) // out of range: ±Inf or 0, as Python's float()
+	switch {
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	e := strconv.FormatFloat(f, 'e', -1, 64)
+	exp, _ := strconv.Atoi(e[strings.IndexByte(e, 'e')+1:])
+	if exp < -4 || exp >= 16 {
+		return e // repr's exponent form: shortest digits, "e+16", "e-05"
+	}
+	fixed := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(fixed, ".") {
+		fixed += ".0"
+	}
+	return fixed
+}
