@@ -14,20 +14,25 @@ import (
 // a variable or attribute that does not exist fails the render instead of
 // silently sending an empty string to the model.
 //
-// Every template sees Vars, then the variables of its own call, which win
-// on a clash (mini-swe-agent's render_template merges the config's fields,
-// the environment's and the model's template variables, and the call's):
+// Every template sees Vars; the model's variables n_model_calls (the model
+// calls made so far in the trajectory) and model_cost (always 0.0: actloop
+// does not count dollars); and the trajectory's task, once For has bound it.
+// mini-swe-agent's render_template (v1.17.5, agents/default.py) passes the
+// same: the config's fields, the environment's and the model's template
+// variables, and run's extra_template_vars, which hold the task. Each
+// template also sees the variables of its own call, which win on a clash:
 //
-//	system_template              Vars, task
-//	instance_template            Vars, task
-//	action_observation_template  Vars, output: {output, returncode, action}
-//	format_error_template        Vars, actions (the matches found), reason
-//	timeout_template             Vars, action: {action}, output (the partial output)
+//	system_template              –
+//	instance_template            task (its argument)
+//	action_observation_template  output: {output, returncode, action}
+//	format_error_template        actions (the matches found), reason
+//	timeout_template             action: {action}, output (the partial output)
 //
 // reason is actloop's: empty unless the single ```bash block was rejected
 // (an empty command); a template that does not use it reads as in
-// mini-swe-agent. task is only known to the first two templates; a later
-// template that uses it fails Validate.
+// mini-swe-agent. Values print as Python prints them (see pyvalue.go): the
+// output dict above as {'output': '…', 'returncode': 0, 'action': 'ls'},
+// a YAML 0. as 0.0, null as None.
 type Config struct {
 	// SystemTemplate is the first (system) message.
 	SystemTemplate string `json:"system_template"`
@@ -48,15 +53,58 @@ type Config struct {
 	// StepLimit is the most model calls per trajectory, 0 for none. A
 	// sample's own limits.step_limit applies too; the lower one wins.
 	StepLimit int `json:"step_limit,omitempty"`
-	// CostLimit is mini-swe-agent's dollar budget. actloop generates on its
-	// own inference servers and counts tokens, not dollars, so it keeps the
-	// value only to report that it is not applied: budgets are set per
-	// sample with limits.token_budget.
+	// CostLimit is mini-swe-agent's dollar budget, which it checks as
+	// 0 < cost_limit <= model_cost before each model call. actloop
+	// generates on its own inference servers and does not count dollars:
+	// model_cost is always 0.0, so the limit is never reached, and Notices
+	// says so. Budgets are set per sample with limits.token_budget.
 	CostLimit float64 `json:"cost_limit,omitempty"`
 	// Vars are template variables every template sees: the agent section's
-	// own keys, the environment section's keys and the host's uname, as
-	// Load fills them.
+	// own keys, the environment section's keys but environment_class, and
+	// the host's uname, as Load fills them. Values from the YAML are as
+	// PyYAML reads them, in the types of pyvalue.go, so they print as
+	// Python's.
 	Vars map[string]any `json:"vars,omitempty"`
+
+	run trajectoryVars // set by For
+}
+
+// trajectoryVars are the variables of one trajectory rather than of the
+// configuration.
+type trajectoryVars struct {
+	task       string
+	hasTask    bool
+	modelCalls int
+}
+
+// Template variables that do not come from the configuration.
+const (
+	varTask       = "task"
+	varModelCalls = "n_model_calls"
+	varModelCost  = "model_cost"
+)
+
+// For returns c with a trajectory's own variables bound: every template
+// then sees task, and n_model_calls is modelCalls, the model calls the
+// trajectory has made so far (the one whose output is being answered
+// included). mini-swe-agent sets the task before it renders the system
+// message and counts a call once the model has answered it, so the opening
+// messages see 0, and a turn's observation, format error or timeout the
+// calls up to and including that turn.
+func (c Config) For(task string, modelCalls int) Config {
+	c.run = trajectoryVars{task: task, hasTask: true, modelCalls: modelCalls}
+	return c
+}
+
+// Notices returns what a worker should tell its operator about c: the
+// settings it reads but does not apply, each naming its field.
+func (c Config) Notices() []string {
+	var n []string
+	if c.CostLimit > 0 {
+		n = append(n, fmt.Sprintf("%s: %g is not applied: actloop does not count dollars (model_cost is always 0.0, "+
+			"so the limit is never reached); set a token budget per sample with limits.token_budget", fieldCostLimit, c.CostLimit))
+	}
+	return n
 }
 
 // Field names as in the YAML and JSON keys, so an error points at the config key.
@@ -71,20 +119,26 @@ const (
 	fieldCostLimit   = "cost_limit"
 )
 
-// vars returns Vars with the call's variables laid over them.
+// vars returns Vars, the model's and the trajectory's variables, and the
+// call's variables, each laid over the ones before.
 func (c Config) vars(call map[string]any) map[string]any {
-	v := make(map[string]any, len(c.Vars)+len(call))
+	v := make(map[string]any, len(c.Vars)+len(call)+3)
 	maps.Copy(v, c.Vars)
+	v[varModelCalls] = c.run.modelCalls
+	v[varModelCost] = pyFloat(0)
+	if c.run.hasTask {
+		v[varTask] = c.run.task
+	}
 	maps.Copy(v, call)
 	return v
 }
 
 func outputVars(action, output string, returnCode int) map[string]any {
-	return map[string]any{"output": map[string]any{"output": output, "returncode": returnCode, "action": action}}
+	return map[string]any{"output": outputDict{"output": output, "returncode": returnCode, "action": action}}
 }
 
 func formatErrorVars(actions []string, reason string) map[string]any {
-	a := make([]any, len(actions))
+	a := make(pyList, len(actions))
 	for i, s := range actions {
 		a[i] = s
 	}
@@ -98,18 +152,19 @@ func timeoutVars(action, output string) map[string]any {
 // Validate checks every field and joins all problems, each prefixed with
 // the field's name. An empty template is a problem: a zero Config is a
 // mistake, not a wish to send the model empty messages. Each template is
-// rendered on sample data, both sides of the usual 10,000-character
-// truncation, so a misspelt variable such as output.return_code fails here
-// and not in the middle of a rollout.
+// rendered on sample data with a task bound (as For binds it), both sides
+// of the usual 10,000-character truncation, so a misspelt variable such as
+// output.return_code fails here and not in the middle of a rollout.
 func (c Config) Validate() error {
 	long := strings.Repeat("x", 20000)
+	sample := c.For("Fix the bug.", 1)
 	checks := []struct {
 		field   string
 		text    string
 		samples []map[string]any
 	}{
-		{fieldSystem, c.SystemTemplate, []map[string]any{{"task": "Fix the bug."}}},
-		{fieldInstance, c.InstanceTemplate, []map[string]any{{"task": "Fix the bug."}}},
+		{fieldSystem, c.SystemTemplate, []map[string]any{nil}},
+		{fieldInstance, c.InstanceTemplate, []map[string]any{nil}},
 		{fieldObservation, c.ActionObservationTemplate, []map[string]any{
 			outputVars("ls", "ok\n", 0), outputVars("cat f", long, 1)}},
 		{fieldFormatError, c.FormatErrorTemplate, []map[string]any{
@@ -124,7 +179,7 @@ func (c Config) Validate() error {
 			continue
 		}
 		for _, data := range ch.samples {
-			if _, err := render(ch.field, ch.text, c.vars(data)); err != nil {
+			if _, err := render(ch.field, ch.text, sample.vars(data)); err != nil {
 				errs = append(errs, err)
 				break // one error per field is enough
 			}
@@ -158,7 +213,8 @@ func compileActionRegex(expr string) (*regexp.Regexp, error) {
 	return re, nil
 }
 
-// System renders the system message; vars, if any, are laid over Vars.
+// System renders the system message; vars, if any, are laid over Vars. Its
+// template sees task when c is bound with For, as Opening binds it.
 func (c Config) System(vars map[string]any) (string, error) {
 	return render(fieldSystem, c.SystemTemplate, c.vars(vars))
 }
@@ -167,12 +223,14 @@ func (c Config) System(vars map[string]any) (string, error) {
 // if any, are laid over Vars.
 func (c Config) Instance(task string, vars map[string]any) (string, error) {
 	v := c.vars(vars)
-	v["task"] = task
+	v[varTask] = task
 	return render(fieldInstance, c.InstanceTemplate, v)
 }
 
 // Observation renders the user message that reports the output and exit
-// code of action.
+// code of action. Bind c with For first: unbound, task is undefined and
+// n_model_calls is 0 (the same holds for FormatError, FormatErrorFor and
+// Timeout).
 func (c Config) Observation(action, output string, returnCode int) (string, error) {
 	return render(fieldObservation, c.ActionObservationTemplate, c.vars(outputVars(action, output, returnCode)))
 }

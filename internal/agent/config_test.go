@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/actloop/actloop/internal/tokenize"
 )
 
 func TestDefaultConfigParses(t *testing.T) {
@@ -91,55 +93,67 @@ func firstDiff(a, b string) int {
 }
 
 // TestMiniSWEAgentConfigs renders each template of mini-swe-agent's own
-// configurations (examples/mini-swe-agent) and compares them with what
-// Python's Jinja2 renders for the same variables (testdata/gen_golden.py).
+// configurations (examples/mini-swe-agent) and of testdata/pyvalues.yaml
+// (YAML values and the default observation template) and compares them
+// with what Python's Jinja2 renders for the same variables
+// (testdata/gen_golden.py).
 func TestMiniSWEAgentConfigs(t *testing.T) {
-	b, err := os.ReadFile("testdata/minisweagent_cases.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []struct {
-		Name     string         `json:"name"`
-		Template string         `json:"template"`
-		Vars     map[string]any `json:"vars"`
-	}
-	if err := json.Unmarshal(b, &cases); err != nil {
-		t.Fatal(err)
-	}
-	for _, file := range []string{"default", "swebench"} {
-		t.Run(file, func(t *testing.T) {
-			data, err := os.ReadFile(filepath.Join("..", "..", "examples", "mini-swe-agent", file+".yaml"))
+	examples := filepath.Join("..", "..", "examples", "mini-swe-agent")
+	for _, tc := range []struct{ name, config, cases, golden string }{
+		{"default", filepath.Join(examples, "default.yaml"), "minisweagent_cases.json", "minisweagent_default.golden.json"},
+		{"swebench", filepath.Join(examples, "swebench.yaml"), "minisweagent_cases.json", "minisweagent_swebench.golden.json"},
+		{"pyvalues", filepath.Join("testdata", "pyvalues.yaml"), "pyvalues_cases.json", "pyvalues.golden.json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := os.ReadFile(tc.config)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := readGolden(t, "minisweagent_"+file+".golden.json")
-			for _, tc := range cases {
+			b, err := os.ReadFile(filepath.Join("testdata", tc.cases))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cases []goldenCase
+			if err := json.Unmarshal(b, &cases); err != nil {
+				t.Fatal(err)
+			}
+			want := readGolden(t, tc.golden)
+			if len(want) != len(cases) {
+				t.Fatalf("%d cases for %d golden entries", len(cases), len(want))
+			}
+			for _, gc := range cases {
 				// The host's variables go in through Parse, the call's through the method.
 				host := map[string]any{"system": "Linux", "release": "6.1.0", "version": "#1 SMP", "machine": "x86_64"}
-				for k, v := range tc.Vars {
+				for k, v := range gc.Vars {
 					switch k {
-					case "task", "output", "actions", "action":
+					case "task", "output", "actions", "action", "n_model_calls":
 					default:
 						host[k] = v
 					}
 				}
 				c, err := Parse(data, host)
 				if err != nil {
-					t.Fatalf("Parse(%s.yaml) = %v", file, err)
+					t.Fatalf("Parse(%s) = %v", tc.config, err)
 				}
-				got, err := renderCase(c, tc.Template, tc.Vars)
+				got, err := renderCase(c, gc.Template, gc.Vars)
 				if err != nil {
-					t.Errorf("%s: %v", tc.Name, err)
+					t.Errorf("%s: %v", gc.Name, err)
 					continue
 				}
-				if got != want[tc.Name] {
-					i := firstDiff(got, want[tc.Name])
-					t.Errorf("%s differs from Jinja2 at byte %d: got %q, want %q", tc.Name, i,
-						got[max(0, i-40):min(len(got), i+40)], want[tc.Name][max(0, i-40):min(len(want[tc.Name]), i+40)])
+				if w := want[gc.Name]; got != w {
+					i := firstDiff(got, w)
+					t.Errorf("%s differs from Jinja2 at byte %d: got %q, want %q", gc.Name, i,
+						got[max(0, i-40):min(len(got), i+40)], w[max(0, i-40):min(len(w), i+40)])
 				}
 			}
 		})
 	}
+}
+
+type goldenCase struct {
+	Name     string         `json:"name"`
+	Template string         `json:"template"`
+	Vars     map[string]any `json:"vars"`
 }
 
 func caseString(v any) string {
@@ -152,12 +166,21 @@ func caseString(v any) string {
 	return s
 }
 
+// renderCase renders a golden case as a worker does: the configuration
+// bound to the case's task (gen_golden.py's TASK when it names none) and
+// model calls.
 func renderCase(c Config, template string, vars map[string]any) (string, error) {
+	task, ok := vars["task"].(string)
+	if !ok {
+		task = "Fix the bug."
+	}
+	calls, _ := vars["n_model_calls"].(float64)
+	c = c.For(task, int(calls))
 	switch template {
 	case fieldSystem:
 		return c.System(nil)
 	case fieldInstance:
-		return c.Instance(vars["task"].(string), nil)
+		return c.Instance(task, nil)
 	case fieldObservation:
 		o := vars["output"].(map[string]any)
 		return c.Observation(o["action"].(string), caseString(o["output"]), int(o["returncode"].(float64)))
@@ -196,11 +219,34 @@ func TestParse(t *testing.T) {
 				t.Errorf("defaults not applied: %+v", c)
 			}
 		}},
-		{name: "float step limit as in default.yaml", yaml: base + "  step_limit: 250.\n  cost_limit: 0.\n", check: func(t *testing.T, c Config) {
-			if c.StepLimit != 250 || c.CostLimit != 0 {
-				t.Errorf("StepLimit, CostLimit = %d, %g; want 250, 0", c.StepLimit, c.CostLimit)
-			}
-		}},
+		{name: "float step limit as in default.yaml", yaml: with("system_template", "'{{step_limit}} {{cost_limit}}'") + "  step_limit: 250.\n  cost_limit: 0.\n",
+			check: func(t *testing.T, c Config) {
+				if c.StepLimit != 250 || c.CostLimit != 0 {
+					t.Errorf("StepLimit, CostLimit = %d, %g; want 250, 0", c.StepLimit, c.CostLimit)
+				}
+				// Python's float repr, as mini-swe-agent's templates see the YAML's value.
+				if got, err := c.System(nil); err != nil || got != "250.0 0.0" {
+					t.Errorf("System() = %q, %v; want \"250.0 0.0\"", got, err)
+				}
+			}},
+		{name: "default limits as AgentConfig's", yaml: with("system_template", "'{{step_limit}} {{cost_limit}}'"),
+			check: func(t *testing.T, c Config) {
+				if got, err := c.System(nil); err != nil || got != "0 3.0" {
+					t.Errorf("System() = %q, %v; want \"0 3.0\"", got, err)
+				}
+			}},
+		{name: "environment_class is not a variable", yaml: with("system_template", "'{{environment_class}}'") + "environment:\n  environment_class: docker\n",
+			wantErr: "system_template: "},
+		{name: "YAML 1.1 values", yaml: with("system_template", "'{{a}} {{b}} {{c}} {{d}}'") + "environment:\n  a: off\n  b: 1e3\n  c: 0755\n  d: ~\n",
+			check: func(t *testing.T, c Config) {
+				if got, err := c.System(nil); err != nil || got != "False 1e3 493 None" {
+					t.Errorf("System() = %q, %v; want \"False 1e3 493 None\"", got, err)
+				}
+			}},
+		{name: "huge step limit", yaml: base + "  step_limit: 100000000000000000000\n", wantErr: "agent.step_limit: must be a whole number"},
+		{name: "boolean step limit", yaml: base + "  step_limit: yes\n", wantErr: "agent.step_limit: must be a number, got bool"},
+		{name: "invalid explicit int", yaml: base + "  step_limit: !!int x\n", wantErr: "yaml: "},
+		{name: "empty binary number, which PyYAML refuses too", yaml: base + "  step_limit: 0b_\n", wantErr: "yaml: agent: "},
 		{name: "config keys are template variables", yaml: with("system_template", "'at most {{step_limit}} steps in {{cwd}}'") + "  step_limit: 7\nenvironment:\n  cwd: /testbed\n",
 			check: func(t *testing.T, c Config) {
 				if got, err := c.System(nil); err != nil || got != "at most 7 steps in /testbed" {
@@ -215,12 +261,14 @@ func TestParse(t *testing.T) {
 		}},
 		{name: "fractional step limit", yaml: base + "  step_limit: 2.5\n", wantErr: "agent.step_limit: must be a whole number"},
 		{name: "negative cost limit", yaml: base + "  cost_limit: -1\n", wantErr: "cost_limit: -1 is negative"},
-		{name: "template not a string", yaml: base + "  timeout_template: [a]\n", wantErr: "agent.timeout_template: must be a string"},
+		{name: "template not a string", yaml: base + "  timeout_template: [a]\n", wantErr: "agent.timeout_template: must be a string, got list"},
 		{name: "undefined variable", yaml: with("system_template", "'{{ nope }}'"), wantErr: "system_template: "},
 		{name: "undefined attribute", yaml: strings.Replace(base, "output.returncode", "output.return_code", 1), wantErr: "action_observation_template: "},
 		{name: "Jinja syntax error", yaml: with("format_error_template", "'{% if %}'"), wantErr: "format_error_template: "},
 		{name: "two groups in action regex", yaml: base + "  action_regex: '(a)(b)'\n", wantErr: "action_regex: has 2 groups"},
 		{name: "Python-only regex", yaml: base + "  action_regex: '(?<=x)y'\n", wantErr: "action_regex: "},
+		{name: "merged section contains itself", yaml: "<<: &x {environment: *x}\nagent: {}\n", wantErr: "contains itself"},
+		{name: "merge of a list", yaml: "agent: {}\nx: &x [1]\n<<: *x\n", wantErr: "yaml: "},
 		{name: "no agent section", yaml: "model:\n  model_name: x\n", wantErr: "agent: missing"},
 		{name: "v2 layout", yaml: "agent:\n  system_template: s\n  instance_template: i\nmodel:\n  observation_template: o\n", wantErr: "v2 configuration"},
 		{name: "not YAML", yaml: "agent: [", wantErr: "yaml: "},
@@ -299,7 +347,6 @@ func TestValidateNamesFields(t *testing.T) {
 			c.TimeoutTemplate = "{% if action %}"
 			c.FormatErrorTemplate = "{% endif %}"
 		}, []string{"system_template: empty", "timeout_template: ", "format_error_template: "}},
-		{"task in a later template", func(c *Config) { c.ActionObservationTemplate = "{{task}}" }, []string{"action_observation_template: "}},
 		{"error in the long-output branch", func(c *Config) {
 			c.TimeoutTemplate = "{% if output | length < 10 %}{{output}}{% else %}{{outptu}}{% endif %}"
 		}, []string{"timeout_template: "}},
@@ -349,7 +396,11 @@ func FuzzParse(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add(defaultYAML)
+	if b, err := os.ReadFile(filepath.Join("testdata", "pyvalues.yaml")); err == nil {
+		f.Add(b)
+	}
 	f.Add([]byte("agent:\n  step_limit: .nan\n"))
+	f.Add([]byte("base: &b {cwd: /x, env: {A: off}}\nagent: {system_template: '{{cwd}} {{env}}'}\nenvironment:\n  <<: [*b, {timeout: 1:30}]\n"))
 	f.Add([]byte("agent:\n  system_template: '{{ x[::-1] }}'\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data, nil)
@@ -397,5 +448,92 @@ func TestOutputCannotInjectIntoTemplates(t *testing.T) {
 		if !strings.Contains(got, out) || strings.Contains(got, "49") || strings.Contains(got, "xxx") {
 			t.Errorf("%s = %q, want the output verbatim", name, got)
 		}
+	}
+}
+
+// mini-swe-agent sets the task before it renders the system message, so a
+// system template that uses it passes Validate and renders at the opening.
+func TestSystemTemplateSeesTask(t *testing.T) {
+	c, err := Parse([]byte("agent:\n  system_template: 'You work on: {{task}}'\n"), nil)
+	if err != nil {
+		t.Fatalf("Parse() = %v", err)
+	}
+	msgs, _, err := Opening(c, tokenize.NewByteChatML(), "Fix pager.go.")
+	if err != nil {
+		t.Fatalf("Opening() = %v", err)
+	}
+	if msgs[0].Content != "You work on: Fix pager.go." {
+		t.Errorf("system message = %q", msgs[0].Content)
+	}
+	if _, err := c.System(nil); err == nil {
+		t.Error("System() on a configuration not bound to a task = nil error, want task undefined")
+	}
+}
+
+// Every template sees the task and the model's variables, as in
+// mini-swe-agent's render_template; n_model_calls is what For bound.
+func TestTrajectoryVariables(t *testing.T) {
+	const tpl = "{{task}}: {{n_model_calls}} calls, cost {{model_cost}}"
+	c := DefaultConfig()
+	c.SystemTemplate, c.InstanceTemplate, c.ActionObservationTemplate = tpl, tpl, tpl
+	c.FormatErrorTemplate, c.TimeoutTemplate = tpl, tpl
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate() = %v", err)
+	}
+	b := c.For("Fix it", 3)
+	tests := []struct {
+		name   string
+		render func() (string, error)
+		want   string
+	}{
+		{"system", func() (string, error) { return b.System(nil) }, "Fix it: 3 calls, cost 0.0"},
+		{"instance", func() (string, error) { return b.Instance("Other", nil) }, "Other: 3 calls, cost 0.0"},
+		{"observation", func() (string, error) { return b.Observation("ls", "", 0) }, "Fix it: 3 calls, cost 0.0"},
+		{"format error", func() (string, error) { return b.FormatErrorFor(&FormatError{}) }, "Fix it: 3 calls, cost 0.0"},
+		{"timeout", func() (string, error) { return b.Timeout("sleep 9", "") }, "Fix it: 3 calls, cost 0.0"},
+		{"opening", func() (string, error) {
+			msgs, _, err := Opening(c, tokenize.NewByteChatML(), "Fix it")
+			return msgs[0].Content + " / " + msgs[1].Content, err
+		}, "Fix it: 0 calls, cost 0.0 / Fix it: 0 calls, cost 0.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.render()
+			if err != nil || got != tt.want {
+				t.Errorf("got %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+	if _, ok := c.Vars[varTask]; ok {
+		t.Error("For changed the Config it was called on")
+	}
+}
+
+func TestNotices(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{"cost_limit left out is AgentConfig's 3.0", "agent: {}\n", []string{"cost_limit: 3 is not applied: "}},
+		{"cost_limit set", "agent:\n  cost_limit: 0.5\n", []string{"cost_limit: 0.5 is not applied: "}},
+		{"cost_limit 0", "agent:\n  cost_limit: 0.\n", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.yaml), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := c.Notices()
+			if len(got) != len(tt.want) {
+				t.Fatalf("Notices() = %q, want %d", got, len(tt.want))
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tt.want[i]) {
+					t.Errorf("Notices()[%d] = %q, want it to start with %q", i, got[i], tt.want[i])
+				}
+			}
+		})
 	}
 }

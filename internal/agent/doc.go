@@ -6,25 +6,30 @@
 // trajectory step by step, and every function is safe for concurrent use.
 //
 // A Config is a mini-swe-agent (v1) configuration: Parse and Load read its
-// YAML, and its Jinja templates render as Jinja2 renders them (with the
-// gonja engine; testdata holds Jinja2's own renders of mini-swe-agent's
-// configurations to compare with).
+// YAML as PyYAML reads it, and its Jinja templates render as Jinja2 renders
+// them, values printed as Python prints them (with the gonja engine;
+// testdata holds Jinja2's own renders of mini-swe-agent's configurations to
+// compare with).
 //
-// A trajectory, as mini-swe-agent's DefaultAgent runs it:
+// A trajectory, as mini-swe-agent's DefaultAgent runs it (v1.17.5,
+// src/minisweagent/agents/default.py), with c = Config.For(task, calls):
 //
-//	messages = [system: Config.System(vars), user: Config.Instance(task, vars)]
+//	messages = Opening(…)                  // system: c.System, user: c.Instance(task)
 //	loop:
-//	    CheckLimits(limits, usage)            // error → terminal (ErrLimitsExceeded)
-//	    out = model(messages, MaxNewTokens(…)) // append assistant: out
+//	    CheckLimits(limits, usage)            // error → end: EndingLimitsExceeded
+//	    out = model(messages, MaxNewTokens(…)) // append assistant: out; calls++
 //	    action, err = c.ParseAction(out)
-//	    *FormatError → append user: Config.FormatErrorFor(fe); continue
+//	    *FormatError → append user: c.FormatErrorFor(fe); continue
 //	    result = sandbox(action)
-//	    timed out → append user: Config.Timeout(action, partial); continue
-//	    Submission(result.Output) submitted → terminal, the text is the answer
-//	    append user: Config.Observation(action, result.Output, result.ReturnCode)
+//	    timed out → append user: c.Timeout(action, partial); continue
+//	    HasFinished(result.Output, result.ReturnCode) → end: EndingSubmitted, the text is the answer
+//	    append user: c.Observation(action, result.Output, result.ReturnCode)
+//	end: append TerminatingMessage(ending, text)
 //
 // Format errors and timeouts go back to the model and the loop goes on; only
-// limits and a submission end it. Where this package departs from
+// limits and a submission end it, and a command that printed the submission
+// marker but failed does not submit. Where this package departs from
 // mini-swe-agent it says so where it does: ParseAction (CRLF, empty commands,
-// ASCII \s) and the built-in configuration (default.yaml).
+// ASCII \s), the built-in configuration (default.yaml), the order a YAML
+// dict prints in (pyDict) and cost_limit (Config.CostLimit).
 package agent

@@ -3,8 +3,10 @@ package agent
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/nikolalohinski/gonja/v2"
+	"github.com/nikolalohinski/gonja/v2/builtins"
 	gonjaconfig "github.com/nikolalohinski/gonja/v2/config"
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
@@ -25,6 +27,19 @@ func jinjaConfig() *gonjaconfig.Config {
 	return c
 }
 
+// jinjaEnvironment is gonja's default environment with one test changed:
+// none is true for pyNone (a YAML null) as for nil.
+var jinjaEnvironment = sync.OnceValue(func() *exec.Environment {
+	tests := exec.NewTestSet(map[string]exec.TestFunction{}).Update(builtins.Tests)
+	_ = tests.Replace("none", func(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+		_, isNone := in.Interface().(pyNone)
+		return in.IsNil() || isNone, nil
+	})
+	env := *gonja.DefaultEnvironment
+	env.Tests = tests
+	return &env
+})
+
 // compile parses text as a Jinja template; errors name the field.
 func compile(field, text string) (t *exec.Template, err error) {
 	defer func() {
@@ -36,7 +51,7 @@ func compile(field, text string) (t *exec.Template, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
-	t, err = exec.NewTemplate(templateName, jinjaConfig(), loader, gonja.DefaultEnvironment)
+	t, err = exec.NewTemplate(templateName, jinjaConfig(), loader, jinjaEnvironment())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}

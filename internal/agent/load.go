@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/big"
 	"os"
 	"runtime"
 	"strings"
@@ -33,7 +34,8 @@ const (
 	minisweFormatErrorTemplate = "Please always provide EXACTLY ONE action in triple backticks."
 	minisweObservationTemplate = "Observation: {{output}}"
 	minisweActionRegex         = "```bash\\s*\\n(.*?)\\n```"
-	minisweCostLimit           = 3.0
+	minisweStepLimit           = 0   // step_limit: int = 0
+	minisweCostLimit           = 3.0 // cost_limit: float = 3.0
 )
 
 // MaxConfigBytes bounds a configuration file.
@@ -43,9 +45,11 @@ const MaxConfigBytes = 1 << 20
 // templates, action_regex, step_limit and cost_limit, with mini-swe-agent's
 // defaults for the keys it leaves out. Every key of the agent and
 // environment sections becomes a template variable, as mini-swe-agent
-// passes its agent and environment configs to the templates; the
-// environment and model sections are otherwise not applied (actloop's
-// sandboxes and sampling come from the sample). The result is validated.
+// passes its agent and environment configs to the templates, with the
+// value PyYAML's safe_load gives it (so step_limit: 0. prints as 0.0, as
+// Jinja2 prints it); the environment and model sections are otherwise not
+// applied (actloop's sandboxes and sampling come from the sample). The
+// result is validated.
 //
 // A v2 configuration, whose observation and format-error templates sit in
 // the model section, is refused with an error saying so.
@@ -69,18 +73,24 @@ func Parse(data []byte, vars map[string]any) (Config, error) {
 		return Config{}, errors.New("model.observation_template: a mini-swe-agent v2 configuration; " +
 			"actloop reads v1 configurations (all templates in the agent section, as in mini-swe-agent 1.x)")
 	}
+	sections, err := pyYAMLSections(data, "agent", "environment")
+	if err != nil {
+		return Config{}, fmt.Errorf("yaml: %w", err)
+	}
 	agent := map[string]any{
 		fieldSystem: minisweSystemTemplate, fieldInstance: minisweInstanceTemplate,
 		fieldTimeout: minisweTimeoutTemplate, fieldFormatError: minisweFormatErrorTemplate,
 		fieldObservation: minisweObservationTemplate, fieldActionRegex: minisweActionRegex,
-		fieldStepLimit: 0, fieldCostLimit: minisweCostLimit,
+		fieldStepLimit: minisweStepLimit, fieldCostLimit: pyFloat(minisweCostLimit),
 	}
-	maps.Copy(agent, doc.Agent)
+	if a, ok := sections["agent"].(pyDict); ok {
+		maps.Copy(agent, a)
+	}
 	var errs []error
 	str := func(field string) string {
 		s, ok := agent[field].(string)
 		if !ok {
-			errs = append(errs, fmt.Errorf("agent.%s: must be a string, got %T", field, agent[field]))
+			errs = append(errs, fmt.Errorf("agent.%s: must be a string, got %s", field, pyTypeName(agent[field])))
 		}
 		return s
 	}
@@ -100,17 +110,22 @@ func Parse(data []byte, vars map[string]any) (Config, error) {
 		errs = append(errs, fmt.Errorf("agent.%s: must be a whole number of steps, got %g", fieldStepLimit, steps))
 	default:
 		c.StepLimit = int(steps)
-		agent[fieldStepLimit] = c.StepLimit
 	}
 	if c.CostLimit, err = number(agent[fieldCostLimit]); err != nil {
 		errs = append(errs, fmt.Errorf("agent.%s: %w", fieldCostLimit, err))
 	}
-	agent[fieldCostLimit] = c.CostLimit
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
+	// The templates see the values as written (step_limit: 0. is 0.0), not
+	// the numbers read from them.
 	c.Vars = agent
-	maps.Copy(c.Vars, doc.Environment)
+	if env, ok := sections["environment"].(pyDict); ok {
+		maps.Copy(c.Vars, env)
+		// mini-swe-agent's get_environment pops it before it builds the
+		// environment, whose config the templates see.
+		delete(c.Vars, "environment_class")
+	}
 	maps.Copy(c.Vars, vars)
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -118,19 +133,44 @@ func Parse(data []byte, vars map[string]any) (Config, error) {
 	return c, nil
 }
 
+// number reads a limit: an int or a float, a null as 0.
 func number(v any) (float64, error) {
 	switch n := v.(type) {
 	case int:
 		return float64(n), nil
-	case float64:
-		if math.IsNaN(n) || math.IsInf(n, 0) {
-			return 0, fmt.Errorf("must be a finite number, got %g", n)
+	case pyFloat:
+		if math.IsNaN(float64(n)) || math.IsInf(float64(n), 0) {
+			return 0, fmt.Errorf("must be a finite number, got %s", n)
 		}
-		return n, nil
-	case nil:
+		return float64(n), nil
+	case *big.Int:
+		f, _ := new(big.Float).SetInt(n).Float64()
+		return f, nil
+	case pyNone, nil:
 		return 0, nil
 	}
-	return 0, fmt.Errorf("must be a number, got %T", v)
+	return 0, fmt.Errorf("must be a number, got %s", pyTypeName(v))
+}
+
+// pyTypeName names a YAML value's Python type, for errors.
+func pyTypeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "str"
+	case int, *big.Int:
+		return "int"
+	case pyFloat:
+		return "float"
+	case bool:
+		return "bool"
+	case pyNone, nil:
+		return "None"
+	case pyList:
+		return "list"
+	case pyDict:
+		return "dict"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // Load reads a mini-swe-agent YAML configuration file (see Parse) and adds
