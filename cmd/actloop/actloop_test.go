@@ -158,11 +158,11 @@ func TestSubmitResultsStatus(t *testing.T) {
 			return false
 		}
 		var s coordinator.Status
-		return json.Unmarshal(out.Bytes(), &s) == nil && s.Finished[schema.StatusCompleted] == 2 && s.Active == 0
+		return json.Unmarshal(out.Bytes(), &s) == nil && s.Finished[schema.StatusSubmitted] == 2 && s.Active == 0
 	})
 	out.Reset()
 	if err := run(ctx, []string{"status"}, &out, &errOut); err != nil ||
-		!strings.Contains(out.String(), "finished: 2 completed") || !strings.Contains(out.String(), "control     running") ||
+		!strings.Contains(out.String(), "finished: 2 submitted") || !strings.Contains(out.String(), "control     running") ||
 		!regexp.MustCompile(`(?m)^r0 +yes +0 +\d+`).MatchString(out.String()) {
 		t.Fatalf("status table: %v\n%s", err, out.String())
 	}
@@ -172,7 +172,7 @@ func TestSubmitResultsStatus(t *testing.T) {
 	topDone := make(chan error, 1)
 	go func() { topDone <- run(topCtx, []string{"top", "--interval", "10ms"}, topOut, &errOut) }()
 	testkit.Eventually(t, time.Minute, "top to print the table twice", func() bool {
-		return strings.Count(topOut.String(), "finished: 2 completed") >= 2
+		return strings.Count(topOut.String(), "finished: 2 submitted") >= 2
 	})
 	stopTop()
 	if err := <-topDone; err != nil {

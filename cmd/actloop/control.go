@@ -68,6 +68,28 @@ harmless.`,
 	return cmd
 }
 
+func newAbortCmd() *cobra.Command {
+	var req schema.AbortRequest
+	cmd := &cobra.Command{
+		Use:   "abort [--traj ID]... [--group ID]... [--reason TEXT]",
+		Short: "End trajectories, or whole groups, before they finish",
+		Long: `End the named trajectories, and every waiting or running member of the named
+groups, each with a result of status aborted (reward 0, no trainable tokens),
+and print the coordinator's answer as JSON: the ids it aborted, and those it
+found neither waiting nor running (finished, or unknown).`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runControl(cmd.Context(), cmd.OutOrStdout(), func(ctx context.Context, c *client.Client) (any, error) {
+				return c.Abort(ctx, req)
+			})
+		},
+	}
+	cmd.Flags().StringSliceVar(&req.TrajIDs, "traj", nil, "a trajectory (sample) id to abort; repeat or separate by commas")
+	cmd.Flags().StringSliceVar(&req.GroupIDs, "group", nil, "a group id whose waiting and running members to abort; repeat or separate by commas")
+	cmd.Flags().StringVar(&req.Reason, "reason", "", "added to the results' reason")
+	return cmd
+}
+
 func newControlCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "control",

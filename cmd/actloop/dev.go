@@ -272,12 +272,11 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	}
 	sum.WallS = time.Since(start).Seconds()
 	for _, r := range results {
-		switch r.Status {
-		case schema.StatusCompleted:
+		if schema.Trainable(r.Status) {
 			sum.Completed++
-		case schema.StatusFallback:
+		} else {
 			sum.Fallback++
-			log.Warn("fallback result", "traj_id", r.TrajID, "reason", r.Reason)
+			log.Warn("result without a run to its end", "traj_id", r.TrajID, "status", r.Status, "reason", r.Reason)
 		}
 		if r.Solved() {
 			sum.Solved++

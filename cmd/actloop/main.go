@@ -105,7 +105,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{newSubmitCmd(), newResultsCmd(), newStatusCmd(), newTopCmd(),
-		newPauseCmd(), newResumeCmd(), newControlCmd(), newSchemaCmd()} {
+		newPauseCmd(), newResumeCmd(), newAbortCmd(), newControlCmd(), newSchemaCmd()} {
 		c.GroupID = "trainer"
 		root.AddCommand(c)
 	}

@@ -291,7 +291,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		fatalf("%d results, want %d: %s", len(got), n, out.String())
 	}
 	for _, l := range got {
-		if r, err := schema.Decode[schema.Result]([]byte(l)); err != nil || r.Status != schema.StatusCompleted {
+		if r, err := schema.Decode[schema.Result]([]byte(l)); err != nil || r.Status != schema.StatusSubmitted {
 			fatalf("result %v: %s", err, l)
 		}
 	}

@@ -18,6 +18,9 @@ type Limits struct {
 	TokenBudget int
 	// WallClock is the most time since the trajectory started.
 	WallClock time.Duration
+	// FormatErrorLimit is the most model turns in a row without a valid
+	// action.
+	FormatErrorLimit int
 }
 
 // Usage is what a trajectory has spent so far.
@@ -25,7 +28,23 @@ type Usage struct {
 	Calls   int
 	Tokens  int
 	Elapsed time.Duration
+	// FormatErrors counts the last turns in a row without a valid action.
+	FormatErrors int
 }
+
+// LimitError is the limit CheckLimits found reached: Limit names it as the
+// sample's limits do (step_limit, token_budget, wall_clock,
+// format_error_limit). It wraps ErrLimitsExceeded.
+type LimitError struct {
+	Limit string
+	Value any // the limit's value
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v: %s %v reached", ErrLimitsExceeded, e.Limit, e.Value)
+}
+
+func (e *LimitError) Unwrap() error { return ErrLimitsExceeded }
 
 // Validate rejects negative limits, which would read as unlimited and so
 // probably hide a sign error in the caller's config.
@@ -40,22 +59,27 @@ func (l Limits) Validate() error {
 	if l.WallClock < 0 {
 		errs = append(errs, fmt.Errorf("wall_clock: %s is negative", l.WallClock))
 	}
+	if l.FormatErrorLimit < 0 {
+		errs = append(errs, fmt.Errorf("format_error_limit: %d is negative", l.FormatErrorLimit))
+	}
 	return errors.Join(errs...)
 }
 
 // CheckLimits runs before each model call, as mini-swe-agent's query does
 // (0 < step_limit <= calls). A limit is reached when usage equals it: with
 // StepLimit 10, ten calls are made and the eleventh is refused. It returns nil
-// or an error wrapping ErrLimitsExceeded that names the first limit reached,
-// checked in the order steps, tokens, wall clock.
+// or a *LimitError naming the first limit reached, checked in the order
+// steps, tokens, wall clock, format errors.
 func CheckLimits(l Limits, u Usage) error {
 	switch {
 	case l.StepLimit > 0 && u.Calls >= l.StepLimit:
-		return fmt.Errorf("%w: step_limit %d reached", ErrLimitsExceeded, l.StepLimit)
+		return &LimitError{Limit: "step_limit", Value: l.StepLimit}
 	case l.TokenBudget > 0 && u.Tokens >= l.TokenBudget:
-		return fmt.Errorf("%w: token_budget %d reached", ErrLimitsExceeded, l.TokenBudget)
+		return &LimitError{Limit: "token_budget", Value: l.TokenBudget}
 	case l.WallClock > 0 && u.Elapsed >= l.WallClock:
-		return fmt.Errorf("%w: wall_clock %s reached", ErrLimitsExceeded, l.WallClock)
+		return &LimitError{Limit: "wall_clock", Value: l.WallClock}
+	case l.FormatErrorLimit > 0 && u.FormatErrors >= l.FormatErrorLimit:
+		return &LimitError{Limit: "format_error_limit", Value: l.FormatErrorLimit}
 	}
 	return nil
 }

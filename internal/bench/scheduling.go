@@ -526,7 +526,7 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 		if res.FinishedAt.After(last) {
 			r.LastAdmitS, r.LastRunS, r.LastPathS = wait, run, paths[res.SampleID]
 		}
-		if res.Status == schema.StatusCompleted {
+		if schema.Trainable(res.Status) {
 			r.Completed++
 			prints[res.TrajID] = fingerprint(res)
 			if m.Sync {

@@ -252,7 +252,7 @@ func syncOnce(ctx context.Context, cfg Sync, syncs int, log *slog.Logger, out *S
 	var last time.Time
 	tokens := 0
 	for _, res := range results {
-		if res.Status == schema.StatusCompleted {
+		if schema.Trainable(res.Status) {
 			r.Completed++
 		}
 		tokens += res.GenTokens

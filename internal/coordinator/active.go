@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -85,12 +86,19 @@ func (s *activeSet) count() int {
 	return len(s.m)
 }
 
-// admitted is how many trajectories were admitted so far: finished and
-// active.
+// admitted is how many training trajectories were admitted so far:
+// finished and active (validation rollouts are outside the staleness
+// bound).
 func (s *activeSet) admitted() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.finished + int64(len(s.m))
+	n := s.finished
+	for _, a := range s.m {
+		if a.entry.Purpose != schema.PurposeValidation {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *activeSet) ids() []string {
@@ -126,6 +134,19 @@ func (s *activeSet) onReplicas(down func(replica string) bool) map[string]string
 		}
 	}
 	return out
+}
+
+// inGroups returns the active trajectories of groups.
+func (s *activeSet) inGroups(groups []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, a := range s.m {
+		if slices.Contains(groups, a.entry.GroupID) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // entry returns what is kept of id for a fallback result, and whether id

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,8 +44,10 @@ func (c *Coordinator) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, n := range counts {
-		c.active.countFinished(n)
+	for status, n := range counts {
+		if !strings.HasPrefix(status, validationCount) {
+			c.active.countFinished(n)
+		}
 	}
 	waiting, err := c.store.Waiting(ctx)
 	if err != nil {
@@ -146,6 +149,7 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 		case <-c.wake:
 		case <-t.C:
 		}
+		c.admitMu.Lock()
 		batch, replicas := c.admissible()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, admitParallel)
@@ -160,6 +164,7 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 			})
 		}
 		wg.Wait()
+		c.admitMu.Unlock()
 	}
 }
 
@@ -186,11 +191,14 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 	if byKV {
 		limit = c.cfg.ActiveCeiling()
 	}
-	free := sched.Admissible(limit, c.active.count(), c.stalenessRoom())
+	free, room := sched.Admissible(limit, c.active.count(), -1), c.stalenessRoom()
 	if free == 0 || c.waiting.count() == 0 || len(live) == 0 {
 		return nil, nil // full, nothing waiting, or no live replica
 	}
-	batch := c.waiting.ranked(c.policy, now, free)
+	batch := c.waiting.ranked(c.policy, now, free, room)
+	if len(batch) == 0 {
+		return nil, nil // only training samples wait, and the staleness bound is reached
+	}
 	if !byKV {
 		return batch, sched.AssignReplicas(live, c.active.load(), len(batch))
 	}
@@ -204,7 +212,7 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 }
 
 // stalenessRoom is sched.StalenessRoom for the current control state and
-// the trajectories admitted so far.
+// the training trajectories admitted so far.
 func (c *Coordinator) stalenessRoom() int {
 	ctl := c.controlState()
 	return sched.StalenessRoom(ctl.MaxStaleness, ctl.WeightVersion, c.cfg.TrainBatchSize, c.active.admitted())
@@ -278,12 +286,13 @@ func endSpan(s trace.Span) {
 }
 
 // reject answers a sample that cannot run but names itself (a valid id)
-// with a fallback result carrying the reason, so that a trainer waiting for
-// it, or for its group, is not left waiting; the message is dead-lettered
-// as well. An id already taken (waiting, active or stored) gets no result:
+// with a result of status failed carrying the reason, so that a trainer
+// waiting for it, or for its group, is not left waiting; the message is
+// dead-lettered as well. An id already taken (waiting, active or stored) gets no result:
 // the sample that holds it will have one.
 func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) error {
 	var id struct {
+		Purpose    string `json:"purpose"`
 		ID         string `json:"id"`
 		GroupID    string `json:"group_id"`
 		GroupIndex int    `json:"group_index"`
@@ -310,12 +319,21 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 	}
 	now := c.d.Now().UTC()
 	r := traj.FallbackResult(schema.ResultHead{TrajID: id.ID, GroupID: id.GroupID, GroupIndex: id.GroupIndex,
-		GroupSize: id.GroupSize, Family: id.Family, Reason: "rejected: " + reason.Error(), AdmittedAt: now, FinishedAt: now})
-	c.d.Log.Warn("sample rejected with a fallback result", "traj_id", id.ID, "reason", reason)
+		GroupSize: id.GroupSize, Family: id.Family, Purpose: purposeOf(id.Purpose), Status: schema.StatusFailed,
+		Reason: "rejected: " + reason.Error(), AdmittedAt: now, FinishedAt: now})
+	c.d.Log.Warn("sample rejected: answered with a failed result", "traj_id", id.ID, "reason", reason)
 	if err := c.d.Results.Publish(ctx, r, schema.MsgID(id.ID, 0, "rejected")); err != nil {
 		return err
 	}
 	// Never active, so handleResult does not count it.
-	c.observeResult(schema.ResultHead{Status: r.Status, Reason: r.Reason, MinVersion: -1})
+	c.observeResult(schema.ResultHead{Status: r.Status, Reason: r.Reason, Purpose: r.Purpose, MinVersion: -1})
 	return nil
+}
+
+// purposeOf is a result's purpose for a sample's: "validation" or none.
+func purposeOf(samplePurpose string) string {
+	if samplePurpose == schema.PurposeValidation {
+		return schema.PurposeValidation
+	}
+	return ""
 }

@@ -264,7 +264,7 @@ func (c *Coordinator) Resume(ctx context.Context, req schema.ResumeRequest) (sch
 	return c.controlState(), nil
 }
 
-// controlCall runs the trainer call named op ("pause", "resume", "get")
+// controlCall runs the trainer call named op ("pause", "resume", "abort", "get")
 // on body and returns the HTTP status and the JSON answer.
 func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte) (int, any) {
 	fail := func(status int, err error) (int, any) {
@@ -307,11 +307,24 @@ func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte) (
 		return http.StatusOK, st
 	case "get":
 		return http.StatusOK, c.Control()
+	case "abort":
+		req, err := schema.DecodeRequest[schema.AbortRequest](body)
+		if err == nil {
+			err = req.Validate() // an empty body decodes to an empty request
+		}
+		if err != nil {
+			return fail(http.StatusBadRequest, err)
+		}
+		reply, err := c.Abort(ctx, req)
+		if err != nil {
+			return fail(http.StatusServiceUnavailable, err)
+		}
+		return http.StatusOK, reply
 	}
-	return fail(http.StatusNotFound, fmt.Errorf("unknown control call %q (want pause, resume or get)", op))
+	return fail(http.StatusNotFound, fmt.Errorf("unknown control call %q (want pause, resume, abort or get)", op))
 }
 
-// serveControlNATS answers actloop.control.{pause,resume,get} until ctx
+// serveControlNATS answers actloop.control.{pause,resume,abort,get} until ctx
 // ends; each call runs on its own, so a pause that waits blocks no resume.
 func (c *Coordinator) serveControlNATS(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -331,7 +344,8 @@ func (c *Coordinator) serveControlNATS(ctx context.Context) error {
 	return sub.Unsubscribe()
 }
 
-// handleControl serves POST /v1/pause, POST /v1/resume and GET /v1/control.
+// handleControl serves POST /v1/pause, POST /v1/resume, POST /v1/abort and
+// GET /v1/control.
 func (c *Coordinator) handleControl(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(r)

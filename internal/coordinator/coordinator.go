@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,9 @@ type Coordinator struct {
 	samples, results, events, predictions jetstream.Consumer
 
 	wake chan struct{} // admission has something to do
+	// admitMu is held by an admission round and by Abort, so that a sample
+	// being aborted is not admitted meanwhile.
+	admitMu sync.Mutex
 
 	members *membership
 	pace    paceView

@@ -163,14 +163,14 @@ func TestRepairs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.TrajID != "orphan" || r.Status != schema.StatusCompleted || r.Reward != 1 || r.MinVersion != 7 || len(r.Tokens) != 2 {
+	if r.TrajID != "orphan" || r.Status != schema.StatusSubmitted || r.Reward != 1 || r.MinVersion != 7 || len(r.Tokens) != 2 {
 		t.Fatalf("repaired result %+v", r)
 	}
 	testkit.Eventually(t, wait, "the orphan to leave the active set", func() bool {
 		st, err := c.Status(ctx)
 		act, aerr := d.Store.Active(ctx)
 		_, active := act["orphan"]
-		return err == nil && aerr == nil && st.Finished[schema.StatusCompleted] == 1 && !active
+		return err == nil && aerr == nil && st.Finished[schema.StatusSubmitted] == 1 && !active
 	})
 }
 

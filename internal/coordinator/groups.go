@@ -16,8 +16,8 @@ const groupMinTTL = 24 * time.Hour
 
 // groupResult counts r towards its group and, when r completes the group,
 // publishes a schema.GroupDone on actloop.groups. Only a result with a group
-// id and a group size of at least 1 belongs to a group; a group of one
-// completes with its single result.
+// id and a group size of at least 1 belongs to a group, and a validation
+// rollout's to none; a group of one completes with its single result.
 //
 // Exactly once: the store hands out the member ids whenever the group is
 // complete and not yet marked published, so a coordinator that crashed
@@ -33,7 +33,7 @@ const groupMinTTL = 24 * time.Hour
 // A result whose group fields are unusable, or whose index another
 // trajectory holds, is logged and counted as nothing: retrying cannot fix it.
 func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) error {
-	if r.GroupID == "" || r.GroupSize < 1 {
+	if r.GroupID == "" || r.GroupSize < 1 || r.Purpose == schema.PurposeValidation {
 		return nil
 	}
 	if !schema.ValidID(r.GroupID) || r.GroupIndex < 0 || r.GroupIndex >= r.GroupSize {

@@ -177,6 +177,7 @@ func (c *Coordinator) Handler() http.Handler {
 	}))
 	mux.Handle("POST /v1/pause", bearer(c.cfg.APIToken, c.handleControl("pause")))
 	mux.Handle("POST /v1/resume", bearer(c.cfg.APIToken, c.handleControl("resume")))
+	mux.Handle("POST /v1/abort", bearer(c.cfg.APIToken, c.handleControl("abort")))
 	mux.Handle("GET /v1/control", read(c.handleControl("get")))
 	return mux
 }

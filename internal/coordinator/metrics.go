@@ -16,10 +16,11 @@ import (
 // coordMetrics are the coordinator's counters and histograms; its gauges
 // are read at each scrape by the collector.
 type coordMetrics struct {
-	results   *prometheus.CounterVec
-	fallbacks *prometheus.CounterVec
-	duration  prometheus.Histogram
-	staleness prometheus.Histogram
+	results    *prometheus.CounterVec
+	validation *prometheus.CounterVec
+	fallbacks  *prometheus.CounterVec
+	duration   prometheus.Histogram
+	staleness  prometheus.Histogram
 }
 
 // registerMetrics registers the coordinator's metrics for its run; the
@@ -28,10 +29,11 @@ type coordMetrics struct {
 func (c *Coordinator) registerMetrics() *metrics.Scope {
 	reg := metrics.NewScope(c.d.Metrics)
 	c.m = &coordMetrics{
-		results:   metrics.CounterVec(reg, "actloop_results_total", nil, "status", schema.StatusCompleted, schema.StatusFallback),
-		fallbacks: metrics.CounterVec(reg, "actloop_fallbacks_total", nil, "reason", metrics.FallbackReasons...),
-		duration:  metrics.Histogram(reg, "actloop_trajectory_seconds", nil),
-		staleness: metrics.Histogram(reg, "actloop_staleness_versions", nil, 0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
+		results:    metrics.CounterVec(reg, "actloop_results_total", nil, "status", schema.Statuses...),
+		validation: metrics.CounterVec(reg, "actloop_validation_results_total", nil, "status", schema.Statuses...),
+		fallbacks:  metrics.CounterVec(reg, "actloop_fallbacks_total", nil, "reason", metrics.FallbackReasons...),
+		duration:   metrics.Histogram(reg, "actloop_trajectory_seconds", nil),
+		staleness:  metrics.Histogram(reg, "actloop_staleness_versions", nil, 0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
 	}
 	metrics.CounterFunc(reg, "actloop_republished_total", nil, func() float64 { return float64(c.republished.Load()) })
 	metrics.CounterFunc(reg, "actloop_readmitted_total", nil, func() float64 { return float64(c.readmitted.Load()) })
@@ -44,14 +46,18 @@ func (c *Coordinator) observeResult(r schema.ResultHead) {
 	if c.m == nil {
 		return
 	}
-	c.m.results.WithLabelValues(r.Status).Inc()
-	if r.Status == schema.StatusFallback {
+	if r.Purpose == schema.PurposeValidation {
+		c.m.validation.WithLabelValues(r.Status).Inc()
+	} else {
+		c.m.results.WithLabelValues(r.Status).Inc()
+	}
+	if r.Status == schema.StatusFallback || r.Status == schema.StatusFailed {
 		c.m.fallbacks.WithLabelValues(metrics.FallbackReason(r.Reason)).Inc()
 	}
 	if !r.AdmittedAt.IsZero() && r.FinishedAt.After(r.AdmittedAt) {
 		c.m.duration.Observe(r.FinishedAt.Sub(r.AdmittedAt).Seconds())
 	}
-	if r.Status == schema.StatusCompleted && r.MinVersion >= 0 {
+	if schema.Trainable(r.Status) && r.Purpose != schema.PurposeValidation && r.MinVersion >= 0 {
 		if v := c.controlState().WeightVersion - int64(r.MinVersion); v >= 0 {
 			c.m.staleness.Observe(float64(v))
 		}

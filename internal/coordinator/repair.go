@@ -20,7 +20,12 @@ func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return bus.Malformed(fmt.Errorf("result: %w", err))
 	}
-	was, err := c.store.RemoveActive(ctx, r.TrajID, r.Status)
+	validation := r.Purpose == schema.PurposeValidation
+	counted := r.Status
+	if validation {
+		counted = validationCount + r.Status // outside the staleness bound's count
+	}
+	was, err := c.store.RemoveActive(ctx, r.TrajID, counted)
 	if err != nil {
 		return err
 	}
@@ -33,8 +38,8 @@ func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
 	if was {
 		c.observeResult(r)
 	}
-	a := c.active.remove(r.TrajID, was)
-	if a != nil && r.Status == schema.StatusCompleted && r.FinishedAt.After(r.AdmittedAt) {
+	a := c.active.remove(r.TrajID, was && !validation)
+	if a != nil && schema.Trainable(r.Status) && r.FinishedAt.After(r.AdmittedAt) {
 		c.pace.finished(a.fact.Replica, r.FinishedAt.Sub(r.AdmittedAt).Seconds(), r.GenTokens, r.Turns)
 	}
 	c.poke()
@@ -45,6 +50,11 @@ func (c *Coordinator) handleResult(ctx context.Context, m jetstream.Msg) error {
 	}
 	return nil
 }
+
+// validationCount prefixes the status under which a validation rollout's
+// result is counted (Status.Finished): apart from training results, which
+// the staleness bound counts.
+const validationCount = "validation:"
 
 func (c *Coordinator) handleEvent(ctx context.Context, m jetstream.Msg) error {
 	e, err := schema.Decode[schema.Event](m.Data())
@@ -111,6 +121,12 @@ func (c *Coordinator) loadOrLost(ctx context.Context, id string) (*traj.Trajecto
 // reason), so no trainer batch waits for it. For a trajectory that already
 // ended it publishes that end's result again.
 func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
+	return c.end(ctx, id, schema.StatusFallback, reason)
+}
+
+// end ends a live trajectory with a result of status (fallback, aborted),
+// as Fallback says.
+func (c *Coordinator) end(ctx context.Context, id, status, reason string) error {
 	for attempt := 0; ; attempt++ {
 		t, err := c.loadOrLost(ctx, id)
 		if t == nil {
@@ -120,14 +136,14 @@ func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
 			return traj.PublishResult(ctx, c.d.Store, c.d.Results, t, c.d.Common.ResultTTL, c.controlState())
 		}
 		seq := t.Seq
-		err = c.store.Commit(ctx, t, traj.Aborted{Reason: reason})
+		err = c.store.Commit(ctx, t, traj.Aborted{End: status, Reason: reason})
 		if errors.Is(err, traj.ErrStale) && attempt < 5 {
 			continue // it moved meanwhile; look again
 		}
 		if err != nil {
 			return err
 		}
-		c.d.Log.Warn("trajectory ended with a fallback", "traj_id", id, "seq", seq, "reason", reason)
+		c.d.Log.Warn("trajectory ended early", "traj_id", id, "seq", seq, "status", status, "reason", reason)
 		if err := traj.PublishResult(ctx, c.d.Store, c.d.Results, t, c.d.Common.ResultTTL, c.controlState()); err != nil {
 			return err
 		}
@@ -220,7 +236,8 @@ func (c *Coordinator) lost(ctx context.Context, id string) error {
 		return c.readmit(ctx, a, e.Replica)
 	}
 	r := traj.FallbackResult(schema.ResultHead{TrajID: id, GroupID: e.GroupID, GroupIndex: e.GroupIndex,
-		GroupSize: e.GroupSize, Family: e.Family, Reason: ReasonLost, FinishedAt: c.d.Now().UTC()})
+		GroupSize: e.GroupSize, Family: e.Family, Purpose: purposeOf(e.Purpose), Reason: ReasonLost, Replica: e.Replica,
+		FinishedAt: c.d.Now().UTC()})
 	c.d.Log.Error("trajectory state lost: answered with a fallback result", "traj_id", id)
 	return c.d.Results.Publish(ctx, r, schema.MsgID(id, 0, "lost"))
 }

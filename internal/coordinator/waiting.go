@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,6 +62,31 @@ func (s *waitingSet) add(id string, w *waitingSample) bool {
 	return true
 }
 
+// get returns a copy of id's entry, nil when it is not waiting.
+func (s *waitingSet) get(id string) *waitingSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.m[id]
+	if w == nil {
+		return nil
+	}
+	c := *w
+	return &c
+}
+
+// inGroups returns the waiting samples of groups.
+func (s *waitingSet) inGroups(groups []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, w := range s.m {
+		if slices.Contains(groups, w.Sample.GroupID) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 func (s *waitingSet) remove(id string) {
 	s.mu.Lock()
 	delete(s.m, id)
@@ -101,8 +127,10 @@ func (s *waitingSet) predicted(w *waitingSample, remaining, turns float64) ([]by
 }
 
 // ranked returns copies of the best n waiting samples by policy at now
-// (a prediction may update the entries meanwhile).
-func (s *waitingSet) ranked(policy sched.Policy, now time.Time, n int) []*waitingSample {
+// (a prediction may update the entries meanwhile), of which at most room
+// training samples when room >= 0 (validation samples are outside the
+// staleness bound).
+func (s *waitingSet) ranked(policy sched.Policy, now time.Time, n, room int) []*waitingSample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	facts := make([]sched.Fact, 0, len(s.m))
@@ -112,8 +140,17 @@ func (s *waitingSet) ranked(policy sched.Policy, now time.Time, n int) []*waitin
 	}
 	ranked := policy.Rank(facts, now)
 	out := make([]*waitingSample, 0, min(n, len(ranked)))
-	for _, f := range ranked[:min(n, len(ranked))] {
+	for _, f := range ranked {
+		if len(out) == n {
+			break
+		}
 		w := *s.m[f.TrajID]
+		if !w.Sample.Validation() {
+			if room == 0 {
+				continue
+			}
+			room--
+		}
 		out = append(out, &w)
 	}
 	return out

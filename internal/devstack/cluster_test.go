@@ -56,7 +56,7 @@ func finished(e *env) int64 {
 	if err != nil {
 		return -1
 	}
-	return c[schema.StatusCompleted] + c[schema.StatusFallback]
+	return c[schema.StatusSubmitted] + c[schema.StatusFallback]
 }
 
 // logProgress logs how many results the coordinator has recorded whenever
@@ -275,7 +275,7 @@ func TestPipelineSurvivesNodeLoss(t *testing.T) {
 				t.Errorf("%s: fallback with reason %q, %d tokens, reward %g", s.ID, r.Reason, len(r.Tokens), r.Reward)
 			}
 			continue
-		case schema.StatusCompleted:
+		case schema.StatusSubmitted:
 		default:
 			t.Errorf("%s: status %q", s.ID, r.Status)
 			continue
@@ -293,7 +293,7 @@ func TestPipelineSurvivesNodeLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts[schema.StatusCompleted] != int64(n-fallbacks) || counts[schema.StatusFallback] != int64(fallbacks) {
+	if counts[schema.StatusSubmitted] != int64(n-fallbacks) || counts[schema.StatusFallback] != int64(fallbacks) {
 		t.Errorf("coordinator counted %v, want %d completed and %d fallbacks", counts, n-fallbacks, fallbacks)
 	}
 	var st coordinator.Status
@@ -321,6 +321,7 @@ func checkRanOnce(t *testing.T, e *env, s schema.Sample, r schema.Result) {
 		}
 		want = append(want, schema.RoleAssistant)
 	}
+	want = append(want, schema.RoleUser) // the terminating message: the submission
 	var roles, replies, observations []string
 	for _, m := range r.Messages {
 		roles = append(roles, m.Role)
@@ -329,7 +330,7 @@ func checkRanOnce(t *testing.T, e *env, s schema.Sample, r schema.Result) {
 		t.Errorf("%s: %d turns, messages %q; want %q", s.ID, r.Turns, roles, want)
 		return
 	}
-	for _, m := range r.Messages[2:] {
+	for _, m := range r.Messages[2 : len(r.Messages)-1] {
 		if m.Role == schema.RoleAssistant {
 			replies = append(replies, m.Content)
 		} else {

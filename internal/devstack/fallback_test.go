@@ -24,9 +24,10 @@ func simSample(id string, script ...string) schema.Sample {
 	return s
 }
 
-// Limits end a trajectory and it is still scored; a trajectory that cannot
-// finish (its sandbox does not start, or it stops advancing) still produces a
-// result: a fallback with reward 0, no trainable tokens and the reason.
+// Limits end a trajectory (limit_exceeded, not evaluated by default); a
+// trajectory that cannot finish (its sandbox does not start, or it stops
+// advancing) still produces a result: failed or fallback, with reward 0,
+// no trainable tokens and the reason.
 func TestLimitsAndFallbacks(t *testing.T) {
 	e := newEnv(t, 1)
 	cfg := e.stack.CoordinatorConfig()
@@ -52,21 +53,21 @@ func TestLimitsAndFallbacks(t *testing.T) {
 		status, reason string
 		turns          int
 	}{
-		"steps":  {schema.StatusCompleted, "limits exceeded: step_limit 2 reached", 2},
-		"budget": {schema.StatusCompleted, "limits exceeded: token_budget 50 reached", 1},
-		"setup":  {schema.StatusFallback, "setup command 0", 0},
+		"steps":  {schema.StatusLimitExceeded, "limits exceeded: step_limit 2 reached", 2},
+		"budget": {schema.StatusLimitExceeded, "limits exceeded: token_budget 50 reached", 1},
+		"setup":  {schema.StatusFailed, "setup command 0", 0},
 	} {
 		r := got[id]
 		if r.Status != want.status || !strings.Contains(r.Reason, want.reason) || r.Turns != want.turns {
 			t.Errorf("%s: status %s reason %q turns %d, want %s %q %d", id, r.Status, r.Reason, r.Turns,
 				want.status, want.reason, want.turns)
 		}
-		if r.Status == schema.StatusFallback && (r.Reward != 0 || len(r.LossMask) != 0 || len(r.Tokens) != 0) {
-			t.Errorf("%s: fallback with reward %g and %d tokens", id, r.Reward, len(r.Tokens))
+		if r.Status == schema.StatusFailed && (r.Reward != 0 || len(r.LossMask) != 0 || len(r.Tokens) != 0) {
+			t.Errorf("%s: failed with reward %g and %d tokens", id, r.Reward, len(r.Tokens))
 		}
 	}
-	if r := got["steps"]; r.Reward != 1 {
-		t.Errorf("a trajectory ended by its step limit is still scored: reward %g", r.Reward)
+	if r := got["steps"]; r.Reward != 0 || r.Limit != schema.LimitStep {
+		t.Errorf("a trajectory ended by its step limit: limit %q, reward %g; want step_limit, 0 (not evaluated)", r.Limit, r.Reward)
 	}
 	if r := got["budget"]; r.GenTokens != 50 {
 		t.Errorf("budget: %d generated tokens, want the budget of 50", r.GenTokens)
@@ -296,7 +297,7 @@ func TestOversizedDiffScoresZero(t *testing.T) {
 	s.Env.Eval = "exit 0" // would pass: the diff is never evaluated
 	e.submit(s)
 	r := e.results(1)[s.ID]
-	if r.Status != schema.StatusCompleted || r.Reward != 0 || !strings.Contains(r.Reason, "over ACTLOOP_MAX_DIFF_BYTES") ||
+	if r.Status != schema.StatusSubmitted || r.Reward != 0 || !strings.Contains(r.Reason, "over ACTLOOP_MAX_DIFF_BYTES") ||
 		len(r.Diff) != 100_000 {
 		t.Fatalf("%s: %s %q reward %g, diff of %d bytes", s.ID, r.Status, r.Reason, r.Reward, len(r.Diff))
 	}

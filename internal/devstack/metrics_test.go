@@ -107,8 +107,8 @@ func TestMetricsExported(t *testing.T) {
 	// The coordinator counts a result once it has read it from the stream.
 	testkit.Eventually(t, wait, "the coordinator to count both results", func() bool {
 		read()
-		return coordinator("actloop_results_total", map[string]string{"status": "completed"}) == 1 &&
-			coordinator("actloop_results_total", map[string]string{"status": "fallback"}) == 1
+		return coordinator("actloop_results_total", map[string]string{"status": "submitted"}) == 1 &&
+			coordinator("actloop_results_total", map[string]string{"status": "failed"}) == 1
 	})
 	for _, m := range metrics.Catalogue {
 		for name, got := range fams {

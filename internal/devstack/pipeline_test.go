@@ -136,7 +136,13 @@ func readStream[T any](e *env, stream, subject string, n int, key func(T) string
 // real Qwen tokenizer with ChatML.
 func testTemplate(t testing.TB) tokenize.ChatTemplate {
 	t.Helper()
-	tmpl, err := tokenize.Chat{Tokenizer: tokenize.TokenizerQwen, ChatTemplate: tokenize.TemplateChatML}.Template()
+	return testTemplateNamed(t, tokenize.TemplateChatML)
+}
+
+// testTemplateNamed is the chat template name over the real Qwen tokenizer.
+func testTemplateNamed(t testing.TB, name string) tokenize.ChatTemplate {
+	t.Helper()
+	tmpl, err := tokenize.Chat{Tokenizer: tokenize.TokenizerQwen, ChatTemplate: name}.Template()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +179,7 @@ func TestPipelineSolvesDemoAndSimTasks(t *testing.T) {
 		if !ok {
 			t.Fatalf("no result for %s", s.ID)
 		}
-		if r.Status != schema.StatusCompleted || r.Reason != "submitted" || !r.Solved() {
+		if r.Status != schema.StatusSubmitted || r.Reason != "submitted" || !r.Solved() {
 			t.Errorf("%s: status %s reason %q reward %g", s.ID, r.Status, r.Reason, r.Reward)
 		}
 		if string(r.Metadata) != string(s.Metadata) || r.GroupID != s.GroupID || r.GroupIndex != s.GroupIndex {
@@ -191,7 +197,7 @@ func TestPipelineSolvesDemoAndSimTasks(t *testing.T) {
 	}
 	testkit.Eventually(t, wait, "coordinator to see every result", func() bool {
 		c, err := e.st.Counts(e.ctx)
-		return err == nil && c[schema.StatusCompleted] == int64(len(samples))
+		return err == nil && c[schema.StatusSubmitted] == int64(len(samples))
 	})
 }
 
@@ -241,9 +247,9 @@ func TestBadSamplesAreDeadLettered(t *testing.T) {
 		t.Fatalf("good sample after bad ones: %+v", r)
 	}
 	for name, id := range ids {
-		if r := results[id]; r.Status != schema.StatusFallback || !strings.HasPrefix(r.Reason, "rejected: sample: ") ||
+		if r := results[id]; r.Status != schema.StatusFailed || !strings.HasPrefix(r.Reason, "rejected: sample: ") ||
 			!strings.Contains(r.Reason, want[name]) {
-			t.Errorf("%s: result %s %q, want a fallback naming %q", name, r.Status, r.Reason, want[name])
+			t.Errorf("%s: result %s %q, want failed, naming %q", name, r.Status, r.Reason, want[name])
 		}
 	}
 	resultsHandled(e)
@@ -675,7 +681,7 @@ func TestReplayThatDivergesIsFlagged(t *testing.T) {
 		"```bash\necho the id is kept\n```", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
 	s.Env.Backend = schema.BackendLocal
 	r := loseSandboxAfter(t, s, "the id is kept", 2)
-	if r.Status != schema.StatusCompleted || r.Replays != 1 || r.Diverged != 1 {
+	if r.Status != schema.StatusSubmitted || r.Replays != 1 || r.Diverged != 1 {
 		t.Fatalf("%s: %s %q, %d replays, %d diverged", s.ID, r.Status, r.Reason, r.Replays, r.Diverged)
 	}
 }
@@ -836,7 +842,7 @@ func TestCommandNotRunTwiceAfterLostCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.results(1)[s.ID]
-	if r.Status != schema.StatusCompleted || !strings.Contains(r.Diff, "+one\n+two\n") || strings.Contains(r.Diff, "+two\n+two") {
+	if r.Status != schema.StatusSubmitted || !strings.Contains(r.Diff, "+one\n+two\n") || strings.Contains(r.Diff, "+two\n+two") {
 		t.Fatalf("%s: %s %q, diff %q", s.ID, r.Status, r.Reason, r.Diff)
 	}
 	checkConsistent(t, r)

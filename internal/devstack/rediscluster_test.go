@@ -45,7 +45,7 @@ func TestRedisClusterFailover(t *testing.T) {
 	stop()
 	for _, s := range samples {
 		r, ok := got[s.ID]
-		if !ok || r.Status != schema.StatusCompleted {
+		if !ok || r.Status != schema.StatusSubmitted {
 			t.Fatalf("%s: %+v", s.ID, r.ResultHead)
 		}
 		checkConsistent(t, r)

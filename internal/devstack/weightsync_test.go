@@ -307,7 +307,9 @@ func TestStalePolicies(t *testing.T) {
 }
 
 // With max_staleness 0 and a trainer batch of 2, version 0 admits two
-// trajectories in all; the next two wait for version 1.
+// trajectories in all; the next two wait for version 1. A validation
+// rollout is outside the bound: it runs while they wait, is counted apart,
+// and completes no group.
 func TestStalenessBoundsAdmission(t *testing.T) {
 	e := newEnv(t, 1)
 	coord := startSyncStack(t, e, func(c *coordinator.Config) { c.MaxStaleness, c.TrainBatchSize = 0, 2 })
@@ -318,16 +320,33 @@ func TestStalenessBoundsAdmission(t *testing.T) {
 	e.submit(samples...)
 	testkit.Eventually(t, wait, "two finished, two waiting, no room", func() bool {
 		st, err := coord.Status(e.ctx)
-		return err == nil && st.Finished[schema.StatusCompleted] == 2 && st.Active == 0 && st.Queued == 2 && st.StalenessRoom == 0
+		return err == nil && st.Finished[schema.StatusSubmitted] == 2 && st.Active == 0 && st.Queued == 2 && st.StalenessRoom == 0
+	})
+	val := groupSample("val-0", "val", 0, 1)
+	val.Purpose = schema.PurposeValidation
+	e.submit(val)
+	if r := e.results(3)[val.ID]; !r.Solved() || r.Purpose != schema.PurposeValidation {
+		t.Fatalf("validation rollout: %s %q purpose %q", r.Status, r.Reason, r.Purpose)
+	}
+	testkit.Eventually(t, wait, "the validation result counted apart, the bound unchanged", func() bool {
+		st, err := coord.Status(e.ctx)
+		return err == nil && st.Finished["validation:"+schema.StatusSubmitted] == 1 &&
+			st.Finished[schema.StatusSubmitted] == 2 && st.Queued == 2 && st.StalenessRoom == 0
 	})
 	v := int64(1)
 	if _, err := coord.Resume(e.ctx, schema.ResumeRequest{WeightVersion: &v}); err != nil {
 		t.Fatal(err)
 	}
-	got := e.results(4)
+	got := e.results(5)
 	for _, s := range samples {
 		if r := got[s.ID]; !r.Solved() {
 			t.Fatalf("%s: %s %q", s.ID, r.Status, r.Reason)
+		}
+	}
+	resultsHandled(e)
+	for _, m := range resultsStream(e) {
+		if schema.IsGroup(m.subject) {
+			t.Fatalf("a group completed: %s (a validation rollout counts towards none)", m.subject)
 		}
 	}
 }

@@ -32,6 +32,11 @@ type Config struct {
 	// (a result carries its diff and must fit the NATS server's
 	// max_payload).
 	MaxDiffBytes int `envconfig:"MAX_DIFF_BYTES" default:"1048576"`
+	// RewardOn says which trajectories the eval scores: `submitted` (those
+	// the agent submitted, as the reference loop does; one ended by a limit
+	// gets reward 0 and its diff, not evaluated) or `always` (every
+	// trajectory that ran to an end, a limit's included).
+	RewardOn string `envconfig:"REWARD_ON" default:"submitted"`
 	// SandboxReplay: a trajectory whose sandbox is gone (its env-worker
 	// restarted without it: a new machine, a wiped disk) gets a new one in
 	// which its commands so far run again, in order, before its next step;
@@ -70,6 +75,12 @@ type Config struct {
 	tokenize.Chat        // ACTLOOP_TOKENIZER, ACTLOOP_CHAT_TEMPLATE: the same in every service
 }
 
+// Values of ACTLOOP_REWARD_ON.
+const (
+	RewardOnSubmitted = "submitted"
+	RewardOnAlways    = "always"
+)
+
 // Values of ACTLOOP_SANDBOX_BACKEND.
 const (
 	BackendLocal  = "local"
@@ -104,6 +115,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxDiffBytes < 1 {
 		errs = append(errs, fmt.Errorf("ACTLOOP_MAX_DIFF_BYTES: must be >= 1, got %d", c.MaxDiffBytes))
+	}
+	if c.RewardOn != RewardOnSubmitted && c.RewardOn != RewardOnAlways {
+		errs = append(errs, fmt.Errorf("ACTLOOP_REWARD_ON: %q is not %q or %q", c.RewardOn, RewardOnSubmitted, RewardOnAlways))
 	}
 	switch c.SandboxBackend {
 	case BackendLocal:

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +48,7 @@ type Worker struct {
 	d        *service.Deps
 	backends map[string]sandbox.Backend
 	tmpl     tokenize.ChatTemplate
-	agent    agent.Config
+	agents   agent.Agents
 	board    *sched.Board
 	control  bus.ControlView // the newest control state: staleness of results
 
@@ -80,11 +79,11 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ac, err := agent.LoadOrDefault(cfg.AgentConfig)
+	agents, err := agent.LoadAgents(cfg.AgentConfig)
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_AGENT_CONFIG: %w", err)
 	}
-	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agent: ac, board: &sched.Board{},
+	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agents: agents, board: &sched.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics()}
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log, Lease: d.Common.StepLease}
@@ -232,17 +231,26 @@ func (w *Worker) backend(t *traj.Trajectory) (sandbox.Backend, error) {
 }
 
 // startStep starts the sandbox, runs setup, and renders the system prompt
-// and task as the first tokens.
+// and task as the first tokens. A sample whose sandbox cannot be set up
+// (a setup command fails, the workspace or patch is unusable) or whose
+// prompt cannot be rendered ends failed: no retry would do better.
 func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
 	b, err := w.backend(t)
 	if err != nil {
 		return nil, err
 	}
-	msgs, prompt, err := agent.Opening(w.agent, w.tmpl, t.Sample.Task)
+	ag, err := w.agents.For(t.Sample.Flow)
 	if err != nil {
-		return nil, bus.Fatal(err)
+		return traj.Failed{Reason: "flow: " + err.Error()}, nil
+	}
+	msgs, prompt, err := ag.Opening(ag.Config, w.tmpl, t.Sample.Task)
+	if err != nil {
+		return traj.Failed{Reason: "prompt: " + err.Error()}, nil
 	}
 	sb, err := w.newSandbox(ctx, b, t)
+	if bus.IsFatal(err) && permanentStartError(err) {
+		return traj.Failed{Reason: "sandbox set-up: " + err.Error()}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -271,20 +279,19 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 		return nil, err
 	}
 	ran := traj.Ran{Digest: traj.ExecDigest(res.Output, res.ReturnCode), Exit: res.ReturnCode, Replay: replay}
-	if submitted, _ := agent.Submission(res.Output); submitted && !res.TimedOut {
-		return traj.Submitted{Ran: ran}, nil
+	if submitted, text := agent.HasFinished(res.Output, res.ReturnCode); submitted && !res.TimedOut {
+		m := agent.TerminatingMessage(agent.EndingSubmitted, text)
+		return traj.Submitted{Ran: ran, Closing: &traj.UserTurn{Content: m.Content, Tokens: w.tmpl.Message(m.Role, m.Content)}}, nil
 	}
-	var obs string
-	if res.TimedOut {
-		obs, err = w.agent.Timeout(t.Action, res.Output)
-	} else {
-		obs, err = w.agent.Observation(t.Action, res.Output, res.ReturnCode)
+	ag, err := w.agents.For(t.Sample.Flow)
+	if err != nil {
+		return nil, bus.Fatal(err)
 	}
+	msg, ids, err := ag.Outcome(ag.Config.For(t.Sample.Task, t.Calls), w.tmpl, t.Action, res.Output, res.ReturnCode, res.TimedOut)
 	if err != nil {
 		return nil, bus.Fatal(fmt.Errorf("render observation: %w", err))
 	}
-	return traj.Observed{Ran: ran, Observation: traj.UserTurn{Content: obs,
-		Tokens: slices.Concat(w.tmpl.Message(schema.RoleUser, obs), w.tmpl.GenerationPrompt())}}, nil
+	return traj.Observed{Ran: ran, Observation: traj.UserTurn{Role: msg.Role, Content: msg.Content, Tokens: ids}}, nil
 }
 
 // runAction runs t's pending action in sb, and records its outcome in
@@ -315,8 +322,9 @@ func (w *Worker) runAction(ctx context.Context, sb sandbox.Sandbox, t *traj.Traj
 	return res, err
 }
 
-// finishStep takes the diff, scores it in a fresh sandbox and removes the
-// trajectory's sandbox.
+// finishStep takes the diff, scores it in a fresh sandbox (under
+// ACTLOOP_REWARD_ON=submitted only a submitted trajectory's) and removes
+// the trajectory's sandbox.
 func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
 	if err := w.owns(t); err != nil {
 		return nil, err
@@ -339,6 +347,10 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Trans
 			len(diff), w.cfg.MaxDiffBytes)
 		return traj.Finished{Reason: reason, Diff: diff[:w.cfg.MaxDiffBytes], Tests: missingTests(t.Sample.Env.Tests),
 			Replay: replay}, nil
+	}
+	if t.ResultStatus() != schema.StatusSubmitted && w.cfg.RewardOn == RewardOnSubmitted {
+		reason += "; not evaluated: only a submission is (ACTLOOP_REWARD_ON=submitted)"
+		return traj.Finished{Reason: reason, Diff: diff, Replay: replay}, nil
 	}
 	ev, err := w.evaluate(ctx, t, diff)
 	if err != nil {
@@ -536,12 +548,16 @@ func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *traj.Trajecto
 	if err != nil {
 		return nil, traj.Replay{}, err
 	}
+	ag, err := w.agents.For(t.Sample.Flow)
+	if err != nil {
+		return nil, traj.Replay{}, bus.Fatal(err)
+	}
 	var actions []string
 	for _, m := range full.Messages {
 		if m.Role != schema.RoleAssistant || len(actions) == t.Commands {
 			continue
 		}
-		if a, err := w.agent.ParseAction(m.Content); err == nil {
+		if a, err := ag.Action(ag.Config, m.Content); err == nil {
 			actions = append(actions, a)
 		}
 	}

@@ -150,7 +150,7 @@ type Worker struct {
 	gen     llm.Generator
 	tmpl    tokenize.ChatTemplate
 	tok     tokenize.Tokenizer
-	agent   agent.Config
+	agents  agent.Agents
 	board   *sched.Board
 	predict *predict.Client
 	id      string
@@ -193,19 +193,18 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		host, _ := os.Hostname()
 		id = host + "-" + cfg.Replica
 	}
-	ac, err := agent.LoadOrDefault(cfg.AgentConfig)
+	agents, err := agent.LoadAgents(cfg.AgentConfig)
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_AGENT_CONFIG: %w", err)
 	}
-	if ac.CostLimit > 0 {
-		d.Log.Info("agent config: cost_limit is not applied; actloop counts tokens, not dollars (set limits.token_budget per sample)",
-			"cost_limit", ac.CostLimit)
+	for _, n := range agents.Notices() {
+		d.Log.Info("agent config: " + n)
 	}
 	tmpl, err := cfg.Chat.Template()
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, d: d, gen: gen, m: newGenMetrics(cfg.Replica), tmpl: tmpl, tok: tmpl.Tokenizer(), agent: ac,
+	w := &Worker{cfg: cfg, d: d, gen: gen, m: newGenMetrics(cfg.Replica), tmpl: tmpl, tok: tmpl.Tokenizer(), agents: agents,
 		board: &sched.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan progress, 256),
 		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
@@ -357,17 +356,24 @@ func (w *Worker) Handler() http.Handler {
 // reduced by what it already produced.
 func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (traj.Transition, error) {
 	s := t.Sample
-	lim := agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, w.agent.StepLimit), TokenBudget: s.Limits.TokenBudget,
-		WallClock: s.Limits.WallClock()}
-	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt)}
+	ag, err := w.agents.For(s.Flow)
+	if err != nil {
+		return nil, bus.Fatal(err)
+	}
+	lim := agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, ag.Config.StepLimit), TokenBudget: s.Limits.TokenBudget,
+		WallClock: s.Limits.WallClock(), FormatErrorLimit: s.Limits.FormatErrorLimit}
+	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt), FormatErrors: t.FormatErrors}
 	// Loaded without its versions (the policy changed meanwhile), t has
-	// no oldest version: the next step checks.
-	if sched.MustRestart(w.control.Get(), sched.OldestVersion(t.Mask, t.Versions)) {
+	// no oldest version: the next step checks. A validation rollout is
+	// not training data: staleness does not restart it.
+	if !s.Validation() && sched.MustRestart(w.control.Get(), sched.OldestVersion(t.Mask, t.Versions)) {
 		return w.restart(t), nil // a partial turn too: its tokens would mix versions
 	}
 	if t.TurnGen == 0 { // limits are checked before each model call, not before a resume
-		if err := agent.CheckLimits(lim, use); err != nil {
-			return traj.LimitReached{Reason: err.Error()}, nil
+		var le *agent.LimitError
+		if err := agent.CheckLimits(lim, use); errors.As(err, &le) {
+			closing := w.closing(agent.TerminatingMessage(agent.EndingLimitsExceeded, ""))
+			return traj.LimitReached{Limit: le.Limit, Reason: err.Error(), Closing: &closing}, nil
 		}
 	}
 	partial := t.Tokens[len(t.Tokens)-t.TurnGen:]
@@ -448,13 +454,13 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 	out := append(slices.Clone(partial), res.OutputIDs...)
 	turn := traj.Turn{Output: res.OutputIDs, Logprobs: res.Logprobs, Version: int32(g.version),
 		CloseTurn: w.tmpl.CloseTurn(out), Text: w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs())), RID: rid}
-	action, perr := w.agent.ParseAction(turn.Text)
+	action, perr := ag.Action(ag.Config, turn.Text)
 	var fe *agent.FormatError
 	switch {
 	case perr == nil:
 		return traj.Generated{Turn: turn, Action: action}, nil
 	case errors.As(perr, &fe):
-		msg, err := w.agent.FormatErrorFor(fe)
+		msg, err := ag.Config.For(s.Task, t.Calls+1).FormatErrorFor(fe)
 		if err != nil {
 			return nil, bus.Fatal(fmt.Errorf("render format error: %w", err))
 		}
@@ -462,6 +468,12 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 			Tokens: slices.Concat(w.tmpl.Message(schema.RoleUser, msg), w.tmpl.GenerationPrompt())}}, nil
 	}
 	return nil, bus.Fatal(perr)
+}
+
+// closing is the user turn of m, a trajectory's terminating message: the
+// conversation ends with it, so no generation prompt follows.
+func (w *Worker) closing(m schema.Message) traj.UserTurn {
+	return traj.UserTurn{Content: m.Content, Tokens: w.tmpl.Message(m.Role, m.Content)}
 }
 
 // account counts a generation's tokens, and the prompt tokens the server had

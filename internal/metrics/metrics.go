@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // Metric describes one exported metric.
@@ -43,8 +45,9 @@ var Catalogue = []Metric{
 	{"actloop_replica_trajectories", "Active trajectories assigned to the replica.", "gauge", []string{Coordinator}, []string{"replica"}},
 	{"actloop_queue_depth", "Messages waiting on a work subject: not yet delivered, or delivered and not acknowledged.", "gauge", []string{Coordinator}, []string{"subject"}},
 	{"actloop_queue_oldest_age_seconds", "Age of the oldest unacknowledged message on a work subject; 0 when none.", "gauge", []string{Coordinator}, []string{"subject"}},
-	{"actloop_results_total", "Results seen, by status (completed, fallback).", "counter", []string{Coordinator}, []string{"status"}},
-	{"actloop_fallbacks_total", "Fallback results, by reason (" + strings.Join(FallbackReasons, ", ") + ").", "counter", []string{Coordinator}, []string{"reason"}},
+	{"actloop_results_total", "Results of training samples seen, by status (" + strings.Join(schema.Statuses, ", ") + ").", "counter", []string{Coordinator}, []string{"status"}},
+	{"actloop_validation_results_total", "Results of validation samples (purpose validation) seen, by status.", "counter", []string{Coordinator}, []string{"status"}},
+	{"actloop_fallbacks_total", "Results with status failed or fallback, by reason (" + strings.Join(FallbackReasons, ", ") + ").", "counter", []string{Coordinator}, []string{"reason"}},
 	{"actloop_trajectory_seconds", "Time from admission to result.", "histogram", []string{Coordinator}, nil},
 	{"actloop_staleness_versions", "Weight versions between a completed trajectory's oldest generated token and the version current at its result.", "histogram", []string{Coordinator}, nil},
 	{"actloop_moved_total", "Trajectories moved off replicas or env-workers that went away.", "counter", []string{Coordinator}, []string{"from"}},

@@ -105,7 +105,7 @@ func observe(t testing.TB, h observer, rs ...schema.Result) {
 
 func result(id, group, family string, tokens, turns int) schema.Result {
 	return schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id, GroupID: group, Family: family,
-		Status: schema.StatusCompleted, GenTokens: tokens, Turns: turns}}
+		Status: schema.StatusSubmitted, GenTokens: tokens, Turns: turns}}
 }
 
 func request(id, group, family string, turns, tokens int) schema.PredictRequest {

@@ -111,7 +111,7 @@ return 1
 // it would have run. A result whose traj_id was observed before changes
 // nothing, so redelivery is harmless.
 func (h *History) Observe(ctx context.Context, r schema.ResultHead) error {
-	if r.Status != schema.StatusCompleted || r.Turns < 1 {
+	if !schema.Trainable(r.Status) || r.Turns < 1 {
 		return nil
 	}
 	if !schema.ValidID(r.TrajID) {

@@ -188,7 +188,7 @@ func (l *Learned) Observe(ctx context.Context, r schema.ResultHead) error {
 	if err := l.h.Observe(ctx, r); err != nil {
 		return err
 	}
-	if r.Status != schema.StatusCompleted || r.Turns < 1 {
+	if !schema.Trainable(r.Status) || r.Turns < 1 {
 		return l.rdb.Del(ctx, askKey(r.TrajID)).Err()
 	}
 	entries, err := l.rdb.LRange(ctx, askKey(r.TrajID), 0, -1).Result()

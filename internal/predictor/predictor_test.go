@@ -52,7 +52,7 @@ func historyLearns(t *testing.T, backend, kind string) {
 			t.Fatal(err)
 		}
 	}
-	publish("g-0", result("g-0", "g", schema.StatusCompleted, 1000, 5))
+	publish("g-0", result("g-0", "g", schema.StatusSubmitted, 1000, 5))
 	// A copy of g-0's head, as a publisher that does not ask for the
 	// subject to be empty would leave.
 	stream, err := d.JS.Stream(ctx, schema.StreamResults)
@@ -66,7 +66,7 @@ func historyLearns(t *testing.T, backend, kind string) {
 	if err := e.pub.PublishRaw(ctx, schema.SubjectResult("g-0"), "g-0-again", head.Data); err != nil {
 		t.Fatal(err)
 	}
-	publish("g-1", result("g-1", "g", schema.StatusCompleted, 2000, 9))
+	publish("g-1", result("g-1", "g", schema.StatusSubmitted, 2000, 9))
 	publish("g-3", result("g-3", "g", schema.StatusFallback, 10, 1))
 	if err := e.pub.PublishRaw(ctx, schema.SubjectResult("junk"), "junk", []byte(`{"v":1,"traj_id":"`)); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,9 @@ import (
 // generated ids as the server returned them and the loss mask 1 exactly on
 // those; that they are the ids of rendering and tokenizing the whole
 // conversation at once (the simulator's replies are the tokenizer's own
-// encoding); that there is one assistant message per turn (a step applied
+// encoding), but for a trajectory ended by a limit, whose ids keep the
+// generation prompt of the call it did not make before its terminating
+// message; that there is one assistant message per turn (a step applied
 // twice would add one); and that masks, log-probs and versions line up.
 func Consistent(tmpl tokenize.ChatTemplate, r schema.Result) error {
 	tok := tmpl.Tokenizer()
@@ -38,6 +40,9 @@ func Consistent(tmpl tokenize.ChatTemplate, r schema.Result) error {
 	if err := expect(tmpl.Begin(), "begin"); err != nil {
 		return err
 	}
+	// A run to its end closes with mini-swe-agent's terminating message (a
+	// user message no generation prompt follows).
+	closing := schema.Trainable(r.Status) && len(r.Messages) > 0 && r.Messages[len(r.Messages)-1].Role == schema.RoleUser
 	turns := 0
 	var msgs []tokenize.Msg
 	for k, m := range r.Messages {
@@ -46,7 +51,7 @@ func Consistent(tmpl tokenize.ChatTemplate, r schema.Result) error {
 			if err := expect(tmpl.Message(m.Role, m.Content), fmt.Sprintf("message %d (%s)", k, m.Role)); err != nil {
 				return err
 			}
-			if m.Role == schema.RoleUser {
+			if m.Role == schema.RoleUser && !(closing && k == len(r.Messages)-1) {
 				if err := expect(tmpl.GenerationPrompt(), "generation prompt"); err != nil {
 					return err
 				}
@@ -72,8 +77,13 @@ func Consistent(tmpl tokenize.ChatTemplate, r schema.Result) error {
 	if pos != len(r.Tokens) {
 		return fmt.Errorf("%s: %d tokens past the messages: %q", r.TrajID, len(r.Tokens)-pos, tok.Decode(r.Tokens[pos:]))
 	}
-	last := len(r.Messages) > 0 && r.Messages[len(r.Messages)-1].Role == schema.RoleUser
-	if whole := tok.Encode(tmpl.Render(msgs, last)); !slices.Equal(whole, r.Tokens) {
+	var end []int32
+	if closing {
+		m := msgs[len(msgs)-1]
+		msgs, end = msgs[:len(msgs)-1], tmpl.Message(m.Role, m.Content)
+	}
+	last := len(msgs) > 0 && msgs[len(msgs)-1].Role == schema.RoleUser
+	if whole := append(tok.Encode(tmpl.Render(msgs, last)), end...); !slices.Equal(whole, r.Tokens) {
 		return fmt.Errorf("%s: tokens differ from the whole conversation tokenized at once:\n got %q\nwant %q", r.TrajID,
 			tok.Decode(r.Tokens), tok.Decode(whole))
 	}

@@ -41,6 +41,8 @@ var fields = []field{
 	strField("handle", func(t *Trajectory) *string { return &t.Handle }),
 	strField("action", func(t *Trajectory) *string { return &t.Action }),
 	strField("reason", func(t *Trajectory) *string { return &t.Reason }),
+	strField("end", func(t *Trajectory) *string { return &t.End }),
+	strField("limit", func(t *Trajectory) *string { return &t.Limit }),
 	strField("diff", func(t *Trajectory) *string { return &t.Diff }),
 	// tests: JSON object, each listed test's outcome in the eval.
 	{name: "tests", encode: func(t *Trajectory) string {
@@ -83,6 +85,7 @@ var fields = []field{
 	counter("restarts", func(t *Trajectory) *int { return &t.Restarts }),
 	counter("last_exit", func(t *Trajectory) *int { return &t.LastExit }),
 	counter("last_obs", func(t *Trajectory) *int { return &t.LastObs }),
+	counter("format_errors", func(t *Trajectory) *int { return &t.FormatErrors }),
 	strField("digests", func(t *Trajectory) *string { return &t.Digests }),
 	counter("replays", func(t *Trajectory) *int { return &t.Replays }),
 	counter("diverged", func(t *Trajectory) *int { return &t.Diverged }),

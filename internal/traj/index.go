@@ -30,11 +30,13 @@ type ActiveEntry struct {
 	GroupIndex int    `json:"group_index,omitempty"`
 	GroupSize  int    `json:"group_size,omitempty"`
 	Family     string `json:"family,omitempty"`
+	Purpose    string `json:"purpose,omitempty"`
 }
 
 // ActiveEntryOf is the index entry of sample s admitted on replica.
 func ActiveEntryOf(s schema.Sample, replica string) ActiveEntry {
-	return ActiveEntry{Replica: replica, GroupID: s.GroupID, GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family}
+	return ActiveEntry{Replica: replica, GroupID: s.GroupID, GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family,
+		Purpose: s.Purpose}
 }
 
 // AddActive records an admitted trajectory; idempotent.

@@ -1,11 +1,13 @@
 package traj
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -115,19 +117,21 @@ func PublishResult(ctx context.Context, st *Store, w *Results, t *Trajectory, tt
 	return st.Expire(ctx, t.ID, ttl)
 }
 
-// FallbackResult is a fallback result from head alone (its ids, group
-// fields, reason and times): status fallback, reward 0, no tokens, for a
-// trajectory whose state cannot be read (never created, or lost). The
-// sample id is the trajectory id.
+// FallbackResult is a result from head alone (its ids, group fields,
+// status, reason and times): status fallback unless head names another,
+// reward 0, no tokens, for a trajectory whose state cannot be read (never
+// created, or lost). The sample id is the trajectory id.
 func FallbackResult(head schema.ResultHead) schema.Result {
-	head.V, head.SampleID, head.Status, head.Reward = schema.Version, head.TrajID, schema.StatusFallback, 0
+	head.V, head.SampleID, head.Status, head.Reward = schema.Version, head.TrajID, cmp.Or(head.Status, schema.StatusFallback), 0
 	head.MinVersion, head.MaxVersion = -1, -1
 	return schema.Result{ResultHead: head, Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{},
 		Messages: []schema.Message{}}
 }
 
-// Result builds the result of a terminal trajectory loaded WithAll. A
-// fallback carries no trainable tokens. A generated token more than
+// Result builds the result of a terminal trajectory loaded WithAll. One
+// that did not run to its end (failed, fallback, aborted) carries no
+// trainable tokens: only its prompt's, under a loss mask of 0, when it got
+// that far. A generated token more than
 // ctl.MaxStaleness versions older than ctl.WeightVersion is stale: the
 // result says so, and under stale_policy mask its loss mask is 0. (Under
 // restart a trajectory starts again at its next generation; one that went
@@ -136,7 +140,8 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 	s := t.Sample
 	r := schema.Result{
 		ResultHead: schema.ResultHead{V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID,
-			GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family, Reason: t.Reason, Reward: t.Reward,
+			GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family, Purpose: s.Purpose, Status: t.ResultStatus(),
+			Limit: t.Limit, Reason: t.Reason, Reward: t.Reward, Replica: t.Replica,
 			Turns: t.Calls, Commands: t.Commands, GenTokens: t.GenTokens, AdmittedAt: t.AdmittedAt.UTC(),
 			FinishedAt: t.FinishedAt.UTC(), MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts, PromptLen: t.PromptLen,
 			Replays: t.Replays, Diverged: t.Diverged},
@@ -146,15 +151,23 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 	if r.Messages == nil {
 		r.Messages = []schema.Message{}
 	}
-	if t.Status == StatusAborted {
-		r.Status, r.Reward = schema.StatusFallback, 0
+	if !schema.Trainable(r.Status) {
+		r.Reward = 0
+		if n := min(t.PromptLen, len(t.Tokens)); n > 0 {
+			r.Tokens, r.Logprobs, r.LossMask, r.Versions = t.Tokens[:n], t.Logprobs[:n], make([]int8, n), t.Versions[:n]
+			r.NumTokens = n
+		} else {
+			r.PromptLen = 0
+		}
 		return r
 	}
-	r.Status = schema.StatusCompleted
 	r.Tokens, r.Logprobs, r.LossMask, r.Versions = t.Tokens, t.Logprobs, t.Mask, t.Versions
 	r.NumTokens = len(t.Tokens)
 	lo, hi := int32(math.MaxInt32), int32(-1)
 	staleBefore := ctl.StaleBefore()
+	if s.Validation() {
+		staleBefore = math.MinInt64 // not training data: never stale
+	}
 	for i, m := range t.Mask {
 		if m != 1 {
 			continue
@@ -176,6 +189,20 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 		r.MinVersion, r.MaxVersion = lo, hi
 	}
 	return r
+}
+
+// ResultStatus is the result status of t once its end is known: its End, or for a state written
+// before ends were recorded, what its status and reason say.
+func (t *Trajectory) ResultStatus() string {
+	switch {
+	case t.End != "":
+		return t.End
+	case t.Status == StatusAborted:
+		return schema.StatusFallback
+	case t.Reason == ReasonSubmitted || strings.HasPrefix(t.Reason, ReasonSubmitted+";"):
+		return schema.StatusSubmitted
+	}
+	return schema.StatusLimitExceeded
 }
 
 // Pos is where a step stands against its trajectory's committed state.

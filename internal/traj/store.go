@@ -44,13 +44,17 @@ var (
 // transitions change it (Store.Commit); its hash fields are in fields
 // (codec.go).
 type Trajectory struct {
-	ID        string
-	Status    Status
-	Seq       int64
-	Replica   string
-	Owner     string
-	Handle    string
-	Action    string
+	ID      string
+	Status  Status
+	Seq     int64
+	Replica string
+	Owner   string
+	Handle  string
+	Action  string
+	// End is the result's status once the trajectory's end is known
+	// (schema.StatusSubmitted, …), Limit the limit that ended it.
+	End       string
+	Limit     string
 	Reason    string
 	Diff      string
 	Tests     map[string]string // per-test outcome of the eval, for samples that list tests
@@ -77,6 +81,9 @@ type Trajectory struct {
 	// predictor reads of it.
 	LastExit int
 	LastObs  int
+	// FormatErrors counts the model's turns in a row without a valid
+	// action (limits.format_error_limit).
+	FormatErrors int
 	// Digests holds a digest of each command's outcome (ExecDigest), one
 	// per command run, space-separated: what a replay of the commands in a
 	// rebuilt sandbox is checked against. Replays counts the sandboxes

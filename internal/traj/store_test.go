@@ -195,7 +195,7 @@ func TestActiveIndexAndExpire(t *testing.T) {
 			}
 		}
 		for range 2 { // counted once
-			if _, err := s.RemoveActive(ctx, "x", schema.StatusCompleted); err != nil {
+			if _, err := s.RemoveActive(ctx, "x", schema.StatusSubmitted); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -204,7 +204,7 @@ func TestActiveIndexAndExpire(t *testing.T) {
 			t.Fatalf("active %v %v", act, err)
 		}
 		counts, err := s.Counts(ctx)
-		if err != nil || counts[schema.StatusCompleted] != 1 {
+		if err != nil || counts[schema.StatusSubmitted] != 1 {
 			t.Fatalf("counts %v %v", counts, err)
 		}
 		if ok, err := s.AddWaiting(ctx, "w1", []byte("first")); err != nil || !ok {

@@ -1,6 +1,7 @@
 package traj
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -59,7 +60,7 @@ func (a *appended) add(tokens []int32, logprobs []float32, mask int8, version in
 
 // user appends a user message and its prompt tokens (untrained).
 func (a *appended) user(u UserTurn) {
-	a.messages = append(a.messages, schema.Message{Role: schema.RoleUser, Content: u.Content})
+	a.messages = append(a.messages, schema.Message{Role: cmp.Or(u.Role, schema.RoleUser), Content: u.Content})
 	a.add(u.Tokens, nil, 0, -1)
 }
 
@@ -70,10 +71,13 @@ func from(t *Trajectory, tr Transition, allowed ...Status) error {
 	return fmt.Errorf("%T from %s: %w", tr, t.Status, ErrTransition)
 }
 
-// UserTurn is a user message (a task, an observation, a format error's
-// feedback) and its tokens: the message as the chat template renders it,
-// then the generation prompt that follows it.
+// UserTurn is a message to the model (a task, an observation, a format
+// error's feedback, a terminating message) and its tokens: the message as
+// the chat template renders it, then the generation prompt that follows it
+// (none after a terminating message). Role is schema.RoleUser ("" too), or
+// schema.RoleTool for a tool call's result.
 type UserTurn struct {
+	Role    string
 	Content string
 	Tokens  []int32
 }
@@ -138,7 +142,7 @@ func (g Generated) apply(t *Trajectory, _ time.Time) (appended, error) {
 	}
 	var a appended
 	g.Turn.add(t, &a)
-	t.Status, t.Action = StatusNeedsEnvStep, g.Action
+	t.Status, t.Action, t.FormatErrors = StatusNeedsEnvStep, g.Action, 0
 	return a, nil
 }
 
@@ -156,6 +160,7 @@ func (f FormatErrored) apply(t *Trajectory, _ time.Time) (appended, error) {
 	var a appended
 	f.Turn.add(t, &a)
 	a.user(f.Feedback)
+	t.FormatErrors++
 	return a, nil
 }
 
@@ -192,15 +197,26 @@ func (i Interrupted) apply(t *Trajectory, now time.Time) (appended, error) {
 }
 
 // LimitReached: a limit ends the trajectory before its next model call
-// (needs_generation → finishing).
-type LimitReached struct{ Reason string }
+// (needs_generation → finishing). Limit names it (schema.LimitStep, …);
+// Closing is the message that ends the conversation, if any.
+type LimitReached struct {
+	Limit, Reason string
+	Closing       *UserTurn
+}
 
 func (l LimitReached) apply(t *Trajectory, _ time.Time) (appended, error) {
 	if err := from(t, l, StatusNeedsGeneration); err != nil {
 		return appended{}, err
 	}
-	t.Status, t.Reason = StatusFinishing, l.Reason
-	return appended{}, nil
+	t.Status, t.Reason, t.Limit, t.End = StatusFinishing, l.Reason, l.Limit, schema.StatusLimitExceeded
+	if l.Limit == schema.LimitFormatError {
+		t.End = schema.StatusFormatErrorLimit
+	}
+	var a appended
+	if l.Closing != nil {
+		a.user(*l.Closing)
+	}
+	return a, nil
 }
 
 // Restarted: a trajectory whose tokens went stale starts again: its
@@ -215,6 +231,7 @@ func (r Restarted) apply(t *Trajectory, _ time.Time) (appended, error) {
 	t.Calls, t.GenTokens, t.Commands, t.TurnGen, t.GenCtx, t.PromptLen = 0, 0, 0, 0, 0, 0
 	t.RID, t.Resuming, t.Action, t.Reason = "", false, "", ""
 	t.Status = StatusStarting
+	t.FormatErrors, t.End, t.Limit = 0, "", ""
 	t.Restarts++
 	return appended{reset: true}, nil
 }
@@ -240,16 +257,24 @@ func (o Observed) apply(t *Trajectory, _ time.Time) (appended, error) {
 }
 
 // Submitted: the action submitted the work (needs_env_step → finishing).
-// Ran as for Observed.
-type Submitted struct{ Ran Ran }
+// Ran as for Observed; Closing is the message that ends the conversation,
+// if any.
+type Submitted struct {
+	Ran     Ran
+	Closing *UserTurn
+}
 
 func (s Submitted) apply(t *Trajectory, _ time.Time) (appended, error) {
 	if err := from(t, s, StatusNeedsEnvStep); err != nil {
 		return appended{}, err
 	}
 	s.Ran.apply(t)
-	t.Status, t.Reason = StatusFinishing, ReasonSubmitted
-	return appended{}, nil
+	t.Status, t.Reason, t.End = StatusFinishing, ReasonSubmitted, schema.StatusSubmitted
+	var a appended
+	if s.Closing != nil {
+		a.user(*s.Closing)
+	}
+	return a, nil
 }
 
 // ReasonSubmitted is the reason of a trajectory whose action submitted.
@@ -328,15 +353,32 @@ func (f Finished) apply(t *Trajectory, now time.Time) (appended, error) {
 	return appended{}, nil
 }
 
-// Aborted: a trajectory that cannot finish ends (any live status →
-// aborted); the coordinator publishes its fallback result.
-type Aborted struct{ Reason string }
+// Failed: the sample's own environment failed at the start (its sandbox
+// could not be set up, its prompt not rendered): it ends (starting →
+// terminated) with a result of status failed, published by the worker
+// like any other end.
+type Failed struct{ Reason string }
+
+func (f Failed) apply(t *Trajectory, now time.Time) (appended, error) {
+	if err := from(t, f, StatusStarting); err != nil {
+		return appended{}, err
+	}
+	t.Status, t.Reason, t.End, t.FinishedAt = StatusTerminated, f.Reason, schema.StatusFailed, now
+	return appended{}, nil
+}
+
+// Aborted: a trajectory that cannot finish, or that the trainer aborts,
+// ends (any live status → aborted); the coordinator publishes its result.
+// End is the result's status: schema.StatusFailed, StatusAborted, or
+// StatusFallback ("" too).
+type Aborted struct{ End, Reason string }
 
 func (ab Aborted) apply(t *Trajectory, now time.Time) (appended, error) {
 	if t.Status.Terminal() {
 		return appended{}, fmt.Errorf("%T from %s: %w", ab, t.Status, ErrTransition)
 	}
-	t.Status, t.Reason, t.FinishedAt = StatusAborted, ab.Reason, now
+	t.Status, t.Reason, t.FinishedAt, t.End = StatusAborted, ab.Reason, now, cmp.Or(ab.End, schema.StatusFallback)
+	t.Limit = ""
 	return appended{}, nil
 }
 

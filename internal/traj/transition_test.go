@@ -166,7 +166,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	want := Trajectory{ID: "c", Status: StatusNeedsEnvStep, Seq: 9, Replica: "r", Owner: "o", Handle: "h", Action: "a",
 		Reason: "why", Diff: "d", Tests: map[string]string{"t": "FAILED"}, Reward: 0.25, Trace: "tp",
 		Sample: schema.Sample{V: schema.Version, ID: "c", Task: "task"}, Calls: 1, Commands: 2, GenTokens: 3, PromptLen: 4,
-		RID: "rid", Resuming: true, TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, LastExit: -9, LastObs: 10, Digests: "00ff -", Replays: 1, Diverged: 1, Run: 2, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
+		End: schema.StatusLimitExceeded, Limit: schema.LimitStep, FormatErrors: 3, RID: "rid", Resuming: true, TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, LastExit: -9, LastObs: 10, Digests: "00ff -", Replays: 1, Diverged: 1, Run: 2, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
 		UpdatedAt: time.UnixMilli(3), FinishedAt: time.UnixMilli(4)}
 	h := map[string]string{}
 	args := encodeFields(&Trajectory{Seq: -1}, &want, false)

@@ -48,6 +48,12 @@ func (c *Client) Resume(ctx context.Context, version *int64) (schema.Control, er
 	return c.ctl.Resume(ctx, version)
 }
 
+// Abort ends the trajectories req names, and the waiting and running
+// members of its groups, each with a result of status aborted.
+func (c *Client) Abort(ctx context.Context, req schema.AbortRequest) (schema.AbortReply, error) {
+	return c.ctl.Abort(ctx, req)
+}
+
 // Control returns the control state and each gen-worker's newest pause
 // report.
 func (c *Client) Control(ctx context.Context) (schema.ControlStatus, error) {

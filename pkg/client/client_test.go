@@ -176,7 +176,7 @@ func TestSubmitError(t *testing.T) {
 
 func result(id string) schema.Result {
 	return schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: id, SampleID: id, GroupID: "g", GroupSize: 2,
-		Status: schema.StatusCompleted}, Tokens: []int32{1, 2}, Logprobs: []float32{0, -0.5}, LossMask: []int8{0, 1},
+		Status: schema.StatusSubmitted}, Tokens: []int32{1, 2}, Logprobs: []float32{0, -0.5}, LossMask: []int8{0, 1},
 		Versions: []int32{-1, 0}, Messages: []schema.Message{}}
 }
 

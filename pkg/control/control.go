@@ -53,6 +53,14 @@ func (c *Client) Resume(ctx context.Context, version *int64) (schema.Control, er
 	return out, err
 }
 
+// Abort ends the trajectories req names, and the waiting and running
+// members of its groups, with results of status aborted.
+func (c *Client) Abort(ctx context.Context, req schema.AbortRequest) (schema.AbortReply, error) {
+	var out schema.AbortReply
+	err := c.call(ctx, "abort", schema.SubjectControlAbort, req, &out)
+	return out, err
+}
+
 // Get returns the control state and the gen-workers' newest reports.
 func (c *Client) Get(ctx context.Context) (schema.ControlStatus, error) {
 	var out schema.ControlStatus

@@ -10,7 +10,7 @@ import (
 func benchResult() Result {
 	const n = 8000
 	r := Result{ResultHead: ResultHead{V: Version, TrajID: "swe-0001-2", SampleID: "swe-0001-2", GroupID: "swe-0001",
-		GroupSize: 4, Status: StatusCompleted, Reason: "submitted", Reward: 1, MinVersion: 3, MaxVersion: 4, Turns: 20,
+		GroupSize: 4, Status: StatusSubmitted, Reason: "submitted", Reward: 1, MinVersion: 3, MaxVersion: 4, Turns: 20,
 		AdmittedAt: time.Unix(1, 0).UTC(), FinishedAt: time.Unix(2, 0).UTC()},
 		Tokens: make([]int32, n), Logprobs: make([]float32, n), LossMask: make([]int8, n), Versions: make([]int32, n)}
 	for i := range n {

@@ -12,7 +12,7 @@ import (
 )
 
 func bodyResult(n int) Result {
-	r := Result{ResultHead: ResultHead{V: Version, TrajID: "t", Status: StatusCompleted, NumTokens: n},
+	r := Result{ResultHead: ResultHead{V: Version, TrajID: "t", Status: StatusSubmitted, NumTokens: n},
 		Tokens: make([]int32, n), Logprobs: make([]float32, n), LossMask: make([]int8, n), Versions: make([]int32, n),
 		Messages: []Message{{Role: "user", Content: "fix it"}, {Role: "assistant", Content: "```bash\nls\n```"}},
 		Diff:     "--- a\n+++ b\n", Tests: map[string]string{"t1": "PASSED"}, Metadata: json.RawMessage(`{"repo":"x"}`)}

@@ -39,7 +39,15 @@ type Sample struct {
 	GroupSize  int    `json:"group_size,omitempty"`
 	// Family names the kind of task (a dataset, a repository) for length
 	// prediction: trajectories of one family tend to run alike.
-	Family   string   `json:"family,omitempty"`
+	Family string `json:"family,omitempty"`
+	// Purpose is "train" (or "", the default) or "validation": a
+	// validation rollout runs through the same loop but is not training
+	// data: the staleness bound does not count it and stale_policy does
+	// not touch it, it counts towards no group, and its result says
+	// "purpose": "validation".
+	Purpose string `json:"purpose,omitempty"`
+	// Flow is the agent flow (FlowBash, the default, or FlowToolCall).
+	Flow     string   `json:"flow,omitempty"`
 	Task     string   `json:"task"`
 	Env      Env      `json:"env"`
 	Limits   Limits   `json:"limits"`
@@ -89,11 +97,13 @@ type Tests struct {
 	Format string `json:"format,omitempty"`
 }
 
-// Limits end a trajectory; zero means unlimited.
+// Limits end a trajectory; zero means unlimited. FormatErrorLimit is the
+// model replies in a row without a valid action that end it.
 type Limits struct {
-	StepLimit   int   `json:"step_limit,omitempty"`
-	TokenBudget int   `json:"token_budget,omitempty"`
-	WallClockMS int64 `json:"wall_clock_ms,omitempty"`
+	StepLimit        int   `json:"step_limit,omitempty"`
+	TokenBudget      int   `json:"token_budget,omitempty"`
+	WallClockMS      int64 `json:"wall_clock_ms,omitempty"`
+	FormatErrorLimit int   `json:"format_error_limit,omitempty"`
 }
 
 // Sampling holds the sampling parameters of every generation. Zero TopP,
@@ -140,6 +150,9 @@ func setDefault(p *int64, d time.Duration) {
 	}
 }
 
+// Validation reports whether s is a validation rollout.
+func (s *Sample) Validation() bool { return s.Purpose == PurposeValidation }
+
 // Validate reports every problem with s, each naming its field.
 func (s *Sample) Validate() error {
 	var p problems
@@ -162,6 +175,14 @@ func (s *Sample) Validate() error {
 		p.add("group_size", "must be >= 0, got %d", s.GroupSize)
 	} else if s.GroupSize > 0 && s.GroupIndex >= s.GroupSize {
 		p.add("group_index", "must be < group_size %d, got %d", s.GroupSize, s.GroupIndex)
+	}
+	switch s.Purpose {
+	case "", PurposeTrain, PurposeValidation:
+	default:
+		p.add("purpose", "unknown purpose %q (want %q or %q)", clip(s.Purpose), PurposeTrain, PurposeValidation)
+	}
+	if s.Flow != "" && !slices.Contains(Flows, s.Flow) {
+		p.add("flow", "unknown flow %q (want one of %s)", clip(s.Flow), strings.Join(Flows, ", "))
 	}
 	switch {
 	case s.Task == "":
@@ -205,6 +226,7 @@ func (s *Sample) Validate() error {
 	nonNegative(&p, "limits.step_limit", int64(s.Limits.StepLimit))
 	nonNegative(&p, "limits.token_budget", int64(s.Limits.TokenBudget))
 	nonNegative(&p, "limits.wall_clock_ms", s.Limits.WallClockMS)
+	nonNegative(&p, "limits.format_error_limit", int64(s.Limits.FormatErrorLimit))
 	nonNegative(&p, "sampling.max_new_tokens", int64(s.Sampling.MaxNewTokens))
 	nonNegative(&p, "sampling.top_k", int64(s.Sampling.TopK))
 	if t := s.Sampling.Temperature; t < 0 || t > 100 {

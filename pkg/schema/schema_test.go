@@ -98,7 +98,7 @@ func TestDecodeSteps(t *testing.T) {
 	if _, err := Decode[Event]([]byte(`{"v":1,"traj_id":"t1","seq":-1,"type":"failed"}`)); !isField(err, "seq") {
 		t.Fatalf("Event negative seq: %v", err)
 	}
-	if _, err := Decode[Result]([]byte(`{"v":1,"traj_id":"t1","status":"completed","tokens":[1],"logprobs":[],"loss_mask":[1],"versions":[0]}`)); !isField(err, "tokens") {
+	if _, err := Decode[Result]([]byte(`{"v":1,"traj_id":"t1","status":"submitted","tokens":[1],"logprobs":[],"loss_mask":[1],"versions":[0]}`)); !isField(err, "tokens") {
 		t.Fatalf("Result lengths: %v", err)
 	}
 	if _, err := Decode[Control]([]byte(`{"v":1,"mode":"nap"}`)); !isField(err, "mode") {
@@ -127,7 +127,7 @@ func isField(err error, field string) bool {
 }
 
 func TestResultRoundTrip(t *testing.T) {
-	r := Result{ResultHead: ResultHead{V: Version, TrajID: "t", Status: StatusCompleted, Reward: 1, NumTokens: 2},
+	r := Result{ResultHead: ResultHead{V: Version, TrajID: "t", Status: StatusSubmitted, Reward: 1, NumTokens: 2},
 		Tokens: []int32{1, 2}, Logprobs: []float32{0, -0.5}, LossMask: []int8{0, 1}, Versions: []int32{-1, 3}}
 	b, err := json.Marshal(r)
 	if err != nil {

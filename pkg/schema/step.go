@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -15,12 +16,30 @@ type Message struct {
 	Content string `json:"content"`
 }
 
-// Roles of chat messages.
+// Roles of chat messages. A tool message is the result of an assistant's
+// tool call (the tool_call flow).
 const (
 	RoleSystem    = "system"
 	RoleUser      = "user"
 	RoleAssistant = "assistant"
+	RoleTool      = "tool"
 )
+
+// Agent flows (Sample.Flow): how a reply becomes an action and an outcome
+// the next message.
+const (
+	// FlowBash: mini-swe-agent's: one ```bash block per reply; outcomes as
+	// user messages. The default.
+	FlowBash = "bash"
+	// FlowToolCall: a function-calling agent's: bash and submit listed as
+	// tools in the system message, one <tool_call> per reply, outcomes as
+	// tool messages (<tool_response>). Needs a chat template that renders
+	// tools (ACTLOOP_CHAT_TEMPLATE=qwen3 or qwen3-nothink).
+	FlowToolCall = "tool_call"
+)
+
+// Flows lists the agent flows.
+var Flows = []string{FlowBash, FlowToolCall}
 
 // GenStep asks the gen-worker of Replica to run generation step Seq of a
 // trajectory. Published on actloop.gen.<replica>.hi or .lo.
@@ -76,10 +95,59 @@ type Event struct {
 	At     time.Time `json:"at"`
 }
 
-// Result statuses.
+// Result statuses: how a trajectory ended (siiRL-agentic's SUBMITTED,
+// EXCEEDED and FAILED, told apart further). Only a submitted trajectory is
+// scored by default (the env-worker's ACTLOOP_REWARD_ON); the ends without
+// trainable tokens (Trainable false) carry reward 0, the prompt's token ids
+// where the trajectory got that far, and the reason.
 const (
-	StatusCompleted = "completed" // the agent ran to an end (submitted or a limit) and was scored
-	StatusFallback  = "fallback"  // the trajectory could not finish; reward 0, no trainable tokens
+	// StatusSubmitted: the agent submitted; the reward is the eval's.
+	StatusSubmitted = "submitted"
+	// StatusLimitExceeded: a limit ended the agent's run before it
+	// submitted (ResultHead.Limit names it); reward 0 unless the
+	// env-workers evaluate every end (ACTLOOP_REWARD_ON=always).
+	StatusLimitExceeded = "limit_exceeded"
+	// StatusFormatErrorLimit: the model's replies held no valid action
+	// limits.format_error_limit times in a row; scored as
+	// StatusLimitExceeded.
+	StatusFormatErrorLimit = "format_error_limit"
+	// StatusFailed: the sample's own environment failed: its sandbox could
+	// not be set up (a setup command failed, the workspace or image is
+	// unusable), its prompt could not be rendered, or actloop refused the
+	// sample (Reason "rejected: …"). Retrying the same sample fails again.
+	StatusFailed = "failed"
+	// StatusFallback: actloop could not finish the trajectory (a step
+	// failed for good, its state was lost, it stalled); the sample itself
+	// may be fine.
+	StatusFallback = "fallback"
+	// StatusAborted: the trainer ended the trajectory before its end
+	// (actloop.control.abort).
+	StatusAborted = "aborted"
+)
+
+// Statuses lists every result status.
+var Statuses = []string{StatusSubmitted, StatusLimitExceeded, StatusFormatErrorLimit, StatusFailed, StatusFallback,
+	StatusAborted}
+
+// Trainable reports whether a result of status holds the agent's whole run
+// (its generated tokens under their loss mask): submitted or ended by a
+// limit. The others carry no trainable tokens.
+func Trainable(status string) bool {
+	return status == StatusSubmitted || status == StatusLimitExceeded || status == StatusFormatErrorLimit
+}
+
+// Limits a trajectory can end on (ResultHead.Limit).
+const (
+	LimitStep        = "step_limit"
+	LimitTokenBudget = "token_budget"
+	LimitWallClock   = "wall_clock"
+	LimitFormatError = "format_error_limit"
+)
+
+// Purposes of a sample (Sample.Purpose).
+const (
+	PurposeTrain      = "train"
+	PurposeValidation = "validation"
 )
 
 // Result is a finished trajectory, published on actloop.results.
@@ -112,13 +180,23 @@ type ResultHead struct {
 	GroupIndex int    `json:"group_index"`
 	GroupSize  int    `json:"group_size,omitempty"`
 	Family     string `json:"family,omitempty"`
-	Status     string `json:"status"`
-	// Reason says why the trajectory ended: "submitted", "limits: …", or
-	// for a fallback what went wrong.
-	Reason     string  `json:"reason"`
-	Reward     float64 `json:"reward"`
-	MinVersion int32   `json:"min_version"`
-	MaxVersion int32   `json:"max_version"`
+	// Purpose is the sample's: "validation" for a validation rollout, ""
+	// for training.
+	Purpose string `json:"purpose,omitempty"`
+	// Status is how the trajectory ended (StatusSubmitted, …); Limit names
+	// the limit that ended it, for StatusLimitExceeded and
+	// StatusFormatErrorLimit.
+	Status string `json:"status"`
+	Limit  string `json:"limit,omitempty"`
+	// Reason says in words why the trajectory ended: "submitted", the
+	// limit reached, what went wrong, with any note on its scoring.
+	Reason string  `json:"reason"`
+	Reward float64 `json:"reward"`
+	// Replica is the inference replica the trajectory ran on last; "" when
+	// it never ran.
+	Replica    string `json:"replica,omitempty"`
+	MinVersion int32  `json:"min_version"`
+	MaxVersion int32  `json:"max_version"`
 	// Stale: some generated token is more than max_staleness weight
 	// versions behind the version current when the result was made.
 	// Restarts counts how often the trajectory started again because it
@@ -149,8 +227,8 @@ type ResultHead struct {
 	Body *BodyRef `json:"body,omitempty"`
 }
 
-// Solved reports whether the eval passed.
-func (r *ResultHead) Solved() bool { return r.Status == StatusCompleted && r.Reward >= 1 }
+// Solved reports whether the agent submitted and the eval passed.
+func (r *ResultHead) Solved() bool { return r.Status == StatusSubmitted && r.Reward >= 1 }
 
 // PredictRequest asks predictor-gw (request-reply on actloop.predict) for a
 // trajectory's remaining work, given how far it has come.
@@ -420,6 +498,53 @@ type ResumeRequest struct {
 	WeightVersion *int64 `json:"weight_version"`
 }
 
+// AbortRequest is the body of POST /v1/abort and actloop.control.abort:
+// end these trajectories now, and every waiting or running member of these
+// groups, each with a result of status aborted. Reason, if given, is added
+// to the results' reason.
+type AbortRequest struct {
+	TrajIDs  []string `json:"traj_ids,omitempty"`
+	GroupIDs []string `json:"group_ids,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+}
+
+// MaxAbortIDs bounds the ids of one AbortRequest.
+const MaxAbortIDs = 100_000
+
+// AbortReply answers an abort: the trajectories it ended (waiting samples
+// and running trajectories), and the ids it was given that are neither
+// (finished already, or unknown).
+type AbortReply struct {
+	Aborted  []string `json:"aborted"`
+	NotFound []string `json:"not_found,omitempty"`
+}
+
+// Validate implements validator.
+func (r *AbortRequest) Validate() error {
+	var p problems
+	if len(r.TrajIDs)+len(r.GroupIDs) == 0 {
+		p.add("traj_ids", "names no trajectory and no group (give traj_ids, group_ids or both)")
+	}
+	if n := len(r.TrajIDs) + len(r.GroupIDs); n > MaxAbortIDs {
+		p.add("traj_ids", "%d ids exceed the limit of %d", n, MaxAbortIDs)
+	}
+	for _, l := range []struct {
+		field string
+		ids   []string
+	}{{"traj_ids", r.TrajIDs}, {"group_ids", r.GroupIDs}} {
+		for i, id := range l.ids {
+			if !ValidID(id) {
+				p.add(l.field, "id %d: must match [A-Za-z0-9._-]{1,128}, got %q", i, clip(id))
+				break
+			}
+		}
+	}
+	if len(r.Reason) > 1024 {
+		p.add("reason", "longer than 1024 bytes")
+	}
+	return p.err()
+}
+
 // ControlStatus answers GET /v1/control and actloop.control.get.
 type ControlStatus struct {
 	Control Control       `json:"control"`
@@ -528,10 +653,8 @@ func headFields(p *problems, trajID, status string) {
 	if !ValidID(trajID) {
 		p.add("traj_id", "invalid id %q", clip(trajID))
 	}
-	switch status {
-	case StatusCompleted, StatusFallback:
-	default:
-		p.add("status", "unknown status %q", clip(status))
+	if !slices.Contains(Statuses, status) {
+		p.add("status", "unknown status %q (want one of %s)", clip(status), strings.Join(Statuses, ", "))
 	}
 }
 

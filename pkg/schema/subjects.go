@@ -21,6 +21,7 @@ const (
 	SubjectControlPause  = "actloop.control.pause"
 	SubjectControlResume = "actloop.control.resume"
 	SubjectControlGet    = "actloop.control.get"
+	SubjectControlAbort  = "actloop.control.abort"
 
 	StreamSamples = "ACTLOOP_SAMPLES"
 	StreamResults = "ACTLOOP_RESULTS"

@@ -450,7 +450,7 @@ func TestChaos(t *testing.T) {
 	for id, rs := range results {
 		switch {
 		case injected.poison[id]:
-			if len(rs) != 1 || rs[0].Status != schema.StatusFallback || !strings.HasPrefix(rs[0].Reason, "rejected: ") {
+			if len(rs) != 1 || rs[0].Status != schema.StatusFailed || !strings.HasPrefix(rs[0].Reason, "rejected: ") {
 				t.Errorf("poison sample %s: %d results, first %+v", id, len(rs), rs[0].ResultHead)
 			}
 		case !ids[id]:
@@ -479,13 +479,13 @@ func TestChaos(t *testing.T) {
 			}
 		}
 		switch res.Status {
-		case schema.StatusCompleted:
+		case schema.StatusSubmitted:
 			rep.Completed++
 			if err := testkit.Consistent(tmpl, res); err != nil {
 				rep.Inconsistent++
 				t.Errorf("inconsistent: %v", err)
 			}
-		case schema.StatusFallback:
+		case schema.StatusFallback, schema.StatusFailed:
 			reason := res.Reason
 			if reason == "" {
 				t.Errorf("%s: a fallback without a reason", id)
@@ -600,8 +600,8 @@ func (r *rig) inject(ctx context.Context, kind string, rng *rand.Rand, version *
 		return nil
 	case "poison":
 		// Samples no one can run, of every size up to max_payload: each is
-		// dead-lettered, and one with a readable id answered with a
-		// fallback "rejected:".
+		// dead-lettered, and one with a readable id answered failed,
+		// "rejected:".
 		id := fmt.Sprintf("poison-%02d", rep.Poison)
 		var body []byte
 		switch rng.IntN(4) {
