@@ -74,10 +74,12 @@ type Config struct {
 	// to be seen before the coordinator publishes the result again.
 	ResultGrace time.Duration `envconfig:"RESULT_GRACE" default:"30s"`
 	Addr        string        `envconfig:"COORDINATOR_ADDR" default:":8080"`
-	// APIToken, when set, is the bearer token the HTTP API's mutating calls
-	// (POST /v1/pause, /v1/resume) need; with StatusOpen false the
+	// APIToken is the bearer token the HTTP API's mutating calls (POST
+	// /v1/pause, /v1/resume, /v1/abort) need; with StatusOpen false the
 	// read-only ones (/, /v1/status, /v1/control) need it too. /healthz,
-	// /readyz and /metrics stay open.
+	// /readyz and /metrics stay open. The coordinator does not start
+	// without it unless ACTLOOP_INSECURE=true, and then lets every call
+	// through.
 	APIToken   string `envconfig:"API_TOKEN"`
 	StatusOpen bool   `envconfig:"STATUS_OPEN" default:"true"`
 	// LeaderLease is the coordinator leader lease (`actloop serve
@@ -91,6 +93,10 @@ type Config struct {
 	// PauseTimeout is how long a pause waits for every live gen-worker to
 	// report paused when the call names no timeout.
 	PauseTimeout time.Duration `envconfig:"PAUSE_TIMEOUT" default:"30s"`
+	// MaxVersionStep bounds how far one resume may raise the weight
+	// version (versions never go back, so a mistaken huge one would hold
+	// every later resume); 0: no bound.
+	MaxVersionStep int64 `envconfig:"MAX_VERSION_STEP" default:"1000"`
 	// MaxStaleness (weight versions; -1: no limit) and StalePolicy (keep,
 	// restart, mask) decide what happens to a trajectory whose oldest
 	// generated token is too old; published in the control state.
@@ -101,6 +107,16 @@ type Config struct {
 	// admitted than the trainer can consume before they go stale. 0: no
 	// such bound.
 	TrainBatchSize int `envconfig:"TRAIN_BATCH_SIZE" default:"0"`
+}
+
+// Unauthenticated is what Common.Unauthenticated names, and the API token
+// when it is empty.
+func (c *Config) Unauthenticated() []string {
+	missing := c.Common.Unauthenticated()
+	if c.APIToken == "" {
+		missing = append(missing, "the HTTP API's write calls have no token: set ACTLOOP_API_TOKEN")
+	}
+	return missing
 }
 
 // Validate joins every problem with c.
@@ -170,6 +186,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PauseTimeout <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_PAUSE_TIMEOUT: must be > 0"))
+	}
+	if c.MaxVersionStep < 0 {
+		errs = append(errs, errors.New("ACTLOOP_MAX_VERSION_STEP: must be >= 0 (0: no bound)"))
 	}
 	if c.MaxStaleness < -1 {
 		errs = append(errs, errors.New("ACTLOOP_MAX_STALENESS: must be >= -1 (-1: no limit)"))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sort"
@@ -50,6 +51,10 @@ func (e *PauseError) Error() string {
 
 // errVersionBack is a resume whose weight version is older than the current.
 var errVersionBack = errors.New("weight_version may not go back")
+
+// errVersionStep is a resume that raises the weight version by more than
+// ACTLOOP_MAX_VERSION_STEP.
+var errVersionStep = errors.New("weight_version may not rise by more than ACTLOOP_MAX_VERSION_STEP at once")
 
 // initControl loads the control state, or writes the first one, with this
 // coordinator's staleness settings (it owns them).
@@ -251,6 +256,10 @@ func (c *Coordinator) Resume(ctx context.Context, req schema.ResumeRequest) (sch
 		if *v < st.WeightVersion {
 			return st, fmt.Errorf("%w: %d is older than the current %d", errVersionBack, *v, st.WeightVersion)
 		}
+		if step := c.cfg.MaxVersionStep; step > 0 && *v-st.WeightVersion > step {
+			return st, fmt.Errorf("%w (%d): %d is %d past the current %d", errVersionStep, step, *v, *v-st.WeightVersion,
+				st.WeightVersion)
+		}
 		next.WeightVersion = *v
 	}
 	if next.Paused == st.Paused && next.WeightVersion == st.WeightVersion {
@@ -264,9 +273,38 @@ func (c *Coordinator) Resume(ctx context.Context, req schema.ResumeRequest) (sch
 	return c.controlState(), nil
 }
 
-// controlCall runs the trainer call named op ("pause", "resume", "abort", "get")
-// on body and returns the HTTP status and the JSON answer.
-func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte) (int, any) {
+// caller is how a control call came (Via: http or nats) and from where,
+// for its audit.
+type caller struct{ Via, From string }
+
+func (w caller) String() string { return w.Via + " " + w.From }
+
+// controlCall runs the trainer call named op ("pause", "resume", "abort",
+// "get") on body and returns the HTTP status and the JSON answer. Every
+// call is audited: logged with who made it and how it ended, and published
+// as an EventControl on actloop.events.
+func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte, who caller) (int, any) {
+	status, answer := c.runControl(ctx, op, body)
+	outcome := http.StatusText(status)
+	if e, ok := answer.(schema.APIError); ok {
+		outcome += ": " + e.Error
+	}
+	level := slog.LevelInfo
+	if op == "get" {
+		level = slog.LevelDebug // read-only, and polled
+	}
+	c.d.Log.Log(ctx, level, "control call", "op", op, "from", who.String(), "status", status, "outcome", outcome)
+	e := schema.Event{V: schema.Version, Type: schema.EventControl, Op: op, From: who.String(), Reason: outcome,
+		Worker: c.cfg.CoordinatorID, At: c.d.Now().UTC()}
+	id := fmt.Sprintf("control:%s:%s:%d", c.cfg.CoordinatorID, op, e.At.UnixNano())
+	if err := c.d.Pub.Publish(context.WithoutCancel(ctx), bus.SubjectEvents, id, e); err != nil {
+		c.d.Log.Warn("control call not audited on actloop.events", "op", op, "error", err)
+	}
+	return status, answer
+}
+
+// runControl makes the call controlCall audits.
+func (c *Coordinator) runControl(ctx context.Context, op string, body []byte) (int, any) {
 	fail := func(status int, err error) (int, any) {
 		e := schema.APIError{Error: err.Error()}
 		var pe *PauseError
@@ -299,7 +337,7 @@ func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte) (
 		}
 		st, err := c.Resume(ctx, req)
 		switch {
-		case errors.Is(err, errVersionBack):
+		case errors.Is(err, errVersionBack), errors.Is(err, errVersionStep):
 			return fail(http.StatusConflict, err)
 		case err != nil:
 			return fail(http.StatusServiceUnavailable, err)
@@ -332,7 +370,11 @@ func (c *Coordinator) serveControlNATS(ctx context.Context) error {
 	sub, err := c.d.NC.QueueSubscribe("actloop.control.*", "coordinator", func(m *nats.Msg) {
 		wg.Go(func() {
 			op := strings.TrimPrefix(m.Subject, "actloop.control.")
-			_, answer := c.controlCall(ctx, op, m.Data)
+			from := m.Header.Get(schema.HeaderClient)
+			if from == "" {
+				from = "(unnamed client)"
+			}
+			_, answer := c.controlCall(ctx, op, m.Data, caller{Via: "nats", From: from})
 			b, _ := json.Marshal(answer)
 			_ = m.Respond(b)
 		})
@@ -353,7 +395,7 @@ func (c *Coordinator) handleControl(op string) http.HandlerFunc {
 			writeJSON(w, http.StatusBadRequest, schema.APIError{Error: err.Error()})
 			return
 		}
-		status, answer := c.controlCall(r.Context(), op, body)
+		status, answer := c.controlCall(r.Context(), op, body, caller{Via: "http", From: r.RemoteAddr})
 		writeJSON(w, status, answer)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/bus"
@@ -331,4 +333,54 @@ func TestNoAdmissionWhilePaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, wait, "both admitted after the resume", func() bool { return c.ActiveCount() == 2 })
+}
+
+// A resume may raise the weight version by at most ACTLOOP_MAX_VERSION_STEP
+// (a mistaken huge version would hold every later resume), and every
+// control call is audited on actloop.events with how and from where it
+// came and how it ended.
+func TestResumeStepAndAudit(t *testing.T) {
+	ctx, s, d := stack(t)
+	cfg := s.CoordinatorConfig()
+	cfg.MaxVersionStep = 10
+	c, err := s.StartCoordinator(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := make(chan schema.Event, 16)
+	sub, err := d.NC.Subscribe(bus.SubjectEvents, func(m *nats.Msg) {
+		if e, err := schema.Decode[schema.Event](m.Data); err == nil && e.Type == schema.EventControl {
+			audit <- e
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	ctl, err := client.New(d.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := func(n int64) *int64 { return &n }
+	testkit.Eventually(t, wait, "the coordinator to answer, and a step of 10 taken", func() bool {
+		_, err := ctl.Resume(ctx, v(10)) // no responders until it subscribes
+		return err == nil
+	})
+	if _, err := ctl.Resume(ctx, v(21)); err == nil || !strings.Contains(err.Error(), "ACTLOOP_MAX_VERSION_STEP") {
+		t.Fatalf("a step of 11 past a bound of 10: %v", err)
+	}
+	if st := c.Control().Control; st.WeightVersion != 10 {
+		t.Fatalf("weight version %d after a refused resume, want 10", st.WeightVersion)
+	}
+	for _, want := range []string{"OK", "Conflict: weight_version may not rise"} {
+		select {
+		case e := <-audit:
+			if e.Op != "resume" || !strings.HasPrefix(e.From, "nats ") || !strings.Contains(e.From, "@") ||
+				!strings.HasPrefix(e.Reason, want) {
+				t.Fatalf("audit event %+v, want a resume from a named NATS client ending %q", e, want)
+			}
+		case <-time.After(wait):
+			t.Fatalf("no audit event ending %q", want)
+		}
+	}
 }

@@ -33,9 +33,10 @@
 // id) and groups by group_id besides, and within the Client's life
 // acknowledges unseen a copy of one acknowledged on that name (one left by
 // a publisher that did not ask for the subject to be empty). Every sample
-// gets one result: a completed trajectory, or a fallback (status
-// "fallback", reward 0, no trainable tokens, a reason), so no batch waits
-// forever.
+// gets one result, whatever became of it: a run to its end (status
+// submitted, limit_exceeded or format_error_limit; schema.Trainable), or
+// one without trainable tokens (failed, fallback, aborted: reward 0 and a
+// reason), so no batch waits forever.
 //
 // Results arrive in the order trajectories finished, not in the order
 // samples were submitted; a redelivery comes after newer results. When

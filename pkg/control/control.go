@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -78,7 +79,10 @@ func (c *Client) call(ctx context.Context, op, subject string, req, out any) err
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	m, err := c.NC.RequestWithContext(ctx, subject, b)
+	msg := nats.NewMsg(subject)
+	msg.Data = b
+	msg.Header.Set(schema.HeaderClient, c.name())
+	m, err := c.NC.RequestMsgWithContext(ctx, msg)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("%s: no coordinator answers on %s: %w", op, subject, err)
 	}
@@ -93,4 +97,15 @@ func (c *Client) call(ctx context.Context, op, subject string, req, out any) err
 		return fmt.Errorf("%s: answer: %w", op, err)
 	}
 	return nil
+}
+
+// name is how the coordinator's audit names this client: its NATS user (or
+// "-") at its host.
+func (c *Client) name() string {
+	user := c.NC.Opts.User
+	if user == "" {
+		user = "-"
+	}
+	host, _ := os.Hostname()
+	return user + "@" + host
 }

@@ -81,6 +81,10 @@ const (
 	// EventFailed: a worker gave up on a step (redeliveries exhausted or a
 	// permanent error); the coordinator ends the trajectory with a fallback.
 	EventFailed EventType = "failed"
+	// EventControl: the audit of a trainer's control call (pause, resume,
+	// abort, get): Op, From (how and from where it came), Reason (its
+	// outcome); no trajectory.
+	EventControl EventType = "control"
 )
 
 // Event reports something about a trajectory to the coordinator on
@@ -91,6 +95,8 @@ type Event struct {
 	TrajID string    `json:"traj_id"`
 	Seq    int64     `json:"seq"`
 	Worker string    `json:"worker,omitempty"`
+	Op     string    `json:"op,omitempty"`
+	From   string    `json:"from,omitempty"`
 	Reason string    `json:"reason,omitempty"`
 	At     time.Time `json:"at"`
 }
@@ -430,7 +436,8 @@ type Control struct {
 	Paused bool  `json:"paused"`
 	Epoch  int64 `json:"epoch"` // counts pauses; a worker reports paused for an epoch
 	// WeightVersion is the version of the weights the inference servers
-	// hold; every token generated is recorded with it.
+	// hold; every token generated is recorded with it, as an int32 (a
+	// result's versions): it is at most MaxWeightVersion.
 	WeightVersion int64  `json:"weight_version"`
 	Mode          string `json:"mode,omitempty"` // PauseAbort or PauseDrain while paused
 	// MaxStaleness (in weight versions; -1: no limit) and StalePolicy are
@@ -443,6 +450,13 @@ type Control struct {
 	Term uint64    `json:"term,omitempty"`
 	At   time.Time `json:"at"`
 }
+
+// MaxWeightVersion is the largest weight version: a result records each
+// token's version as an int32 (Result.Versions, its body's int32 array,
+// MinVersion and MaxVersion), so every weight version on the wire is an
+// int32, whatever the Go type that carries it. A resume beyond it is
+// refused.
+const MaxWeightVersion = math.MaxInt32
 
 // StaleBefore is the oldest weight version still fresh: a token of an
 // older version is stale. It is math.MinInt64 without a limit.
@@ -493,8 +507,8 @@ type PauseReply struct {
 
 // ResumeRequest is the body of POST /v1/resume and actloop.control.resume.
 type ResumeRequest struct {
-	// WeightVersion is the version the servers now hold; it may not go
-	// back. Absent: unchanged.
+	// WeightVersion is the version the servers now hold, in [0,
+	// MaxWeightVersion]; it may not go back. Absent: unchanged.
 	WeightVersion *int64 `json:"weight_version"`
 }
 
@@ -534,7 +548,7 @@ func (r *AbortRequest) Validate() error {
 	}{{"traj_ids", r.TrajIDs}, {"group_ids", r.GroupIDs}} {
 		for i, id := range l.ids {
 			if !ValidID(id) {
-				p.add(l.field, "id %d: must match [A-Za-z0-9._-]{1,128}, got %q", i, clip(id))
+				p.add(l.field, "id %d: %s", i, idProblem(id))
 				break
 			}
 		}
@@ -611,9 +625,11 @@ func (e *EnvStep) Validate() error {
 // Validate implements validator.
 func (e *Event) Validate() error {
 	var p problems
-	stepFields(&p, e.TrajID, e.Seq)
+	if e.Type != EventControl {
+		stepFields(&p, e.TrajID, e.Seq)
+	}
 	switch e.Type {
-	case EventFailed:
+	case EventFailed, EventControl:
 	case "":
 		p.add("type", "missing")
 	default:
@@ -664,6 +680,7 @@ func (c *Control) Validate() error {
 	if c.Epoch < 0 {
 		p.add("epoch", "must be >= 0")
 	}
+	weightVersion(&p, c.WeightVersion)
 	switch c.Mode {
 	case "", PauseAbort, PauseDrain:
 	default:
@@ -678,6 +695,10 @@ func (c *Control) Validate() error {
 		p.add("stale_policy", "unknown policy %q (want keep, restart or mask)", clip(c.StalePolicy))
 	}
 	return p.err()
+}
+
+func weightVersion(p *problems, v int64) {
+	inRange(p, "weight_version", v, MaxWeightVersion, " (a result records versions as int32)")
 }
 
 // Validate implements validator.
@@ -709,8 +730,8 @@ func (r *PauseRequest) Validate() error {
 // Validate implements validator.
 func (r *ResumeRequest) Validate() error {
 	var p problems
-	if r.WeightVersion != nil && *r.WeightVersion < 0 {
-		p.add("weight_version", "must be >= 0")
+	if r.WeightVersion != nil {
+		weightVersion(&p, *r.WeightVersion)
 	}
 	return p.err()
 }
@@ -741,7 +762,7 @@ func (d *DLQEntry) Validate() error {
 
 func stepFields(p *problems, trajID string, seq int64) {
 	if !ValidID(trajID) {
-		p.add("traj_id", "must match [A-Za-z0-9._-]{1,128}, got %q", clip(trajID))
+		p.add("traj_id", "%s", idProblem(trajID))
 	}
 	if seq < 0 {
 		p.add("seq", "must be >= 0, got %d", seq)

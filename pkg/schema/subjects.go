@@ -23,6 +23,10 @@ const (
 	SubjectControlGet    = "actloop.control.get"
 	SubjectControlAbort  = "actloop.control.abort"
 
+	// HeaderClient names the client of a control call over NATS (user and
+	// host), for the coordinator's audit; pkg/control sets it.
+	HeaderClient = "Actloop-Client"
+
 	StreamSamples = "ACTLOOP_SAMPLES"
 	StreamResults = "ACTLOOP_RESULTS"
 	StreamDLQ     = "ACTLOOP_DLQ"
