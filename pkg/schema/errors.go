@@ -106,6 +106,12 @@ func jsonErr(err error) error {
 		if field == "" {
 			field = "(message)"
 		}
+		if num, ok := strings.CutPrefix(te.Value, "number "); ok && isInt(te.Type.Kind()) {
+			if strings.ContainsAny(num, ".eE") {
+				return fieldErr(field, "must be an integer (no fraction or exponent), got %s", clip(num))
+			}
+			return fieldErr(field, "out of range (%s), got %s", te.Type, clip(num))
+		}
 		return fieldErr(field, "has JSON type %s, want %s", te.Value, goTypeName(te.Type.String()))
 	}
 	var se *json.SyntaxError
@@ -113,6 +119,10 @@ func jsonErr(err error) error {
 		return fieldErr("(message)", "malformed JSON at byte %d: %v", se.Offset, se)
 	}
 	return fieldErr("(message)", "%v", err)
+}
+
+func isInt(k reflect.Kind) bool {
+	return k >= reflect.Int && k <= reflect.Uint64
 }
 
 func goTypeName(t string) string {

@@ -2,6 +2,9 @@ package schema
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,17 +20,83 @@ const (
 	MaxTaskBytes        = 256 << 10
 )
 
+// Upper bounds of a sample's numbers. Each is far past what a real run
+// asks for, and low enough that a typo (an extra zero, seconds written as
+// microseconds) or a hostile sample is refused by name instead of holding a
+// sandbox, a slot or a duration overflow for years.
+const (
+	// MaxStepTimeout bounds env.step_timeout_ms: one command. A full test
+	// suite or a build of a large repository takes hours, not a day.
+	MaxStepTimeout = 24 * time.Hour
+	// MaxSetupTimeout bounds env.setup_timeout_ms: one setup command (a
+	// clone, an image pull, a dependency install).
+	MaxSetupTimeout = 24 * time.Hour
+	// MaxEvalTimeout bounds env.eval_timeout_ms: the eval, a test suite run
+	// once.
+	MaxEvalTimeout = 24 * time.Hour
+	// MaxWallClock bounds limits.wall_clock_ms: a whole trajectory of
+	// hundreds of steps of long commands, across pauses for weight
+	// updates. A trajectory holds its sandbox that long.
+	MaxWallClock = 7 * 24 * time.Hour
+	// MaxNewTokens bounds sampling.max_new_tokens, one generation: 1 Mi
+	// tokens, the longest context windows served today (1M-token models);
+	// the server refuses what does not fit its own context.
+	MaxNewTokens = 1 << 20
+	// MaxTokenBudget bounds limits.token_budget, a trajectory's generated
+	// tokens: MaxBodyTokens, the most a result's body holds, so a larger
+	// budget could never be reached.
+	MaxTokenBudget = MaxBodyTokens
+	// MaxStepLimit bounds limits.step_limit, a trajectory's model calls:
+	// agent runs take tens to a few thousand (SWE-bench runs 50-250); each
+	// turn keeps its messages in the trajectory's state and result.
+	MaxStepLimit = 100_000
+	// MaxFormatErrorLimit bounds limits.format_error_limit, replies in a
+	// row without a valid action: no more than there can be model calls.
+	MaxFormatErrorLimit = MaxStepLimit
+	// MaxGroupSize bounds group_size (and group_index below it): GRPO-style
+	// groups run 4-64 rollouts, a few 1,024; a group's GroupDone lists every
+	// member's id (up to MaxIDBytes each) and must fit NATS's default
+	// max_payload of 1 MiB.
+	MaxGroupSize = 4096
+	// MaxTopK bounds sampling.top_k: past every vocabulary (Qwen3's
+	// 151,936, Gemma 3's 262,144 tokens), where top-k is no filter.
+	MaxTopK = 1 << 20
+	// MaxTemperature bounds sampling.temperature; top_p and min_p are
+	// probabilities, in [0, 1].
+	MaxTemperature = 100
+	// MaxFamilyBytes bounds family, a label.
+	MaxFamilyBytes = 256
+)
+
 // Env backends a sample may ask for.
 const (
 	BackendLocal = "local" // real bash in a per-trajectory directory
 	BackendSim   = "sim"   // simulated latencies, no processes
 )
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+// IDPattern is what a sample, group or trajectory id must match, as a
+// regular expression (Go's and the JSON Schema's "pattern", the same text):
+// 1 to MaxIDBytes letters, digits, '.', '_' and '-', starting with a letter
+// or a digit. An id names a sandbox directory, a Redis key, a NATS message
+// id and subject token and a command-line argument, so it cannot be a path
+// component of its own ("." or ".."), a hidden file (".x") or an option
+// ("-x").
+const IDPattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
 
-// ValidID reports whether s may be used as a sample or trajectory id: it ends
-// up in Redis keys, NATS message ids and sandbox directory names.
+// MaxIDBytes is the longest id IDPattern allows.
+const MaxIDBytes = 128
+
+var idPattern = regexp.MustCompile(IDPattern)
+
+// ValidID reports whether s matches IDPattern, as a sample, group or
+// trajectory id must.
 func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// idProblem says why s is not a valid id.
+func idProblem(s string) string {
+	return fmt.Sprintf("must match %s (1-%d of A-Z a-z 0-9 . _ -, starting with a letter or digit), got %q",
+		IDPattern, MaxIDBytes, clip(s))
+}
 
 // Sample is one rollout request from a trainer. Several samples of one prompt
 // share GroupID and differ in GroupIndex.
@@ -160,21 +229,22 @@ func (s *Sample) Validate() error {
 		p.add("v", "must be %d", Version)
 	}
 	if !ValidID(s.ID) {
-		p.add("id", "must match [A-Za-z0-9._-]{1,128}, got %q", clip(s.ID))
+		p.add("id", "%s", idProblem(s.ID))
 	}
 	if s.GroupID != "" && !ValidID(s.GroupID) {
-		p.add("group_id", "must match [A-Za-z0-9._-]{1,128}, got %q", clip(s.GroupID))
+		p.add("group_id", "%s", idProblem(s.GroupID))
 	}
-	if len(s.Family) > 256 {
-		p.add("family", "longer than 256 bytes")
+	if len(s.Family) > MaxFamilyBytes {
+		p.add("family", "longer than %d bytes", MaxFamilyBytes)
 	}
-	if s.GroupIndex < 0 {
+	inRange(&p, "group_size", int64(s.GroupSize), MaxGroupSize, "")
+	switch {
+	case s.GroupIndex < 0:
 		p.add("group_index", "must be >= 0, got %d", s.GroupIndex)
-	}
-	if s.GroupSize < 0 {
-		p.add("group_size", "must be >= 0, got %d", s.GroupSize)
-	} else if s.GroupSize > 0 && s.GroupIndex >= s.GroupSize {
+	case s.GroupSize > 0 && s.GroupSize <= MaxGroupSize && s.GroupIndex >= s.GroupSize:
 		p.add("group_index", "must be < group_size %d, got %d", s.GroupSize, s.GroupIndex)
+	case s.GroupIndex >= MaxGroupSize:
+		p.add("group_index", "must be < %d (the largest group_size), got %d", MaxGroupSize, s.GroupIndex)
 	}
 	switch s.Purpose {
 	case "", PurposeTrain, PurposeValidation:
@@ -220,17 +290,17 @@ func (s *Sample) Validate() error {
 			p.add("env.tests.format", "unknown format %q (want one of %s)", clip(ts.Format), strings.Join(TestLogs, ", "))
 		}
 	}
-	nonNegative(&p, "env.step_timeout_ms", s.Env.StepTimeoutMS)
-	nonNegative(&p, "env.setup_timeout_ms", s.Env.SetupTimeoutMS)
-	nonNegative(&p, "env.eval_timeout_ms", s.Env.EvalTimeoutMS)
-	nonNegative(&p, "limits.step_limit", int64(s.Limits.StepLimit))
-	nonNegative(&p, "limits.token_budget", int64(s.Limits.TokenBudget))
-	nonNegative(&p, "limits.wall_clock_ms", s.Limits.WallClockMS)
-	nonNegative(&p, "limits.format_error_limit", int64(s.Limits.FormatErrorLimit))
-	nonNegative(&p, "sampling.max_new_tokens", int64(s.Sampling.MaxNewTokens))
-	nonNegative(&p, "sampling.top_k", int64(s.Sampling.TopK))
-	if t := s.Sampling.Temperature; t < 0 || t > 100 {
-		p.add("sampling.temperature", "must be in [0, 100], got %g", t)
+	inDuration(&p, "env.step_timeout_ms", s.Env.StepTimeoutMS, MaxStepTimeout)
+	inDuration(&p, "env.setup_timeout_ms", s.Env.SetupTimeoutMS, MaxSetupTimeout)
+	inDuration(&p, "env.eval_timeout_ms", s.Env.EvalTimeoutMS, MaxEvalTimeout)
+	inRange(&p, "limits.step_limit", int64(s.Limits.StepLimit), MaxStepLimit, "")
+	inRange(&p, "limits.token_budget", int64(s.Limits.TokenBudget), MaxTokenBudget, " (the most tokens a result holds)")
+	inDuration(&p, "limits.wall_clock_ms", s.Limits.WallClockMS, MaxWallClock)
+	inRange(&p, "limits.format_error_limit", int64(s.Limits.FormatErrorLimit), MaxFormatErrorLimit, "")
+	inRange(&p, "sampling.max_new_tokens", int64(s.Sampling.MaxNewTokens), MaxNewTokens, "")
+	inRange(&p, "sampling.top_k", int64(s.Sampling.TopK), MaxTopK, "")
+	if t := s.Sampling.Temperature; t < 0 || t > MaxTemperature {
+		p.add("sampling.temperature", "must be in [0, %d], got %g", MaxTemperature, t)
 	}
 	if v := s.Sampling.TopP; v < 0 || v > 1 {
 		p.add("sampling.top_p", "must be in [0, 1], got %g", v)
@@ -250,6 +320,29 @@ func nonNegative(p *problems, field string, v int64) {
 	}
 }
 
+// inRange checks 0 <= v <= limit; note says what the limit is.
+func inRange(p *problems, field string, v, limit int64, note string) {
+	switch {
+	case v < 0:
+		p.add(field, "must be >= 0, got %d", v)
+	case v > limit:
+		p.add(field, "must be <= %d%s, got %d", limit, note, v)
+	}
+}
+
+// inDuration checks 0 <= ms <= limit for a field in milliseconds.
+func inDuration(p *problems, field string, ms int64, limit time.Duration) {
+	inRange(p, field, ms, limit.Milliseconds(), " ("+human(limit)+")")
+}
+
+// human writes d in days or hours: "24 h", "7 days".
+func human(d time.Duration) string {
+	if d >= 48*time.Hour && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return fmt.Sprintf("%g h", d.Hours())
+}
+
 func clip(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "…"
@@ -257,7 +350,10 @@ func clip(s string) string {
 	return s
 }
 
-// DecodeSample decodes, validates and normalizes a sample.
+// DecodeSample decodes, validates and normalizes a sample. It refuses a
+// field the Sample type does not have (at any depth but inside metadata),
+// naming it by its JSON path: a misspelt field would otherwise be ignored
+// and its default used.
 func DecodeSample(b []byte) (Sample, error) {
 	if len(b) > MaxSampleBytes {
 		return Sample{}, fieldErr("(message)", "%d bytes exceeds the sample limit of %d", len(b), MaxSampleBytes)
@@ -266,7 +362,9 @@ func DecodeSample(b []byte) (Sample, error) {
 	if err := decode(b, &s); err != nil {
 		return Sample{}, err
 	}
-	if err := s.Validate(); err != nil {
+	var p problems
+	checkFields(&p, b, reflect.TypeFor[Sample](), "")
+	if err := errors.Join(p.err(), s.Validate()); err != nil {
 		return Sample{}, err
 	}
 	s.Normalize()

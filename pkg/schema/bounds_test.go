@@ -1,0 +1,239 @@
+package schema
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// sampleWith is a valid minimal sample with extra (a JSON object body
+// without braces, e.g. `"limits":{"step_limit":1}`) added.
+func sampleWith(extra string) string {
+	s := `{"v":1,"id":"a","task":"t","env":{"backend":"sim"}`
+	if extra != "" {
+		s += "," + extra
+	}
+	return s + "}"
+}
+
+// Every number, id and field name a sample holds is bounded or checked;
+// each bad input is refused naming its field, and the value at a bound is
+// accepted.
+func TestDecodeSampleBounds(t *testing.T) {
+	tests := []struct {
+		name      string
+		in        string
+		wantField string // "" = valid
+		wantIn    string // part of the error text
+	}{
+		// Numbers: at the bound and past it.
+		{"step timeout at bound", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeout_ms":86400000}}`, "", ""},
+		{"step timeout huge", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeout_ms":999999999999999}}`,
+			"env.step_timeout_ms", "env.step_timeout_ms: must be <= 86400000 (24 h), got 999999999999999"},
+		{"setup timeout", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","setup_timeout_ms":86400001}}`, "env.setup_timeout_ms", "(24 h)"},
+		{"eval timeout", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","eval_timeout_ms":86400001}}`, "env.eval_timeout_ms", "(24 h)"},
+		{"negative timeout", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","eval_timeout_ms":-1}}`, "env.eval_timeout_ms", ">= 0"},
+		{"wall clock at bound", sampleWith(`"limits":{"wall_clock_ms":604800000}`), "", ""},
+		{"wall clock", sampleWith(`"limits":{"wall_clock_ms":604800001}`), "limits.wall_clock_ms", "must be <= 604800000 (7 days)"},
+		{"step limit at bound", sampleWith(`"limits":{"step_limit":100000}`), "", ""},
+		{"step limit", sampleWith(`"limits":{"step_limit":100001}`), "limits.step_limit", "<= 100000"},
+		{"token budget at bound", sampleWith(`"limits":{"token_budget":16777216}`), "", ""},
+		{"token budget", sampleWith(`"limits":{"token_budget":16777217}`), "limits.token_budget", "<= 16777216"},
+		{"format error limit", sampleWith(`"limits":{"format_error_limit":100001}`), "limits.format_error_limit", "<= 100000"},
+		{"max new tokens at bound", sampleWith(`"sampling":{"max_new_tokens":1048576}`), "", ""},
+		{"max new tokens", sampleWith(`"sampling":{"max_new_tokens":2000000000}`), "sampling.max_new_tokens", "<= 1048576"},
+		{"max new tokens exponent", sampleWith(`"sampling":{"max_new_tokens":2e9}`), "sampling.max_new_tokens", "must be an integer"},
+		{"max new tokens overflow", sampleWith(`"sampling":{"max_new_tokens":99999999999999999999}`), "sampling.max_new_tokens", "out of range"},
+		{"max new tokens fraction", sampleWith(`"sampling":{"max_new_tokens":1.5}`), "sampling.max_new_tokens", "must be an integer"},
+		{"top k", sampleWith(`"sampling":{"top_k":1048577}`), "sampling.top_k", "<= 1048576"},
+		{"temperature", sampleWith(`"sampling":{"temperature":100.5}`), "sampling.temperature", "[0, 100]"},
+		{"min p", sampleWith(`"sampling":{"min_p":-0.1}`), "sampling.min_p", "[0, 1]"},
+		{"group at bound", sampleWith(`"group_size":4096,"group_index":4095`), "", ""},
+		{"group size", sampleWith(`"group_size":4097`), "group_size", "<= 4096"},
+		{"group index without size", sampleWith(`"group_index":4096`), "group_index", "< 4096"},
+		{"group index huge with huge size", sampleWith(`"group_size":100000,"group_index":99999`), "group_size", "<= 4096"},
+		{"family", sampleWith(`"family":"` + strings.Repeat("f", 257) + `"`), "family", "256"},
+		// Ids.
+		{"id dot", `{"v":1,"id":".","task":"t","env":{"backend":"sim"}}`, "id", IDPattern},
+		{"id dot dot", `{"v":1,"id":"..","task":"t","env":{"backend":"sim"}}`, "id", `got ".."`},
+		{"id hidden", `{"v":1,"id":".git","task":"t","env":{"backend":"sim"}}`, "id", ""},
+		{"id option", `{"v":1,"id":"-rf","task":"t","env":{"backend":"sim"}}`, "id", ""},
+		{"id slash", `{"v":1,"id":"a/../b","task":"t","env":{"backend":"sim"}}`, "id", ""},
+		{"id too long", `{"v":1,"id":"` + strings.Repeat("a", 129) + `","task":"t","env":{"backend":"sim"}}`, "id", ""},
+		{"id longest", `{"v":1,"id":"` + strings.Repeat("a", 128) + `","task":"t","env":{"backend":"sim"}}`, "", ""},
+		{"id with dots inside", `{"v":1,"id":"django__django-1.11.x_2","task":"t","env":{"backend":"sim"}}`, "", ""},
+		{"group id dot dot", sampleWith(`"group_id":".."`), "group_id", ""},
+		{"group id option", sampleWith(`"group_id":"-g"`), "group_id", ""},
+		// Unknown and repeated fields, by JSON path.
+		{"unknown nested", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeot_ms":5}}`,
+			"env.step_timeot_ms", `env.step_timeot_ms: unknown field (did you mean "step_timeout_ms"?)`},
+		{"unknown top", sampleWith(`"prompt":"x"`), "prompt", `own data goes in "metadata"`},
+		{"unknown top typo", sampleWith(`"grop_id":"g"`), "grop_id", `did you mean "group_id"`},
+		{"unknown in tests", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","tests":{"fail_to_pass":["t"],"FAIL_TO_PASS":["u"]}}}`,
+			"env.tests.FAIL_TO_PASS", "case-sensitive"},
+		{"unknown in limits", sampleWith(`"limits":{"steps":3}`), "limits.steps", "unknown field"},
+		{"unknown in sampling", sampleWith(`"sampling":{"top_k":3,"repetition_penalty":1.1}`), "sampling.repetition_penalty", "unknown field"},
+		{"wrong case", `{"v":1,"id":"a","Task":"t","task":"t","env":{"backend":"sim"}}`, "Task", "case-sensitive"},
+		{"given twice", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeout_ms":1000,"step_timeout_ms":9}}`,
+			"env.step_timeout_ms", "given twice"},
+		{"metadata holds anything", sampleWith(`"metadata":{"anything":{"step_timeot_ms":1},"x":[{"y":null}]}`), "", ""},
+		{"null objects", sampleWith(`"limits":null,"sampling":null`), "", ""},
+		{"another version's fields", `{"v":2,"id":"a","task":"t","env":{"backend":"sim"},"priority":3}`, "v", "unsupported schema version 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeSample([]byte(tt.in))
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatalf("DecodeSample: %v", err)
+				}
+				return
+			}
+			if !isField(err, tt.wantField) {
+				t.Fatalf("err = %v, want a FieldError on %q", err, tt.wantField)
+			}
+			if !strings.Contains(err.Error(), tt.wantIn) {
+				t.Fatalf("err = %q, want it to contain %q", err, tt.wantIn)
+			}
+		})
+	}
+}
+
+func TestDecodeSampleReportsUnknownAndInvalidTogether(t *testing.T) {
+	_, err := DecodeSample([]byte(sampleWith(`"limits":{"step_limt":3,"step_limit":-1},"sampling":{"max_new_token":5}`)))
+	for _, f := range []string{"limits.step_limt: unknown field", "sampling.max_new_token: unknown field", "limits.step_limit: must be >= 0"} {
+		if err == nil || !strings.Contains(err.Error(), f) {
+			t.Errorf("error %v does not say %s", err, f)
+		}
+	}
+}
+
+func TestValidID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"a": true, "0": true, "s-1": true, "a.b": true, "a..b": true, "a_": true, "A9._-": true,
+		"": false, ".": false, "..": false, ".a": false, "-a": false, "_a": false, "a b": false, "a/b": false,
+		"a:b": false, "a*": false, "a>": false, "é": false, strings.Repeat("x", 128): true, strings.Repeat("x", 129): false,
+	} {
+		if got := ValidID(id); got != want {
+			t.Errorf("ValidID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
+func TestWeightVersionBounds(t *testing.T) {
+	for _, tt := range []struct {
+		in      string
+		wantErr bool
+	}{
+		{`{"weight_version":0}`, false},
+		{`{"weight_version":2147483647}`, false},
+		{`{"weight_version":2147483648}`, true},
+		{`{"weight_version":9007199254740993}`, true},
+		{`{"weight_version":-1}`, true},
+	} {
+		_, err := DecodeRequest[ResumeRequest]([]byte(tt.in))
+		if tt.wantErr != (err != nil) || (err != nil && !isField(err, "weight_version")) {
+			t.Errorf("ResumeRequest %s: %v", tt.in, err)
+		}
+		c := `{"v":1,` + tt.in[1:]
+		_, err = Decode[Control]([]byte(c))
+		if tt.wantErr != (err != nil) || (err != nil && !isField(err, "weight_version")) {
+			t.Errorf("Control %s: %v", c, err)
+		}
+	}
+	if MaxWeightVersion != math.MaxInt32 {
+		t.Fatal("a result stores versions as int32")
+	}
+}
+
+// schemaDoc is a JSON Schema node, as much of it as the agreement test reads.
+type schemaDoc struct {
+	Type                 any                  `json:"type"`
+	Properties           map[string]schemaDoc `json:"properties"`
+	AdditionalProperties *bool                `json:"additionalProperties"`
+	Pattern              string               `json:"pattern"`
+	Maximum              *float64             `json:"maximum"`
+	MaxLength            *int                 `json:"maxLength"`
+	Enum                 []any                `json:"enum"`
+	Items                *schemaDoc           `json:"items"`
+}
+
+// sample.schema.json states the Go rules: the id pattern, every bound,
+// every enum, and no field beyond the listed ones at any level but metadata.
+func TestSampleJSONSchemaAgreesWithValidate(t *testing.T) {
+	var doc schemaDoc
+	if err := json.Unmarshal(SampleJSONSchema, &doc); err != nil {
+		t.Fatal(err)
+	}
+	prop := func(path string) schemaDoc {
+		t.Helper()
+		n := doc
+		for name := range strings.SplitSeq(path, ".") {
+			c, ok := n.Properties[name]
+			if !ok {
+				t.Fatalf("schema has no %s", path)
+			}
+			n = c
+		}
+		return n
+	}
+	for _, f := range []string{"id", "group_id"} {
+		if p := prop(f).Pattern; p != IDPattern {
+			t.Errorf("%s pattern %q, Go's IDPattern is %q", f, p, IDPattern)
+		}
+	}
+	for path, want := range map[string]int64{
+		"env.step_timeout_ms":       MaxStepTimeout.Milliseconds(),
+		"env.setup_timeout_ms":      MaxSetupTimeout.Milliseconds(),
+		"env.eval_timeout_ms":       MaxEvalTimeout.Milliseconds(),
+		"limits.wall_clock_ms":      MaxWallClock.Milliseconds(),
+		"limits.step_limit":         MaxStepLimit,
+		"limits.token_budget":       MaxTokenBudget,
+		"limits.format_error_limit": MaxFormatErrorLimit,
+		"sampling.max_new_tokens":   MaxNewTokens,
+		"sampling.top_k":            MaxTopK,
+		"sampling.temperature":      MaxTemperature,
+		"sampling.top_p":            1,
+		"sampling.min_p":            1,
+		"group_size":                MaxGroupSize,
+		"group_index":               MaxGroupSize - 1,
+	} {
+		if m := prop(path).Maximum; m == nil || *m != float64(want) {
+			t.Errorf("%s maximum %v, Go's bound is %d", path, m, want)
+		}
+	}
+	if m := prop("family").MaxLength; m == nil || *m != MaxFamilyBytes {
+		t.Errorf("family maxLength %v, want %d", m, MaxFamilyBytes)
+	}
+	if m := prop("task").MaxLength; m == nil || *m != MaxTaskBytes {
+		t.Errorf("task maxLength %v, want %d", m, MaxTaskBytes)
+	}
+	for path, want := range map[string][]string{
+		"env.tests.format": TestLogs,
+		"flow":             Flows,
+		"purpose":          {PurposeTrain, PurposeValidation},
+		"env.backend":      {BackendLocal, BackendSim},
+	} {
+		var got []string
+		for _, e := range prop(path).Enum {
+			got = append(got, fmt.Sprint(e))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s enum %v, Go accepts %v", path, got, want)
+		}
+	}
+	// Every object (every node with properties) is closed.
+	var closed func(path string, n schemaDoc)
+	closed = func(path string, n schemaDoc) {
+		if n.Properties != nil && (n.AdditionalProperties == nil || *n.AdditionalProperties) {
+			t.Errorf("%s: additionalProperties is not false", path)
+		}
+		for name, c := range n.Properties {
+			closed(strings.TrimPrefix(path+"."+name, "."), c)
+		}
+	}
+	closed("", doc)
+}
