@@ -141,37 +141,73 @@ func runSubmit(ctx context.Context, cmd *cobra.Command, format string, sw sweben
 }
 
 // readSamples decodes one sample per non-blank line and reports every bad
-// line by number.
+// line by number. A line longer than a sample may be (schema.MaxSampleBytes)
+// is reported as such and skipped; the lines after it are still read.
 func readSamples(r io.Reader) ([]schema.Sample, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), schema.MaxSampleBytes+1)
+	br := bufio.NewReaderSize(r, 64<<10)
 	var out []schema.Sample
 	var errs []error
 	ids := map[string]int{}
-	for n := 1; sc.Scan(); n++ {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
+	for n := 1; ; n++ {
+		raw, size, err := readLine(br, schema.MaxSampleBytes+lineSlack)
+		if err != nil && err != io.EOF {
+			errs = append(errs, fmt.Errorf("read line %d: %w", n, err))
+			break
 		}
-		s, err := schema.DecodeSample(line)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("line %d: %w", n, err))
-			continue
+		line := bytes.TrimSpace(raw)
+		switch {
+		case size > len(raw) || len(line) > schema.MaxSampleBytes:
+			errs = append(errs, fmt.Errorf("line %d: %d bytes, over the limit of %d bytes for one sample (schema.MaxSampleBytes)",
+				n, size, schema.MaxSampleBytes))
+		case len(line) == 0:
+		default:
+			s, derr := schema.DecodeSample(line)
+			switch prev, dup := ids[s.ID]; {
+			case derr != nil:
+				errs = append(errs, fmt.Errorf("line %d: %w", n, derr))
+			case dup:
+				errs = append(errs, fmt.Errorf("line %d: id: %q repeats line %d", n, s.ID, prev))
+			default:
+				ids[s.ID] = n
+				out = append(out, s)
+			}
 		}
-		if prev, dup := ids[s.ID]; dup {
-			errs = append(errs, fmt.Errorf("line %d: id: %q repeats line %d", n, s.ID, prev))
-			continue
+		if err == io.EOF {
+			break
 		}
-		ids[s.ID] = n
-		out = append(out, s)
-	}
-	if err := sc.Err(); err != nil {
-		errs = append(errs, fmt.Errorf("read: %w", err))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("nothing submitted:\n%w", errors.Join(errs...))
 	}
 	return out, nil
+}
+
+// lineSlack is room past schema.MaxSampleBytes for a line's end ("\r") and
+// blanks around a sample of the largest size.
+const lineSlack = 64
+
+// readLine reads one line of br without its "\n": its first limit bytes,
+// and its whole size in bytes, which is more than len(line) when it was cut.
+// The error is io.EOF after the last line.
+func readLine(br *bufio.Reader, limit int) (line []byte, size int, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		size += len(chunk)
+		if room := limit - len(line); room > 0 {
+			line = append(line, chunk[:min(len(chunk), room)]...)
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == nil:
+			if len(line) < size { // cut: size counts the "\n" as well
+				return line, size - 1, nil
+			}
+			return line[:len(line)-1], size - 1, nil
+		default:
+			return line, size, err
+		}
+	}
 }
 
 func newResultsCmd() *cobra.Command {

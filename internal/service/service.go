@@ -84,6 +84,12 @@ type Common struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info"`
+	// Insecure lets a service start without authentication: NATS without
+	// credentials, Redis without a password, the coordinator without
+	// ACTLOOP_API_TOKEN. Without it a service refuses to start and names
+	// the settings missing; with it, it logs at every start, as an error,
+	// what runs unauthenticated. For tests on a closed machine only.
+	Insecure bool `envconfig:"INSECURE" default:"false"`
 	telemetry.Config
 	Security
 }
@@ -295,8 +301,12 @@ func (d *Deps) Ready(ctx context.Context) error {
 // Main is a service's whole life: settings from the environment, logging,
 // tracing, connections, then start until SIGINT or SIGTERM. cfg must be a
 // pointer to a struct embedding Common with a Validate method.
+//
+// Unless ACTLOOP_INSECURE=true, a service whose settings leave anything
+// unauthenticated (Unauthenticated) does not start.
 func Main(name string, cfg interface {
 	Validate() error
+	Unauthenticated() []string
 	common() *Common
 }, start func(ctx context.Context, d *Deps) error) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -304,11 +314,15 @@ func Main(name string, cfg interface {
 	if err := envconfig.Process("ACTLOOP", cfg); err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
-	if err := cfg.Validate(); err != nil {
+	c := cfg.common()
+	missing := cfg.Unauthenticated()
+	if err := errors.Join(cfg.Validate(), RequireAuth(c.Insecure, missing)); err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
-	c := cfg.common()
 	log := NewLogger(os.Stderr, c.LogLevel).With("service", name)
+	if len(missing) > 0 {
+		log.Error(InsecureWarning, "unauthenticated", missing)
+	}
 	shutdownTel, err := telemetry.Setup(ctx, c.Config, name, os.Stdout)
 	if err != nil {
 		return err

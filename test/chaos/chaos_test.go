@@ -163,7 +163,8 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 
 	common := []string{"ACTLOOP_NATS_URL=" + r.natsURL, "ACTLOOP_REDIS_URL=redis://" + r.redisAddr + "/0",
 		"ACTLOOP_ACK_WAIT=" + ackWait.String(), "ACTLOOP_PULL_WAIT=200ms", "ACTLOOP_SHUTDOWN_TIMEOUT=5s",
-		"ACTLOOP_LOG_LEVEL=info", "ACTLOOP_HEARTBEAT_INTERVAL=500ms", "ACTLOOP_STREAM_REPLICAS=3"}
+		"ACTLOOP_LOG_LEVEL=info", "ACTLOOP_HEARTBEAT_INTERVAL=500ms", "ACTLOOP_STREAM_REPLICAS=3",
+		"ACTLOOP_INSECURE=true"} // servers without authentication
 	var replicas []string
 	for i := range 2 {
 		replica := fmt.Sprintf("r%d", i)
