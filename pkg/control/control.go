@@ -20,6 +20,9 @@ import (
 // Client calls the coordinator over NC.
 type Client struct {
 	NC *nats.Conn
+	// Name is how the coordinator's audit of each call names this client;
+	// "" is the NATS user (or "-") at this host.
+	Name string
 }
 
 // Error is a call the coordinator refused or could not complete; Missing
@@ -99,9 +102,12 @@ func (c *Client) call(ctx context.Context, op, subject string, req, out any) err
 	return nil
 }
 
-// name is how the coordinator's audit names this client: its NATS user (or
-// "-") at its host.
+// name is how the coordinator's audit names this client: Name, or its
+// NATS user (or "-") at its host.
 func (c *Client) name() string {
+	if c.Name != "" {
+		return c.Name
+	}
 	user := c.NC.Opts.User
 	if user == "" {
 		user = "-"

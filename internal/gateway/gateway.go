@@ -1,0 +1,479 @@
+// Package gateway is the HTTP trainer API: what a trainer without a
+// JetStream library (a Python trainer on the standard library) needs, over
+// plain HTTP and JSON. It submits samples (one, a batch or JSONL, validated
+// with per-line errors), reads results and group completions from the
+// trainer's durable consumers with long polls, acknowledges them, and makes
+// the control calls (pause, resume, abort, control) and reads the status.
+//
+// It is stateless: a read hands out each delivery with an ack token (its
+// JetStream ack subject), which any gateway replica accepts, so gateways
+// scale horizontally behind a load balancer and a trainer that reconnects
+// to another one goes on where it stopped. Delivery is the consumers':
+// at least once, a delivery not acknowledged within client.AckWait coming
+// again; the results stream holds one result per trajectory, so a trainer
+// that acknowledges what it has kept sees each trajectory once. The
+// contract is openapi.yaml in this package, served at GET /v1/openapi.yaml.
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed" // the API description is served as written
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/client"
+	"github.com/actloop/actloop/pkg/control"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+//go:embed openapi.yaml
+var openAPI []byte
+
+// MaxSubmitBytes bounds a POST /v1/samples body: a batch of samples at
+// schema.MaxSampleBytes each.
+const MaxSubmitBytes = 256 << 20
+
+// ackPrefix is the start of every ack token: the JetStream ack subjects of
+// the results stream, and nothing else.
+const ackPrefix = "$JS.ACK." + schema.StreamResults + "."
+
+// consumerName is what a consumer may be called: a JetStream durable name
+// without the characters subjects give meaning to.
+var consumerName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Gateway serves the HTTP trainer API.
+type Gateway struct {
+	cfg    Config
+	d      *service.Deps
+	bodies *client.Bodies
+	// consumers caches the durable consumers made so far (an optimisation:
+	// CreateOrUpdateConsumer is idempotent).
+	consumers sync.Map // name+"\x00"+subject -> jetstream.Consumer
+}
+
+// New returns a gateway over d.
+func New(cfg Config, d *service.Deps) *Gateway {
+	return &Gateway{cfg: cfg, d: d, bodies: client.NewBodies(d.JS)}
+}
+
+// Run serves until ctx ends.
+func (g *Gateway) Run(ctx context.Context) error {
+	return service.Serve(ctx, g.cfg.Addr, g.Handler(), g.d.Log)
+}
+
+// route is one call of the API: its method and path, as openapi.yaml
+// lists them (a test holds the two together), and whether it is open to
+// callers without the token.
+type route struct {
+	method, path string
+	open         bool
+	h            http.HandlerFunc
+}
+
+func (g *Gateway) routes() []route {
+	return []route{
+		{"GET", "/v1/openapi.yaml", true, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/yaml")
+			_, _ = w.Write(openAPI)
+		}},
+		{"POST", "/v1/samples", false, g.submit},
+		{"GET", "/v1/results", false, g.read(schema.SubjectResults)},
+		{"GET", "/v1/groups", false, g.read(schema.SubjectGroups)},
+		{"POST", "/v1/ack", false, g.settle("+ACK")},
+		{"POST", "/v1/nak", false, g.settle("-NAK")},
+		{"POST", "/v1/pause", false, g.control("pause")},
+		{"POST", "/v1/resume", false, g.control("resume")},
+		{"POST", "/v1/abort", false, g.control("abort")},
+		{"GET", "/v1/control", false, g.control("get")},
+		{"GET", "/v1/status", false, g.status},
+	}
+}
+
+// Handler serves the API, /healthz, /readyz and /metrics.
+func (g *Gateway) Handler() http.Handler {
+	mux := service.HealthMux(g.d)
+	for _, rt := range g.routes() {
+		var h http.Handler = rt.h
+		if !rt.open {
+			h = bearer(g.cfg.APIToken, h)
+		}
+		mux.Handle(rt.method+" "+rt.path, h)
+	}
+	return mux
+}
+
+// bearer lets a request through only with the token (none needed when the
+// token is empty).
+func bearer(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="actloop"`)
+			fail(w, http.StatusUnauthorized, errors.New("unauthorized: this call needs Authorization: Bearer <ACTLOOP_API_TOKEN>"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func fail(w http.ResponseWriter, status int, err error) {
+	writeJSON(w, status, schema.APIError{Error: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// LineError is a sample of a POST /v1/samples that cannot be submitted:
+// its line (1-based; for a JSON array, its index + 1) and why.
+type LineError struct {
+	Line  int    `json:"line"`
+	ID    string `json:"id,omitempty"`
+	Error string `json:"error"`
+}
+
+// SubmitReply answers POST /v1/samples.
+type SubmitReply struct {
+	Accepted int         `json:"accepted"`
+	Errors   []LineError `json:"errors,omitempty"`
+	Error    string      `json:"error,omitempty"`
+}
+
+// submit validates every sample of the body (one JSON object, a JSON
+// array, or JSON lines) and, if all are valid and their ids distinct,
+// publishes them in order, each with Nats-Msg-Id = its id (so a retry of
+// the same batch stores nothing twice). Otherwise it publishes nothing and
+// answers 400 with each bad line.
+func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxSubmitBytes+1))
+	switch {
+	case err != nil:
+		fail(w, http.StatusBadRequest, fmt.Errorf("read body: %w", err))
+		return
+	case len(body) > MaxSubmitBytes:
+		fail(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body exceeds %d bytes: submit in batches", MaxSubmitBytes))
+		return
+	}
+	lines, err := splitSamples(body)
+	if err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
+	}
+	var errs []LineError
+	ids := make([]string, len(lines))
+	first := map[string]int{}
+	for i, l := range lines {
+		s, err := schema.DecodeSample(l)
+		if err != nil {
+			errs = append(errs, LineError{Line: i + 1, ID: s.ID, Error: err.Error()})
+			continue
+		}
+		if prev, dup := first[s.ID]; dup {
+			errs = append(errs, LineError{Line: i + 1, ID: s.ID, Error: fmt.Sprintf("id: %q repeats line %d", s.ID, prev)})
+			continue
+		}
+		first[s.ID], ids[i] = i+1, s.ID
+	}
+	if len(errs) > 0 {
+		writeJSON(w, http.StatusBadRequest, SubmitReply{Errors: errs, Error: fmt.Sprintf("%d of %d samples are invalid; none was submitted", len(errs), len(lines))})
+		return
+	}
+	for i, l := range lines {
+		if err := client.Publish(r.Context(), g.d.JS, schema.SubjectSamples, ids[i], l); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, SubmitReply{Accepted: i,
+				Error: fmt.Sprintf("sample %s (line %d): %v; the first %d are stored, and submitting the batch again is safe", ids[i], i+1, err, i)})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, SubmitReply{Accepted: len(lines)})
+}
+
+// splitSamples cuts a body into samples: the elements of a JSON array, or
+// its non-blank lines (one JSON object is one line).
+func splitSamples(body []byte) ([][]byte, error) {
+	trimmed := strings.TrimSpace(string(body))
+	if trimmed == "" {
+		return nil, errors.New("no sample in the body")
+	}
+	if strings.HasPrefix(trimmed, "[") {
+		var raw []json.RawMessage
+		if err := json.Unmarshal([]byte(trimmed), &raw); err != nil {
+			return nil, fmt.Errorf("body: not a JSON array of samples: %w", err)
+		}
+		out := make([][]byte, len(raw))
+		for i, m := range raw {
+			out[i] = m
+		}
+		return out, nil
+	}
+	var out [][]byte
+	for l := range strings.SplitSeq(trimmed, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, []byte(l))
+		}
+	}
+	return out, nil
+}
+
+// Delivery is one result or group handed out by a read: settle it by its
+// Ack token (POST /v1/ack or /v1/nak) within client.AckWait, or it comes
+// again.
+type Delivery struct {
+	Ack    string            `json:"ack"`
+	Result *schema.Result    `json:"result,omitempty"`
+	Group  *schema.GroupDone `json:"group,omitempty"`
+}
+
+// ReadReply answers GET /v1/results and /v1/groups. Dropped lists
+// deliveries that cannot be read (their body gone or not matching its
+// head): they are terminated, never delivered again.
+type ReadReply struct {
+	Deliveries []Delivery `json:"deliveries"`
+	Dropped    []string   `json:"dropped,omitempty"`
+}
+
+// read answers a long poll on the durable consumer named by the consumer
+// parameter of subject's messages: up to max (default 16) deliveries,
+// waiting up to wait_ms (default 5,000) for the first and returning those
+// that came by then.
+func (g *Gateway) read(subject string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		name := q.Get("consumer")
+		if !consumerName.MatchString(name) {
+			fail(w, http.StatusBadRequest, fmt.Errorf("consumer: %q is not a consumer name ([A-Za-z0-9_-]{1,64})", name))
+			return
+		}
+		batchMax, err := intParam(q, "max", 16, 1, g.cfg.MaxBatch)
+		if err != nil {
+			fail(w, http.StatusBadRequest, err)
+			return
+		}
+		waitMS, err := intParam(q, "wait_ms", 5000, 0, int(g.cfg.MaxWait.Milliseconds()))
+		if err != nil {
+			fail(w, http.StatusBadRequest, err)
+			return
+		}
+		cons, err := g.consumer(r.Context(), name, subject)
+		if err != nil {
+			fail(w, http.StatusServiceUnavailable, err)
+			return
+		}
+		msgs, err := fetch(cons, batchMax, time.Duration(waitMS)*time.Millisecond)
+		if err != nil {
+			fail(w, http.StatusServiceUnavailable, fmt.Errorf("fetch from %s: %w", name, err))
+			return
+		}
+		reply := ReadReply{Deliveries: []Delivery{}}
+		for _, m := range msgs {
+			d := Delivery{Ack: m.Reply()}
+			if subject == schema.SubjectGroups {
+				gd, err := schema.Decode[schema.GroupDone](m.Data())
+				if err != nil {
+					_ = m.Term()
+					reply.Dropped = append(reply.Dropped, fmt.Sprintf("%s: %v", m.Subject(), err))
+					continue
+				}
+				d.Group = &gd
+			} else {
+				res, err := g.bodies.Decode(r.Context(), m.Data())
+				if err != nil {
+					_ = m.Term()
+					reply.Dropped = append(reply.Dropped, fmt.Sprintf("%s: %v", m.Subject(), err))
+					continue
+				}
+				d.Result = &res
+			}
+			reply.Deliveries = append(reply.Deliveries, d)
+		}
+		writeJSON(w, http.StatusOK, reply)
+	}
+}
+
+// fetch returns up to n messages of cons: those there now, or else the
+// first to come within wait and any there with it. (A pull of n would wait
+// for all n.)
+func fetch(cons jetstream.Consumer, n int, wait time.Duration) ([]jetstream.Msg, error) {
+	var out []jetstream.Msg
+	pull := func(b jetstream.MessageBatch, err error) error {
+		if err != nil {
+			return err
+		}
+		for m := range b.Messages() {
+			out = append(out, m)
+		}
+		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return nil
+	}
+	if err := pull(cons.FetchNoWait(n)); err != nil || len(out) > 0 || wait <= 0 {
+		return out, err
+	}
+	if err := pull(cons.Fetch(1, jetstream.FetchMaxWait(max(wait, time.Millisecond)))); err != nil || len(out) == 0 || n == 1 {
+		return out, err
+	}
+	return out, pull(cons.FetchNoWait(n - 1))
+}
+
+func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
+	v := q.Get(name)
+	if v == "" {
+		return min(def, hi), nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("%s: %q is not an integer in [%d, %d]", name, v, lo, hi)
+	}
+	return n, nil
+}
+
+// consumer creates, or takes up again, the durable consumer name of
+// subject on the results stream, as pkg/client does.
+func (g *Gateway) consumer(ctx context.Context, name, subject string) (jetstream.Consumer, error) {
+	key := name + "\x00" + subject
+	if c, ok := g.consumers.Load(key); ok {
+		return c.(jetstream.Consumer), nil
+	}
+	c, err := g.d.JS.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{
+		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: subject, AckWait: client.AckWait})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)
+	}
+	g.consumers.Store(key, c)
+	return c, nil
+}
+
+// SettleRequest is the body of POST /v1/ack and /v1/nak: ack tokens of
+// deliveries.
+type SettleRequest struct {
+	Acks []string `json:"acks"`
+}
+
+// SettleReply answers it: how many were settled, and the tokens that were
+// not, with why (an ack too late is one whose delivery came again).
+type SettleReply struct {
+	Settled int         `json:"settled"`
+	Failed  []AckFailed `json:"failed,omitempty"`
+}
+
+// AckFailed is a token that could not be settled.
+type AckFailed struct {
+	Ack   string `json:"ack"`
+	Error string `json:"error"`
+}
+
+// settle acknowledges (+ACK) or hands back (-NAK) deliveries by their
+// tokens, waiting for the server to confirm each.
+func (g *Gateway) settle(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req SettleRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, schema.MaxMessageBytes)).Decode(&req); err != nil {
+			fail(w, http.StatusBadRequest, fmt.Errorf("body: want {\"acks\": [tokens]}: %w", err))
+			return
+		}
+		for i, a := range req.Acks {
+			if !strings.HasPrefix(a, ackPrefix) || strings.ContainsAny(a, " *>") {
+				fail(w, http.StatusBadRequest, fmt.Errorf("acks[%d]: %q is not an ack token of a delivery", i, a))
+				return
+			}
+		}
+		reply := SettleReply{}
+		for _, a := range req.Acks {
+			ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+			_, err := g.d.NC.RequestWithContext(ctx, a, []byte(kind))
+			cancel()
+			if err != nil {
+				reply.Failed = append(reply.Failed, AckFailed{Ack: a, Error: err.Error()})
+				continue
+			}
+			reply.Settled++
+		}
+		writeJSON(w, http.StatusOK, reply)
+	}
+}
+
+// control makes the control call op through the coordinator (NATS
+// request-reply), naming the HTTP client in the coordinator's audit.
+func (g *Gateway) control(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, schema.MaxMessageBytes))
+		if err != nil {
+			fail(w, http.StatusBadRequest, fmt.Errorf("read body: %w", err))
+			return
+		}
+		c := control.Client{NC: g.d.NC, Name: "gateway " + r.RemoteAddr}
+		var answer any
+		switch op {
+		case "pause":
+			var req schema.PauseRequest
+			if req, err = schema.DecodeRequest[schema.PauseRequest](body); err == nil {
+				answer, err = c.Pause(r.Context(), req)
+			}
+		case "resume":
+			var req schema.ResumeRequest
+			if req, err = schema.DecodeRequest[schema.ResumeRequest](body); err == nil {
+				answer, err = c.Resume(r.Context(), req.WeightVersion)
+			}
+		case "abort":
+			var req schema.AbortRequest
+			if req, err = schema.DecodeRequest[schema.AbortRequest](body); err == nil {
+				if err = req.Validate(); err == nil { // an empty body decodes to an empty request
+					answer, err = c.Abort(r.Context(), req)
+				}
+			}
+		default:
+			answer, err = c.Get(r.Context())
+		}
+		var ce *control.Error
+		var fe *schema.FieldError
+		switch {
+		case errors.As(err, &fe):
+			fail(w, http.StatusBadRequest, err)
+		case errors.As(err, &ce) && len(ce.Missing) > 0: // a pause that timed out
+			writeJSON(w, http.StatusGatewayTimeout, schema.APIError{Error: ce.Error(), Missing: ce.Missing})
+		case errors.As(err, &ce):
+			fail(w, http.StatusConflict, err)
+		case err != nil:
+			fail(w, http.StatusServiceUnavailable, err)
+		default:
+			writeJSON(w, http.StatusOK, answer)
+		}
+	}
+}
+
+// status proxies the coordinator's GET /v1/status.
+func (g *Gateway) status(w http.ResponseWriter, r *http.Request) {
+	if g.cfg.CoordinatorURL == "" {
+		fail(w, http.StatusNotImplemented, errors.New("status: this gateway has no ACTLOOP_COORDINATOR_URL"))
+		return
+	}
+	coord := client.Coordinator{URL: g.cfg.CoordinatorURL, Token: g.cfg.APIToken}
+	st, err := coord.Status(r.Context())
+	if err != nil {
+		fail(w, http.StatusBadGateway, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(st)
+}

@@ -1,0 +1,261 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+const wait = 2 * time.Minute
+
+// api is a gateway over a dev stack (coordinator, one gen-worker, one
+// env-worker, simulated model and sandboxes), and an HTTP client for it.
+type api struct {
+	t     *testing.T
+	url   string
+	token string
+}
+
+func newAPI(t *testing.T) *api {
+	t.Helper()
+	common := service.CommonDefaults()
+	common.PullWait = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := devstack.StartInfra(ctx, devstack.Options{Dir: t.TempDir(), RedisKind: testkit.PreferredRedis(t),
+		Replicas: 1, Slots: 4, EnvSlots: 4, Common: common, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := s.Wait(); err != nil {
+			t.Error(err)
+		}
+		s.Close()
+	})
+	if _, err := s.StartCoordinator(ctx, s.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartGenWorker(ctx, "r0", nil); err != nil {
+		t.Fatal(err)
+	}
+	ec := s.EnvWorkerConfig("env-0")
+	ec.SimStartLatency, ec.SimExecLatency = 0, 0
+	if _, err := s.StartEnvWorker(ctx, ec); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Deps(ctx, "gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	const token = "s3cret"
+	srv := httptest.NewServer(New(Config{APIToken: token, MaxWait: time.Minute, MaxBatch: 64}, d).Handler())
+	t.Cleanup(srv.Close)
+	return &api{t: t, url: srv.URL, token: token}
+}
+
+// call makes a request and decodes the answer into out (when not nil),
+// returning the status.
+func (a *api) call(method, path string, body any, out any) int {
+	a.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		r = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, a.url+path, r)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			a.t.Fatalf("%s %s: %d, answer: %v", method, path, resp.StatusCode, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func sampleLine(t *testing.T, id string) string {
+	t.Helper()
+	s := schema.Sample{V: schema.Version, ID: id, Task: "task " + id, Env: schema.Env{Backend: schema.BackendSim, Eval: "exit 0"},
+		Script: []string{"```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"}}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A trainer on plain HTTP: a batch with a bad line submits nothing and
+// names the line; a good one is stored; results are read by long polls on
+// a durable consumer, a read not acknowledged (handed back, as a trainer
+// that went away before acknowledging leaves it) comes again, and an
+// acknowledged one never does: each trajectory is kept once.
+func TestSubmitReadAcknowledge(t *testing.T) {
+	a := newAPI(t)
+	var bad SubmitReply
+	batch := sampleLine(t, "h-0") + "\n" + `{"v":1,"id":"h-bad","task":"t"}` + "\n"
+	if st := a.call("POST", "/v1/samples", batch, &bad); st != http.StatusBadRequest || len(bad.Errors) != 1 ||
+		bad.Errors[0].Line != 2 || !strings.Contains(bad.Errors[0].Error, "env.backend") || bad.Accepted != 0 {
+		t.Fatalf("a batch with a bad line: %d %+v", st, bad)
+	}
+	var dup SubmitReply
+	if st := a.call("POST", "/v1/samples", "["+sampleLine(t, "h-0")+","+sampleLine(t, "h-0")+"]", &dup); st != http.StatusBadRequest ||
+		len(dup.Errors) != 1 || !strings.Contains(dup.Errors[0].Error, "repeats line 1") {
+		t.Fatalf("a repeated id: %d %+v", st, dup)
+	}
+	var ids []string
+	var lines []string
+	for i := range 6 {
+		ids = append(ids, fmt.Sprintf("h-%d", i))
+		lines = append(lines, sampleLine(t, ids[i]))
+	}
+	var ok SubmitReply
+	if st := a.call("POST", "/v1/samples", strings.Join(lines, "\n"), &ok); st != http.StatusOK || ok.Accepted != 6 {
+		t.Fatalf("submit: %d %+v", st, ok)
+	}
+
+	kept := map[string]int{}
+	var handedBack []string
+	testkit.Eventually(t, wait, "every result kept once", func() bool {
+		var rr ReadReply
+		if st := a.call("GET", "/v1/results?consumer=trainer&max=4&wait_ms=2000", nil, &rr); st != http.StatusOK {
+			t.Fatalf("read: %d", st)
+		}
+		var acks, naks []string
+		for _, d := range rr.Deliveries {
+			id := d.Result.TrajID
+			if !d.Result.Solved() || len(d.Result.Tokens) == 0 {
+				t.Fatalf("%s: %s %q, %d tokens", id, d.Result.Status, d.Result.Reason, len(d.Result.Tokens))
+			}
+			if !slices.Contains(handedBack, id) { // the first time: hand it back unkept
+				handedBack = append(handedBack, id)
+				naks = append(naks, d.Ack)
+				continue
+			}
+			kept[id]++
+			acks = append(acks, d.Ack)
+		}
+		for path, toks := range map[string][]string{"/v1/ack": acks, "/v1/nak": naks} {
+			var sr SettleReply
+			if st := a.call("POST", path, SettleRequest{Acks: toks}, &sr); st != http.StatusOK || sr.Settled != len(toks) {
+				t.Fatalf("%s: %d %+v", path, st, sr)
+			}
+		}
+		return len(kept) == len(ids)
+	})
+	for _, id := range ids {
+		if kept[id] != 1 {
+			t.Errorf("%s kept %d times", id, kept[id])
+		}
+	}
+	var rr ReadReply
+	if st := a.call("GET", "/v1/results?consumer=trainer&wait_ms=300", nil, &rr); st != http.StatusOK || len(rr.Deliveries) != 0 {
+		t.Fatalf("after every result was acknowledged: %d, %d deliveries", st, len(rr.Deliveries))
+	}
+	// Another trainer's consumer starts at the oldest result.
+	testkit.Eventually(t, wait, "a second consumer to read the six", func() bool {
+		var rr ReadReply
+		a.call("GET", "/v1/results?consumer=other&max=64&wait_ms=1000", nil, &rr)
+		return len(rr.Deliveries) == 6
+	})
+}
+
+// Bad requests are refused naming what is wrong, and every call but the
+// description needs the token.
+func TestRefusals(t *testing.T) {
+	a := newAPI(t)
+	for _, c := range []struct {
+		method, path string
+		body         any
+		status       int
+		says         string
+	}{
+		{"GET", "/v1/results?consumer=a.b", nil, http.StatusBadRequest, "consumer"},
+		{"GET", "/v1/results?consumer=t&max=0", nil, http.StatusBadRequest, "max"},
+		{"GET", "/v1/groups?consumer=t&wait_ms=3600001", nil, http.StatusBadRequest, "wait_ms"},
+		{"POST", "/v1/ack", SettleRequest{Acks: []string{"$KV.actloop_control.state"}}, http.StatusBadRequest, "acks[0]"},
+		{"POST", "/v1/samples", "", http.StatusBadRequest, "no sample"},
+		{"POST", "/v1/abort", "", http.StatusBadRequest, "traj_ids"},
+		{"POST", "/v1/resume", `{"weight_version": "x"}`, http.StatusBadRequest, "weight_version"},
+		{"GET", "/v1/status", nil, http.StatusNotImplemented, "ACTLOOP_COORDINATOR_URL"},
+	} {
+		var e schema.APIError
+		if st := a.call(c.method, c.path, c.body, &e); st != c.status || !strings.Contains(e.Error, c.says) {
+			t.Errorf("%s %s: %d %q, want %d naming %q", c.method, c.path, st, e.Error, c.status, c.says)
+		}
+	}
+	a.token = "wrong"
+	if st := a.call("GET", "/v1/control", nil, nil); st != http.StatusUnauthorized {
+		t.Errorf("a wrong token: %d", st)
+	}
+	if st := a.call("GET", "/v1/openapi.yaml", nil, nil); st != http.StatusOK {
+		t.Errorf("the description: %d", st)
+	}
+}
+
+// openapi.yaml lists exactly the calls the handler serves, each with the
+// same method, and marks exactly the open ones as needing no token.
+func TestOpenAPIMatchesHandlers(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Security *[]map[string][]string `yaml:"security"`
+		} `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	described := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			key := strings.ToUpper(method) + " " + path
+			described[key] = op.Security != nil && len(*op.Security) == 0 // security: [] = open
+		}
+	}
+	served := map[string]bool{}
+	for _, rt := range (&Gateway{}).routes() {
+		served[rt.method+" "+rt.path] = rt.open
+	}
+	for k, open := range served {
+		if d, ok := described[k]; !ok {
+			t.Errorf("%s is served but not described", k)
+		} else if d != open {
+			t.Errorf("%s: open %v, described as open %v", k, open, d)
+		}
+	}
+	for k := range described {
+		if _, ok := served[k]; !ok {
+			t.Errorf("%s is described but not served", k)
+		}
+	}
+}
