@@ -184,7 +184,11 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 	for i, l := range lines {
 		s, err := schema.DecodeSample(l)
 		if err != nil {
-			errs = append(errs, LineError{Line: i + 1, ID: s.ID, Error: err.Error()})
+			var named struct{ ID string }
+			if json.Unmarshal(l, &named) != nil || !schema.ValidID(named.ID) { // name the sample when it can be read
+				named.ID = ""
+			}
+			errs = append(errs, LineError{Line: i + 1, ID: named.ID, Error: err.Error()})
 			continue
 		}
 		if prev, dup := first[s.ID]; dup {
