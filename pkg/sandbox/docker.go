@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -28,15 +29,19 @@ const dockerAPI = "/v1.43"
 
 // Docker is a Backend that runs each sandbox as a container over the
 // Docker Engine HTTP API: a container per sandbox from the sample's image
-// (Spec.Image, else DockerConfig.Image) kept alive by `sleep infinity`,
-// commands run with bash through exec, the workspace copied in as a tar
-// archive, and the diff taken with git in the container, as Local does.
-// Containers get memory, process and CPU limits and no network unless
-// DockerConfig.Network is set. Handles are "docker:<container name>".
+// (Spec.Image if DockerConfig allows it, else DockerConfig.Image) kept
+// alive by `sleep infinity`, commands run with bash through exec, the
+// workspace copied in as a tar archive, and the diff taken with git in the
+// container, as Local does. Containers run as an unprivileged user with
+// no capabilities, no-new-privileges and a read-only root filesystem;
+// the workspace and /tmp are size-limited in-memory filesystems. They get
+// memory, process and CPU limits and no network unless DockerConfig.Network
+// is set. Handles are "docker:<container name>".
 type Docker struct {
-	cfg    DockerConfig
-	client *http.Client
-	base   string // scheme://host, without the API version
+	cfg      DockerConfig
+	uid, gid int // of cfg.User
+	client   *http.Client
+	base     string // scheme://host, without the API version
 
 	mu   sync.Mutex
 	live map[string]bool
@@ -71,12 +76,25 @@ func NewDocker(cfg DockerConfig) (*Docker, error) {
 	if cfg.NamePrefix == "" {
 		cfg.NamePrefix = "actloop-"
 	}
+	if cfg.User == "" {
+		cfg.User = DefaultDockerUser
+	}
+	if cfg.WorkDirSizeMB == 0 {
+		cfg.WorkDirSizeMB = DefaultDockerWorkDirSizeMB
+	}
+	if cfg.TmpSizeMB == 0 {
+		cfg.TmpSizeMB = DefaultDockerTmpSizeMB
+	}
+	uid, gid, err := parseDockerUser(cfg.User)
+	if err != nil {
+		return nil, fmt.Errorf("docker sandbox config: User: %w", err)
+	}
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
 		return nil, fmt.Errorf("docker host %q: %w", cfg.Host, err)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	d := &Docker{cfg: cfg, client: &http.Client{Transport: tr}, live: make(map[string]bool)}
+	d := &Docker{cfg: cfg, uid: uid, gid: gid, client: &http.Client{Transport: tr}, live: make(map[string]bool)}
 	switch u.Scheme {
 	case "unix":
 		sock := u.Path
@@ -181,6 +199,7 @@ func (d *Docker) Ping(ctx context.Context) error {
 type (
 	dockerCreate struct {
 		Image           string            `json:"Image"`
+		User            string            `json:"User"`
 		Cmd             []string          `json:"Cmd"`
 		Entrypoint      []string          `json:"Entrypoint"`
 		WorkingDir      string            `json:"WorkingDir"`
@@ -190,13 +209,32 @@ type (
 		HostConfig      dockerHostConfig  `json:"HostConfig"`
 	}
 	dockerHostConfig struct {
-		NetworkMode string         `json:"NetworkMode,omitempty"`
-		Memory      int64          `json:"Memory,omitempty"`
-		MemorySwap  int64          `json:"MemorySwap,omitempty"`
-		PidsLimit   *int64         `json:"PidsLimit,omitempty"`
-		NanoCpus    int64          `json:"NanoCpus,omitempty"`
-		Ulimits     []dockerUlimit `json:"Ulimits,omitempty"`
-		Init        bool           `json:"Init"`
+		NetworkMode    string            `json:"NetworkMode,omitempty"`
+		Memory         int64             `json:"Memory,omitempty"`
+		MemorySwap     int64             `json:"MemorySwap,omitempty"`
+		PidsLimit      *int64            `json:"PidsLimit,omitempty"`
+		NanoCpus       int64             `json:"NanoCpus,omitempty"`
+		Ulimits        []dockerUlimit    `json:"Ulimits,omitempty"`
+		Init           bool              `json:"Init"`
+		CapDrop        []string          `json:"CapDrop"`
+		SecurityOpt    []string          `json:"SecurityOpt"`
+		ReadonlyRootfs bool              `json:"ReadonlyRootfs"`
+		Tmpfs          map[string]string `json:"Tmpfs"`
+		Mounts         []dockerMount     `json:"Mounts"`
+	}
+	// dockerMount is an entry of HostConfig.Mounts (definition Mount).
+	dockerMount struct {
+		Type          string              `json:"Type"`
+		Target        string              `json:"Target"`
+		VolumeOptions dockerVolumeOptions `json:"VolumeOptions"`
+	}
+	dockerVolumeOptions struct {
+		NoCopy       bool              `json:"NoCopy"`
+		Labels       map[string]string `json:"Labels"`
+		DriverConfig struct {
+			Name    string            `json:"Name"`
+			Options map[string]string `json:"Options"`
+		} `json:"DriverConfig"`
 	}
 	dockerUlimit struct {
 		Name string `json:"Name"`
@@ -229,7 +267,9 @@ func (d *Docker) name(id string) string { return d.cfg.NamePrefix + id }
 
 // Start creates and starts the container, copies the workspace in,
 // applies the patch and runs the setup commands. A container left under
-// the same name is replaced; on failure the container is removed.
+// the same name is replaced; on failure the container is removed. An
+// image that DockerConfig does not allow fails with ErrImageNotAllowed
+// before the engine is contacted.
 func (d *Docker) Start(ctx context.Context, id string, spec Spec) (Sandbox, error) {
 	if err := ValidateID(id); err != nil {
 		return nil, err
@@ -240,6 +280,10 @@ func (d *Docker) Start(ctx context.Context, id string, spec Spec) (Sandbox, erro
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
+	image, err := d.image(spec.Image)
+	if err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
 	d.mu.Lock()
 	if d.live[id] {
 		d.mu.Unlock()
@@ -247,7 +291,7 @@ func (d *Docker) Start(ctx context.Context, id string, spec Spec) (Sandbox, erro
 	}
 	d.live[id] = true
 	d.mu.Unlock()
-	sb, err := d.start(ctx, id, spec)
+	sb, err := d.start(ctx, id, image, spec)
 	if err != nil {
 		if rerr := d.remove(context.WithoutCancel(ctx), d.name(id)); rerr != nil {
 			err = errors.Join(err, rerr)
@@ -264,42 +308,13 @@ func (d *Docker) release(id string) {
 	d.mu.Unlock()
 }
 
-func (d *Docker) start(ctx context.Context, id string, spec Spec) (*dockerSandbox, error) {
-	image := cmpOr(spec.Image, d.cfg.Image)
-	if image == "" {
-		return nil, fmt.Errorf("start sandbox %s: no image (Spec.Image or DockerConfig.Image)", id)
-	}
+func (d *Docker) start(ctx context.Context, id, image string, spec Spec) (*dockerSandbox, error) {
 	name := d.name(id)
 	if err := d.remove(ctx, name); err != nil {
 		return nil, fmt.Errorf("start sandbox %s: remove leftover: %w", id, err)
 	}
 	env := envList(spec.Env)
-	create := dockerCreate{
-		Image: image, Entrypoint: []string{}, Cmd: []string{"sleep", "infinity"}, WorkingDir: d.cfg.WorkDir, Env: env,
-		Labels:          map[string]string{dockerLabel: id},
-		NetworkDisabled: !d.cfg.Network,
-		// Init reaps the orphans of killed commands.
-		HostConfig: dockerHostConfig{Init: true},
-	}
-	hc := &create.HostConfig
-	if !d.cfg.Network {
-		hc.NetworkMode = "none"
-	}
-	if mb := d.cfg.Limits.MemoryMB; mb > 0 {
-		hc.Memory = int64(mb) << 20
-		hc.MemorySwap = hc.Memory // no swap beyond the limit
-	}
-	if n := d.cfg.Limits.MaxProcs; n > 0 {
-		pids := int64(n)
-		hc.PidsLimit = &pids
-	}
-	if d.cfg.CPUs > 0 {
-		hc.NanoCpus = int64(d.cfg.CPUs * 1e9)
-	}
-	if t := d.cfg.Limits.CPUTime; t > 0 {
-		secs := int64((t + time.Second - 1) / time.Second)
-		hc.Ulimits = []dockerUlimit{{Name: "cpu", Soft: secs, Hard: secs}}
-	}
+	create := d.createBody(id, image, spec.Env)
 	// POST /v1.43/containers/create?name=...; 404 when the image is missing.
 	q := url.Values{"name": {name}}
 	err := d.call(ctx, http.MethodPost, "/containers/create", q, create, nil)
@@ -330,13 +345,6 @@ func (d *Docker) start(ctx context.Context, id string, spec Spec) (*dockerSandbo
 		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
 	return sb, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // pull fetches an image: POST /v1.43/images/create?fromImage=...&tag=...;
@@ -596,12 +604,18 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// apply uploads the patch and runs git apply on it.
+// apply uploads the patch into WorkDir and runs git apply on it. The
+// patch goes to WorkDir, not /tmp: the engine extracts archives only into
+// volumes when the root filesystem is read-only, and a tmpfs is not one.
+// The script removes it whatever git says.
 func (s *dockerSandbox) apply(ctx context.Context, patch string) error {
+	token := make([]byte, 8)
+	_, _ = rand.Read(token)
+	name := ".actloop-" + hex.EncodeToString(token) + ".patch"
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	name := ".actloop.patch"
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(patch)), Typeflag: tar.TypeReg}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(patch)), Typeflag: tar.TypeReg,
+		Uid: s.d.uid, Gid: s.d.gid}); err != nil {
 		return err
 	}
 	if _, err := io.WriteString(tw, patch); err != nil {
@@ -610,12 +624,12 @@ func (s *dockerSandbox) apply(ctx context.Context, patch string) error {
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	if err := s.putArchive(ctx, "/tmp", &buf); err != nil {
+	if err := s.putArchive(ctx, s.d.cfg.WorkDir, &buf); err != nil {
 		return s.lost(ctx, err)
 	}
 	stderr := newHeadTail(4000)
 	code, err := s.execRaw(ctx, []string{"bash", "-c", `git -c safe.directory='*' apply --whitespace=nowarn "$1"; rc=$?; rm -f "$1"; exit $rc`,
-		"actloop-apply", "/tmp/" + name}, io.Discard, stderr)
+		"actloop-apply", path.Join(s.d.cfg.WorkDir, name)}, io.Discard, stderr)
 	if err != nil {
 		return s.lost(ctx, err)
 	}
@@ -632,7 +646,8 @@ func (s *dockerSandbox) putArchive(ctx context.Context, dir string, archive io.R
 }
 
 // upload copies the workspace directory into WorkDir as a tar stream:
-// regular files, directories and symlinks with their modes and times.
+// regular files, directories and symlinks with their modes and times,
+// owned by the container's user.
 func (s *dockerSandbox) upload(ctx context.Context, workspace string) error {
 	src, err := filepath.EvalSymlinks(workspace)
 	if err != nil {
@@ -640,14 +655,16 @@ func (s *dockerSandbox) upload(ctx context.Context, workspace string) error {
 	}
 	pr, pw := io.Pipe()
 	go func() {
-		pw.CloseWithError(writeTar(ctx, pw, src))
+		pw.CloseWithError(writeTar(ctx, pw, src, s.d.uid, s.d.gid))
 	}()
 	err = s.putArchive(ctx, s.d.cfg.WorkDir, pr)
 	pr.CloseWithError(errors.New("upload ended"))
 	return err
 }
 
-func writeTar(ctx context.Context, w io.Writer, src string) error {
+// writeTar writes the tree under src as a tar stream whose entries belong
+// to uid:gid: the engine gives extracted files the ids of their headers.
+func writeTar(ctx context.Context, w io.Writer, src string, uid, gid int) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
@@ -677,7 +694,7 @@ func writeTar(ctx context.Context, w io.Writer, src string) error {
 			return err
 		}
 		hdr.Name = filepath.ToSlash(rel)
-		hdr.Uname, hdr.Gname = "", ""
+		hdr.Uname, hdr.Gname, hdr.Uid, hdr.Gid = "", "", uid, gid
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 )
@@ -106,4 +107,49 @@ func (o *oneByteReader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	return o.r.Read(p[:1])
+}
+
+func TestImageAllowed(t *testing.T) {
+	patterns := []string{"python:3.12", "node:*", "ghcr.io/org/*"}
+	tests := []struct {
+		image, def string
+		want       bool
+	}{
+		{"base:1", "base:1", true},
+		{"python:3.12", "", true},
+		{"python:3.12-slim", "", false},
+		{"node:20", "", true},
+		{"node:", "", true},
+		{"node", "", false},
+		{"nodejs:20", "", false},
+		{"ghcr.io/org/a/b:c", "", true},
+		{"ghcr.io/org", "", false},
+		{"", "", true}, // no image at all is reported elsewhere
+		{"", "base:1", false},
+	}
+	for _, tt := range tests {
+		if got := imageAllowed(tt.image, tt.def, patterns); got != tt.want {
+			t.Errorf("imageAllowed(%q, default %q) = %v, want %v", tt.image, tt.def, got, tt.want)
+		}
+	}
+	if imageAllowed("python:3.12", "", nil) || !imageAllowed("x/y:z", "", []string{"*"}) {
+		t.Error("an empty list must allow nothing but the default, \"*\" everything")
+	}
+}
+
+// FuzzParseDockerUser checks that only a canonical numeric uid:gid other
+// than root's is accepted, and that it reads back as written.
+func FuzzParseDockerUser(f *testing.F) {
+	for _, s := range []string{"65534:65534", "0:0", "1000", "1000:", ":1000", "a:b", "01:1", "1:-1", "4294967296:1", "1:1:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		uid, gid, err := parseDockerUser(s)
+		if err != nil {
+			return
+		}
+		if uid <= 0 || gid < 0 || fmt.Sprintf("%d:%d", uid, gid) != s {
+			t.Fatalf("parseDockerUser(%q) = %d, %d, nil", s, uid, gid)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ type engineRequest struct {
 	Query        map[string][]string
 	Body         map[string]any // JSON bodies
 	Files        []string       // tar bodies: the entries' names
+	Owners       []string       // tar bodies: the entries' uid:gid
 }
 
 // fakeEngine answers like the Docker Engine API (v1.43) for the calls the
@@ -83,6 +85,7 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 			rec.Files = append(rec.Files, h.Name)
+			rec.Owners = append(rec.Owners, fmt.Sprintf("%d:%d", h.Uid, h.Gid))
 		}
 	} else if r.Body != nil {
 		_ = json.NewDecoder(r.Body).Decode(&rec.Body)
@@ -203,7 +206,7 @@ func newDocker(t testing.TB, host string, cfg sandbox.DockerConfig) *sandbox.Doc
 func TestDockerRequests(t *testing.T) {
 	e, srv := newFakeEngine(t)
 	e.diffOut = "diff --git a/a.txt b/a.txt\n"
-	d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "default:1", CPUs: 1.5,
+	d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "default:1", Images: []string{"img:*"}, CPUs: 1.5,
 		Limits: sandbox.Limits{MaxProcs: 64, MemoryMB: 256, CPUTime: 90 * time.Second}})
 	ws := t.TempDir()
 	writeFile(t, filepath.Join(ws, "a.txt"), "a\n", 0o644)
@@ -225,33 +228,22 @@ func TestDockerRequests(t *testing.T) {
 	if len(creates) != 1 || creates[0].Query["name"][0] != "actloop-traj-1" {
 		t.Fatalf("create requests: %+v", creates)
 	}
-	body, _ := json.Marshal(creates[0].Body)
-	var got struct {
-		Image           string
-		Cmd             []string
-		WorkingDir      string
-		Env             []string
-		Labels          map[string]string
-		NetworkDisabled bool
-		HostConfig      struct {
-			NetworkMode                             string
-			Memory, MemorySwap, PidsLimit, NanoCpus int64
-			Ulimits                                 []struct {
-				Name       string
-				Soft, Hard int64
-			}
-			Init bool
-		}
+	body := creates[0].Body
+	if body["Image"] != "img:2" || body["User"] != "65534:65534" || body["WorkingDir"] != "/workspace" ||
+		!jsonEqual(body["Cmd"], `["sleep","infinity"]`) || !jsonEqual(body["Entrypoint"], `[]`) ||
+		!jsonEqual(body["Env"], `["FOO=bar","HOME=/tmp"]`) || !jsonEqual(body["Labels"], `{"io.actloop.sandbox":"traj-1"}`) ||
+		body["NetworkDisabled"] != true {
+		t.Errorf("create body = %v", body)
 	}
-	if err := json.Unmarshal(body, &got); err != nil {
-		t.Fatal(err)
-	}
-	hc := got.HostConfig
-	if got.Image != "img:2" || !slices.Equal(got.Cmd, []string{"sleep", "infinity"}) || got.WorkingDir != "/workspace" ||
-		!slices.Equal(got.Env, []string{"FOO=bar"}) || got.Labels["io.actloop.sandbox"] != "traj-1" || !got.NetworkDisabled ||
-		hc.NetworkMode != "none" || hc.Memory != 256<<20 || hc.MemorySwap != 256<<20 || hc.PidsLimit != 64 ||
-		hc.NanoCpus != 1_500_000_000 || len(hc.Ulimits) != 1 || hc.Ulimits[0].Name != "cpu" || hc.Ulimits[0].Hard != 90 || !hc.Init {
-		t.Errorf("create body = %s", body)
+	wantHost := `{"NetworkMode":"none","Memory":268435456,"MemorySwap":268435456,"PidsLimit":64,"NanoCpus":1500000000,
+		"Ulimits":[{"Name":"cpu","Soft":90,"Hard":90}],"Init":true,
+		"CapDrop":["ALL"],"SecurityOpt":["no-new-privileges:true"],"ReadonlyRootfs":true,
+		"Tmpfs":{"/tmp":"rw,exec,nosuid,nodev,size=1024m,mode=1777"},
+		"Mounts":[{"Type":"volume","Target":"/workspace","VolumeOptions":{"NoCopy":true,"Labels":{"io.actloop.sandbox":"traj-1"},
+			"DriverConfig":{"Name":"local","Options":{"type":"tmpfs","device":"tmpfs",
+				"o":"rw,exec,nosuid,nodev,size=4096m,uid=65534,gid=65534,mode=0755"}}}}]}`
+	if !jsonEqual(body["HostConfig"], wantHost) {
+		t.Errorf("create HostConfig = %s\nwant exactly %s", mustJSON(t, body["HostConfig"]), wantHost)
 	}
 	if n := len(e.requests("POST", "/containers/actloop-traj-1/start")); n != 1 {
 		t.Errorf("%d start requests, want 1", n)
@@ -263,6 +255,11 @@ func TestDockerRequests(t *testing.T) {
 	slices.Sort(archives[0].Files)
 	if want := []string{"a.txt", "link", "sub", "sub/b.txt"}; !slices.Equal(archives[0].Files, want) {
 		t.Errorf("archive holds %v, want %v", archives[0].Files, want)
+	}
+	for i, o := range archives[0].Owners {
+		if o != "65534:65534" {
+			t.Errorf("archive entry %s belongs to %s, want the container's user 65534:65534", archives[0].Files[i], o)
+		}
 	}
 
 	res, err := sb.Exec(ctx, "echo hello", time.Minute)
@@ -331,7 +328,7 @@ func TestDockerTimeoutKillsGroup(t *testing.T) {
 func TestDockerPullAndPatch(t *testing.T) {
 	e, srv := newFakeEngine(t)
 	e.missing["repo/img:7"] = true
-	d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "repo/img:7", Network: true})
+	d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "repo/img:7", Network: true, WorkDir: "/work", User: "1000:1000"})
 	sandboxtest.Start(t, d, "pulled", sandbox.Spec{Patch: "diff --git a/x b/x\n"})
 	pulls := e.requests("POST", "/images/create")
 	if len(pulls) != 1 || pulls[0].Query["fromImage"][0] != "repo/img" || pulls[0].Query["tag"][0] != "7" {
@@ -341,9 +338,23 @@ func TestDockerPullAndPatch(t *testing.T) {
 	if hc := creates[len(creates)-1].Body["HostConfig"].(map[string]any); hc["NetworkMode"] != nil {
 		t.Errorf("network allowed, yet HostConfig = %v", hc)
 	}
+	// The patch goes into the workspace volume (the root filesystem is
+	// read-only, and a Tmpfs /tmp is not where the engine extracts), as
+	// the container's user, and the apply removes it.
 	archives := e.requests("PUT", "/archive")
-	if len(archives) != 1 || archives[0].Query["path"][0] != "/tmp" || !slices.Equal(archives[0].Files, []string{".actloop.patch"}) {
+	if len(archives) != 1 || archives[0].Query["path"][0] != "/work" || len(archives[0].Files) != 1 ||
+		!strings.HasPrefix(archives[0].Files[0], ".actloop-") || !strings.HasSuffix(archives[0].Files[0], ".patch") ||
+		archives[0].Owners[0] != "1000:1000" {
 		t.Fatalf("patch upload: %+v", archives)
+	}
+	var apply []any
+	for _, r := range e.requests("POST", "/exec") {
+		if c := r.Body["Cmd"].([]any); c[3] == "actloop-apply" {
+			apply = c
+		}
+	}
+	if apply == nil || apply[4] != "/work/"+archives[0].Files[0] || !strings.Contains(apply[2].(string), `rm -f "$1"`) {
+		t.Fatalf("apply exec %v", apply)
 	}
 
 	e.mu.Lock()
@@ -379,17 +390,148 @@ func TestDockerLostContainer(t *testing.T) {
 }
 
 func TestNewDockerErrors(t *testing.T) {
-	for _, cfg := range []sandbox.DockerConfig{
-		{Host: "ftp://x"},
-		{WorkDir: "relative"},
-		{CPUs: -1},
-		{Limits: sandbox.Limits{MemoryMB: -1}},
-		{NamePrefix: "a/b"},
-	} {
-		if _, err := sandbox.NewDocker(cfg); err == nil {
-			t.Errorf("NewDocker(%+v): no error", cfg)
+	tests := []struct {
+		cfg  sandbox.DockerConfig
+		want string // the field the error names
+	}{
+		{sandbox.DockerConfig{Host: "ftp://x"}, "docker host"},
+		{sandbox.DockerConfig{WorkDir: "relative"}, "WorkDir"},
+		{sandbox.DockerConfig{WorkDir: "/tmp"}, "WorkDir"},
+		{sandbox.DockerConfig{WorkDirSizeMB: -1}, "WorkDirSizeMB"},
+		{sandbox.DockerConfig{TmpSizeMB: -1}, "TmpSizeMB"},
+		{sandbox.DockerConfig{CPUs: -1}, "CPUs"},
+		{sandbox.DockerConfig{Limits: sandbox.Limits{MemoryMB: -1}}, "Limits"},
+		{sandbox.DockerConfig{NamePrefix: "a/b"}, "NamePrefix"},
+		{sandbox.DockerConfig{OutputLimit: -1}, "OutputLimit"},
+		{sandbox.DockerConfig{Image: "a b"}, "Image"},
+		{sandbox.DockerConfig{Images: []string{"ok:1", ""}}, "Images[1]"},
+		{sandbox.DockerConfig{Images: []string{"repo/*:1"}}, "Images[0]"},
+		{sandbox.DockerConfig{Images: []string{"repo:1 "}}, "Images[0]"},
+		{sandbox.DockerConfig{User: "0:0"}, "User"},
+		{sandbox.DockerConfig{User: "nobody"}, "User"},
+		{sandbox.DockerConfig{User: "1000"}, "User"},
+		{sandbox.DockerConfig{User: "1000:"}, "User"},
+		{sandbox.DockerConfig{User: "-1:5"}, "User"},
+		{sandbox.DockerConfig{User: "01000:1000"}, "User"},
+	}
+	for _, tt := range tests {
+		_, err := sandbox.NewDocker(tt.cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewDocker(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
 		}
 	}
+	// Every problem is reported at once.
+	err := sandbox.DockerConfig{User: "root", TmpSizeMB: -1, Images: []string{"*x"}}.Validate()
+	for _, field := range []string{"User", "TmpSizeMB", "Images[0]"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("Validate() = %v, want it to name %s", err, field)
+		}
+	}
+	if err := (sandbox.DockerConfig{User: "1000:1000", Images: []string{"*", "python:*", "x"}, WorkDir: "/w"}).Validate(); err != nil {
+		t.Errorf("Validate of a good config: %v", err)
+	}
+}
+
+// TestDockerImageAllowList checks that a Spec's image must be the default
+// one or match DockerConfig.Images, and that any other is refused with
+// ErrImageNotAllowed, naming the setting, before any request to the engine.
+func TestDockerImageAllowList(t *testing.T) {
+	images := []string{"python:3.12", "python:3.11-*", "ghcr.io/org/*", "repo@sha256:abc"}
+	tests := []struct {
+		image string
+		ok    bool
+	}{
+		{"", true},            // the default image
+		{"default:1", true},   // named explicitly
+		{"python:3.12", true}, // exact
+		{"python:3.11-slim", true},
+		{"ghcr.io/org/env:7", true},
+		{"ghcr.io/org/team/env", true},
+		{"repo@sha256:abc", true},
+		{"python:3.13", false},
+		{"python", false}, // compared as written: not python:3.12
+		{"docker.io/library/python:3.12", false},
+		{"python:3.11", false},
+		{"ghcr.io/org", false},
+		{"ghcr.io/orgx/env", false},
+		{"ghcr.io/other/env", false},
+		{"repo@sha256:abcd", false},
+		{"default:2", false},
+		{"evil.example/python:3.12", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.image, func(t *testing.T) {
+			e, srv := newFakeEngine(t)
+			d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "default:1", Images: images})
+			sb, err := d.Start(context.Background(), "img", sandbox.Spec{Image: tt.image})
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("Start with image %q: %v", tt.image, err)
+				}
+				if err := sb.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, sandbox.ErrImageNotAllowed) || !strings.Contains(err.Error(), "ACTLOOP_SANDBOX_IMAGES") ||
+				!strings.Contains(err.Error(), tt.image) {
+				t.Fatalf("Start with image %q: %v, want ErrImageNotAllowed naming the image and ACTLOOP_SANDBOX_IMAGES", tt.image, err)
+			}
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if len(e.reqs) != 0 {
+				t.Fatalf("refused image, yet the engine got %d requests: %+v", len(e.reqs), e.reqs)
+			}
+		})
+	}
+
+	// Without an allow-list only the default image runs; "*" allows any.
+	e, srv := newFakeEngine(t)
+	d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "default:1"})
+	if _, err := d.Start(context.Background(), "x", sandbox.Spec{Image: "python:3.12"}); !errors.Is(err, sandbox.ErrImageNotAllowed) {
+		t.Fatalf("Start with no allow-list: %v, want ErrImageNotAllowed", err)
+	}
+	d = newDocker(t, srv.URL, sandbox.DockerConfig{Images: []string{"*"}})
+	sandboxtest.Start(t, d, "any", sandbox.Spec{Image: "anything/at:all"})
+	if creates := e.requests("POST", "/containers/create"); len(creates) != 1 || creates[0].Body["Image"] != "anything/at:all" {
+		t.Fatalf("create requests: %+v", creates)
+	}
+}
+
+// TestDockerCreateSettings checks that the configured user, sizes and
+// work dir reach the create request, and that a Spec's HOME wins.
+func TestDockerCreateSettings(t *testing.T) {
+	e, srv := newFakeEngine(t)
+	d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "img", User: "1000:1001", WorkDir: "/src", WorkDirSizeMB: 512, TmpSizeMB: 64})
+	sandboxtest.Start(t, d, "settings", sandbox.Spec{Env: map[string]string{"HOME": "/src/home"}})
+	body := e.requests("POST", "/containers/create")[0].Body
+	wantHost := `{"NetworkMode":"none","Init":true,"CapDrop":["ALL"],"SecurityOpt":["no-new-privileges:true"],"ReadonlyRootfs":true,
+		"Tmpfs":{"/tmp":"rw,exec,nosuid,nodev,size=64m,mode=1777"},
+		"Mounts":[{"Type":"volume","Target":"/src","VolumeOptions":{"NoCopy":true,"Labels":{"io.actloop.sandbox":"settings"},
+			"DriverConfig":{"Name":"local","Options":{"type":"tmpfs","device":"tmpfs",
+				"o":"rw,exec,nosuid,nodev,size=512m,uid=1000,gid=1001,mode=0755"}}}}]}`
+	if body["User"] != "1000:1001" || body["WorkingDir"] != "/src" || !jsonEqual(body["Env"], `["HOME=/src/home"]`) ||
+		!jsonEqual(body["HostConfig"], wantHost) {
+		t.Errorf("create body = %s\nwant User 1000:1001, WorkingDir /src, HOME=/src/home and HostConfig exactly %s", mustJSON(t, body), wantHost)
+	}
+}
+
+// jsonEqual reports whether v, decoded from JSON, equals the JSON text want.
+func jsonEqual(v any, want string) bool {
+	var w any
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		panic(err)
+	}
+	return reflect.DeepEqual(v, w)
+}
+
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestDockerConformance runs the suite against a real engine, where one
