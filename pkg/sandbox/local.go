@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Local is a Backend that keeps each sandbox as the directory Root/<id> and
@@ -39,15 +37,22 @@ import (
 // HOME is not the workspace, so what tools write under ~ (pip's cache,
 // ~/.gitconfig) stays out of Diff.
 type Local struct {
-	root        string
-	outputLimit int
-	isolation   string // IsolationBwrap or IsolationNone, after IsolationAuto is resolved
-	bwrapErr    error  // why bubblewrap is not used under IsolationAuto
-	bwrap       string // absolute path of bwrap; "" without isolation
-	bwrapArgs   []string
-	limits      string // the shell prelude that sets the rlimits; "" for none
-	uid         int    // the user commands run as under bwrap; -1: the worker's own
-	path        string // PATH for commands, taken from the host
+	root          string
+	outputLimit   int
+	isolation     string // IsolationBwrap or IsolationNone, after IsolationAuto is resolved
+	bwrapErr      error  // why bubblewrap is not used under IsolationAuto
+	bwrap         string // absolute path of bwrap; "" without isolation
+	bwrapArgs     []string
+	limits        string // the shell prelude that sets the rlimits; "" for none
+	gitLimits     string // the same without the file size limit, for Local's own git commands
+	seccomp       []byte // the compiled seccomp filter bwrap loads; nil without bwrap
+	disableUserns bool   // bwrap has --disable-userns (0.8.0 and later)
+	diskBytes     int64  // Limits.DiskMB in bytes; 0: no disk limit
+	cg            *cgroups
+	cgErr         error  // why no cgroup is used
+	limitsCfg     Limits // for the notes that name a limit
+	uid           int    // the user commands run as under bwrap; -1: the worker's own
+	path          string // PATH for commands, taken from the host
 
 	mu   sync.Mutex
 	live map[string]bool // ids started by this Local and not yet closed
@@ -131,7 +136,17 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if l.bwrap == "" {
 		nproc = 0
 	}
-	l.limits = limitPrelude(cfg.Limits, nproc)
+	l.diskBytes = int64(cfg.Limits.DiskMB) << 20
+	l.limitsCfg = cfg.Limits
+	// A cgroup bounds memory and processes per command, and better: its
+	// memory.max counts memory used, where RLIMIT_AS counts address space
+	// reserved (which breaks runtimes that reserve much and use little).
+	rl := cfg.Limits
+	if l.cg, l.cgErr = newCgroups(root, cfg.Limits, cfg.CPUs); l.cg != nil {
+		rl.MemoryMB, nproc = 0, 0
+	}
+	l.limits = limitPrelude(rl, nproc, true)
+	l.gitLimits = limitPrelude(rl, nproc, false)
 	return l, nil
 }
 
@@ -139,44 +154,26 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 // IsolationNone.
 func (l *Local) Isolation() string { return l.isolation }
 
+// Cgroups says where each command's cgroup v2 is made and what it bounds
+// (memory as a whole, processes, CPU share); "" when no cgroup is used,
+// and then CgroupError says why and only the per-process rlimits apply.
+func (l *Local) Cgroups() string {
+	if l.cg == nil {
+		return ""
+	}
+	return l.cg.String()
+}
+
+// CgroupError says why commands run in no cgroup; nil when they do.
+func (l *Local) CgroupError() error { return l.cgErr }
+
+// Seccomp reports whether commands run under the seccomp filter (bwrap
+// only; see DeniedSyscalls).
+func (l *Local) Seccomp() bool { return l.seccomp != nil }
+
 // BwrapError says why IsolationAuto fell back to IsolationNone; nil when
 // it did not.
 func (l *Local) BwrapError() error { return l.bwrapErr }
-
-// limitPrelude returns a bash script that lowers the rlimits and then
-// execs its arguments ("" when there is nothing to limit). ulimit without
-// -S or -H sets both soft and hard limits, so commands cannot raise them.
-// Limits above the worker's own hard limits are clamped to those.
-func limitPrelude(lim Limits, nproc int) string {
-	var parts []string
-	add := func(flag string, resource int, value uint64) {
-		var rl unix.Rlimit
-		if err := unix.Getrlimit(resource, &rl); err == nil && rl.Max != unix.RLIM_INFINITY && value > rl.Max {
-			value = rl.Max
-		}
-		parts = append(parts, fmt.Sprintf("ulimit %s %d", flag, value))
-	}
-	if nproc > 0 {
-		add("-u", unix.RLIMIT_NPROC, uint64(nproc))
-	}
-	if lim.MemoryMB > 0 {
-		// ulimit -v takes KiB; the rlimit is in bytes.
-		kib := uint64(lim.MemoryMB) * 1024
-		var rl unix.Rlimit
-		if err := unix.Getrlimit(unix.RLIMIT_AS, &rl); err == nil && rl.Max != unix.RLIM_INFINITY && kib > rl.Max/1024 {
-			kib = rl.Max / 1024
-		}
-		parts = append(parts, fmt.Sprintf("ulimit -v %d", kib))
-	}
-	if lim.CPUTime > 0 {
-		secs := uint64((lim.CPUTime + time.Second - 1) / time.Second)
-		add("-t", unix.RLIMIT_CPU, secs)
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return strings.Join(parts, " && ") + ` || exit 126; exec "$@"`
-}
 
 // initBwrap finds bwrap, builds the mount arguments and runs `true` under
 // it with the options commands will get, because bwrap is often installed
@@ -200,12 +197,18 @@ func (l *Local) initBwrap(cfg LocalConfig) error {
 			uid = DefaultSandboxUID
 		}
 	}
+	filter, err := seccompFilter()
+	if err != nil {
+		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
+	}
+	help, _ := exec.Command(bin, "--help").CombinedOutput()
 	probe, err := os.MkdirTemp(l.tmpRoot(), "+probe-")
 	if err != nil {
 		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
 	}
 	defer func() { _ = removeAll(probe) }()
 	l.bwrap, l.bwrapArgs, l.uid = bin, args, uid
+	l.seccomp, l.disableUserns = filter, bytes.Contains(help, []byte("--disable-userns"))
 	if err := l.own(probe); err != nil {
 		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
 	}
@@ -223,7 +226,7 @@ func (l *Local) initBwrap(cfg LocalConfig) error {
 		err = fmt.Errorf("%w (commands run as uid %d: every parent of %s must be searchable by it)", err, uid, l.root)
 	}
 	if err != nil {
-		l.bwrap, l.bwrapArgs, l.uid = "", nil, -1
+		l.bwrap, l.bwrapArgs, l.uid, l.seccomp, l.disableUserns = "", nil, -1, nil, false
 		return fmt.Errorf("isolation %q: bubblewrap does not work here: %w", IsolationBwrap, err)
 	}
 	l.isolation = IsolationBwrap

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"time"
 )
@@ -29,6 +30,10 @@ const (
 	DefaultMaxProcs = 512
 	DefaultMemoryMB = 8192
 	DefaultCPUTime  = 10 * time.Minute
+	// DefaultFileSizeMB bounds any one file a command writes.
+	DefaultFileSizeMB = 1024
+	// DefaultDiskMB bounds what a sandbox holds on disk.
+	DefaultDiskMB = 4096
 	// DefaultSandboxUID is the user commands run as under bwrap when the
 	// worker runs as root.
 	DefaultSandboxUID = 65534
@@ -46,11 +51,22 @@ type Limits struct {
 	// CPUTime bounds each process's CPU time (RLIMIT_CPU); Local rounds it
 	// up to whole seconds.
 	CPUTime time.Duration
+	// FileSizeMB bounds the size of any one file a command writes
+	// (RLIMIT_FSIZE): a write past it fails with EFBIG and the writer gets
+	// SIGXFSZ. Local only; the git commands Local runs itself are exempt,
+	// so a diff can still be taken. Docker ignores it.
+	FileSizeMB int
+	// DiskMB bounds what one sandbox holds on disk, its working copy and
+	// its private /tmp together. Local measures the sandbox while a command
+	// runs and stops the command once it is over (see LocalConfig); Docker
+	// ignores it.
+	DiskMB int
 }
 
 // DefaultLimits returns the default limits.
 func DefaultLimits() Limits {
-	return Limits{MaxProcs: DefaultMaxProcs, MemoryMB: DefaultMemoryMB, CPUTime: DefaultCPUTime}
+	return Limits{MaxProcs: DefaultMaxProcs, MemoryMB: DefaultMemoryMB, CPUTime: DefaultCPUTime,
+		FileSizeMB: DefaultFileSizeMB, DiskMB: DefaultDiskMB}
 }
 
 // Validate reports every problem with the limits.
@@ -64,6 +80,12 @@ func (l Limits) Validate() error {
 	}
 	if l.CPUTime < 0 {
 		errs = append(errs, fmt.Errorf("cpu time %s is negative", l.CPUTime))
+	}
+	if l.FileSizeMB < 0 {
+		errs = append(errs, fmt.Errorf("file size %d MB is negative", l.FileSizeMB))
+	}
+	if l.DiskMB < 0 {
+		errs = append(errs, fmt.Errorf("disk %d MB is negative", l.DiskMB))
 	}
 	return errors.Join(errs...)
 }
@@ -94,6 +116,9 @@ type LocalConfig struct {
 	// exempts root from it) and root-only host files stay unreadable; the
 	// sandbox's files are owned by it. 0 means DefaultSandboxUID.
 	SandboxUID int
+	// CPUs bounds the CPU share of each command (cpu.max of its cgroup, in
+	// cores); 0 means no limit. It needs a cgroup (see Local.Cgroups).
+	CPUs float64
 	// ReadOnlyBinds are extra host paths mounted read-only at the same
 	// place under bwrap, for toolchains outside /usr (for example /opt/go).
 	ReadOnlyBinds []string
@@ -117,6 +142,9 @@ func (c LocalConfig) Validate() error {
 	}
 	if err := c.Limits.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.CPUs < 0 || math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) {
+		errs = append(errs, fmt.Errorf("cpus %v is not a non-negative number", c.CPUs))
 	}
 	if c.SandboxUID < 0 {
 		errs = append(errs, fmt.Errorf("sandbox uid %d is negative", c.SandboxUID))

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -15,7 +16,9 @@ const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
 // copyTree copies the contents of directory src into the existing directory
 // dst: regular files with their modes and modification times (so git's
 // stat cache stays useful), directories likewise, symlinks as symlinks.
-// Sockets, pipes and devices are skipped. skip (Root, should it lie inside
+// Sockets, pipes and devices are skipped. Symlinks are never followed, so
+// one pointing outside src copies as a link, not as what it points to.
+// skip (Root, should it lie inside
 // src) is not copied.
 func copyTree(ctx context.Context, src, dst, skip string) error {
 	type dirAttrs struct {
@@ -83,11 +86,18 @@ func copyTree(ctx context.Context, src, dst, skip string) error {
 }
 
 func copyFile(src, dst string, mode fs.FileMode, mtime time.Time) (err error) {
-	in, err := os.Open(src)
+	// Not following a symlink: one swapped in for the file since the walk
+	// saw it must not copy what it points to.
+	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = in.Close() }()
+	if fi, err := in.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("copy %s: no longer a regular file", src)
+	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err

@@ -25,6 +25,12 @@ type runOpts struct {
 	// combined sends stderr to stdout through one pipe, keeping their order.
 	combined bool
 	timeout  time.Duration // <= 0: none
+	// id is the sandbox the process belongs to, naming its cgroup; "" runs
+	// it outside any (the bwrap probe).
+	id string
+	// internal marks the git commands Local runs itself: exempt from the
+	// file size limit and the disk watch.
+	internal bool
 }
 
 // runResult is how a process ended.
@@ -32,6 +38,7 @@ type runResult struct {
 	code     int // exit status, 128+N for signal N, -1 when killed by us
 	timedOut bool
 	duration time.Duration
+	limit    string // the limit that stopped it, when known (LimitDisk, ...)
 }
 
 // pipeGrace bounds the wait for output after the process group was killed;
@@ -53,12 +60,40 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 		runCtx, cancel = context.WithTimeoutCause(ctx, o.timeout, errTimeout)
 		defer cancel()
 	}
+	// The disk watcher stops a command by cancelling with errDiskLimit.
+	runCtx, stopRun := context.WithCancelCause(runCtx)
+	defer stopRun(nil)
 	argv := l.command(o)
 	cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
 	cmd.Dir = o.dir
 	cmd.Env = o.env
 	cmd.Stdin = o.stdin
 	cmd.SysProcAttr = l.sysProcAttr()
+	var extra []*os.File // closed once the process has started
+	defer func() {
+		for _, f := range extra {
+			_ = f.Close()
+		}
+	}()
+	if l.bwrap != "" && l.seccomp != nil {
+		r, err := seccompPipe(l.seccomp)
+		if err != nil {
+			return runResult{}, err
+		}
+		extra = append(extra, r)
+		cmd.ExtraFiles = []*os.File{r} // fd 3, see command
+	}
+	cgDir := ""
+	if l.cg != nil && o.id != "" {
+		dir, fd, err := l.cg.forCommand(o.id)
+		if err != nil {
+			return runResult{}, err
+		}
+		cgDir = dir
+		defer l.cg.remove(dir)
+		extra = append(extra, os.NewFile(uintptr(fd), dir))
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
 	var killed atomic.Bool
 	cmd.Cancel = func() error {
 		killed.Store(true)
@@ -105,6 +140,11 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 		return runResult{}, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	closeAll(writers)
+	closeAll(extra)
+	extra = nil
+	if l.diskBytes > 0 && !o.internal && o.id != "" {
+		go watchDisk(runCtx, l.diskBytes, func() { stopRun(errDiskLimit) }, o.dir, o.tmpDir)
+	}
 	copied := make(chan struct{}, len(readers))
 	for i, r := range readers {
 		go func() {
@@ -116,6 +156,9 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 	res := runResult{duration: time.Since(start)}
 	killGroup(cmd.Process.Pid)
 	drain(copied, readers)
+	if cgDir != "" {
+		res.limit = limitHit(cgDir)
+	}
 
 	st := cmd.ProcessState
 	if st == nil {
@@ -133,10 +176,15 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 	// killed alone is not enough: the process may have exited by itself
 	// just before the deadline fired.
 	if killed.Load() && ws.Signaled() {
-		res.code = -1
 		if err := ctx.Err(); err != nil {
+			res.code = -1
 			return res, err
 		}
+		if errors.Is(context.Cause(runCtx), errDiskLimit) {
+			res.limit = LimitDisk // killed: 128+SIGKILL
+			return res, nil
+		}
+		res.code = -1
 		res.timedOut = errors.Is(context.Cause(runCtx), errTimeout)
 	}
 	return res, nil
@@ -176,8 +224,12 @@ func killGroup(pgid int) {
 // process of the command, also those that left its process group.
 func (l *Local) command(o runOpts) []string {
 	argv := o.argv
-	if l.limits != "" {
-		argv = append([]string{"bash", "-c", l.limits, "actloop-limits"}, argv...)
+	prelude := l.limits
+	if o.internal {
+		prelude = l.gitLimits
+	}
+	if prelude != "" {
+		argv = append([]string{"bash", "-c", prelude, "actloop-limits"}, argv...)
 	}
 	if l.bwrap == "" {
 		return argv
@@ -190,6 +242,12 @@ func (l *Local) command(o runOpts) []string {
 		"--die-with-parent",
 		"--cap-drop", "ALL",
 		"--hostname", "sandbox",
+	}
+	if l.seccomp != nil {
+		args = append(args, "--seccomp", "3") // cmd.ExtraFiles[0], see run
+	}
+	if l.disableUserns {
+		args = append(args, "--disable-userns")
 	}
 	args = append(args, l.bwrapArgs...)
 	if !slices.Contains(l.bwrapArgs, "--unshare-net") {

@@ -32,7 +32,10 @@ type localSandbox struct {
 	inflight sync.WaitGroup
 }
 
-var _ Sandbox = (*localSandbox)(nil)
+var (
+	_ Sandbox      = (*localSandbox)(nil)
+	_ CappedDiffer = (*localSandbox)(nil)
+)
 
 // errClosed is the cancel cause of operations that Close interrupts.
 var errClosed = errors.New("sandbox closed")
@@ -139,7 +142,7 @@ func (s *localSandbox) Exec(ctx context.Context, cmd string, timeout time.Durati
 	res, err := s.l.run(ctx, runOpts{
 		dir: s.dir, tmpDir: s.tmpDir, env: s.env,
 		argv:   []string{"bash", "-c", cmd},
-		stdout: out, combined: true, timeout: timeout,
+		stdout: out, combined: true, timeout: timeout, id: s.id,
 	})
 	r := ExecResult{
 		Output:     out.String(),
@@ -147,6 +150,16 @@ func (s *localSandbox) Exec(ctx context.Context, cmd string, timeout time.Durati
 		TimedOut:   res.timedOut,
 		Truncated:  out.truncated(),
 		Duration:   res.duration,
+		Limit:      res.limit,
+	}
+	if r.Limit == "" && !r.TimedOut {
+		r.Limit = limitFromExit(r.ReturnCode)
+	}
+	if note := s.l.limitNote(r.Limit); note != "" {
+		if r.Output != "" && !strings.HasSuffix(r.Output, "\n") {
+			r.Output += "\n"
+		}
+		r.Output += note + "\n"
 	}
 	if err != nil {
 		return r, s.opErr(ctx, err)
@@ -158,33 +171,49 @@ func (s *localSandbox) Exec(ctx context.Context, cmd string, timeout time.Durati
 // own index (what `git status` shows it) is left alone, and diffs that
 // against HEAD with options that repository config cannot change.
 func (s *localSandbox) Diff(ctx context.Context) (string, error) {
+	d, _, err := s.diff(ctx, -1)
+	return d, err
+}
+
+// DiffCapped is Diff read up to max+1 bytes: git is killed as soon as the
+// diff passes max, so a huge file in the sandbox costs the worker no more
+// than max bytes.
+func (s *localSandbox) DiffCapped(ctx context.Context, max int) (string, bool, error) {
+	if max <= 0 {
+		return "", false, fmt.Errorf("diff sandbox %s: cap %d is not positive", s.id, max)
+	}
+	return s.diff(ctx, max)
+}
+
+// diff takes the diff, capped at max bytes unless max < 0.
+func (s *localSandbox) diff(ctx context.Context, max int) (string, bool, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer end()
 	gitDir := filepath.Join(s.dir, ".git")
 	fi, err := os.Lstat(gitDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return "", nil
+		return "", false, nil
 	case err != nil:
-		return "", fmt.Errorf("diff sandbox %s: %w", s.id, err)
+		return "", false, fmt.Errorf("diff sandbox %s: %w", s.id, err)
 	case !fi.IsDir():
-		return "", fmt.Errorf("diff sandbox %s: .git is not a directory (linked worktrees and submodules are not supported)", s.id)
+		return "", false, fmt.Errorf("diff sandbox %s: .git is not a directory (linked worktrees and submodules are not supported)", s.id)
 	}
 	index, err := tempIndex(gitDir)
 	if err != nil {
-		return "", fmt.Errorf("diff sandbox %s: %w", s.id, err)
+		return "", false, fmt.Errorf("diff sandbox %s: %w", s.id, err)
 	}
 	defer func() { _ = os.Remove(index) }()
 	if err := s.l.own(index); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("diff sandbox %s: %w", s.id, err)
+		return "", false, fmt.Errorf("diff sandbox %s: %w", s.id, err)
 	}
 	env := append(slices.Clone(s.gitEnv), "GIT_INDEX_FILE="+index)
 
 	if _, err := s.git(ctx, env, nil, "add", "--all"); err != nil {
-		return "", s.diffErr(ctx, err)
+		return "", false, s.diffErr(ctx, err)
 	}
 	args := []string{"diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
 		"--src-prefix=a/", "--dst-prefix=b/"}
@@ -192,13 +221,55 @@ func (s *localSandbox) Diff(ctx context.Context) (string, error) {
 	if _, err := s.git(ctx, env, nil, "rev-parse", "--verify", "--quiet", "HEAD^{commit}"); err == nil {
 		args = append(args, "HEAD")
 	} else if ctx.Err() != nil {
-		return "", s.opErr(ctx, ctx.Err())
+		return "", false, s.opErr(ctx, ctx.Err())
 	}
-	out, err := s.git(ctx, env, nil, args...)
+	if max < 0 {
+		out, err := s.git(ctx, env, nil, args...)
+		if err != nil {
+			return "", false, s.diffErr(ctx, err)
+		}
+		return out, false, nil
+	}
+	gctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	w := &capWriter{max: max, full: func() { stop(errDiffFull) }}
+	err = s.gitTo(gctx, env, nil, w, args...)
+	if w.over {
+		if err := ctx.Err(); err != nil {
+			return "", false, s.opErr(ctx, err)
+		}
+		return string(w.buf), true, nil
+	}
 	if err != nil {
-		return "", s.diffErr(ctx, err)
+		return "", false, s.diffErr(ctx, err)
 	}
-	return out, nil
+	return string(w.buf), false, nil
+}
+
+// errDiffFull stops git once the diff has passed its cap.
+var errDiffFull = errors.New("diff over its cap")
+
+// capWriter keeps the first max bytes written to it; at the first byte
+// past them it calls full and fails that write and every later one.
+type capWriter struct {
+	buf  []byte
+	max  int
+	over bool
+	full func()
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	if w.over {
+		return 0, errDiffFull
+	}
+	if room := w.max - len(w.buf); len(p) > room {
+		w.buf = append(w.buf, p[:room]...)
+		w.over = true
+		w.full()
+		return room, errDiffFull
+	}
+	w.buf = append(w.buf, p...)
+	return len(p), nil
 }
 
 func (s *localSandbox) diffErr(ctx context.Context, err error) error {
@@ -269,6 +340,15 @@ func (e *gitError) Error() string {
 // agent's commands: repository config and .gitattributes in the sandbox are
 // the agent's to write) and returns its stdout.
 func (s *localSandbox) git(ctx context.Context, env []string, stdin io.Reader, args ...string) (string, error) {
+	var stdout bytes.Buffer
+	if err := s.gitTo(ctx, env, stdin, &stdout, args...); err != nil {
+		return "", err
+	}
+	return stdout.String(), nil
+}
+
+// gitTo is git writing its stdout to stdout.
+func (s *localSandbox) gitTo(ctx context.Context, env []string, stdin io.Reader, stdout io.Writer, args ...string) error {
 	argv := append([]string{"git",
 		"-c", "user.name=actloop", "-c", "user.email=actloop@localhost",
 		"-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.pager=cat",
@@ -277,22 +357,21 @@ func (s *localSandbox) git(ctx context.Context, env []string, stdin io.Reader, a
 	if _, ok := ctx.Deadline(); !ok {
 		timeout = gitTimeout
 	}
-	var stdout bytes.Buffer
 	stderr := newHeadTail(4000)
 	res, err := s.l.run(ctx, runOpts{
 		dir: s.dir, tmpDir: s.tmpDir, env: env, argv: argv, stdin: stdin,
-		stdout: &stdout, stderr: stderr, timeout: timeout,
+		stdout: stdout, stderr: stderr, timeout: timeout, id: s.id, internal: true,
 	})
 	if err != nil {
-		return "", err
+		return err
 	}
 	if res.timedOut {
-		return "", fmt.Errorf("git %s timed out after %s", args[0], timeout)
+		return fmt.Errorf("git %s timed out after %s", args[0], timeout)
 	}
 	if res.code != 0 {
-		return "", &gitError{args: args, code: res.code, stderr: stderr.String()}
+		return &gitError{args: args, code: res.code, stderr: stderr.String()}
 	}
-	return stdout.String(), nil
+	return nil
 }
 
 // Close interrupts running commands, waits for them, and removes the

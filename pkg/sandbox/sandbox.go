@@ -45,6 +45,12 @@ type ExecResult struct {
 	// Duration is how long the command ran: wall time for Local, simulated
 	// time for Sim.
 	Duration time.Duration
+	// Limit names the resource limit that stopped the command, where the
+	// backend can tell (LimitFileSize, LimitDisk, LimitMemory,
+	// LimitCPUTime, LimitProcs); "" otherwise. A timeout is TimedOut, a
+	// cut output Truncated. Local also ends Output with a line naming the
+	// limit, for the model to read.
+	Limit string
 }
 
 // Sandbox is one isolated working copy.
@@ -64,6 +70,29 @@ type Sandbox interface {
 	Diff(ctx context.Context) (string, error)
 	// Close stops running commands and removes the sandbox. It is idempotent.
 	Close(ctx context.Context) error
+}
+
+// CappedDiffer is a Sandbox that reads its diff capped, never holding more
+// than the cap in memory whatever the sandbox holds. Local implements it;
+// DiffCapped falls back to Diff for a Sandbox that does not.
+type CappedDiffer interface {
+	// DiffCapped is Diff read up to max+1 bytes: the diff itself when it
+	// has at most max bytes, else its first max bytes and over set.
+	DiffCapped(ctx context.Context, max int) (diff string, over bool, err error)
+}
+
+// DiffCapped returns sb's diff cut to at most max bytes (max > 0) and
+// whether it was longer, reading no more than max+1 bytes where sb is a
+// CappedDiffer.
+func DiffCapped(ctx context.Context, sb Sandbox, max int) (string, bool, error) {
+	if cd, ok := sb.(CappedDiffer); ok {
+		return cd.DiffCapped(ctx, max)
+	}
+	d, err := sb.Diff(ctx)
+	if err != nil || len(d) <= max {
+		return d, false, err
+	}
+	return d[:max], true, nil
 }
 
 // Backend starts and re-attaches sandboxes.

@@ -1,0 +1,268 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroups puts each command a Local runs into a cgroup v2 of its own, a
+// child of a directory under the worker's own cgroup (which must be
+// delegated to the worker: writable, with the memory and pids controllers
+// available): memory.max (and no swap) bounds the command's memory as a
+// whole and memory.oom.group kills all of it on an OOM; pids.max bounds
+// its processes; cpu.max its CPU share. The cgroup is killed and removed
+// when the command ends.
+type cgroups struct {
+	parent string // holds one cgroup per running command
+	files  map[string]string
+	next   atomic.Uint64
+}
+
+// cgroupFS is where the cgroup v2 hierarchy is found; a variable for tests.
+var cgroupFS = struct{ procSelfCgroup, mountinfo string }{"/proc/self/cgroup", "/proc/self/mountinfo"}
+
+// newCgroups sets up cgroups for the Local rooted at root, or says why it
+// cannot: no cgroup v2, no delegated subtree, or missing controllers. It
+// returns nil, nil when lim and cpus ask for nothing a cgroup enforces.
+func newCgroups(root string, lim Limits, cpus float64) (*cgroups, error) {
+	files := map[string]string{}
+	if lim.MemoryMB > 0 {
+		files["memory.max"] = strconv.FormatInt(int64(lim.MemoryMB)<<20, 10)
+		files["memory.swap.max"] = "0"
+		files["memory.oom.group"] = "1"
+	}
+	if lim.MaxProcs > 0 {
+		files["pids.max"] = strconv.Itoa(lim.MaxProcs)
+	}
+	if cpus > 0 {
+		const period = 100000
+		files["cpu.max"] = fmt.Sprintf("%d %d", int64(cpus*period), period)
+	}
+	if len(files) == 0 {
+		return nil, errors.New("no memory, process or CPU limit set")
+	}
+	own, err := ownCgroup()
+	if err != nil {
+		return nil, err
+	}
+	want := []string{"memory", "pids"}
+	if cpus > 0 {
+		want = append(want, "cpu")
+	}
+	if err := enableControllers(own, want, true); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(root))
+	parent := filepath.Join(own, "actloop-"+hex.EncodeToString(sum[:6]))
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("cgroup %s: %w", parent, err)
+	}
+	if err := enableControllers(parent, want, false); err != nil {
+		return nil, err
+	}
+	c := &cgroups{parent: parent, files: files}
+	// Leftovers of an earlier process with the same root.
+	entries, _ := os.ReadDir(parent)
+	for _, e := range entries {
+		if e.IsDir() {
+			c.remove(filepath.Join(parent, e.Name()))
+		}
+	}
+	// Starting a process into a cgroup needs clone3; try it once.
+	dir, fd, err := c.create("+probe")
+	if err != nil {
+		return nil, err
+	}
+	defer c.remove(dir)
+	defer func() { _ = unix.Close(fd) }()
+	cmd := exec.Command("true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("cgroup %s: start a process in it: %w", parent, err)
+	}
+	return c, nil
+}
+
+// String says where the cgroups are and what they bound.
+func (c *cgroups) String() string {
+	var set []string
+	for k, v := range c.files {
+		if k != "memory.oom.group" && k != "memory.swap.max" {
+			set = append(set, k+"="+v)
+		}
+	}
+	slices.Sort(set)
+	return fmt.Sprintf("cgroup v2 under %s (%s)", c.parent, strings.Join(set, ", "))
+}
+
+// ownCgroup returns the directory of this process's cgroup v2.
+func ownCgroup() (string, error) {
+	b, err := os.ReadFile(cgroupFS.procSelfCgroup)
+	if err != nil {
+		return "", fmt.Errorf("cgroup: %w", err)
+	}
+	path, ok := "", false
+	for line := range strings.Lines(string(b)) {
+		if p, found := strings.CutPrefix(strings.TrimSpace(line), "0::"); found {
+			path, ok = p, true
+		}
+	}
+	if !ok {
+		return "", errors.New("cgroup: this process is in no cgroup v2 (the host uses cgroup v1 only)")
+	}
+	mi, err := os.ReadFile(cgroupFS.mountinfo)
+	if err != nil {
+		return "", fmt.Errorf("cgroup: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(mi))
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options... - fstype source superoptions
+		pre, post, found := strings.Cut(sc.Text(), " - ")
+		f := strings.Fields(pre)
+		if !found || len(f) < 5 || !strings.HasPrefix(post, "cgroup2 ") {
+			continue
+		}
+		mroot, mpoint := f[3], f[4]
+		rel, ok := strings.CutPrefix(path, mroot)
+		if !ok {
+			continue
+		}
+		return filepath.Join(mpoint, rel), nil
+	}
+	return "", fmt.Errorf("cgroup: no cgroup2 mount holds this process's cgroup %s (mount one, e.g. docker run --cgroupns=private)", path)
+}
+
+// enableControllers turns on the controllers want for dir's children. In
+// cgroup v2 a cgroup with processes cannot do that; when own is set and
+// dir has processes (the worker's own cgroup, the root of a container's
+// cgroup namespace), they move to a leaf child first, as container
+// runtimes do when nesting.
+func enableControllers(dir string, want []string, own bool) error {
+	avail, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	have := strings.Fields(string(avail))
+	var add []string
+	for _, c := range want {
+		if !slices.Contains(have, c) {
+			return fmt.Errorf("cgroup %s: controller %s is not available (available: %q)", dir, c, strings.TrimSpace(string(avail)))
+		}
+		add = append(add, "+"+c)
+	}
+	ctl := filepath.Join(dir, "cgroup.subtree_control")
+	err = os.WriteFile(ctl, []byte(strings.Join(add, " ")), 0)
+	if err != nil && own && errors.Is(err, unix.EBUSY) {
+		leaf := filepath.Join(dir, "actloop-worker")
+		if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("cgroup %s: %w", leaf, err)
+		}
+		procs, rerr := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if rerr != nil {
+			return fmt.Errorf("cgroup %s: %w", dir, rerr)
+		}
+		for pid := range strings.FieldsSeq(string(procs)) {
+			// A process that exited meanwhile is fine.
+			if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(pid), 0); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("cgroup %s: move process %s: %w", leaf, pid, err)
+			}
+		}
+		err = os.WriteFile(ctl, []byte(strings.Join(add, " ")), 0)
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup %s: enable %s (is the subtree delegated to this user and writable?): %w", dir, strings.Join(want, ", "), err)
+	}
+	return nil
+}
+
+// create makes the cgroup for one command, with the limits set, and opens
+// it for exec's CgroupFD.
+func (c *cgroups) create(name string) (string, int, error) {
+	dir := filepath.Join(c.parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", -1, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	for file, v := range c.files {
+		err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0)
+		if err != nil && !(file == "memory.swap.max" && errors.Is(err, fs.ErrNotExist)) { // no swap accounting
+			c.remove(dir)
+			return "", -1, fmt.Errorf("cgroup %s: set %s: %w", dir, file, err)
+		}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		c.remove(dir)
+		return "", -1, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	return dir, fd, nil
+}
+
+// forCommand makes the cgroup for a command of sandbox id.
+func (c *cgroups) forCommand(id string) (string, int, error) {
+	return c.create(fmt.Sprintf("%s+%d", id, c.next.Add(1)))
+}
+
+// limitHit names the limit the cgroup's processes ran into: an OOM kill
+// (memory) or a refused fork (procs).
+func limitHit(dir string) string {
+	if eventCount(filepath.Join(dir, "memory.events"), "oom_kill") > 0 {
+		return LimitMemory
+	}
+	if eventCount(filepath.Join(dir, "pids.events"), "max") > 0 {
+		return LimitProcs
+	}
+	return ""
+}
+
+func eventCount(file, key string) int64 {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+" "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// cgroupRemoveWait bounds the wait for a killed cgroup to empty.
+const cgroupRemoveWait = 5 * time.Second
+
+// remove kills what is left in the cgroup and removes it; best effort.
+func (c *cgroups) remove(dir string) {
+	deadline := time.Now().Add(cgroupRemoveWait)
+	for {
+		if err := os.Remove(dir); err == nil || errors.Is(err, fs.ErrNotExist) || time.Now().After(deadline) {
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil {
+			// Before Linux 5.14: kill each process.
+			procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			for p := range strings.FieldsSeq(string(procs)) {
+				if pid, err := strconv.Atoi(p); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,155 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Limit names, for ExecResult.Limit.
+const (
+	LimitFileSize = "file_size"
+	LimitDisk     = "disk"
+	LimitMemory   = "memory"
+	LimitCPUTime  = "cpu_time"
+	LimitProcs    = "procs"
+)
+
+// limitPrelude returns a bash script that lowers the rlimits and then
+// execs its arguments ("" when there is nothing to limit). ulimit without
+// -S or -H sets both soft and hard limits, so commands cannot raise them.
+// Limits above the worker's own hard limits are clamped to those. fsize
+// says whether the file size limit is set (not for Local's own git
+// commands, which must be able to store what the agent wrote).
+func limitPrelude(lim Limits, nproc int, fsize bool) string {
+	var parts []string
+	add := func(flag string, resource int, value, unit uint64) {
+		var rl unix.Rlimit
+		if err := unix.Getrlimit(resource, &rl); err == nil && rl.Max != unix.RLIM_INFINITY && value > rl.Max/unit {
+			value = rl.Max / unit
+		}
+		parts = append(parts, fmt.Sprintf("ulimit %s %d", flag, value))
+	}
+	if nproc > 0 {
+		add("-u", unix.RLIMIT_NPROC, uint64(nproc), 1)
+	}
+	if lim.MemoryMB > 0 {
+		// ulimit -v takes KiB; the rlimit is in bytes.
+		add("-v", unix.RLIMIT_AS, uint64(lim.MemoryMB)*1024, 1024)
+	}
+	if lim.CPUTime > 0 {
+		add("-t", unix.RLIMIT_CPU, uint64((lim.CPUTime+time.Second-1)/time.Second), 1)
+	}
+	if fsize && lim.FileSizeMB > 0 {
+		// bash's ulimit -f takes KiB outside POSIX mode.
+		add("-f", unix.RLIMIT_FSIZE, uint64(lim.FileSizeMB)*1024, 1024)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, " && ") + ` || exit 126; exec "$@"`
+}
+
+// limitFromExit names the rlimit whose signal a command died of: a shell
+// reports death by signal N as 128+N.
+func limitFromExit(code int) string {
+	switch code {
+	case 128 + int(syscall.SIGXFSZ):
+		return LimitFileSize
+	case 128 + int(syscall.SIGXCPU):
+		return LimitCPUTime
+	}
+	return ""
+}
+
+// limitNote is the line Local appends to a command's output when a limit
+// stopped it, so that the model (and whoever reads the trajectory) knows
+// which one.
+func (l *Local) limitNote(limit string) string {
+	lim := l.limitsCfg
+	switch limit {
+	case LimitFileSize:
+		return fmt.Sprintf("[sandbox limit: file size: a file may hold at most %d MiB; the write past it failed]", lim.FileSizeMB)
+	case LimitDisk:
+		return fmt.Sprintf("[sandbox limit: disk: the sandbox may hold at most %d MiB (working copy and /tmp); "+
+			"the command was stopped; delete files to go on]", lim.DiskMB)
+	case LimitMemory:
+		return fmt.Sprintf("[sandbox limit: memory: the command may use at most %d MiB; it was killed]", lim.MemoryMB)
+	case LimitCPUTime:
+		return fmt.Sprintf("[sandbox limit: CPU time: a process may use at most %s of CPU; it was killed]", lim.CPUTime)
+	case LimitProcs:
+		return fmt.Sprintf("[sandbox limit: processes: at most %d at once; a fork failed]", lim.MaxProcs)
+	}
+	return ""
+}
+
+// errDiskLimit is the cancel cause of a command the disk watcher stopped.
+var errDiskLimit = errors.New("disk limit reached")
+
+// Disk watching: the sandbox is measured every diskPollMin, or less often
+// when a measurement is slow (a large working copy), so that watching costs
+// at most about 1/diskPollFactor of a core.
+const (
+	diskPollMin    = 250 * time.Millisecond
+	diskPollFactor = 20
+)
+
+// diskUsage returns the bytes the files under dirs take on disk (allocated
+// blocks, so sparse files count what they use), not following symlinks.
+// Files that vanish while it walks are skipped.
+func diskUsage(ctx context.Context, dirs ...string) (int64, error) {
+	var total int64
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+					return nil
+				}
+				return err
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				return nil
+			}
+			total += st.Blocks * 512
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// watchDisk measures dirs until ctx ends and calls stop once they hold
+// more than limit bytes.
+func watchDisk(ctx context.Context, limit int64, stop func(), dirs ...string) {
+	wait := diskPollMin
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		start := time.Now()
+		used, err := diskUsage(ctx, dirs...)
+		if err != nil {
+			return // ctx ended
+		}
+		if used > limit {
+			stop()
+			return
+		}
+		wait = max(diskPollMin, diskPollFactor*time.Since(start))
+	}
+}
