@@ -213,6 +213,17 @@ func FuzzDecodeSample(f *testing.F) {
 	f.Add([]byte(validSample))
 	f.Add([]byte(`{"v":1}`))
 	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"limits":{"step_limit":1e99}}`))
+	// Bounds, ids, unknown and repeated fields (TestDecodeSampleBounds).
+	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeout_ms":999999999999999}}`))
+	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeout_ms":86400000,"setup_timeout_ms":86400000,` +
+		`"eval_timeout_ms":86400000},"limits":{"step_limit":100000,"token_budget":16777216,"wall_clock_ms":604800000,` +
+		`"format_error_limit":100000},"sampling":{"max_new_tokens":1048576,"top_k":1048576,"temperature":100},` +
+		`"group_size":4096,"group_index":4095}`))
+	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"sampling":{"max_new_tokens":2e9}}`))
+	f.Add([]byte(`{"v":1,"id":"..","group_id":"-g","task":"t","env":{"backend":"sim"}}`))
+	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeot_ms":5,"tests":{"fail_to_pass":["x"],"Format":"pytest"}}}`))
+	f.Add([]byte(`{"v":1,"id":"a","Task":"t","task":"t","task":"u","env":{"backend":"sim"},"metadata":{"x":{"y":[1,{"z":null}]}}}`))
+	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim","tests":null},"limits":null,"extra":{"a":[{"b":1}]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeSample(b)
 		if err != nil {
@@ -264,6 +275,8 @@ func FuzzDecodeControlMessages(f *testing.F) {
 	f.Add([]byte(`{"v":1,"paused":true,"epoch":2,"weight_version":5,"mode":"abort","max_staleness":1,"stale_policy":"mask"}`))
 	f.Add([]byte(`{"mode":"drain","timeout_ms":100}`))
 	f.Add([]byte(`{"weight_version":7}`))
+	f.Add([]byte(`{"v":1,"weight_version":2147483648}`))
+	f.Add([]byte(`{"weight_version":2147483647}`))
 	f.Add([]byte(`{"v":1,"worker":"w","replica":"r0","epoch":1,"paused":true,"aborted":3,"kept_tokens":40}`))
 	f.Add([]byte(`{"v":1,"group_id":"g","size":1,"traj_ids":["a"]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
