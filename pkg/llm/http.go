@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"errors"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // httpCore is the HTTP plumbing both clients share: one server, a default
@@ -46,41 +48,57 @@ func newHTTPCore(baseURL string, hc *http.Client, timeout time.Duration, retries
 	return c
 }
 
-// call sends one request, retrying transient failures with back-off.
+// call sends one request, retrying transient failures as retry says.
 func (c *httpCore) call(ctx context.Context, method, path string, body []byte) ([]byte, error) {
-	for attempt := 0; ; attempt++ {
-		resp, err := c.once(ctx, method, path, body)
-		if err == nil {
-			return resp, nil
-		}
-		if attempt >= c.retries || !Temporary(err) || ctx.Err() != nil {
-			if attempt > 0 {
-				return nil, fmt.Errorf("after %d attempts: %w", attempt+1, err)
-			}
-			return nil, err
-		}
-		if werr := c.wait(ctx, attempt); werr != nil {
-			return nil, fmt.Errorf("after %d attempts: %w (last error: %v)", attempt+1, werr, err)
-		}
+	var t tries
+	b, err := backoff.Retry(ctx, func() ([]byte, error) {
+		b, err := c.once(ctx, method, path, body)
+		return b, t.failed(ctx, err)
+	}, c.retry()...)
+	if err != nil {
+		return nil, t.wrap(err)
 	}
+	return b, nil
 }
 
-// wait sleeps the back-off before retry attempt+1, or until ctx ends.
-func (c *httpCore) wait(ctx context.Context, attempt int) error {
-	t := time.NewTimer(c.delay(attempt))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// retry is how a call is retried: up to retries times more, after
+// exponential back-off from backoff (each wait drawn from (0, 2×] its step,
+// the step doubling up to 32×), for as long as it takes.
+func (c *httpCore) retry() []backoff.RetryOption {
+	return []backoff.RetryOption{backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: c.backoff,
+		RandomizationFactor: 1, Multiplier: 2, MaxInterval: c.backoff << 5}),
+		backoff.WithMaxTries(uint(c.retries) + 1), backoff.WithMaxElapsedTime(0)}
 }
 
-// delay is the full-jitter back-off before retry attempt+1.
-func (c *httpCore) delay(attempt int) time.Duration {
-	ceiling := c.backoff << min(attempt, 5)
-	return rand.N(ceiling) + 1
+// tries counts a call's attempts and keeps the last one's error, for the
+// error the call returns.
+type tries struct {
+	n    int
+	last error
+}
+
+// failed records an attempt that ended with err (nil: it did not) and
+// returns err, marked permanent when no retry can help: it is not
+// Temporary, or ctx has ended.
+func (t *tries) failed(ctx context.Context, err error) error {
+	t.n++
+	if t.last = err; err != nil && (!Temporary(err) || ctx.Err() != nil) {
+		return backoff.Permanent(err)
+	}
+	return err
+}
+
+// wrap is the error of a call that failed with err: as it is after one
+// attempt, else saying how many there were (and the last attempt's error
+// when err is ctx's, which ended a wait).
+func (t *tries) wrap(err error) error {
+	switch {
+	case t.n <= 1:
+		return err
+	case !errors.Is(err, t.last):
+		return fmt.Errorf("after %d attempts: %w (last error: %v)", t.n, err, t.last)
+	}
+	return fmt.Errorf("after %d attempts: %w", t.n, err)
 }
 
 // once sends one request and returns the body of a 2xx answer.

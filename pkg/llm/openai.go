@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // OpenAIOptions configure an OpenAI client. Zero values take the defaults
@@ -111,7 +113,8 @@ func (c *OpenAI) Generate(ctx context.Context, req Request) (Result, error) {
 		c.mu.Unlock()
 	}()
 
-	for attempt := 0; ; attempt++ {
+	var t tries
+	res, err := backoff.Retry(ctx, func() (Result, error) {
 		var acc completion
 		f.received.Store(0)
 		err := c.stream(ctx, req.RID, body, &acc, &f.received)
@@ -121,19 +124,16 @@ func (c *OpenAI) Generate(ctx context.Context, req Request) (Result, error) {
 			return acc.result(), nil // an abort after the last token changes nothing
 		case aborted:
 			return acc.aborted(), nil
-		case attempt >= c.retries || !Temporary(err) || ctx.Err() != nil:
-			if attempt > 0 {
-				err = fmt.Errorf("after %d attempts: %w", attempt+1, err)
-			}
-			return Result{}, fmt.Errorf("generate %s: %w", req.RID, err)
 		}
-		if werr := c.wait(ctx, attempt); werr != nil {
-			if errors.Is(context.Cause(ctx), errAbort) {
-				return Result{Finish: Finish{Type: FinishAbort, Matched: -1, Message: errAbort.Error()}}, nil
-			}
-			return Result{}, fmt.Errorf("generate %s: after %d attempts: %w (last error: %v)", req.RID, attempt+1, werr, err)
-		}
+		return Result{}, t.failed(ctx, err)
+	}, c.retry()...)
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.Is(context.Cause(ctx), errAbort): // aborted while waiting to try again
+		return Result{Finish: Finish{Type: FinishAbort, Matched: -1, Message: errAbort.Error()}}, nil
 	}
+	return Result{}, fmt.Errorf("generate %s: %w", req.RID, t.wrap(err))
 }
 
 // stream runs one attempt, adding each event to acc.
