@@ -237,3 +237,39 @@ func TestSampleJSONSchemaAgreesWithValidate(t *testing.T) {
 	}
 	closed("", doc)
 }
+
+// A trainer's request is read as strictly as a sample: a misspelt
+// weight_version would otherwise resume without changing the version.
+func TestDecodeRequestRefusesUnknownFields(t *testing.T) {
+	for _, tt := range []struct {
+		name, in, wantField, wantIn string
+	}{
+		{"resume typo", `{"weight_verison":3}`, "weight_verison", `did you mean "weight_version"`},
+		{"resume twice", `{"weight_version":3,"weight_version":4}`, "weight_version", "given twice"},
+		{"resume with v", `{"v":1,"weight_version":3}`, "", ""},
+		{"pause unknown", `{"mode":"abort","timeout":5}`, "timeout", "unknown field"},
+		{"pause other", `{"mode":"abort","force":true}`, "force", "known: mode, timeout_ms"},
+		{"abort unknown", `{"traj_ids":["a"],"trajectories":["b"]}`, "trajectories", "unknown field"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var err error
+			switch {
+			case strings.HasPrefix(tt.name, "resume"):
+				_, err = DecodeRequest[ResumeRequest]([]byte(tt.in))
+			case strings.HasPrefix(tt.name, "pause"):
+				_, err = DecodeRequest[PauseRequest]([]byte(tt.in))
+			default:
+				_, err = DecodeRequest[AbortRequest]([]byte(tt.in))
+			}
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !isField(err, tt.wantField) || !strings.Contains(err.Error(), tt.wantIn) {
+				t.Fatalf("err = %v, want a FieldError on %q saying %q", err, tt.wantField, tt.wantIn)
+			}
+		})
+	}
+}

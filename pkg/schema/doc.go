@@ -5,7 +5,12 @@
 // Every message carries "v" (the schema version, currently 1). Decoders
 // validate what they read and return a *FieldError naming the offending field,
 // so a malformed message can be dead-lettered with a reason a person can act
-// on. sample.schema.json and result.schema.json in this directory describe the
+// on. A sample, the message a person writes, is read strictly: every number
+// has an upper bound (MaxStepTimeout, MaxNewTokens, …), ids match IDPattern,
+// and a field the Sample type lacks, or one given twice, is refused by its
+// JSON path (metadata holds anything). The other messages are written by
+// actloop itself and read leniently (an unknown field is ignored), so a
+// service of one release reads another's during a rolling upgrade. sample.schema.json and result.schema.json in this directory describe the
 // two messages a trainer produces and consumes, for trainers in other
 // languages.
 //

@@ -14,8 +14,9 @@ import (
 // twice, then does the same in each nested object of a struct field. Keys
 // match exactly: encoding/json would take "Task" for "task" and the last of
 // two "task"s, and ignore the rest. b has decoded into a t already, so it
-// is well-formed and its values have the right JSON types.
-func checkFields(p *problems, b []byte, t reflect.Type, path string) {
+// is well-formed and its values have the right JSON types. The keys in
+// also are known at b's top level as well (an API request's optional "v").
+func checkFields(p *problems, b []byte, t reflect.Type, path string, also ...string) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return // null
@@ -38,6 +39,11 @@ func checkFields(p *problems, b []byte, t reflect.Type, path string) {
 		}
 		ft, ok := fields[key]
 		switch {
+		case !ok && slices.Contains(also, key):
+			if seen[key] {
+				p.add(at, "given twice")
+			}
+			seen[key] = true
 		case !ok:
 			p.add(at, "unknown field%s", hint(key, fields, path))
 		case seen[key]:
@@ -90,11 +96,14 @@ func hint(key string, fields map[string]reflect.Type, path string) string {
 			best, bestD = name, d
 		}
 	}
+	_, meta := fields["metadata"]
 	switch {
 	case best != "":
 		return fmt.Sprintf(" (did you mean %q?)", best)
-	case path == "":
+	case path == "" && meta:
 		return ` (not in schema v1; a trainer's own data goes in "metadata")`
+	case path == "":
+		return fmt.Sprintf(" (known: %s)", strings.Join(names, ", "))
 	default:
 		return fmt.Sprintf(" (%s has %s)", path, strings.Join(names, ", "))
 	}

@@ -3,8 +3,10 @@ package schema
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -522,15 +524,34 @@ type AbortRequest struct {
 	Reason   string   `json:"reason,omitempty"`
 }
 
-// MaxAbortIDs bounds the ids of one AbortRequest.
-const MaxAbortIDs = 100_000
+// MaxAbortIDs bounds the ids of one AbortRequest, so that a request of
+// ids of the longest kind fits NATS's default max_payload (1 MiB); name
+// groups to abort more.
+const MaxAbortIDs = 4096
 
 // AbortReply answers an abort: the trajectories it ended (waiting samples
 // and running trajectories), and the ids it was given that are neither
 // (finished already, or unknown).
 type AbortReply struct {
-	Aborted  []string `json:"aborted"`
-	NotFound []string `json:"not_found,omitempty"`
+	Aborted  []string      `json:"aborted"`
+	NotFound []string      `json:"not_found,omitempty"`
+	Failed   []AbortFailed `json:"failed,omitempty"`
+}
+
+// AbortFailed is an id an abort could not end (Redis or NATS failing): try
+// again.
+type AbortFailed struct {
+	ID    string `json:"id"`
+	Error string `json:"error"`
+}
+
+// ResultPurpose is the purpose a result carries for a sample's:
+// PurposeValidation, or "" for training (the sample's "" or "train").
+func ResultPurpose(samplePurpose string) string {
+	if samplePurpose == PurposeValidation {
+		return PurposeValidation
+	}
+	return ""
 }
 
 // Validate implements validator.
@@ -788,8 +809,11 @@ func Decode[T any, PT interface {
 }
 
 // DecodeRequest decodes and validates an API request body (a trainer's
-// pause or resume): as Decode, but the schema version "v" is optional. An
-// empty body is an empty request.
+// pause, resume or abort): as Decode, but the schema version "v" is
+// optional. An empty body is an empty request. As a sample, a request is
+// read strictly: a field its type lacks, or one given twice, is refused by
+// name, for a misspelt "weight_version" would resume without changing the
+// version.
 func DecodeRequest[T any, PT interface {
 	*T
 	validator
@@ -804,7 +828,9 @@ func DecodeRequest[T any, PT interface {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return v, jsonErr(err)
 	}
-	if err := PT(&v).Validate(); err != nil {
+	var p problems
+	checkFields(&p, b, reflect.TypeFor[T](), "", "v")
+	if err := errors.Join(p.err(), PT(&v).Validate()); err != nil {
 		var zero T
 		return zero, err
 	}
