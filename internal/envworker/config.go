@@ -26,11 +26,17 @@ type Config struct {
 	// is alive (NATS KV actloop_heartbeats, key env.<id>).
 	HeartbeatInterval time.Duration `envconfig:"HEARTBEAT_INTERVAL" default:"5s"`
 	SandboxRoot       string        `envconfig:"SANDBOX_ROOT"`
-	OutputLimit       int           `envconfig:"OUTPUT_LIMIT" default:"10000"`
+	// OutputLimit bounds the bytes of a command's output that are kept, its
+	// first and last halves with a marker line between; the rest is
+	// dropped while it is read, so a command that prints gigabytes costs
+	// the worker no more than this.
+	OutputLimit int `envconfig:"OUTPUT_LIMIT" default:"10000"`
 	// MaxDiffBytes bounds a trajectory's diff: a larger one is not
 	// evaluated but scores 0, with a reason, and is kept cut to this size
 	// (a result carries its diff and must fit the NATS server's
-	// max_payload).
+	// max_payload). The local backend reads the diff only this far (git is
+	// stopped past it), so a huge file in a sandbox costs the worker no
+	// more than this.
 	MaxDiffBytes int `envconfig:"MAX_DIFF_BYTES" default:"1048576"`
 	// RewardOn says which trajectories the eval scores: `submitted` (those
 	// the agent submitted, as the reference loop does; one ended by a limit
@@ -45,18 +51,53 @@ type Config struct {
 	Isolation     string `envconfig:"SANDBOX_ISOLATION" default:"auto"`
 	// AllowUnisolated lets the local backend run commands unisolated on the
 	// host: isolation none, or auto where bubblewrap does not work.
-	AllowUnisolated bool          `envconfig:"SANDBOX_ALLOW_UNISOLATED" default:"false"`
-	Network         bool          `envconfig:"SANDBOX_NETWORK" default:"false"`
-	MaxProcs        int           `envconfig:"SANDBOX_MAX_PROCS" default:"512"`
-	MemoryMB        int           `envconfig:"SANDBOX_MEMORY_MB" default:"8192"`
-	CPUTime         time.Duration `envconfig:"SANDBOX_CPU_TIME" default:"10m"`
-	SandboxUID      int           `envconfig:"SANDBOX_UID" default:"65534"`
-	ReadOnlyBinds   []string      `envconfig:"SANDBOX_RO_BINDS"`
+	AllowUnisolated bool `envconfig:"SANDBOX_ALLOW_UNISOLATED" default:"false"`
+	Network         bool `envconfig:"SANDBOX_NETWORK" default:"false"`
+	// MaxProcs bounds a command's processes: pids.max of its cgroup where
+	// the local backend has cgroups, else RLIMIT_NPROC under bwrap (none
+	// unisolated); the container's pids limit with Docker.
+	MaxProcs int `envconfig:"SANDBOX_MAX_PROCS" default:"512"`
+	// MemoryMB bounds a command's memory: memory.max of its cgroup (all its
+	// processes together, no swap; an OOM kills the command) where the
+	// local backend has cgroups, else each process's address space
+	// (RLIMIT_AS); the container's memory with Docker.
+	MemoryMB int `envconfig:"SANDBOX_MEMORY_MB" default:"8192"`
+	// CPUTime bounds each process's CPU time (RLIMIT_CPU): past it the
+	// process is killed (SIGXCPU). The step timeout bounds wall time.
+	CPUTime time.Duration `envconfig:"SANDBOX_CPU_TIME" default:"10m"`
+	// FileSizeMB bounds any one file a command writes (RLIMIT_FSIZE,
+	// local backend): the write past it fails and the writer is killed
+	// (SIGXFSZ); the observation names the limit. 0: no limit.
+	FileSizeMB int `envconfig:"SANDBOX_FILE_SIZE_MB" default:"1024"`
+	// DiskMB bounds what one local sandbox holds on disk, its working copy
+	// and its private /tmp together: the env-worker measures the sandbox
+	// while a command runs (every 250ms, less often for a large tree) and
+	// kills the command once it is over; the observation names the limit
+	// and the agent can delete files to go on. It is a measured limit, not
+	// a filesystem quota: a command can overshoot it by what it writes
+	// between two measurements (each file within SANDBOX_FILE_SIZE_MB).
+	// 0: no limit.
+	DiskMB        int      `envconfig:"SANDBOX_DISK_MB" default:"4096"`
+	SandboxUID    int      `envconfig:"SANDBOX_UID" default:"65534"`
+	ReadOnlyBinds []string `envconfig:"SANDBOX_RO_BINDS"`
+	// WorkspaceRoots are the directories (comma-separated) whose
+	// subdirectories samples may name as env.workspace: a workspace is
+	// resolved with every symlink evaluated and refused when its real path
+	// is not inside one of them (the trajectory ends failed, naming this
+	// setting); symlinks inside a workspace are copied as links. Empty, the
+	// default, allows no workspace at all: a workspace is copied with the
+	// worker's privileges, so the operator says where they may come from
+	// (for example /workspaces, where they are mounted). The development
+	// stack (actloop dev) sets its own.
+	WorkspaceRoots []string `envconfig:"WORKSPACE_ROOTS"`
 	// SandboxBackend runs samples with env.backend "local": BackendLocal
 	// (bash on this host) or BackendDocker (a container per trajectory).
-	SandboxBackend   string        `envconfig:"SANDBOX_BACKEND" default:"local"`
-	DockerHost       string        `envconfig:"DOCKER_HOST"`
-	DockerImage      string        `envconfig:"DOCKER_IMAGE"`
+	SandboxBackend string `envconfig:"SANDBOX_BACKEND" default:"local"`
+	DockerHost     string `envconfig:"DOCKER_HOST"`
+	DockerImage    string `envconfig:"DOCKER_IMAGE"`
+	// CPUs bounds a sandbox's CPU share in cores: the container's with
+	// Docker, each command's cgroup (cpu.max) with the local backend where
+	// it has cgroups. 0: no limit.
 	CPUs             float64       `envconfig:"SANDBOX_CPUS" default:"2"`
 	SimStartLatency  time.Duration `envconfig:"SIM_ENV_START_LATENCY" default:"2s"`
 	SimExecLatency   time.Duration `envconfig:"SIM_ENV_EXEC_LATENCY" default:"500ms"`
@@ -131,6 +172,11 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("ACTLOOP_SANDBOX_BACKEND: %q is not %q or %q", c.SandboxBackend, BackendLocal, BackendDocker))
 	}
+	for _, r := range c.WorkspaceRoots {
+		if !filepath.IsAbs(r) {
+			errs = append(errs, fmt.Errorf("ACTLOOP_WORKSPACE_ROOTS: %q is not an absolute path", r))
+		}
+	}
 	if c.SimEnvTimeScale < 0 {
 		errs = append(errs, errors.New("ACTLOOP_SIM_ENV_TIME_SCALE: must be >= 0"))
 	}
@@ -150,7 +196,14 @@ func (c *Config) Validate() error {
 func (c *Config) local() sandbox.LocalConfig {
 	return sandbox.LocalConfig{Root: c.SandboxRoot, OutputLimit: c.OutputLimit, Isolation: c.Isolation,
 		AllowUnisolated: c.AllowUnisolated, Network: c.Network, SandboxUID: c.SandboxUID, ReadOnlyBinds: c.ReadOnlyBinds,
-		Limits: sandbox.Limits{MaxProcs: c.MaxProcs, MemoryMB: c.MemoryMB, CPUTime: c.CPUTime}}
+		CPUs: c.CPUs, Limits: c.limits()}
+}
+
+// limits are the per-sandbox limits, the same for either backend (Docker
+// ignores the file size and disk limits).
+func (c *Config) limits() sandbox.Limits {
+	return sandbox.Limits{MaxProcs: c.MaxProcs, MemoryMB: c.MemoryMB, CPUTime: c.CPUTime,
+		FileSizeMB: c.FileSizeMB, DiskMB: c.DiskMB}
 }
 
 // docker is the Docker backend's configuration; the engine's address

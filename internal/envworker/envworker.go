@@ -145,6 +145,13 @@ func realBackend(ctx context.Context, cfg Config, d *service.Deps) (sandbox.Back
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox backend: %w", err)
 	}
+	if cg := local.Cgroups(); cg != "" {
+		d.Log.Info("sandbox commands run in cgroups", "cgroups", cg)
+	} else {
+		d.Log.Warn("no cgroup v2 for sandbox commands: per-process rlimits alone bound memory (address space), processes "+
+			"(under bwrap) and CPU time, and there is no CPU share; cgroup_error says what a cgroup needs",
+			"cgroup_error", fmt.Sprint(local.CgroupError()))
+	}
 	if local.Isolation() == sandbox.IsolationNone {
 		d.Log.Warn("SANDBOXES ARE NOT ISOLATED: agents' commands run on this host with the worker's privileges, "+
 			"network and files (ACTLOOP_SANDBOX_ALLOW_UNISOLATED=true); bwrap_error says what bubblewrap needs to isolate them",
@@ -332,9 +339,12 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Trans
 	reason := t.Reason
 	var diff string
 	sb, replay, err := w.sandbox(ctx, t)
+	var over bool
 	switch {
 	case err == nil:
-		if diff, err = sb.Diff(ctx); err != nil {
+		// Read no further than the cap: a poison trajectory's huge diff
+		// must not cost the worker its size.
+		if diff, over, err = sandbox.DiffCapped(ctx, sb, w.cfg.MaxDiffBytes); err != nil {
 			return nil, fmt.Errorf("diff: %w", err)
 		}
 	case bus.IsFatal(err):
@@ -342,11 +352,9 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Trans
 	default:
 		return nil, err
 	}
-	if len(diff) > w.cfg.MaxDiffBytes {
-		reason += fmt.Sprintf("; diff of %d bytes is over ACTLOOP_MAX_DIFF_BYTES (%d): not evaluated, kept cut",
-			len(diff), w.cfg.MaxDiffBytes)
-		return traj.Finished{Reason: reason, Diff: diff[:w.cfg.MaxDiffBytes], Tests: missingTests(t.Sample.Env.Tests),
-			Replay: replay}, nil
+	if over {
+		reason += fmt.Sprintf("; diff is over ACTLOOP_MAX_DIFF_BYTES (%d bytes): not evaluated, kept cut", w.cfg.MaxDiffBytes)
+		return traj.Finished{Reason: reason, Diff: diff, Tests: missingTests(t.Sample.Env.Tests), Replay: replay}, nil
 	}
 	if t.ResultStatus() != schema.StatusSubmitted && w.cfg.RewardOn == RewardOnSubmitted {
 		reason += "; not evaluated: only a submission is (ACTLOOP_REWARD_ON=submitted)"
@@ -488,6 +496,14 @@ func (w *Worker) newSandbox(ctx context.Context, b sandbox.Backend, t *traj.Traj
 // startSandbox starts sandbox id, trying again as newSandbox says; before
 // runs before each attempt.
 func (w *Worker) startSandbox(ctx context.Context, b sandbox.Backend, id string, spec sandbox.Spec, before func()) (sandbox.Sandbox, error) {
+	if spec.Workspace != "" && b != w.backends[schema.BackendSim] {
+		ws, err := sandbox.ResolveWorkspace(w.cfg.WorkspaceRoots, spec.Workspace)
+		if err != nil {
+			w.m.startFailures.Inc()
+			return nil, bus.Fatal(fmt.Errorf("env.workspace (allowed by ACTLOOP_WORKSPACE_ROOTS): %w", err))
+		}
+		spec.Workspace = ws
+	}
 	delay := w.cfg.SandboxStartBackoff
 	for attempt := 1; ; attempt++ {
 		before()
@@ -518,11 +534,12 @@ func (w *Worker) startSandbox(ctx context.Context, b sandbox.Backend, id string,
 }
 
 // permanentStartError reports a sandbox creation failure that no retry can
-// fix: a setup command that failed, a bad id or patch, isolation refused.
+// fix: a setup command that failed, a bad id or patch, isolation or the
+// workspace refused.
 func permanentStartError(err error) bool {
 	var se *sandbox.SetupError
 	return errors.As(err, &se) || errors.Is(err, sandbox.ErrInvalidID) || errors.Is(err, sandbox.ErrPatch) ||
-		errors.Is(err, sandbox.ErrUnisolated)
+		errors.Is(err, sandbox.ErrUnisolated) || errors.Is(err, sandbox.ErrWorkspaceRefused)
 }
 
 // owns returns traj.ErrSkip for a step of a trajectory that another
