@@ -514,7 +514,10 @@ func (s *dockerSandbox) Exec(ctx context.Context, cmd string, timeout time.Durat
 	token := make([]byte, 8)
 	_, _ = rand.Read(token)
 	pgidFile := "/tmp/.actloop-exec-" + hex.EncodeToString(token)
-	wrapper := `set -m; bash -c "$1" & echo $! > "$2"; wait $!; rc=$?; rm -f "$2"; exit $rc`
+	// Job control is on only while the command starts (its own process
+	// group); left on, bash 5 reports the job's end ("[1]+ Done ...")
+	// into the output, and wait reports a killed one.
+	wrapper := `set -m; bash -c "$1" & set +m; echo $! > "$2"; wait $! 2>/dev/null; rc=$?; rm -f "$2"; exit $rc`
 	argv := []string{"bash", "-c", wrapper, "actloop-exec", cmd, pgidFile}
 
 	runCtx, cancel := ctx, context.CancelFunc(func() {})
