@@ -11,9 +11,14 @@
 //
 //   - Local keeps each sandbox as a directory under a root and runs commands
 //     with bash under bubblewrap (its own user, pid and network namespaces,
-//     read-only system directories, nothing else of the host, process,
-//     memory and CPU-time limits), or unisolated where that is explicitly
-//     allowed (LocalConfig.AllowUnisolated; ErrUnisolated otherwise).
+//     read-only system directories, nothing else of the host, a seccomp
+//     filter denying DeniedSyscalls), or unisolated where that is
+//     explicitly allowed (LocalConfig.AllowUnisolated; ErrUnisolated
+//     otherwise). Its limits: file size (RLIMIT_FSIZE), disk (the sandbox
+//     measured while a command runs), CPU time (RLIMIT_CPU), and memory,
+//     processes and CPU share in a cgroup v2 per command where the worker
+//     has a delegated one (Local.Cgroups), else RLIMIT_AS and, under
+//     bwrap, RLIMIT_NPROC.
 //   - Docker runs a container per sandbox over the Docker Engine HTTP API
 //     (memory, process and CPU limits, no network by default).
 //   - Sim runs no processes; it simulates latencies and a handful of commands
@@ -31,6 +36,17 @@
 //     nothing behind.
 //   - Close is idempotent and removes everything; afterwards Attach, Exec and
 //     Diff report ErrNotFound.
+//   - Output is capped (the head and tail kept) while it is read, and
+//     DiffCapped cuts a diff at the caller's cap; a CappedDiffer (Local)
+//     also reads no further, so neither costs the caller more memory than
+//     its cap whatever the sandbox holds.
+//
+// Only Local checks these, in its own tests: a command stopped by a limit
+// has ExecResult.Limit set and its output ends with a line naming the
+// limit (file size, disk, memory and processes where a cgroup tells, CPU
+// time); the seccomp filter; symlinks in a workspace copied as links.
+// ResolveWorkspace is the check a caller makes before Start on a
+// workspace named by untrusted input.
 //
 // For a caller that crashed between Start and persisting the handle: Local
 // replaces a sandbox left under the same id by an earlier process, so Start

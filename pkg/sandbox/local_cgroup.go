@@ -140,7 +140,7 @@ func ownCgroup() (string, error) {
 		}
 		mroot, mpoint := f[3], f[4]
 		rel, ok := strings.CutPrefix(path, mroot)
-		if !ok {
+		if !ok || mroot != "/" && rel != "" && !strings.HasPrefix(rel, "/") {
 			continue
 		}
 		return filepath.Join(mpoint, rel), nil

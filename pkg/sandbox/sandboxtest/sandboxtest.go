@@ -64,6 +64,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 		{"OutputCap", testOutputCap},
 		{"DiffEmpty", testDiffEmpty},
 		{"DiffAndPatch", testDiffAndPatch},
+		{"DiffCap", testDiffCap},
 		{"CloseAfterDeath", testCloseAfterDeath},
 	}
 	for _, tt := range tests {
@@ -413,6 +414,38 @@ func testDiffAndPatch(t *testing.T, b sandbox.Backend, opts Options) {
 	}
 	if _, err := b.Start(ctx, "diff-bad-patch", sandbox.Spec{Workspace: repo, Patch: "not a patch\n"}); !errors.Is(err, sandbox.ErrPatch) {
 		t.Fatalf("Start with a broken patch: error %v, want ErrPatch", err)
+	}
+}
+
+// testDiffCap checks the cap every backend puts on a diff it hands over
+// (sandbox.DiffCapped; a CappedDiffer also reads no further, which the
+// backends' own tests measure).
+func testDiffCap(t *testing.T, b sandbox.Backend, opts Options) {
+	ctx := context.Background()
+	if !opts.Shell {
+		sb := Start(t, b, "diff-cap", sandbox.Spec{})
+		if d, over, err := sandbox.DiffCapped(ctx, sb, 10); d != "" || over || err != nil {
+			t.Fatalf("DiffCapped of a fresh sandbox = %q, %v, %v; want \"\", false, nil", d, over, err)
+		}
+		return
+	}
+	sb := Start(t, b, "diff-cap", sandbox.Spec{Workspace: GitRepo(t)})
+	WantOutput(t, sb, "seq 1 20000 > big.txt", "")
+	full, err := sb.Diff(ctx)
+	if err != nil || len(full) < 100000 {
+		t.Fatalf("Diff = %d bytes, %v; want over 100000", len(full), err)
+	}
+	for _, max := range []int{1, 1000, len(full) - 1} {
+		d, over, err := sandbox.DiffCapped(ctx, sb, max)
+		if err != nil || !over || d != full[:max] {
+			t.Fatalf("DiffCapped(%d) = %d bytes, over %v, %v; want the diff's first %d bytes, over", max, len(d), over, err, max)
+		}
+	}
+	for _, max := range []int{len(full), len(full) + 1, 1 << 30} {
+		d, over, err := sandbox.DiffCapped(ctx, sb, max)
+		if err != nil || over || d != full {
+			t.Fatalf("DiffCapped(%d) of a %d-byte diff = %d bytes, over %v, %v; want all of it", max, len(full), len(d), over, err)
+		}
 	}
 }
 

@@ -1,0 +1,85 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestOwnCgroup(t *testing.T) {
+	const hybrid = "12:memory:/docker/abc\n1:name=systemd:/\n0::/docker/abc\n"
+	const mountsV2 = "30 25 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
+	const nsRoot = "30 25 0:26 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+	tests := []struct {
+		name, cgroup, mountinfo string
+		want                    string // "" means an error
+		wantErr                 string
+	}{
+		{"unified", "0::/system.slice/w.service\n", mountsV2, "/sys/fs/cgroup/system.slice/w.service", ""},
+		{"hybrid", hybrid, "22 1 0:20 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n" +
+			"23 1 0:21 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup/unified/docker/abc", ""},
+		{"container cgroup namespace", "0::/\n", "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup", ""},
+		{"mount of a subtree", "0::/docker/abc/sub\n", nsRoot, "/sys/fs/cgroup/sub", ""},
+		{"v1 only", "4:memory:/x\n1:name=systemd:/x\n", mountsV2, "", "cgroup v1 only"},
+		{"no cgroup2 mount", "0::/x\n", "22 1 0:20 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n", "", "no cgroup2 mount"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cg, mi := filepath.Join(dir, "cgroup"), filepath.Join(dir, "mountinfo")
+			if err := os.WriteFile(cg, []byte(tt.cgroup), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(mi, []byte(tt.mountinfo), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			saved := cgroupFS
+			cgroupFS.procSelfCgroup, cgroupFS.mountinfo = cg, mi
+			t.Cleanup(func() { cgroupFS = saved })
+			got, err := ownCgroup()
+			if tt.want == "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ownCgroup() = %q, %v; want an error saying %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ownCgroup() = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLimitHit(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := limitHit(dir); got != "" {
+		t.Fatalf("limitHit without event files = %q", got)
+	}
+	write("memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n")
+	write("pids.events", "max 2\n")
+	if got := limitHit(dir); got != LimitProcs {
+		t.Fatalf("limitHit = %q, want %q", got, LimitProcs)
+	}
+	write("memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+	if got := limitHit(dir); got != LimitMemory {
+		t.Fatalf("limitHit = %q, want %q", got, LimitMemory)
+	}
+}
+
+func TestSeccompFilterCompiles(t *testing.T) {
+	prog, err := seccompFilter()
+	if err != nil {
+		t.Skipf("no seccomp filter on this architecture: %v", err)
+	}
+	// struct sock_filter is 8 bytes; the kernel takes at most 4096 of them.
+	if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > 4096 {
+		t.Fatalf("filter of %d bytes is not a valid BPF program", len(prog))
+	}
+}
