@@ -425,7 +425,10 @@ type dockerSandbox struct {
 	done   chan struct{} // closed by Close: interrupts running execs
 }
 
-var _ Sandbox = (*dockerSandbox)(nil)
+var (
+	_ Sandbox      = (*dockerSandbox)(nil)
+	_ CappedDiffer = (*dockerSandbox)(nil)
+)
 
 func (d *Docker) newSandbox(id string, env []string) *dockerSandbox {
 	return &dockerSandbox{d: d, id: id, name: d.name(id), env: env, done: make(chan struct{})}
@@ -576,21 +579,52 @@ g rev-parse --verify --quiet 'HEAD^{commit}' >/dev/null && set -- "$@" HEAD
 g "$@"; rc=$?; rm -f "$idx"; exit $rc`
 
 func (s *dockerSandbox) Diff(ctx context.Context) (string, error) {
+	d, _, err := s.diff(ctx, -1)
+	return d, err
+}
+
+// DiffCapped is Diff read up to max+1 bytes: the exec's output stream is
+// closed as soon as the diff passes max (git then dies of a broken pipe),
+// so a huge file in the sandbox costs the worker no more than max bytes.
+func (s *dockerSandbox) DiffCapped(ctx context.Context, max int) (string, bool, error) {
+	if max <= 0 {
+		return "", false, fmt.Errorf("diff sandbox %s: cap %d is not positive", s.id, max)
+	}
+	return s.diff(ctx, max)
+}
+
+// diff takes the diff, capped at max bytes unless max < 0 (then at
+// dockerMaxDiff, past which it is an error).
+func (s *dockerSandbox) diff(ctx context.Context, max int) (string, bool, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer end()
 	var stdout bytes.Buffer
+	var w io.Writer = &limitedWriter{w: &stdout, n: dockerMaxDiff}
+	var capped *capWriter
+	if max >= 0 {
+		// Its failed write ends the demux and so closes the stream.
+		capped = &capWriter{max: max, full: func() {}}
+		w = capped
+	}
 	stderr := newHeadTail(4000)
-	code, err := s.execRaw(ctx, []string{"bash", "-c", dockerDiffScript}, &limitedWriter{w: &stdout, n: dockerMaxDiff}, stderr)
-	if err != nil {
-		return "", s.lost(ctx, err)
+	code, err := s.execRaw(ctx, []string{"bash", "-c", dockerDiffScript}, w, stderr)
+	switch {
+	case capped != nil && capped.over:
+		if err := ctx.Err(); err != nil {
+			return "", false, s.lost(ctx, err)
+		}
+		return string(capped.buf), true, nil
+	case err != nil:
+		return "", false, s.lost(ctx, err)
+	case code != 0:
+		return "", false, fmt.Errorf("diff sandbox %s: git exited with code %d: %s", s.id, code, strings.TrimSpace(stderr.String()))
+	case capped != nil:
+		return string(capped.buf), false, nil
 	}
-	if code != 0 {
-		return "", fmt.Errorf("diff sandbox %s: git exited with code %d: %s", s.id, code, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
+	return stdout.String(), false, nil
 }
 
 // limitedWriter fails once more than n bytes were written.

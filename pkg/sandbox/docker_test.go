@@ -37,16 +37,17 @@ type engineRequest struct {
 // the user's command: echo prints, sleep blocks until killed, anything
 // else exits 0; the diff script prints diffOut.
 type fakeEngine struct {
-	t       testing.TB
-	mu      sync.Mutex
-	reqs    []engineRequest
-	running map[string]bool // container name -> running
-	missing map[string]bool // images to "pull" first
-	execs   map[string][]string
-	codes   map[string]int
-	killed  chan struct{}
-	diffOut string
-	applyRC int
+	t        testing.TB
+	mu       sync.Mutex
+	reqs     []engineRequest
+	running  map[string]bool // container name -> running
+	missing  map[string]bool // images to "pull" first
+	execs    map[string][]string
+	codes    map[string]int
+	killed   chan struct{}
+	diffOut  string
+	diffSent int // bytes of diffOut written before the client hung up
+	applyRC  int
 }
 
 func newFakeEngine(t testing.TB) (*fakeEngine, *httptest.Server) {
@@ -183,7 +184,18 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			code = e.applyRC
 			frame(w, 2, "apply says\n")
 		case len(cmd) == 3 && strings.HasPrefix(cmd[2], "[ -d .git ]"):
-			frame(w, 1, e.diffOut)
+			// In 64 KiB frames, counting what the client took.
+			e.diffSent = 0
+			for rest := e.diffOut; rest != ""; {
+				n := min(len(rest), 64<<10)
+				hdr := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+				binary.BigEndian.PutUint32(hdr[4:], uint32(n))
+				if _, err := w.Write(append(hdr, rest[:n]...)); err != nil {
+					break
+				}
+				e.diffSent += n
+				rest = rest[n:]
+			}
 		}
 		e.codes[parts[1]] = code
 	case r.Method == "GET" && len(parts) == 3 && parts[0] == "exec" && parts[2] == "json":
@@ -298,6 +310,42 @@ func TestDockerRequests(t *testing.T) {
 	}
 	if _, err := d.Attach(ctx, sb.Handle()); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("Attach after Close: %v, want ErrNotFound", err)
+	}
+}
+
+// TestDockerDiffCapped checks that a capped diff is cut at the cap and
+// that the backend stops reading the exec's output there.
+func TestDockerDiffCapped(t *testing.T) {
+	e, srv := newFakeEngine(t)
+	e.diffOut = strings.Repeat("+0123456789abcdef\n", 2<<20) // 36 MiB
+	d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "img"})
+	sb := sandboxtest.Start(t, d, "big-diff", sandbox.Spec{})
+	ctx := context.Background()
+	got, over, err := sandbox.DiffCapped(ctx, sb, 1000)
+	if err != nil || !over || got != e.diffOut[:1000] {
+		t.Fatalf("DiffCapped(1000) = %d bytes, over %v, %v; want the first 1000 bytes, over", len(got), over, err)
+	}
+	// The engine's writes fail once the client closed the stream; kernel
+	// buffers take a few MiB at most.
+	e.mu.Lock()
+	sent := e.diffSent
+	e.mu.Unlock()
+	if sent > 16<<20 {
+		t.Errorf("the engine sent %d bytes of a %d-byte diff capped at 1000", sent, len(e.diffOut))
+	}
+	if _, err := sb.Exec(ctx, "echo still here", time.Minute); err != nil {
+		t.Fatalf("Exec after a capped diff: %v", err)
+	}
+	e.mu.Lock()
+	e.diffOut = "diff --git a/x b/x\n"
+	e.mu.Unlock()
+	for _, max := range []int{len("diff --git a/x b/x\n"), 1 << 30} {
+		if got, over, err := sandbox.DiffCapped(ctx, sb, max); err != nil || over || got != "diff --git a/x b/x\n" {
+			t.Fatalf("DiffCapped(%d) of a short diff = %q, %v, %v; want all of it", max, got, over, err)
+		}
+	}
+	if _, _, err := sandbox.DiffCapped(ctx, sb, 0); err == nil {
+		t.Fatal("DiffCapped(0): no error")
 	}
 }
 
