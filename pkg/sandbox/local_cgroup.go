@@ -247,6 +247,21 @@ func eventCount(file, key string) int64 {
 // cgroupRemoveWait bounds the wait for a killed cgroup to empty.
 const cgroupRemoveWait = 5 * time.Second
 
+// kill kills every process in the cgroup, also those that left the
+// command's process group or session.
+func killCgroup(dir string) {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err == nil {
+		return
+	}
+	// Before Linux 5.14: each process.
+	procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	for p := range strings.FieldsSeq(string(procs)) {
+		if pid, err := strconv.Atoi(p); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
 // remove kills what is left in the cgroup and removes it; best effort.
 func (c *cgroups) remove(dir string) {
 	deadline := time.Now().Add(cgroupRemoveWait)
@@ -254,15 +269,7 @@ func (c *cgroups) remove(dir string) {
 		if err := os.Remove(dir); err == nil || errors.Is(err, fs.ErrNotExist) || time.Now().After(deadline) {
 			return
 		}
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil {
-			// Before Linux 5.14: kill each process.
-			procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-			for p := range strings.FieldsSeq(string(procs)) {
-				if pid, err := strconv.Atoi(p); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
+		killCgroup(dir)
 		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -1,10 +1,15 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/actloop/actloop/internal/testkit"
 )
 
 func TestOwnCgroup(t *testing.T) {
@@ -81,5 +86,63 @@ func TestSeccompFilterCompiles(t *testing.T) {
 	// struct sock_filter is 8 bytes; the kernel takes at most 4096 of them.
 	if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > 4096 {
 		t.Fatalf("filter of %d bytes is not a valid BPF program", len(prog))
+	}
+}
+
+// TestCgroupPerCommand runs commands in a cgroup of their own wherever
+// this process may make a child cgroup v2, even one without the memory and
+// pids controllers: each command's processes, also those that left its
+// session, end with it, and its cgroup is removed.
+func TestCgroupPerCommand(t *testing.T) {
+	own, err := ownCgroup()
+	if err != nil {
+		t.Skipf("no cgroup v2: %v", err)
+	}
+	for _, iso := range []string{IsolationNone, IsolationBwrap} {
+		t.Run(iso, func(t *testing.T) {
+			parent, err := os.MkdirTemp(own, "actloop-test-")
+			if err != nil {
+				t.Skipf("cannot make a child cgroup of %s: %v", own, err)
+			}
+			t.Cleanup(func() { _ = os.Remove(parent) })
+			root := testkit.SearchableTempDir(t)
+			l, err := NewLocal(LocalConfig{Root: root, Isolation: iso, AllowUnisolated: iso == IsolationNone})
+			if err != nil {
+				t.Skipf("isolation %s: %v", iso, err)
+			}
+			l.cg = &cgroups{parent: parent, files: map[string]string{}}
+			sb, err := l.Start(t.Context(), "cg", Spec{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sb.Close(t.Context()) })
+			res, err := sb.Exec(t.Context(), "setsid sleep 1000 & echo $!; grep '^0::' /proc/self/cgroup", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Under bwrap the cgroup namespace shows the command's own
+			// cgroup as /.
+			rel, _ := filepath.Rel(own, parent)
+			if !strings.Contains(res.Output, "/"+rel+"/cg+") && !(iso == IsolationBwrap && strings.Contains(res.Output, "0::/\n")) {
+				t.Fatalf("command's cgroup: %q, want one under %s", res.Output, parent)
+			}
+			entries, _ := os.ReadDir(parent)
+			for _, e := range entries {
+				if e.IsDir() {
+					t.Fatalf("cgroup %s left after the command", e.Name())
+				}
+			}
+			if iso == IsolationBwrap {
+				return // the pid is the sandbox's pid namespace's
+			}
+			pid, err := strconv.Atoi(strings.SplitN(res.Output, "\n", 2)[0])
+			if err != nil {
+				t.Fatalf("output %q", res.Output)
+			}
+			// Gone, or a zombie until its reaper (init here) waits for it.
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(st), ") Z ") {
+				t.Fatalf("the command's session-leaving child %d outlived it: %s", pid, st)
+			}
+		})
 	}
 }

@@ -101,6 +101,7 @@ func TestLocalDiffAndOutputMemory(t *testing.T) {
 	if !over || len(diff) != diffCap || !strings.HasPrefix(diff, "diff --git a/blob.bin b/blob.bin\n") {
 		t.Fatalf("DiffCapped(%d) = %d bytes (%.40q), over %v; want the first %d bytes, over", diffCap, len(diff), diff, over, diffCap)
 	}
+	t.Logf("DiffCapped(%d) of a %d-byte file: %d bytes allocated", diffCap, blob, alloc)
 	if alloc > 8*diffCap || alloc > blob/8 {
 		t.Fatalf("DiffCapped of a %d-byte file allocated %d bytes in the worker, want about the cap (%d)", blob, alloc, diffCap)
 	}
@@ -110,6 +111,7 @@ func TestLocalDiffAndOutputMemory(t *testing.T) {
 	if !res.Truncated || len(res.Output) > 4*sandbox.DefaultOutputLimit {
 		t.Fatalf("cat of a %d-byte file: %d bytes of output, truncated %v", blob, len(res.Output), res.Truncated)
 	}
+	t.Logf("cat of a %d-byte file: %d bytes allocated", blob, alloc)
 	if alloc > blob/8 {
 		t.Fatalf("cat of a %d-byte file allocated %d bytes in the worker", blob, alloc)
 	}

@@ -155,10 +155,12 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 	waitErr := cmd.Wait()
 	res := runResult{duration: time.Since(start)}
 	killGroup(cmd.Process.Pid)
-	drain(copied, readers)
 	if cgDir != "" {
+		// Also what left the group, so that nothing holds the pipes.
+		killCgroup(cgDir)
 		res.limit = limitHit(cgDir)
 	}
+	drain(copied, readers)
 
 	st := cmd.ProcessState
 	if st == nil {
