@@ -57,7 +57,7 @@ func newCgroups(root string, lim Limits, cpus float64) (*cgroups, error) {
 	if len(files) == 0 {
 		return nil, errors.New("no memory, process or CPU limit set")
 	}
-	own, err := ownCgroup()
+	own, nsRoot, err := ownCgroup()
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func newCgroups(root string, lim Limits, cpus float64) (*cgroups, error) {
 	if cpus > 0 {
 		want = append(want, "cpu")
 	}
-	if err := enableControllers(own, want, true); err != nil {
+	if err := enableControllers(own, want, nsRoot); err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(root))
@@ -111,11 +111,17 @@ func (c *cgroups) String() string {
 	return fmt.Sprintf("cgroup v2 under %s (%s)", c.parent, strings.Join(set, ", "))
 }
 
-// ownCgroup returns the directory of this process's cgroup v2.
-func ownCgroup() (string, error) {
+// ownCgroup returns the directory of this process's cgroup v2 and whether
+// it is the root of the process's cgroup namespace (a container's own).
+func ownCgroup() (string, bool, error) {
+	dir, path, err := findOwnCgroup()
+	return dir, path == "/", err
+}
+
+func findOwnCgroup() (string, string, error) {
 	b, err := os.ReadFile(cgroupFS.procSelfCgroup)
 	if err != nil {
-		return "", fmt.Errorf("cgroup: %w", err)
+		return "", "", fmt.Errorf("cgroup: %w", err)
 	}
 	path, ok := "", false
 	for line := range strings.Lines(string(b)) {
@@ -124,11 +130,11 @@ func ownCgroup() (string, error) {
 		}
 	}
 	if !ok {
-		return "", errors.New("cgroup: this process is in no cgroup v2 (the host uses cgroup v1 only)")
+		return "", "", errors.New("cgroup: this process is in no cgroup v2 (the host uses cgroup v1 only)")
 	}
 	mi, err := os.ReadFile(cgroupFS.mountinfo)
 	if err != nil {
-		return "", fmt.Errorf("cgroup: %w", err)
+		return "", "", fmt.Errorf("cgroup: %w", err)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(mi))
 	for sc.Scan() {
@@ -143,17 +149,18 @@ func ownCgroup() (string, error) {
 		if !ok || mroot != "/" && rel != "" && !strings.HasPrefix(rel, "/") {
 			continue
 		}
-		return filepath.Join(mpoint, rel), nil
+		return filepath.Join(mpoint, rel), path, nil
 	}
-	return "", fmt.Errorf("cgroup: no cgroup2 mount holds this process's cgroup %s (mount one, e.g. docker run --cgroupns=private)", path)
+	return "", "", fmt.Errorf("cgroup: no cgroup2 mount holds this process's cgroup %s (mount one, e.g. docker run --cgroupns=private)", path)
 }
 
 // enableControllers turns on the controllers want for dir's children. In
-// cgroup v2 a cgroup with processes cannot do that; when own is set and
-// dir has processes (the worker's own cgroup, the root of a container's
-// cgroup namespace), they move to a leaf child first, as container
-// runtimes do when nesting.
-func enableControllers(dir string, want []string, own bool) error {
+// cgroup v2 a cgroup with processes cannot do that; they must move to a
+// leaf child first, as container runtimes do when nesting. That is done
+// when the processes are this one alone (a systemd service with
+// Delegate=yes) or move is set (dir is the root of the worker's cgroup
+// namespace: its container's own), never to processes of others.
+func enableControllers(dir string, want []string, move bool) error {
 	avail, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
 		return fmt.Errorf("cgroup %s: %w", dir, err)
@@ -168,16 +175,21 @@ func enableControllers(dir string, want []string, own bool) error {
 	}
 	ctl := filepath.Join(dir, "cgroup.subtree_control")
 	err = os.WriteFile(ctl, []byte(strings.Join(add, " ")), 0)
-	if err != nil && own && errors.Is(err, unix.EBUSY) {
-		leaf := filepath.Join(dir, "actloop-worker")
-		if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("cgroup %s: %w", leaf, err)
-		}
+	if err != nil && errors.Is(err, unix.EBUSY) {
 		procs, rerr := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if rerr != nil {
 			return fmt.Errorf("cgroup %s: %w", dir, rerr)
 		}
-		for pid := range strings.FieldsSeq(string(procs)) {
+		pids := strings.Fields(string(procs))
+		if !move && !slices.Equal(pids, []string{strconv.Itoa(os.Getpid())}) {
+			return fmt.Errorf("cgroup %s holds other processes than this one (%d of them): give the worker a cgroup "+
+				"of its own (a systemd unit with Delegate=yes, or a container with its own cgroup namespace)", dir, len(pids))
+		}
+		leaf := filepath.Join(dir, "actloop-worker")
+		if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("cgroup %s: %w", leaf, err)
+		}
+		for _, pid := range pids {
 			// A process that exited meanwhile is fine.
 			if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(pid), 0); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("cgroup %s: move process %s: %w", leaf, pid, err)

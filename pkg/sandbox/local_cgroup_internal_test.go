@@ -19,15 +19,17 @@ func TestOwnCgroup(t *testing.T) {
 	tests := []struct {
 		name, cgroup, mountinfo string
 		want                    string // "" means an error
+		wantNSRoot              bool
 		wantErr                 string
 	}{
-		{"unified", "0::/system.slice/w.service\n", mountsV2, "/sys/fs/cgroup/system.slice/w.service", ""},
+		{"unified", "0::/system.slice/w.service\n", mountsV2, "/sys/fs/cgroup/system.slice/w.service", false, ""},
 		{"hybrid", hybrid, "22 1 0:20 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n" +
-			"23 1 0:21 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup/unified/docker/abc", ""},
-		{"container cgroup namespace", "0::/\n", "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup", ""},
-		{"mount of a subtree", "0::/docker/abc/sub\n", nsRoot, "/sys/fs/cgroup/sub", ""},
-		{"v1 only", "4:memory:/x\n1:name=systemd:/x\n", mountsV2, "", "cgroup v1 only"},
-		{"no cgroup2 mount", "0::/x\n", "22 1 0:20 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n", "", "no cgroup2 mount"},
+			"23 1 0:21 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup/unified/docker/abc", false, ""},
+		{"container cgroup namespace", "0::/\n", "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup", true, ""},
+		{"mount of a subtree", "0::/docker/abc/sub\n", nsRoot, "/sys/fs/cgroup/sub", false, ""},
+		{"mount root a prefix of another cgroup", "0::/docker/abcd\n", nsRoot, "", false, "no cgroup2 mount"},
+		{"v1 only", "4:memory:/x\n1:name=systemd:/x\n", mountsV2, "", false, "cgroup v1 only"},
+		{"no cgroup2 mount", "0::/x\n", "22 1 0:20 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n", "", false, "no cgroup2 mount"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,15 +44,15 @@ func TestOwnCgroup(t *testing.T) {
 			saved := cgroupFS
 			cgroupFS.procSelfCgroup, cgroupFS.mountinfo = cg, mi
 			t.Cleanup(func() { cgroupFS = saved })
-			got, err := ownCgroup()
+			got, nsRoot, err := ownCgroup()
 			if tt.want == "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("ownCgroup() = %q, %v; want an error saying %q", got, err, tt.wantErr)
 				}
 				return
 			}
-			if err != nil || got != tt.want {
-				t.Fatalf("ownCgroup() = %q, %v; want %q", got, err, tt.want)
+			if err != nil || got != tt.want || nsRoot != tt.wantNSRoot {
+				t.Fatalf("ownCgroup() = %q, %v, %v; want %q, %v", got, nsRoot, err, tt.want, tt.wantNSRoot)
 			}
 		})
 	}
@@ -94,7 +96,7 @@ func TestSeccompFilterCompiles(t *testing.T) {
 // pids controllers: each command's processes, also those that left its
 // session, end with it, and its cgroup is removed.
 func TestCgroupPerCommand(t *testing.T) {
-	own, err := ownCgroup()
+	own, _, err := ownCgroup()
 	if err != nil {
 		t.Skipf("no cgroup v2: %v", err)
 	}
