@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,6 +64,26 @@ func BenchmarkDecodeGenStep(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Decode[GenStep](data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeSample decodes a sample with a 64 KiB task, every section
+// set: the strict read (unknown and repeated fields) walks it a second time.
+func BenchmarkDecodeSample(b *testing.B) {
+	s := Sample{V: Version, ID: "swe-0001-2", GroupID: "swe-0001", GroupIndex: 2, GroupSize: 4, Family: "django",
+		Task: strings.Repeat("Fix the failing test in the ORM. ", 2000),
+		Env: Env{Backend: BackendLocal, Workspace: "/repos/django", Setup: []string{"pip install -e ."}, Eval: "./runtests.py",
+			Tests: &Tests{FailToPass: []string{"test_a", "test_b"}, Format: TestLogDjango}},
+		Limits:   Limits{StepLimit: 250, TokenBudget: 131072, WallClockMS: 3_600_000},
+		Sampling: Sampling{MaxNewTokens: 4096, Temperature: 1, TopP: 0.95},
+		Metadata: []byte(`{"instance_id":"django__django-11099","split":"test"}`)}
+	data, _ := json.Marshal(s)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeSample(data); err != nil {
 			b.Fatal(err)
 		}
 	}

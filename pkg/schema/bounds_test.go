@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -272,4 +273,49 @@ func TestDecodeRequestRefusesUnknownFields(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The scanner finds the keys and values json.Decoder finds, in any JSON
+// object encoding/json accepts.
+func FuzzObjectScanner(f *testing.F) {
+	f.Add([]byte(`{"a":1,"b":"x\"}{[","c":{"d":[1,{"e":"\\"}]},"t\u0061sk":null, "f" : true }`))
+	f.Add([]byte(`{"v":1,"id":"a","task":"\\\\\"","env":{"backend":"sim"},"metadata":[[],{},"]"]}`))
+	f.Add([]byte(` {} `))
+	f.Add([]byte(`{"a":-1.5e+3,"b":false,"a":[]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return
+		}
+		sc := scanner{b: b}
+		if !sc.open() {
+			t.Fatalf("scanner does not open %s", b)
+		}
+		for dec.More() {
+			tok, _ := dec.Token()
+			var want json.RawMessage
+			if err := dec.Decode(&want); err != nil {
+				t.Fatal(err)
+			}
+			key, value, ok := sc.member()
+			if !ok || key != tok.(string) || string(value) != string(want) && !jsonEqualText(value, want) {
+				t.Fatalf("member = %q %s %v, want %q %s in %s", key, value, ok, tok, want, b)
+			}
+		}
+		if key, _, ok := sc.member(); ok {
+			t.Fatalf("scanner found %q past the end of %s", key, b)
+		}
+	})
+}
+
+// jsonEqualText reports whether a and b are the same JSON text but for
+// whitespace outside strings (json.RawMessage keeps it as written).
+func jsonEqualText(a, b []byte) bool {
+	var ca, cb bytes.Buffer
+	_ = json.Compact(&ca, a)
+	_ = json.Compact(&cb, b)
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
 }

@@ -16,46 +16,154 @@ import (
 // two "task"s, and ignore the rest. b has decoded into a t already, so it
 // is well-formed and its values have the right JSON types. The keys in
 // also are known at b's top level as well (an API request's optional "v").
+// It reports at most maxUnknown keys of one object.
 func checkFields(p *problems, b []byte, t reflect.Type, path string, also ...string) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	sc := scanner{b: b}
+	if !sc.open() {
 		return // null
 	}
 	fields := jsonFields(t)
 	seen := make(map[string]bool, len(fields))
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
+	reported := 0
+	for {
+		key, raw, ok := sc.member()
+		if !ok {
 			return
 		}
-		key, _ := tok.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return
-		}
-		at := key
+		at := clip(key)
 		if path != "" {
-			at = path + "." + key
+			at = path + "." + at
 		}
-		ft, ok := fields[key]
+		if reported == maxUnknown {
+			p.add(path+".*", "more unknown or repeated fields, not listed")
+			return
+		}
+		ft, known := fields[key]
 		switch {
-		case !ok && slices.Contains(also, key):
-			if seen[key] {
-				p.add(at, "given twice")
-			}
-			seen[key] = true
-		case !ok:
-			p.add(at, "unknown field%s", hint(key, fields, path))
 		case seen[key]:
 			p.add(at, "given twice")
+			reported++
+		case !known && slices.Contains(also, key):
+		case !known:
+			p.add(at, "unknown field%s", hint(key, fields, path))
+			reported++
 		default:
-			seen[key] = true
 			if ft.Kind() == reflect.Pointer {
 				ft = ft.Elem()
 			}
 			if ft.Kind() == reflect.Struct && ft.PkgPath() == t.PkgPath() {
 				checkFields(p, raw, ft, at)
 			}
+		}
+		seen[key] = true
+	}
+}
+
+const maxUnknown = 16
+
+// scanner walks the members of a JSON object that encoding/json has
+// accepted, without decoding the values: a sample's task runs to hundreds
+// of KiB, which json.Decoder would copy and scan again.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
+		s.i++
+	}
+}
+
+// open consumes the object's '{'; false when b is not an object (null).
+func (s *scanner) open() bool {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '{' {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// member reads the next key and its value's JSON text; false at the end.
+func (s *scanner) member() (key string, value []byte, ok bool) {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == ',' {
+		s.i++
+		s.ws()
+	}
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return "", nil, false // '}'
+	}
+	k0 := s.i
+	raw := s.str()
+	key = string(raw)
+	if bytes.IndexByte(raw, '\\') >= 0 && json.Unmarshal(s.b[k0:s.i], &key) != nil {
+		return "", nil, false
+	}
+	s.ws()
+	if s.i >= len(s.b) || s.b[s.i] != ':' {
+		return "", nil, false
+	}
+	s.i++
+	s.ws()
+	v0 := s.i
+	s.skip()
+	return key, s.b[v0:s.i], true
+}
+
+// str consumes a string and returns its text between the quotes, escapes
+// as they are.
+func (s *scanner) str() []byte {
+	start := s.i + 1
+	for i := start; ; {
+		j := bytes.IndexByte(s.b[i:], '"')
+		if j < 0 {
+			s.i = len(s.b)
+			return s.b[start:]
+		}
+		i += j
+		n := 0 // backslashes before the quote: an odd number escape it
+		for k := i - 1; k >= start && s.b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 0 {
+			s.i = i + 1
+			return s.b[start:i]
+		}
+		i++
+	}
+}
+
+// skip consumes one value.
+func (s *scanner) skip() {
+	if s.i >= len(s.b) {
+		return
+	}
+	switch s.b[s.i] {
+	case '"':
+		s.str()
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				s.str()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					s.i++
+					return
+				}
+			}
+			s.i++
+		}
+	default: // a number, true, false or null
+		for s.i < len(s.b) && !endsLiteral(s.b[s.i]) {
+			s.i++
 		}
 	}
 }
@@ -131,4 +239,12 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+func endsLiteral(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
 }
