@@ -80,6 +80,9 @@ func TestDecodeSampleBounds(t *testing.T) {
 		{"wrong case", `{"v":1,"id":"a","Task":"t","task":"t","env":{"backend":"sim"}}`, "Task", "case-sensitive"},
 		{"given twice", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeout_ms":1000,"step_timeout_ms":9}}`,
 			"env.step_timeout_ms", "given twice"},
+		{"escaped key", `{"v":1,"id":"a","t\u0061sk":"t","env":{"backend":"sim"}}`, "", ""},
+		{"long unknown key", sampleWith(`"` + strings.Repeat("k", 1000) + `":1`), strings.Repeat("k", 64) + "…", "unknown field"},
+		{"many unknown keys", sampleWith(manyKeys(40)), "k0", "more unknown or repeated fields, not listed"},
 		{"metadata holds anything", sampleWith(`"metadata":{"anything":{"step_timeot_ms":1},"x":[{"y":null}]}`), "", ""},
 		{"null objects", sampleWith(`"limits":null,"sampling":null`), "", ""},
 		{"another version's fields", `{"v":2,"id":"a","task":"t","env":{"backend":"sim"},"priority":3}`, "v", "unsupported schema version 2"},
@@ -318,4 +321,13 @@ func jsonEqualText(a, b []byte) bool {
 	_ = json.Compact(&ca, a)
 	_ = json.Compact(&cb, b)
 	return bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
+// manyKeys is n members "k0":0,"k1":1,….
+func manyKeys(n int) string {
+	var ks []string
+	for i := range n {
+		ks = append(ks, fmt.Sprintf(`"k%d":%d`, i, i))
+	}
+	return strings.Join(ks, ",")
 }
