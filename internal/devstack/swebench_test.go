@@ -29,13 +29,15 @@ func TestSWEBenchTaskUnderMiniSWEAgentConfig(t *testing.T) {
 	if _, err := e.stack.StartGenWorkerWith(e.ctx, gcfg, nil); err != nil {
 		t.Fatal(err)
 	}
+	repos := t.TempDir()
 	ecfg := e.stack.EnvWorkerConfig("env-0")
 	ecfg.AgentConfig = agentConfig
+	ecfg.WorkspaceRoots = append(ecfg.WorkspaceRoots, repos) // ACTLOOP_WORKSPACE_ROOTS
 	if _, err := e.stack.StartEnvWorker(e.ctx, ecfg); err != nil {
 		t.Fatal(err)
 	}
 
-	repo, base := swebenchtest.Repo(t, t.TempDir())
+	repo, base := swebenchtest.Repo(t, repos)
 	submit := "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
 	var samples []schema.Sample
 	for _, tc := range []struct {

@@ -278,7 +278,8 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 	started := time.Now()
 	res, err := w.runAction(ctx, sb, t, replay)
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("exec_ms", time.Since(started).Milliseconds()),
-		attribute.Int("exit_code", res.ReturnCode), attribute.Bool("timed_out", res.TimedOut), attribute.Bool("truncated", res.Truncated))
+		attribute.Int("exit_code", res.ReturnCode), attribute.Bool("timed_out", res.TimedOut), attribute.Bool("truncated", res.Truncated),
+		attribute.String("limit", res.Limit))
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
 			return nil, bus.Fatal(fmt.Errorf("sandbox lost: %w", err))
@@ -426,7 +427,18 @@ func (w *Worker) evaluate(ctx context.Context, t *traj.Trajectory, diff string) 
 		return evaluation{}, fmt.Errorf("eval: %w", err)
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("eval_ms", time.Since(started).Milliseconds()),
-		attribute.Int("eval_exit_code", res.ReturnCode))
+		attribute.Int("eval_exit_code", res.ReturnCode), attribute.String("eval_limit", res.Limit))
+	ev := score(env, res)
+	if res.Limit != "" && !res.TimedOut {
+		// The agent's change made the eval run into a sandbox limit: the
+		// verdict stands, and the reason says why.
+		ev.note = joinNote(ev.note, "eval stopped by the sandbox's "+res.Limit+" limit")
+	}
+	return ev, nil
+}
+
+// score is the verdict of an eval that ran and gave res.
+func score(env schema.Env, res sandbox.ExecResult) evaluation {
 	if env.Tests != nil {
 		// A timed-out eval's partial output still says which tests ran.
 		ev := evaluation{}
@@ -437,15 +449,23 @@ func (w *Worker) evaluate(ctx context.Context, t *traj.Trajectory, diff string) 
 		case res.Truncated && ev.reward == 0:
 			ev.note = "eval output was cut at ACTLOOP_OUTPUT_LIMIT; tests in the cut part read as MISSING"
 		}
-		return ev, nil
+		return ev
 	}
 	switch {
 	case res.TimedOut:
-		return evaluation{note: "eval timed out"}, nil
+		return evaluation{note: "eval timed out"}
 	case res.ReturnCode == 0:
-		return evaluation{reward: 1}, nil
+		return evaluation{reward: 1}
 	}
-	return evaluation{}, nil
+	return evaluation{}
+}
+
+// joinNote appends note to notes, "; " between.
+func joinNote(notes, note string) string {
+	if notes == "" {
+		return note
+	}
+	return notes + "; " + note
 }
 
 // sandbox returns t's sandbox, from this process or re-attached by handle
