@@ -53,14 +53,16 @@ type Agent struct {
 	Config Config
 }
 
-// Agents gives each sample's flow its configuration: the one read from a
-// file (ACTLOOP_AGENT_CONFIG) for every flow, or each flow's built-in one.
+// Agents gives each sample's flow its configuration: for the bash flow the
+// one read from a file (ACTLOOP_AGENT_CONFIG) when there is one, and
+// otherwise each flow's built-in one (a mini-swe-agent file's prompts ask
+// for ```bash blocks, which the tool_call flow does not read).
 type Agents struct {
 	custom *Config
 }
 
-// LoadAgents reads the configuration at path for every flow; "" keeps each
-// flow's built-in one.
+// LoadAgents reads the configuration at path for the bash flow; "" keeps
+// its built-in one.
 func LoadAgents(path string) (Agents, error) {
 	if path == "" {
 		return Agents{}, nil
@@ -78,7 +80,7 @@ func (a Agents) For(flow string) (Agent, error) {
 	if err != nil {
 		return Agent{}, err
 	}
-	if a.custom != nil {
+	if a.custom != nil && f.Name() == schema.FlowBash {
 		return Agent{Flow: f, Config: *a.custom}, nil
 	}
 	return Agent{Flow: f, Config: DefaultConfigFor(f.Name())}, nil

@@ -30,6 +30,10 @@ type Flow interface {
 	// that it timed out) as the next message and its ids, generation
 	// prompt included.
 	Outcome(c Config, tmpl tokenize.ChatTemplate, action, output string, code int, timedOut bool) (schema.Message, []int32, error)
+	// Closing is the message that ends a trajectory's conversation when it
+	// ends (submission is the submitted text) and its ids, which no
+	// generation prompt follows; false when the flow appends none.
+	Closing(tmpl tokenize.ChatTemplate, e Ending, submission string) (schema.Message, []int32, bool)
 }
 
 // FlowNamed returns the flow a sample names; "" is schema.FlowBash.
@@ -69,6 +73,13 @@ func (BashFlow) Outcome(c Config, tmpl tokenize.ChatTemplate, action, output str
 	}
 	return schema.Message{Role: schema.RoleUser, Content: content},
 		append(tmpl.Message(schema.RoleUser, content), tmpl.GenerationPrompt()...), nil
+}
+
+// Closing implements Flow: mini-swe-agent's terminating message
+// (TerminatingMessage), a user message.
+func (BashFlow) Closing(tmpl tokenize.ChatTemplate, e Ending, submission string) (schema.Message, []int32, bool) {
+	m := TerminatingMessage(e, submission)
+	return m, tmpl.Message(m.Role, m.Content), true
 }
 
 func observation(c Config, action, output string, code int, timedOut bool) (string, error) {
@@ -188,6 +199,18 @@ func (ToolCallFlow) Action(_ Config, reply string) (string, error) {
 		return SubmitCommand, nil
 	}
 	return "", &FormatError{Actions: calls, Reason: fmt.Sprintf("unknown tool %q (the tools are bash and submit)", call.Name)}
+}
+
+// Closing implements Flow: the submit call's result, a tool message
+// holding the submitted text; nothing for a limit (a user message would
+// make Qwen3's template drop the reasoning of every turn before it when it
+// renders the conversation again).
+func (ToolCallFlow) Closing(tmpl tokenize.ChatTemplate, e Ending, submission string) (schema.Message, []int32, bool) {
+	tt, err := toolTemplate(tmpl)
+	if err != nil || e != EndingSubmitted {
+		return schema.Message{}, nil, false
+	}
+	return schema.Message{Role: schema.RoleTool, Content: submission}, tt.ToolResults(submission), true
 }
 
 // Outcome implements Flow: a tool message, its content rendered by the

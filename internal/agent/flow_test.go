@@ -85,6 +85,13 @@ func TestFlowConformance(t *testing.T) {
 					t.Errorf("feedback for %q: %q, %v", bad, msg, err)
 				}
 			}
+			m, ids, ok := ag.Closing(tmpl, EndingSubmitted, "the diff")
+			if !ok || m.Content != "the diff" || !slices.Equal(ids, tmpl.Message(m.Role, m.Content)) {
+				t.Errorf("closing of a submission: %+v %v", m, ok)
+			}
+			if _, _, ok := ag.Closing(tmpl, EndingLimitsExceeded, ""); ok != (fc.name == schema.FlowBash) {
+				t.Errorf("closing of a limit: %v (mini-swe-agent's empty message in the bash flow only)", ok)
+			}
 			for _, timedOut := range []bool{false, true} {
 				m, ids, err := ag.Outcome(c, tmpl, "ls", "a.py\n", 0, timedOut)
 				if err != nil {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // ErrLimitsExceeded ends a trajectory: CheckLimits wraps it with the limit
@@ -73,13 +75,13 @@ func (l Limits) Validate() error {
 func CheckLimits(l Limits, u Usage) error {
 	switch {
 	case l.StepLimit > 0 && u.Calls >= l.StepLimit:
-		return &LimitError{Limit: "step_limit", Value: l.StepLimit}
+		return &LimitError{Limit: schema.LimitStep, Value: l.StepLimit}
 	case l.TokenBudget > 0 && u.Tokens >= l.TokenBudget:
-		return &LimitError{Limit: "token_budget", Value: l.TokenBudget}
+		return &LimitError{Limit: schema.LimitTokenBudget, Value: l.TokenBudget}
 	case l.WallClock > 0 && u.Elapsed >= l.WallClock:
-		return &LimitError{Limit: "wall_clock", Value: l.WallClock}
+		return &LimitError{Limit: schema.LimitWallClock, Value: l.WallClock}
 	case l.FormatErrorLimit > 0 && u.FormatErrors >= l.FormatErrorLimit:
-		return &LimitError{Limit: "format_error_limit", Value: l.FormatErrorLimit}
+		return &LimitError{Limit: schema.LimitFormatError, Value: l.FormatErrorLimit}
 	}
 	return nil
 }

@@ -15,9 +15,12 @@ import (
 // trainable tokens): a trainer that has what it needs from a batch stops
 // the rest. A waiting sample is answered without running; a running
 // trajectory is committed as aborted (a step in flight then commits
-// nothing) and its sandbox closed. Admission is held meanwhile, so that no
+// nothing) and its sandbox closed; one whose state is lost is answered
+// from what the index keeps of it. Admission is held meanwhile, so that no
 // sample named here starts while it is being aborted. Ids that are neither
-// waiting nor running (finished, or unknown) are listed as not found.
+// waiting nor running (finished, or unknown) are listed as not found, and
+// those that could not be aborted (Redis or NATS failing) as failed, with
+// the error.
 func (c *Coordinator) Abort(ctx context.Context, req schema.AbortRequest) (schema.AbortReply, error) {
 	if err := req.Validate(); err != nil {
 		return schema.AbortReply{}, err
@@ -30,35 +33,77 @@ func (c *Coordinator) Abort(ctx context.Context, req schema.AbortRequest) (schem
 	}
 	ids := slices.Clone(req.TrajIDs)
 	if len(req.GroupIDs) > 0 {
-		ids = append(ids, c.waiting.inGroups(req.GroupIDs)...)
-		ids = append(ids, c.active.inGroups(req.GroupIDs)...)
+		groups := make(map[string]bool, len(req.GroupIDs))
+		for _, g := range req.GroupIDs {
+			groups[g] = true
+		}
+		ids = append(ids, c.waiting.inGroups(groups)...)
+		ids = append(ids, c.active.inGroups(groups)...)
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	reply := schema.AbortReply{Aborted: []string{}}
-	var errs []error
 	for _, id := range ids {
-		var err error
-		switch w := c.waiting.get(id); {
-		case w != nil:
-			err = c.abortWaiting(ctx, w, reason)
-		case c.active.has(id):
-			err = c.end(ctx, id, schema.StatusAborted, reason)
+		ended, err := c.abortOne(ctx, id, reason)
+		switch {
+		case err != nil:
+			reply.Failed = append(reply.Failed, schema.AbortFailed{ID: id, Error: err.Error()})
+		case ended:
+			reply.Aborted = append(reply.Aborted, id)
 		default:
 			reply.NotFound = append(reply.NotFound, id)
-			continue
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("abort %s: %w", id, err))
-			continue
-		}
-		reply.Aborted = append(reply.Aborted, id)
 	}
 	if len(reply.Aborted) > 0 {
 		c.d.Log.Info("trajectories aborted by the trainer", "aborted", len(reply.Aborted), "reason", req.Reason)
 	}
 	c.poke()
-	return reply, errors.Join(errs...)
+	if len(reply.Failed) > 0 && len(reply.Aborted) == 0 {
+		return reply, fmt.Errorf("abort %s: %s", reply.Failed[0].ID, reply.Failed[0].Error)
+	}
+	return reply, nil
+}
+
+// abortOne ends id if it is running or waiting, and reports whether it did.
+// A trajectory admitted is running even while its sample is still listed
+// as waiting (an admission half done): it is ended as running, and no
+// longer waits.
+func (c *Coordinator) abortOne(ctx context.Context, id, reason string) (bool, error) {
+	if e, ok := c.active.entry(id); ok {
+		for attempt := 0; ; attempt++ {
+			t, err := c.store.Load(ctx, id, traj.WithAll)
+			switch {
+			case errors.Is(err, traj.ErrNotFound): // its state is lost: answered from the index
+				r := traj.FallbackResult(schema.ResultHead{TrajID: id, GroupID: e.GroupID, GroupIndex: e.GroupIndex,
+					GroupSize: e.GroupSize, Family: e.Family, Purpose: schema.ResultPurpose(e.Purpose),
+					Status: schema.StatusAborted, Reason: reason, Replica: e.Replica, FinishedAt: c.d.Now().UTC()})
+				if err := c.d.Results.Publish(ctx, r, schema.MsgID(id, 0, "aborted")); err != nil {
+					return false, err
+				}
+			case err != nil:
+				return false, err
+			case t.Status.Terminal():
+				return false, nil // it ended already: its result stands
+			default:
+				err = c.end(ctx, t, schema.StatusAborted, reason)
+				if errors.Is(err, traj.ErrStale) && attempt < 5 {
+					continue // it moved meanwhile; look again
+				}
+				if err != nil {
+					return false, err
+				}
+			}
+			break
+		}
+		if c.waiting.get(id) != nil {
+			return true, c.unwait(ctx, id)
+		}
+		return true, nil
+	}
+	if w := c.waiting.get(id); w != nil {
+		return true, c.abortWaiting(ctx, w, reason)
+	}
+	return false, nil
 }
 
 // abortWaiting answers a waiting sample with a result of status aborted
@@ -66,7 +111,7 @@ func (c *Coordinator) Abort(ctx context.Context, req schema.AbortRequest) (schem
 func (c *Coordinator) abortWaiting(ctx context.Context, w *waitingSample, reason string) error {
 	s, now := w.Sample, c.d.Now().UTC()
 	r := traj.FallbackResult(schema.ResultHead{TrajID: s.ID, GroupID: s.GroupID, GroupIndex: s.GroupIndex,
-		GroupSize: s.GroupSize, Family: s.Family, Purpose: purposeOf(s.Purpose), Status: schema.StatusAborted,
+		GroupSize: s.GroupSize, Family: s.Family, Purpose: schema.ResultPurpose(s.Purpose), Status: schema.StatusAborted,
 		Reason: reason, AdmittedAt: now, FinishedAt: now})
 	r.SampleID = s.ID
 	if err := c.d.Results.Publish(ctx, r, schema.MsgID(s.ID, 0, "aborted")); err != nil {

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"slices"
 	"sync"
 	"time"
 
@@ -137,12 +136,12 @@ func (s *activeSet) onReplicas(down func(replica string) bool) map[string]string
 }
 
 // inGroups returns the active trajectories of groups.
-func (s *activeSet) inGroups(groups []string) []string {
+func (s *activeSet) inGroups(groups map[string]bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ids []string
 	for id, a := range s.m {
-		if slices.Contains(groups, a.entry.GroupID) {
+		if groups[a.entry.GroupID] {
 			ids = append(ids, id)
 		}
 	}

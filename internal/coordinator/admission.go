@@ -319,7 +319,7 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 	}
 	now := c.d.Now().UTC()
 	r := traj.FallbackResult(schema.ResultHead{TrajID: id.ID, GroupID: id.GroupID, GroupIndex: id.GroupIndex,
-		GroupSize: id.GroupSize, Family: id.Family, Purpose: purposeOf(id.Purpose), Status: schema.StatusFailed,
+		GroupSize: id.GroupSize, Family: id.Family, Purpose: schema.ResultPurpose(id.Purpose), Status: schema.StatusFailed,
 		Reason: "rejected: " + reason.Error(), AdmittedAt: now, FinishedAt: now})
 	c.d.Log.Warn("sample rejected: answered with a failed result", "traj_id", id.ID, "reason", reason)
 	if err := c.d.Results.Publish(ctx, r, schema.MsgID(id.ID, 0, "rejected")); err != nil {
@@ -328,12 +328,4 @@ func (c *Coordinator) reject(ctx context.Context, data []byte, reason error) err
 	// Never active, so handleResult does not count it.
 	c.observeResult(schema.ResultHead{Status: r.Status, Reason: r.Reason, Purpose: r.Purpose, MinVersion: -1})
 	return nil
-}
-
-// purposeOf is a result's purpose for a sample's: "validation" or none.
-func purposeOf(samplePurpose string) string {
-	if samplePurpose == schema.PurposeValidation {
-		return schema.PurposeValidation
-	}
-	return ""
 }

@@ -95,8 +95,9 @@ type Config struct {
 	PauseTimeout time.Duration `envconfig:"PAUSE_TIMEOUT" default:"30s"`
 	// MaxVersionStep bounds how far one resume may raise the weight
 	// version (versions never go back, so a mistaken huge one would hold
-	// every later resume); 0: no bound.
-	MaxVersionStep int64 `envconfig:"MAX_VERSION_STEP" default:"1000"`
+	// every later resume); 0: no bound. The default leaves room for
+	// versions numbered by the trainer's global step.
+	MaxVersionStep int64 `envconfig:"MAX_VERSION_STEP" default:"1000000"`
 	// MaxStaleness (weight versions; -1: no limit) and StalePolicy (keep,
 	// restart, mask) decide what happens to a trajectory whose oldest
 	// generated token is too old; published in the control state.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"slices"
 	"sort"
@@ -281,27 +280,35 @@ func (w caller) String() string { return w.Via + " " + w.From }
 
 // controlCall runs the trainer call named op ("pause", "resume", "abort",
 // "get") on body and returns the HTTP status and the JSON answer. Every
-// call is audited: logged with who made it and how it ended, and published
-// as an EventControl on actloop.events.
+// call is audited: logged with who made it, the request and how it ended,
+// and but for get published as an EventControl on actloop.events.
 func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte, who caller) (int, any) {
 	status, answer := c.runControl(ctx, op, body)
 	outcome := http.StatusText(status)
 	if e, ok := answer.(schema.APIError); ok {
 		outcome += ": " + e.Error
 	}
-	level := slog.LevelInfo
-	if op == "get" {
-		level = slog.LevelDebug // read-only, and polled
+	detail := string(body)
+	if len(detail) > maxAuditDetail {
+		detail = detail[:maxAuditDetail] + "…"
 	}
-	c.d.Log.Log(ctx, level, "control call", "op", op, "from", who.String(), "status", status, "outcome", outcome)
-	e := schema.Event{V: schema.Version, Type: schema.EventControl, Op: op, From: who.String(), Reason: outcome,
-		Worker: c.cfg.CoordinatorID, At: c.d.Now().UTC()}
+	if op == "get" { // read-only, and polled: logged only
+		c.d.Log.DebugContext(ctx, "control call", "op", op, "from", who.String(), "status", status, "outcome", outcome)
+		return status, answer
+	}
+	c.d.Log.InfoContext(ctx, "control call", "op", op, "from", who.String(), "request", detail, "status", status,
+		"outcome", outcome)
+	e := schema.Event{V: schema.Version, Type: schema.EventControl, Op: op, From: who.String(), Detail: detail,
+		Reason: outcome, Worker: c.cfg.CoordinatorID, At: c.d.Now().UTC()}
 	id := fmt.Sprintf("control:%s:%s:%d", c.cfg.CoordinatorID, op, e.At.UnixNano())
 	if err := c.d.Pub.Publish(context.WithoutCancel(ctx), bus.SubjectEvents, id, e); err != nil {
 		c.d.Log.Warn("control call not audited on actloop.events", "op", op, "error", err)
 	}
 	return status, answer
 }
+
+// maxAuditDetail bounds the request body an audit record keeps.
+const maxAuditDetail = 1024
 
 // runControl makes the call controlCall audits.
 func (c *Coordinator) runControl(ctx context.Context, op string, body []byte) (int, any) {

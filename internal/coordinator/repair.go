@@ -121,12 +121,6 @@ func (c *Coordinator) loadOrLost(ctx context.Context, id string) (*traj.Trajecto
 // reason), so no trainer batch waits for it. For a trajectory that already
 // ended it publishes that end's result again.
 func (c *Coordinator) Fallback(ctx context.Context, id, reason string) error {
-	return c.end(ctx, id, schema.StatusFallback, reason)
-}
-
-// end ends a live trajectory with a result of status (fallback, aborted),
-// as Fallback says.
-func (c *Coordinator) end(ctx context.Context, id, status, reason string) error {
 	for attempt := 0; ; attempt++ {
 		t, err := c.loadOrLost(ctx, id)
 		if t == nil {
@@ -135,26 +129,33 @@ func (c *Coordinator) end(ctx context.Context, id, status, reason string) error 
 		if t.Status.Terminal() {
 			return traj.PublishResult(ctx, c.d.Store, c.d.Results, t, c.d.Common.ResultTTL, c.controlState())
 		}
-		seq := t.Seq
-		err = c.store.Commit(ctx, t, traj.Aborted{End: status, Reason: reason})
+		err = c.end(ctx, t, schema.StatusFallback, reason)
 		if errors.Is(err, traj.ErrStale) && attempt < 5 {
 			continue // it moved meanwhile; look again
 		}
-		if err != nil {
-			return err
-		}
-		c.d.Log.Warn("trajectory ended early", "traj_id", id, "seq", seq, "status", status, "reason", reason)
-		if err := traj.PublishResult(ctx, c.d.Store, c.d.Results, t, c.d.Common.ResultTTL, c.controlState()); err != nil {
-			return err
-		}
-		if t.Owner != "" {
-			close := schema.EnvStep{V: schema.Version, TrajID: id, Seq: t.Seq, Kind: schema.EnvClose}
-			if err := c.d.Pub.Publish(ctx, bus.SubjectEnv(t.Owner), t.MsgID("close"), close); err != nil {
-				c.d.Log.Warn("sandbox close not sent", "traj_id", id, "error", err)
-			}
-		}
-		return nil
+		return err
 	}
+}
+
+// end commits live trajectory t as ended with a result of status
+// (fallback, aborted), publishes the result and has its sandbox closed.
+// traj.ErrStale: t moved meanwhile.
+func (c *Coordinator) end(ctx context.Context, t *traj.Trajectory, status, reason string) error {
+	id, seq := t.ID, t.Seq
+	if err := c.store.Commit(ctx, t, traj.Aborted{End: status, Reason: reason}); err != nil {
+		return err
+	}
+	c.d.Log.Warn("trajectory ended early", "traj_id", id, "seq", seq, "status", status, "reason", reason)
+	if err := traj.PublishResult(ctx, c.d.Store, c.d.Results, t, c.d.Common.ResultTTL, c.controlState()); err != nil {
+		return err
+	}
+	if t.Owner != "" {
+		close := schema.EnvStep{V: schema.Version, TrajID: id, Seq: t.Seq, Kind: schema.EnvClose}
+		if err := c.d.Pub.Publish(ctx, bus.SubjectEnv(t.Owner), t.MsgID("close"), close); err != nil {
+			c.d.Log.Warn("sandbox close not sent", "traj_id", id, "error", err)
+		}
+	}
+	return nil
 }
 
 // republish publishes again the work message that trajectory id's state
@@ -236,7 +237,7 @@ func (c *Coordinator) lost(ctx context.Context, id string) error {
 		return c.readmit(ctx, a, e.Replica)
 	}
 	r := traj.FallbackResult(schema.ResultHead{TrajID: id, GroupID: e.GroupID, GroupIndex: e.GroupIndex,
-		GroupSize: e.GroupSize, Family: e.Family, Purpose: purposeOf(e.Purpose), Reason: ReasonLost, Replica: e.Replica,
+		GroupSize: e.GroupSize, Family: e.Family, Purpose: schema.ResultPurpose(e.Purpose), Reason: ReasonLost, Replica: e.Replica,
 		FinishedAt: c.d.Now().UTC()})
 	c.d.Log.Error("trajectory state lost: answered with a fallback result", "traj_id", id)
 	return c.d.Results.Publish(ctx, r, schema.MsgID(id, 0, "lost"))

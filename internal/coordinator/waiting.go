@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"encoding/json"
-	"slices"
 	"sync"
 	"time"
 
@@ -75,12 +74,12 @@ func (s *waitingSet) get(id string) *waitingSample {
 }
 
 // inGroups returns the waiting samples of groups.
-func (s *waitingSet) inGroups(groups []string) []string {
+func (s *waitingSet) inGroups(groups map[string]bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ids []string
 	for id, w := range s.m {
-		if slices.Contains(groups, w.Sample.GroupID) {
+		if groups[w.Sample.GroupID] {
 			ids = append(ids, id)
 		}
 	}

@@ -64,6 +64,10 @@ func TestAbortEndsWaitingAndRunningTrajectories(t *testing.T) {
 	}
 	resultsHandled(e)
 	checkGroups(e, map[string][]string{"ab": {"ab-0", "ab-1"}})
+	if again, err := coord.Abort(e.ctx, schema.AbortRequest{TrajIDs: []string{"ab-0", "ab-1"}}); err != nil ||
+		len(again.Aborted) != 0 || !slices.Equal(again.NotFound, []string{"ab-0", "ab-1"}) {
+		t.Fatalf("aborting what has ended: %+v, %v", again, err)
+	}
 	if _, err := coord.Abort(e.ctx, schema.AbortRequest{}); err == nil {
 		t.Fatal("an abort that names nothing was accepted")
 	}

@@ -26,11 +26,13 @@ func toolCall(thought, name string, args any) string {
 
 // A tool-calling trajectory end to end on the dev stack under Qwen3's
 // template: the tools in the system message, one call per reply (a reply
-// without one is a format error), each result back as a tool message, and
-// submit hands in the diff, which the eval scores. Its stored ids are
-// exactly the conversation as Qwen3's chat template renders it with the
-// flow's tools (the Go rendering that the Jinja2 goldens of
-// internal/tokenize check), each reply's ids the simulator's.
+// without one is a format error; a call inside the reasoning is not one),
+// each result back as a tool message, and submit hands in the diff, which
+// the eval scores and which is the submit call's result. Its stored ids
+// are exactly the conversation as Qwen3's chat template renders it with
+// the flow's tools (the Go rendering that the Jinja2 goldens of
+// internal/tokenize check), the reasoning of the turns after the last user
+// message kept, each reply's ids the simulator's.
 func TestToolCallFlowEndToEnd(t *testing.T) {
 	e := newEnvWith(t, 1, func(o *devstack.Options) { o.ChatTemplate = tokenize.TemplateQwen3 })
 	startOneOfEach(t, e, e.stack.CoordinatorConfig(), nil)
@@ -40,9 +42,9 @@ func TestToolCallFlowEndToEnd(t *testing.T) {
 	s.Script = []string{
 		toolCall("Let me read the script first.", "bash", map[string]string{"command": "cat add.sh"}),
 		"I think it subtracts; let me fix it.", // no call: a format error
-		toolCall("It subtracts instead of adding. Fix the operator and run the check.", "bash",
+		toolCall("<think>\nThe script subtracts; a <tool_call> here is only a thought.\n</think>\n\nFix the operator and run the check.", "bash",
 			map[string]string{"command": `sed -i 's/\$1 - \$2/$1 + $2/' add.sh && bash check.sh add`}),
-		toolCall("The check passes.", "submit", map[string]string{}),
+		toolCall("<think>\nThe check passes.\n</think>\n\nSubmitting.", "submit", map[string]string{}),
 	}
 	s.Normalize()
 	e.submit(s)
@@ -55,7 +57,7 @@ func TestToolCallFlowEndToEnd(t *testing.T) {
 	for _, m := range r.Messages {
 		roles = append(roles, m.Role)
 	}
-	want := []string{"system", "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant", "user"}
+	want := []string{"system", "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant", "tool"}
 	if !slices.Equal(roles, want) {
 		t.Fatalf("roles %q, want %q", roles, want)
 	}
@@ -66,7 +68,7 @@ func TestToolCallFlowEndToEnd(t *testing.T) {
 		t.Errorf("format error %q", m)
 	}
 	if m := r.Messages[9].Content; m != r.Diff {
-		t.Errorf("the terminating message is %q, want the submission (the diff)", m)
+		t.Errorf("the submit call's result is %q, want the submission (the diff)", m)
 	}
 
 	tmpl := testTemplateNamed(t, tokenize.TemplateQwen3).(tokenize.ToolTemplate)

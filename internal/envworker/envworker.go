@@ -192,7 +192,9 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		return nil
 	case schema.EnvStart:
 		s = traj.Step{Want: traj.StatusStarting, Run: w.startStep, Discard: func(ctx context.Context, tr traj.Transition) {
-			w.closeSandbox(ctx, step.TrajID, tr.(traj.Started).Handle) // another delivery started one, or a retry starts anew
+			if st, ok := tr.(traj.Started); ok { // another delivery started one, or a retry starts anew
+				w.closeSandbox(ctx, step.TrajID, st.Handle)
+			}
 		}}
 	case schema.EnvExec:
 		s = traj.Step{Want: traj.StatusNeedsEnvStep, Run: w.execStep}
@@ -255,7 +257,7 @@ func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Transi
 		return traj.Failed{Reason: "prompt: " + err.Error()}, nil
 	}
 	sb, err := w.newSandbox(ctx, b, t)
-	if bus.IsFatal(err) && permanentStartError(err) {
+	if bus.IsFatal(err) && permanentStartError(err) && !errors.Is(err, sandbox.ErrUnisolated) { // the host's doing, not the sample's
 		return traj.Failed{Reason: "sandbox set-up: " + err.Error()}, nil
 	}
 	if err != nil {
@@ -288,8 +290,11 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 	}
 	ran := traj.Ran{Digest: traj.ExecDigest(res.Output, res.ReturnCode), Exit: res.ReturnCode, Replay: replay}
 	if submitted, text := agent.HasFinished(res.Output, res.ReturnCode); submitted && !res.TimedOut {
-		m := agent.TerminatingMessage(agent.EndingSubmitted, text)
-		return traj.Submitted{Ran: ran, Closing: &traj.UserTurn{Content: m.Content, Tokens: w.tmpl.Message(m.Role, m.Content)}}, nil
+		ag, err := w.agents.For(t.Sample.Flow)
+		if err != nil {
+			return nil, bus.Fatal(err)
+		}
+		return traj.Submitted{Ran: ran, Closing: traj.Closing(ag, w.tmpl, agent.EndingSubmitted, text)}, nil
 	}
 	ag, err := w.agents.For(t.Sample.Flow)
 	if err != nil {

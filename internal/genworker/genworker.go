@@ -372,8 +372,8 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 	if t.TurnGen == 0 { // limits are checked before each model call, not before a resume
 		var le *agent.LimitError
 		if err := agent.CheckLimits(lim, use); errors.As(err, &le) {
-			closing := w.closing(agent.TerminatingMessage(agent.EndingLimitsExceeded, ""))
-			return traj.LimitReached{Limit: le.Limit, Reason: err.Error(), Closing: &closing}, nil
+			return traj.LimitReached{Limit: le.Limit, Reason: err.Error(),
+				Closing: traj.Closing(ag, w.tmpl, agent.EndingLimitsExceeded, "")}, nil
 		}
 	}
 	partial := t.Tokens[len(t.Tokens)-t.TurnGen:]
@@ -468,12 +468,6 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 			Tokens: slices.Concat(w.tmpl.Message(schema.RoleUser, msg), w.tmpl.GenerationPrompt())}}, nil
 	}
 	return nil, bus.Fatal(perr)
-}
-
-// closing is the user turn of m, a trajectory's terminating message: the
-// conversation ends with it, so no generation prompt follows.
-func (w *Worker) closing(m schema.Message) traj.UserTurn {
-	return traj.UserTurn{Content: m.Content, Tokens: w.tmpl.Message(m.Role, m.Content)}
 }
 
 // account counts a generation's tokens, and the prompt tokens the server had

@@ -140,7 +140,7 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 	s := t.Sample
 	r := schema.Result{
 		ResultHead: schema.ResultHead{V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID,
-			GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family, Purpose: s.Purpose, Status: t.ResultStatus(),
+			GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family, Purpose: schema.ResultPurpose(s.Purpose), Status: t.ResultStatus(),
 			Limit: t.Limit, Reason: t.Reason, Reward: t.Reward, Replica: t.Replica,
 			Turns: t.Calls, Commands: t.Commands, GenTokens: t.GenTokens, AdmittedAt: t.AdmittedAt.UTC(),
 			FinishedAt: t.FinishedAt.UTC(), MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts, PromptLen: t.PromptLen,

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/actloop/actloop/internal/agent"
+	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -194,6 +196,16 @@ func (i Interrupted) apply(t *Trajectory, now time.Time) (appended, error) {
 		t.PreemptedAt = now
 	}
 	return a, nil
+}
+
+// Closing is the turn that ends a trajectory's conversation in flow f when
+// it ends as e (submission: the submitted text), nil when f appends none.
+func Closing(f agent.Flow, tmpl tokenize.ChatTemplate, e agent.Ending, submission string) *UserTurn {
+	m, ids, ok := f.Closing(tmpl, e, submission)
+	if !ok {
+		return nil
+	}
+	return &UserTurn{Role: m.Role, Content: m.Content, Tokens: ids}
 }
 
 // LimitReached: a limit ends the trajectory before its next model call

@@ -84,8 +84,8 @@ const (
 	// permanent error); the coordinator ends the trajectory with a fallback.
 	EventFailed EventType = "failed"
 	// EventControl: the audit of a trainer's control call (pause, resume,
-	// abort, get): Op, From (how and from where it came), Reason (its
-	// outcome); no trajectory.
+	// abort): Op, From (how and from where it came), Detail (the request,
+	// its first KiB), Reason (its outcome); no trajectory.
 	EventControl EventType = "control"
 )
 
@@ -99,6 +99,7 @@ type Event struct {
 	Worker string    `json:"worker,omitempty"`
 	Op     string    `json:"op,omitempty"`
 	From   string    `json:"from,omitempty"`
+	Detail string    `json:"detail,omitempty"`
 	Reason string    `json:"reason,omitempty"`
 	At     time.Time `json:"at"`
 }
