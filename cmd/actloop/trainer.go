@@ -77,7 +77,9 @@ func newSubmitCmd() *cobra.Command {
 		Short: "Publish samples from a JSONL file (one sample per line)",
 		Long: `Publish samples from a JSONL file, one sample per line (- for standard input).
 
-Validates every sample first; publishes nothing if any line is invalid. Each
+Validates every sample first (a line holds at most 512 KiB, schema.MaxSampleBytes;
+a field the sample format lacks is refused by name); publishes nothing if any
+line is invalid, and names every bad line. Each
 sample is published with its id as Nats-Msg-Id, so submitting a file again is
 harmless. With --format swebench the lines are SWE-bench rows, turned into
 samples with the swebench flags.`,
