@@ -41,12 +41,15 @@ const (
 
 // Limits bound what one command may use; a zero field means no limit.
 type Limits struct {
-	// MaxProcs bounds the number of processes. Local enforces it under
+	// MaxProcs bounds the number of processes. Local enforces it with its
+	// cgroup's pids.max where it has cgroups (Local.Cgroups), else under
 	// bwrap only (RLIMIT_NPROC, counted per sandbox in its own user
 	// namespace; unisolated it would count all of the worker's processes).
 	MaxProcs int
-	// MemoryMB bounds memory: each process's address space for Local
-	// (RLIMIT_AS), the container's memory for Docker.
+	// MemoryMB bounds memory: for Local, a command's memory as a whole
+	// (its cgroup's memory.max, no swap; an OOM kills the command) where it
+	// has cgroups, else each process's address space (RLIMIT_AS); the
+	// container's memory for Docker.
 	MemoryMB int
 	// CPUTime bounds each process's CPU time (RLIMIT_CPU); Local rounds it
 	// up to whole seconds.

@@ -143,7 +143,13 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 	closeAll(extra)
 	extra = nil
 	if l.diskBytes > 0 && !o.internal && o.id != "" {
-		go watchDisk(runCtx, l.diskBytes, func() { stopRun(errDiskLimit) }, o.dir, o.tmpDir)
+		watchCtx, stopWatch := context.WithCancel(runCtx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			watchDisk(watchCtx, l.diskBytes, func() { stopRun(errDiskLimit) }, o.dir, o.tmpDir)
+		}()
+		defer func() { stopWatch(); <-watched }()
 	}
 	copied := make(chan struct{}, len(readers))
 	for i, r := range readers {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
@@ -12,17 +13,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DeniedSyscalls are the system calls that fail with EPERM under bwrap
+// DeniedSyscalls returns the system calls that fail with EPERM under bwrap
 // (the seccomp filter Local hands bwrap): everything else is allowed. They
 // reach the kernel's attack surface far beyond what building and testing
 // code needs: tracing other processes, mounting, the kernel keyring, eBPF,
 // userfaultfd, kernel modules, kexec, reboot, swap, pivot_root,
 // perf_event_open, changing the system clock or name, quotas, accounting,
 // open_by_handle_at (which escapes bind mounts), the new mount API and
-// personality. New user namespaces are refused too: unshare and clone with
+// io_uring (whose users fall back to plain system calls). New user namespaces are refused too: unshare and clone with
 // CLONE_NEWUSER fail with EPERM and clone3 with ENOSYS (C libraries then
 // fall back to clone), and bwrap's --disable-userns backs this up.
-var DeniedSyscalls = []string{
+func DeniedSyscalls() []string { return slices.Clone(deniedSyscalls) }
+
+var deniedSyscalls = []string{
 	"ptrace", "process_vm_readv", "process_vm_writev",
 	"mount", "umount2", "pivot_root", "chroot",
 	"open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
@@ -34,7 +37,8 @@ var DeniedSyscalls = []string{
 	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
 	"sethostname", "setdomainname",
 	"quotactl", "acct", "lookup_dcookie", "open_by_handle_at", "name_to_handle_at",
-	"iopl", "ioperm", "personality", "setns", "syslog",
+	"iopl", "ioperm", "setns", "syslog",
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
 	"nfsservctl", "vhangup", "uselib", "ustat", "sysfs", "_sysctl",
 }
 
@@ -59,7 +63,7 @@ func seccompFilter() ([]byte, error) {
 		return nil, fmt.Errorf("seccomp: %w", err)
 	}
 	var names []string
-	for _, n := range DeniedSyscalls {
+	for _, n := range deniedSyscalls {
 		// Some calls exist on one architecture only (iopl, _sysctl).
 		if _, ok := info.SyscallNames[n]; ok {
 			names = append(names, n)
