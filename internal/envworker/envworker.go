@@ -145,6 +145,9 @@ func realBackend(ctx context.Context, cfg Config, d *service.Deps) (sandbox.Back
 	if err != nil {
 		return nil, fmt.Errorf("local sandbox backend: %w", err)
 	}
+	if local.Isolation() == sandbox.IsolationBwrap && !local.Seccomp() {
+		d.Log.Warn("no seccomp filter for this architecture: sandbox commands may make every system call bwrap leaves them")
+	}
 	if cg := local.Cgroups(); cg != "" {
 		d.Log.Info("sandbox commands run in cgroups", "cgroups", cg)
 	} else {
