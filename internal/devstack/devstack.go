@@ -289,6 +289,7 @@ func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
 	// A development stack must run on a machine with only Go: bubblewrap
 	// where it works, else unisolated, which the env-worker logs loudly.
 	c.AllowUnisolated = true
+	c.WorkspaceRoots = []string{s.Opts.Dir} // the demo's workspaces are under it
 	c.Tokenizer, c.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
 	return c
 }
