@@ -95,6 +95,21 @@ type Config struct {
 	SandboxBackend string `envconfig:"SANDBOX_BACKEND" default:"local"`
 	DockerHost     string `envconfig:"DOCKER_HOST"`
 	DockerImage    string `envconfig:"DOCKER_IMAGE"`
+	// SandboxImages lists, for the docker backend, the images a sample's
+	// env.image may name besides ACTLOOP_DOCKER_IMAGE: exact references,
+	// or prefixes ending in `*` (`python:*`, `ghcr.io/org/*`; `*` alone
+	// allows any), compared as written; a sample naming another ends
+	// failed, naming this setting.
+	SandboxImages []string `envconfig:"SANDBOX_IMAGES"`
+	// DockerUser is the numeric `uid:gid` (not root) containers run as;
+	// "" is 65534:65534.
+	DockerUser string `envconfig:"DOCKER_USER"`
+	// DockerWorkDirMB is the size, MiB, of each container's in-memory work
+	// dir (0: 4096); its root is read-only.
+	DockerWorkDirMB int `envconfig:"DOCKER_WORKDIR_MB"`
+	// DockerTmpMB is the size, MiB, of each container's in-memory /tmp (0:
+	// 1024).
+	DockerTmpMB int `envconfig:"DOCKER_TMP_MB"`
 	// CPUs bounds a sandbox's CPU share in cores: the container's with
 	// Docker, each command's cgroup (cpu.max) with the local backend where
 	// it has cgroups. 0: no limit.
@@ -213,8 +228,9 @@ func (c *Config) docker() sandbox.DockerConfig {
 	if host == "" {
 		host = os.Getenv("DOCKER_HOST")
 	}
-	return sandbox.DockerConfig{Host: host, Image: c.DockerImage, OutputLimit: c.OutputLimit, Network: c.Network, CPUs: c.CPUs,
-		Limits: sandbox.Limits{MaxProcs: c.MaxProcs, MemoryMB: c.MemoryMB, CPUTime: c.CPUTime}}
+	return sandbox.DockerConfig{Host: host, Image: c.DockerImage, Images: c.SandboxImages, User: c.DockerUser,
+		WorkDirSizeMB: c.DockerWorkDirMB, TmpSizeMB: c.DockerTmpMB, OutputLimit: c.OutputLimit, Network: c.Network,
+		CPUs: c.CPUs, Limits: sandbox.Limits{MaxProcs: c.MaxProcs, MemoryMB: c.MemoryMB, CPUTime: c.CPUTime}}
 }
 
 func (c *Config) sim() sandbox.SimConfig {

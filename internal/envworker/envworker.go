@@ -567,7 +567,8 @@ func (w *Worker) startSandbox(ctx context.Context, b sandbox.Backend, id string,
 func permanentStartError(err error) bool {
 	var se *sandbox.SetupError
 	return errors.As(err, &se) || errors.Is(err, sandbox.ErrInvalidID) || errors.Is(err, sandbox.ErrPatch) ||
-		errors.Is(err, sandbox.ErrUnisolated) || errors.Is(err, sandbox.ErrWorkspaceRefused)
+		errors.Is(err, sandbox.ErrUnisolated) || errors.Is(err, sandbox.ErrWorkspaceRefused) ||
+		errors.Is(err, sandbox.ErrImageNotAllowed)
 }
 
 // owns returns traj.ErrSkip for a step of a trajectory that another
