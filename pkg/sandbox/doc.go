@@ -19,8 +19,11 @@
 //     processes and CPU share in a cgroup v2 per command where the worker
 //     has a delegated one (Local.Cgroups), else RLIMIT_AS and, under
 //     bwrap, RLIMIT_NPROC.
-//   - Docker runs a container per sandbox over the Docker Engine HTTP API
-//     (memory, process and CPU limits, no network by default).
+//   - Docker runs a container per sandbox over the Docker Engine HTTP API:
+//     an unprivileged user, no capabilities, no-new-privileges, a read-only
+//     root with a size-limited in-memory work dir and /tmp, memory,
+//     process and CPU limits, no network by default, and only the images
+//     DockerConfig allows (ErrImageNotAllowed).
 //   - Sim runs no processes; it simulates latencies and a handful of commands
 //     (echo, sleep, exit) for load tests and for tests of the layers above.
 //
@@ -37,7 +40,7 @@
 //   - Close is idempotent and removes everything; afterwards Attach, Exec and
 //     Diff report ErrNotFound.
 //   - Output is capped (the head and tail kept) while it is read, and
-//     DiffCapped cuts a diff at the caller's cap; a CappedDiffer (Local)
+//     DiffCapped cuts a diff at the caller's cap; a CappedDiffer (Local, Docker)
 //     also reads no further, so neither costs the caller more memory than
 //     its cap whatever the sandbox holds.
 //

@@ -24,7 +24,8 @@ type Spec struct {
 	// Env holds extra environment variables for every command.
 	Env map[string]string
 	// Image is the container image for the Docker backend ("" means its
-	// configured default); Local and Sim ignore it.
+	// configured default; any other must be allowed by DockerConfig.Images);
+	// Local and Sim ignore it.
 	Image string
 }
 
