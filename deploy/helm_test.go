@@ -1308,6 +1308,9 @@ type natsPerms struct {
 // add is p with q's subjects added, placeholders replaced.
 func (p natsPerms) add(q natsPerms, subst map[string]string) natsPerms {
 	fill := func(s string) string {
+		if subst["<id>"] == "*" { // the env-worker's consumer, env-<id>, is then any
+			s = strings.ReplaceAll(s, "env-<id>", "*")
+		}
 		for k, v := range subst {
 			s = strings.ReplaceAll(s, k, v)
 		}

@@ -101,7 +101,10 @@ func TestSubmitResultsStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("ACTLOOP_NATS_URL", st.NATS.ClientURL())
+	for _, kv := range st.TrainerEnv() { // the stack's NATS wants its credentials
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
 	ws, err := demo.Workspace(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +200,7 @@ func TestSubmitResultsStatus(t *testing.T) {
 	if err := run(ctx, []string{"pause", "--mode", "nap"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "mode") {
 		t.Fatalf("pause with a bad mode: %v", err)
 	}
-	resp, err := http.Post(srv.URL+"/v1/resume", "application/json", strings.NewReader(`{"weight_version":3}`))
+	resp, err := authPost(srv.URL+"/v1/resume", st.Creds.APIToken, `{"weight_version":3}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +222,7 @@ func TestSubmitResultsStatus(t *testing.T) {
 	if err != nil || cs.Control.Paused || cs.Control.WeightVersion != 3 || cs.Control.Epoch != 1 {
 		t.Fatalf("GET /v1/control: %+v %v", cs, err)
 	}
-	resp, err = http.Post(srv.URL+"/v1/pause", "application/json", strings.NewReader(`{"mode":"abort","timeout_ms":"soon"}`))
+	resp, err = authPost(srv.URL+"/v1/pause", st.Creds.APIToken, `{"mode":"abort","timeout_ms":"soon"}`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/actloop/actloop/internal/bench"
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/localnats"
@@ -212,7 +215,8 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	defer stop()
 	st, err := devstack.StartInfra(svcCtx, devstack.Options{Dir: o.dir, RedisKind: kind, Replicas: o.replicas,
 		Slots: o.slots, EnvSlots: o.envSlots, Sim: sim.Config{TimeScale: o.timeScale}, Common: common,
-		CoordinatorAddr: coordAddr, AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log})
+		CoordinatorAddr: coordAddr, AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log,
+		LeastPrivilege: true})
 	if err != nil {
 		return err
 	}
@@ -230,18 +234,26 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	if err != nil {
 		return err
 	}
-	d, err := st.Deps(ctx, "trainer")
+	envPath, err := writeDevEnv(o.dir, st.TrainerEnv())
 	if err != nil {
 		return err
 	}
-	defer d.Close()
+	// The demo's trainer logs in as the CLI does, with its permissions.
+	nc, js, err := devTrainer(ctx, st.TrainerCommon())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
 	if !o.asJSON {
 		fmt.Fprintf(stderr, "actloop dev: NATS %s, Redis %s (%s), %d replicas x %d slots, logs in %s\n",
 			st.NATS.ClientURL(), st.Redis.Addr, st.Redis.Kind, o.replicas, o.slots, logPath)
+		fmt.Fprintf(stderr, "actloop dev: every server wants credentials, generated for this run; the CLI's (NATS user %s, the API token) are in\n"+
+			"actloop dev:   . %s\n", devstack.TrainerUser, envPath)
 	}
+	pub := bus.NewPublisher(js)
 	samples := demo.Samples(o.tasks, ws, "demo")
 	for _, s := range samples {
-		if err := d.Pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
+		if err := pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
 			return err
 		}
 	}
@@ -249,7 +261,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	syncCtx, stopSync := context.WithCancel(ctx)
 	syncErr := make(chan error, 1)
 	if o.syncEvery > 0 {
-		c, err := client.New(d.NC)
+		c, err := client.New(nc)
 		if err != nil {
 			stopSync()
 			return err
@@ -258,7 +270,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	} else {
 		syncErr <- nil
 	}
-	results, err := bench.CollectHeads(syncCtx, d.JS, len(samples), func(done int) {
+	results, err := bench.CollectHeads(syncCtx, js, len(samples), func(done int) {
 		if !o.asJSON {
 			progress(stderr, done, len(samples), time.Since(start))
 		}
@@ -302,6 +314,46 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 		return fmt.Errorf("%d of %d demo tasks not solved (see %s)", sum.Trajectories-sum.Solved, sum.Trajectories, logPath)
 	}
 	return nil
+}
+
+// devEnvFile is the file under the state directory of `actloop dev` with
+// the CLI's settings for the running stack.
+const devEnvFile = "actloop.env"
+
+// writeDevEnv writes env (KEY=value lines) under dir as a shell script of
+// export lines that only the user can read, and returns its path.
+func writeDevEnv(dir string, env []string) (string, error) {
+	var b strings.Builder
+	b.WriteString("# The actloop CLI's settings for the running `actloop dev` (secrets: generated for this run).\n")
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(&b, "export %s='%s'\n", k, strings.ReplaceAll(v, "'", `'\''`))
+	}
+	path := filepath.Join(dir, devEnvFile)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.WriteString(b.String())
+	return path, errors.Join(err, f.Chmod(0o600), f.Close())
+}
+
+// devTrainer connects to the stack as the CLI does (connect): the trainer's
+// NATS user, the streams declared.
+func devTrainer(ctx context.Context, common service.Common) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := common.ConnectNATS("dev-trainer")
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		err = common.Topology().EnsureStreams(ctx, js)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
 
 // progress draws a one-line progress bar.

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -337,5 +339,74 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	t.Setenv("ACTLOOP_NATS_TLS_CA", filepath.Join(dir, "missing.pem"))
 	if err := run(nctx, []string{"control"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "ACTLOOP_NATS_TLS_CA") {
 		t.Fatalf("control with a missing CA file: %v", err)
+	}
+}
+
+// Each service refuses to start unauthenticated, naming the settings that
+// would authenticate it and the switch that lets it start anyway; with
+// that switch it goes on (here to find no server).
+func TestServeRefusesUnauthenticated(t *testing.T) {
+	for _, k := range []string{"ACTLOOP_NATS_USER", "ACTLOOP_NATS_PASSWORD", "ACTLOOP_NATS_TOKEN", "ACTLOOP_NATS_CREDS",
+		"ACTLOOP_NATS_NKEY", "ACTLOOP_NATS_TLS_CERT", "ACTLOOP_NATS_TLS_KEY", "ACTLOOP_REDIS_USERNAME",
+		"ACTLOOP_REDIS_PASSWORD", "ACTLOOP_API_TOKEN", "ACTLOOP_INSECURE"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("ACTLOOP_NATS_URL", "nats://127.0.0.1:1")
+	t.Setenv("ACTLOOP_REDIS_URL", "redis://127.0.0.1:1/0")
+	t.Setenv("ACTLOOP_SANDBOX_ALLOW_UNISOLATED", "true")
+	t.Setenv("ACTLOOP_SANDBOX_ROOT", t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, name := range []string{"coordinator", "gen-worker", "env-worker", "predictor-gw"} {
+		want := []string{"refusing to start unauthenticated", "ACTLOOP_NATS_USER", "ACTLOOP_REDIS_PASSWORD", "ACTLOOP_INSECURE=true"}
+		if name == "coordinator" {
+			want = append(want, "ACTLOOP_API_TOKEN")
+		}
+		var out, errOut bytes.Buffer
+		err := run(ctx, []string{"serve", name}, &out, &errOut)
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("serve %s unauthenticated: %v; want it to name %s", name, err, w)
+			}
+		}
+		t.Run(name+" insecure", func(t *testing.T) {
+			t.Setenv("ACTLOOP_INSECURE", "true")
+			err := run(ctx, []string{"serve", name}, &out, &errOut)
+			if err == nil || strings.Contains(err.Error(), "unauthenticated") || !strings.Contains(err.Error(), "nats") {
+				t.Errorf("serve %s with ACTLOOP_INSECURE=true: %v, want it to try NATS", name, err)
+			}
+		})
+	}
+}
+
+// authPost posts a JSON body to url with token as the bearer token.
+func authPost(url, token, body string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	return http.DefaultClient.Do(req)
+}
+
+// docs/security.md's table is the code's (service.NATSTable), which the
+// embedded server of `actloop dev` grants.
+func TestPermissionsTableIsTheCodes(t *testing.T) {
+	doc := documentedPermissions(t)
+	for client, want := range service.NATSTable {
+		got, ok := doc[client]
+		if !ok {
+			t.Errorf("docs/security.md: no row %q", client)
+			continue
+		}
+		if !slices.Equal(got.pub, want.Publish) || !slices.Equal(got.sub, want.Subscribe) || got.responses != want.Responses {
+			t.Errorf("docs/security.md row %q:\n got pub %q sub %q responses %v\nwant pub %q sub %q responses %v",
+				client, got.pub, got.sub, got.responses, want.Publish, want.Subscribe, want.Responses)
+		}
+	}
+	if len(doc) != len(service.NATSTable) {
+		t.Errorf("docs/security.md has %d rows, the code %d", len(doc), len(service.NATSTable))
 	}
 }

@@ -7,12 +7,15 @@ package devstack
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,7 +64,50 @@ type Options struct {
 	// RedisCluster, when set, is a Redis Cluster (its URL as
 	// ACTLOOP_REDIS_URL names one) to use instead of starting a Redis.
 	RedisCluster string
+	// LeastPrivilege: each service logs in to the embedded NATS server as
+	// a user of its own with exactly its permissions of docs/security.md
+	// (service.NATSPermissionsOf), as a deployment does; otherwise they
+	// all log in as DevUser. Users exist for the replicas and for
+	// EnvWorkerIDs; a service of another name is refused.
+	LeastPrivilege bool
+	// EnvWorkerIDs are the env-workers that get a NATS user of their own
+	// with LeastPrivilege; default env-0 (StartAll's).
+	EnvWorkerIDs []string
 	Log          *slog.Logger
+}
+
+// Credentials are what the stack's servers want from their clients,
+// generated at its start: its embedded NATS server wants a user and
+// password, its Redis a password, the coordinator's write calls the API
+// token.
+type Credentials struct {
+	// NATS is each NATS user's password, by user.
+	NATS          map[string]string
+	RedisPassword string
+	APIToken      string
+}
+
+// NATS users of a stack besides the services' own (LeastPrivilege).
+const (
+	// DevUser may do anything: the connections of tests and tools (Deps),
+	// and without LeastPrivilege the services'.
+	DevUser = "devstack"
+	// TrainerUser has the CLI's permissions (service.NATSTrainer).
+	TrainerUser = "trainer"
+)
+
+// natsUser is the NATS user of the service client with id (a replica, an
+// env-worker's id) in a stack with LeastPrivilege.
+func natsUser(client, id string) string {
+	switch client {
+	case service.NATSGenWorker:
+		return "gen-worker-" + id
+	case service.NATSEnvWorker:
+		return "env-worker-" + id
+	case service.NATSTrainer:
+		return TrainerUser
+	}
+	return client
 }
 
 // Stack is a running actloop in one process.
@@ -72,6 +118,9 @@ type Stack struct {
 	Sims     map[string]*sim.Server // by replica
 	SimURLs  map[string]string
 	Replicas []string
+	// Creds are the credentials the stack generated; empty when it uses
+	// servers of its own (Options.NATSURL, Options.RedisCluster) for those.
+	Creds Credentials
 	// Template is the chat template the workers use.
 	Template  tokenize.ChatTemplate
 	simServer []*http.Server
@@ -114,23 +163,32 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 			s.Close()
 		}
 	}()
+	for i := range o.Replicas {
+		s.Replicas = append(s.Replicas, fmt.Sprintf("r%d", i))
+	}
+	if len(s.Opts.EnvWorkerIDs) == 0 {
+		s.Opts.EnvWorkerIDs = []string{"env-0"}
+	}
+	s.Creds = Credentials{NATS: map[string]string{}, APIToken: secret()}
 	s.Opts.Common.NATSURL = o.NATSURL
 	if o.NATSURL == "" {
-		if s.NATS, err = localnats.Start(filepath.Join(o.Dir, "jetstream"), -1, o.NATSSync); err != nil {
+		if s.NATS, err = localnats.Start(filepath.Join(o.Dir, "jetstream"), -1, o.NATSSync, s.natsUsers()...); err != nil {
 			return nil, err
 		}
 		s.Opts.Common.NATSURL = s.NATS.ClientURL()
+		s.Opts.Common.NATSUser, s.Opts.Common.NATSPassword = DevUser, s.Creds.NATS[DevUser]
 	}
 	if o.RedisCluster != "" {
 		s.Opts.Common.RedisURL, s.Opts.Common.RedisCluster = o.RedisCluster, true
 	} else {
-		if s.Redis, err = localredis.Start(ctx, o.RedisKind, o.Dir); err != nil {
+		s.Creds.RedisPassword = secret()
+		if s.Redis, err = localredis.StartWithPassword(ctx, o.RedisKind, o.Dir, s.Creds.RedisPassword); err != nil {
 			return nil, err
 		}
 		s.Opts.Common.RedisURL, s.Opts.Common.RedisCluster = "redis://"+s.Redis.Addr+"/0", false
+		s.Opts.Common.RedisPassword = s.Creds.RedisPassword
 	}
-	for i := range o.Replicas {
-		name := fmt.Sprintf("r%d", i)
+	for _, name := range s.Replicas {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("simulator listen: %w", err)
@@ -139,17 +197,105 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 		hs := &http.Server{Handler: sv, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(l) }()
 		s.simServer = append(s.simServer, hs)
-		s.Replicas = append(s.Replicas, name)
 		s.Sims[name], s.SimURLs[name] = sv, "http://"+l.Addr().String()
 	}
 	return s, nil
 }
 
-// Deps connects a new NATS connection and Redis client for one service.
+// secret returns a new random password or token.
+func secret() string {
+	return rand.Text() // 26 base32 characters, 128 bits
+}
+
+// natsUsers are the embedded NATS server's users: DevUser, the trainer,
+// and with LeastPrivilege each service's own.
+func (s *Stack) natsUsers() []*server.User {
+	users := []*server.User{s.natsUser(DevUser, nil), s.natsUser(TrainerUser, ptr(service.NATSPermissionsOf(service.NATSTrainer, "")))}
+	if s.Opts.LeastPrivilege {
+		for _, c := range []string{service.NATSCoordinator, service.NATSPredictor} {
+			users = append(users, s.natsUser(natsUser(c, ""), ptr(service.NATSPermissionsOf(c, ""))))
+		}
+		for _, r := range s.Replicas {
+			users = append(users, s.natsUser(natsUser(service.NATSGenWorker, r), ptr(service.NATSPermissionsOf(service.NATSGenWorker, r))))
+		}
+		for _, id := range s.Opts.EnvWorkerIDs {
+			users = append(users, s.natsUser(natsUser(service.NATSEnvWorker, id), ptr(service.NATSPermissionsOf(service.NATSEnvWorker, id))))
+		}
+	}
+	return users
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// natsUser makes user with a new password and perms (nil: any).
+func (s *Stack) natsUser(user string, perms *service.NATSPermissions) *server.User {
+	pw := secret()
+	s.Creds.NATS[user] = pw
+	u := &server.User{Username: user, Password: pw}
+	if perms != nil {
+		u.Permissions = ServerPermissions(*perms)
+	}
+	return u
+}
+
+// ServerPermissions is p as nats-server's permissions of a user.
+func ServerPermissions(p service.NATSPermissions) *server.Permissions {
+	sp := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish)},
+		Subscribe: &server.SubjectPermission{Allow: slices.Clone(p.Subscribe)},
+	}
+	if p.Responses {
+		sp.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+	}
+	return sp
+}
+
+// as is common logged in to the stack's NATS as client (with id, see
+// service.NATSPermissionsOf): as its own user with LeastPrivilege, else as
+// DevUser. A stack on a NATS server of the caller's leaves common as is.
+func (s *Stack) as(common service.Common, client, id string) service.Common {
+	if s.NATS == nil || !s.Opts.LeastPrivilege && client != service.NATSTrainer {
+		return common
+	}
+	common.NATSUser = natsUser(client, id)
+	common.NATSPassword = s.Creds.NATS[common.NATSUser] // "" for a service without a user: refused
+	return common
+}
+
+// TrainerCommon is the stack's settings as the trainer (the CLI) logs in
+// to its NATS: as TrainerUser, with the CLI's permissions.
+func (s *Stack) TrainerCommon() service.Common {
+	return s.as(s.Opts.Common, service.NATSTrainer, "")
+}
+
+// TrainerEnv is the environment with which the actloop CLI drives the
+// stack as its trainer: its NATS URL, user and password and the
+// coordinator's API token (and address, when it serves one).
+func (s *Stack) TrainerEnv() []string {
+	c := s.TrainerCommon()
+	env := []string{"ACTLOOP_NATS_URL=" + c.NATSURL}
+	if c.NATSUser != "" {
+		env = append(env, "ACTLOOP_NATS_USER="+c.NATSUser, "ACTLOOP_NATS_PASSWORD="+c.NATSPassword)
+	}
+	if a := s.Opts.CoordinatorAddr; a != "" && !strings.HasSuffix(a, ":0") {
+		env = append(env, "ACTLOOP_COORDINATOR_URL=http://"+s.Opts.CoordinatorAddr)
+	}
+	return append(env, "ACTLOOP_API_TOKEN="+s.Creds.APIToken)
+}
+
+// Deps connects a new NATS connection and Redis client for one service or
+// tool, logged in as DevUser.
 func (s *Stack) Deps(ctx context.Context, name string) (*service.Deps, error) {
-	nc, err := nats.Connect(s.Opts.Common.NATSURL, nats.Name("actloop-"+name), nats.MaxReconnects(-1))
+	return s.depsAs(ctx, name, s.Opts.Common)
+}
+
+// depsAs is Deps logged in to NATS with login's credentials.
+func (s *Stack) depsAs(ctx context.Context, name string, login service.Common) (*service.Deps, error) {
+	c := s.Opts.Common
+	c.NATSUser, c.NATSPassword = login.NATSUser, login.NATSPassword
+	nc, err := c.ConnectNATS(name, nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("connect nats: %w", err)
+		return nil, err
 	}
 	d, err := service.NewDeps(ctx, s.Opts.Common, nc, s.newRedis(), s.Opts.Log.With("service", name))
 	if err != nil {
@@ -181,7 +327,12 @@ func (s *Stack) newRedis() redis.UniversalClient {
 // Go runs one service under ctx with its own connections; Wait collects its
 // error. It returns once the service is built (consumers declared).
 func (s *Stack) Go(ctx context.Context, name string, build func(ctx context.Context, d *service.Deps) (func(context.Context) error, error)) (*service.Deps, error) {
-	d, err := s.Deps(ctx, name)
+	return s.goAs(ctx, name, s.Opts.Common, build)
+}
+
+// goAs is Go logged in to NATS with login's credentials.
+func (s *Stack) goAs(ctx context.Context, name string, login service.Common, build func(ctx context.Context, d *service.Deps) (func(context.Context) error, error)) (*service.Deps, error) {
+	d, err := s.depsAs(ctx, name, login)
 	if err != nil {
 		return nil, err
 	}
@@ -206,14 +357,15 @@ func (s *Stack) Go(ctx context.Context, name string, build func(ctx context.Cont
 func (s *Stack) CoordinatorConfig() coordinator.Config {
 	var c coordinator.Config
 	service.Defaults(&c)
-	c.Common, c.Replicas, c.Slots, c.Addr = s.Opts.Common, s.Replicas, s.Opts.Slots, s.Opts.CoordinatorAddr
+	c.Common, c.Replicas, c.Slots, c.Addr = s.as(s.Opts.Common, service.NATSCoordinator, ""), s.Replicas, s.Opts.Slots, s.Opts.CoordinatorAddr
+	c.APIToken = s.Creds.APIToken
 	return c
 }
 
 // StartCoordinator runs the coordinator.
 func (s *Stack) StartCoordinator(ctx context.Context, cfg coordinator.Config) (*coordinator.Coordinator, error) {
 	var c *coordinator.Coordinator
-	_, err := s.Go(ctx, "coordinator", func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+	_, err := s.goAs(ctx, "coordinator", cfg.Common, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
 		var err error
 		c, err = coordinator.New(ctx, cfg, d)
 		if err != nil {
@@ -229,7 +381,7 @@ func (s *Stack) StartCoordinator(ctx context.Context, cfg coordinator.Config) (*
 // It returns the coordinator and its connections.
 func (s *Stack) StartElectedCoordinator(ctx context.Context, cfg coordinator.Config) (*coordinator.Elected, *service.Deps, error) {
 	var e *coordinator.Elected
-	d, err := s.Go(ctx, "coordinator-"+cfg.CoordinatorID, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+	d, err := s.goAs(ctx, "coordinator-"+cfg.CoordinatorID, cfg.Common, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
 		e = coordinator.NewElected(cfg, d)
 		return e.Run, nil
 	})
@@ -247,7 +399,7 @@ func (s *Stack) StartGenWorker(ctx context.Context, replica string, gen llm.Gene
 func (s *Stack) GenWorkerConfig(replica string) genworker.Config {
 	var cfg genworker.Config
 	service.Defaults(&cfg)
-	cfg.Common, cfg.Replica, cfg.Slots, cfg.LLMURL, cfg.WorkerID = s.Opts.Common, replica, s.Opts.Slots, s.SimURLs[replica], "gen-"+replica
+	cfg.Common, cfg.Replica, cfg.Slots, cfg.LLMURL, cfg.WorkerID = s.as(s.Opts.Common, service.NATSGenWorker, replica), replica, s.Opts.Slots, s.SimURLs[replica], "gen-"+replica
 	cfg.Addr = "" // no health server per worker in one process
 	cfg.AgentConfig = s.Opts.AgentConfig
 	cfg.Tokenizer, cfg.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
@@ -257,7 +409,7 @@ func (s *Stack) GenWorkerConfig(replica string) genworker.Config {
 // StartGenWorkerWith starts a gen-worker with cfg; gen is as for
 // StartGenWorker.
 func (s *Stack) StartGenWorkerWith(ctx context.Context, cfg genworker.Config, gen llm.Generator) (*service.Deps, error) {
-	return s.Go(ctx, "gen-worker-"+cfg.Replica, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+	return s.goAs(ctx, "gen-worker-"+cfg.Replica, cfg.Common, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
 		w, err := genworker.New(ctx, cfg, d, gen)
 		if err != nil {
 			return nil, err
@@ -283,20 +435,20 @@ func (s *Stack) GenWorker(replica string) *genworker.Worker {
 func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
 	var c envworker.Config
 	service.Defaults(&c)
-	c.Common, c.ID, c.Slots, c.SandboxRoot = s.Opts.Common, id, s.Opts.EnvSlots, filepath.Join(s.Opts.Dir, "sandboxes", id)
+	c.Common, c.ID, c.Slots, c.SandboxRoot = s.as(s.Opts.Common, service.NATSEnvWorker, id), id, s.Opts.EnvSlots, filepath.Join(s.Opts.Dir, "sandboxes", id)
 	c.SimEnvTimeScale = s.Opts.Sim.TimeScale
 	c.Addr, c.AgentConfig = "", s.Opts.AgentConfig
+	c.WorkspaceRoots = []string{s.Opts.Dir} // the demo's workspaces are under it
 	// A development stack must run on a machine with only Go: bubblewrap
 	// where it works, else unisolated, which the env-worker logs loudly.
 	c.AllowUnisolated = true
-	c.WorkspaceRoots = []string{s.Opts.Dir} // the demo's workspaces are under it
 	c.Tokenizer, c.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
 	return c
 }
 
 // StartEnvWorker runs an env-worker.
 func (s *Stack) StartEnvWorker(ctx context.Context, cfg envworker.Config) (*service.Deps, error) {
-	return s.Go(ctx, "env-worker-"+cfg.ID, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+	return s.goAs(ctx, "env-worker-"+cfg.ID, cfg.Common, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
 		w, err := envworker.New(ctx, cfg, d)
 		if err != nil {
 			return nil, err
@@ -315,14 +467,14 @@ func (s *Stack) StartPredictor(ctx context.Context) error {
 func (s *Stack) PredictorConfig() predictor.Config {
 	var cfg predictor.Config
 	service.Defaults(&cfg)
-	cfg.Common, cfg.Addr = s.Opts.Common, ""
+	cfg.Common, cfg.Addr = s.as(s.Opts.Common, service.NATSPredictor, ""), ""
 	cfg.Tokenizer, cfg.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
 	return cfg
 }
 
 // StartPredictorWith runs predictor-gw with cfg.
 func (s *Stack) StartPredictorWith(ctx context.Context, cfg predictor.Config) error {
-	_, err := s.Go(ctx, "predictor-gw", func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
+	_, err := s.goAs(ctx, "predictor-gw", cfg.Common, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
 		return predictor.New(cfg, d).Run, nil
 	})
 	return err

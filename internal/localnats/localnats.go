@@ -35,9 +35,11 @@ func ParseSync(s string) (Sync, error) {
 }
 
 // Start starts an embedded NATS server with JetStream storing under dir, on a
-// free loopback port (port -1) or the given one, syncing as sync says.
-func Start(dir string, port int, sync Sync) (*server.Server, error) {
+// free loopback port (port -1) or the given one, syncing as sync says. With
+// users, only they may connect, each with its permissions; without, anyone.
+func Start(dir string, port int, sync Sync, users ...*server.User) (*server.Server, error) {
 	opts := &server.Options{
+		Users:        users,
 		SyncInterval: sync.Interval,
 		SyncAlways:   sync.Always,
 		Host:         "127.0.0.1",

@@ -60,7 +60,7 @@ func StartCluster(ctx context.Context, dir string, masters, perMaster int, nodeT
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
-		s, err := startReal(ctx, d, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		s, err := startReal(ctx, d, "", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", fmt.Sprint(nodeTimeout.Milliseconds()), "--appendonly", "yes",
 			"--appendfsync", "always", "--protected-mode", "no")
 		if err != nil {

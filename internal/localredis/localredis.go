@@ -41,8 +41,14 @@ func (s *Server) Kill() { s.kill() }
 
 // Start starts a Redis of the given kind: KindReal, KindInProcess, or "" for
 // the real one when redis-server is on PATH and the in-process one otherwise.
-// dir holds the real server's files.
+// dir holds the real server's files. It wants no password.
 func Start(ctx context.Context, kind, dir string) (*Server, error) {
+	return StartWithPassword(ctx, kind, dir, "")
+}
+
+// StartWithPassword is Start with a server that wants password from every
+// client (requirepass; none when empty).
+func StartWithPassword(ctx context.Context, kind, dir, password string) (*Server, error) {
 	if kind == "" {
 		kind = KindInProcess
 		if _, err := exec.LookPath("redis-server"); err == nil {
@@ -51,9 +57,16 @@ func Start(ctx context.Context, kind, dir string) (*Server, error) {
 	}
 	switch kind {
 	case KindReal:
-		return startReal(ctx, dir)
+		var extra []string
+		if password != "" {
+			extra = []string{"--requirepass", password}
+		}
+		return startReal(ctx, dir, password, extra...)
 	case KindInProcess:
 		m := miniredis.NewMiniRedis()
+		if password != "" {
+			m.RequireAuth(password)
+		}
 		if err := m.Start(); err != nil {
 			return nil, fmt.Errorf("start in-process redis: %w", err)
 		}
@@ -64,8 +77,8 @@ func Start(ctx context.Context, kind, dir string) (*Server, error) {
 }
 
 // startReal starts redis-server with its files in dir, and extra
-// arguments after actloop's own.
-func startReal(ctx context.Context, dir string, extra ...string) (*Server, error) {
+// arguments after actloop's own; password is the one they set, if any.
+func startReal(ctx context.Context, dir, password string, extra ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH: %w", err)
@@ -99,7 +112,7 @@ func startReal(ctx context.Context, dir string, extra ...string) (*Server, error
 			_ = cmd.Process.Kill()
 			<-done
 		}
-		if err := waitReady(ctx, addr, done); err != nil {
+		if err := waitReady(ctx, addr, password, done); err != nil {
 			stop()
 			if errors.Is(err, errExited) {
 				continue // port taken between freePort and start
@@ -113,8 +126,8 @@ func startReal(ctx context.Context, dir string, extra ...string) (*Server, error
 
 var errExited = errors.New("redis-server exited")
 
-func waitReady(ctx context.Context, addr string, exited <-chan struct{}) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+func waitReady(ctx context.Context, addr, password string, exited <-chan struct{}) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: password, MaxRetries: -1})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

@@ -1,6 +1,9 @@
 package service
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // NATSPermissions is what one NATS client may publish and subscribe to, as a
 // user's permissions block in nats-server's authorization has it.
@@ -25,42 +28,123 @@ const (
 // NATSTable is docs/security.md's permissions table, by client, with the
 // placeholders <replica> (a gen-worker's ACTLOOP_REPLICA) and <id> (an
 // env-worker's ACTLOOP_ENV_WORKER_ID). A service's permissions are its row
-// and NATSEveryService's (NATSPermissionsOf). cmd/actloop's tests check the
-// documentation, deploy/nats.conf and the Helm chart against it and run
-// every client under it.
+// and NATSEveryService's (NATSPermissionsOf). JetStream's API is granted
+// subject by subject: each stream's and consumer's calls a client makes
+// (the subjects of nats.go's jetstream package), no other. cmd/actloop's
+// tests check the documentation, deploy/nats.conf and the Helm chart
+// against it and run every client, recovery included, under it.
 var NATSTable = map[string]NATSPermissions{
 	NATSEveryService: {
-		Publish:   []string{"$JS.API.>", "$JS.FC.>", "actloop.dlq"},
+		// Every service declares every stream and bucket at start, so they
+		// may start in any order.
+		Publish:   append(append([]string{"$JS.API.INFO"}, declare(declaredStreams...)...), "$JS.FC.>", "actloop.dlq"),
 		Subscribe: []string{"_INBOX.>"},
 	},
 	NATSCoordinator: {
-		Publish: []string{"actloop.env.>", "actloop.gen.>", "actloop.results.>", "$O.ACTLOOP_RESULT_BODIES.>",
-			"actloop.groups.>", "actloop.predict", "$JS.ACK.ACTLOOP_SAMPLES.>", "$JS.ACK.ACTLOOP_RESULTS.>",
-			"$JS.ACK.ACTLOOP_EVENTS.>", "$KV.actloop_priority.>", "$KV.actloop_control.state",
-			"$KV.actloop_leader.coordinator", "$KV.actloop_admitted.>"},
+		Publish: slices.Concat(
+			pull("ACTLOOP_SAMPLES", "coordinator-samples", "actloop.samples"),
+			pull("ACTLOOP_EVENTS", "coordinator-events", "actloop.events"),
+			pull("ACTLOOP_EVENTS", "coordinator-predictions", "actloop.predictions"),
+			pull("ACTLOOP_RESULTS", "coordinator-results", "actloop.results.>"),
+			[]string{
+				// The status's and the metrics' queues.
+				"$JS.API.CONSUMER.LIST.ACTLOOP_SAMPLES", "$JS.API.CONSUMER.LIST.ACTLOOP_GEN", "$JS.API.CONSUMER.LIST.ACTLOOP_ENV",
+				"$JS.API.STREAM.MSG.GET.ACTLOOP_SAMPLES", "$JS.API.STREAM.MSG.GET.ACTLOOP_GEN", "$JS.API.STREAM.MSG.GET.ACTLOOP_ENV",
+			},
+			declare("KV_actloop_leader"),
+			kvRead("actloop_leader", "coordinator"), kvRead("actloop_control", ">"), kvRead("actloop_heartbeats", ">"),
+			kvRead("actloop_priority", ">"), kvRead("actloop_admitted", ">"),
+			objectWrite,
+			[]string{"actloop.env.>", "actloop.gen.>", "actloop.results.>", "actloop.groups.>", "actloop.predict", "actloop.events",
+				"$JS.ACK.ACTLOOP_SAMPLES.>", "$JS.ACK.ACTLOOP_RESULTS.>", "$JS.ACK.ACTLOOP_EVENTS.>",
+				"$KV.actloop_priority.>", "$KV.actloop_control.state", "$KV.actloop_leader.coordinator", "$KV.actloop_admitted.>"}),
 		Subscribe: []string{"actloop.control.*"},
 		Responses: true,
 	},
 	NATSGenWorker: {
-		Publish: []string{"actloop.gen.>", "actloop.env.>", "actloop.events", "actloop.predictions", "actloop.predict",
-			"$JS.ACK.ACTLOOP_GEN.>", "$KV.actloop_heartbeats.gen.<replica>.>", "$KV.actloop_control.gen.<replica>.>"},
+		Publish: slices.Concat(
+			pull("ACTLOOP_GEN", "gen-<replica>-hi", "actloop.gen.<replica>.hi"),
+			pull("ACTLOOP_GEN", "gen-<replica>-rhi", "actloop.gen.<replica>.rhi"),
+			pull("ACTLOOP_GEN", "gen-<replica>-rlo", "actloop.gen.<replica>.rlo"),
+			[]string{
+				// Its own low class and, to steal, any replica's.
+				"$JS.API.CONSUMER.CREATE.ACTLOOP_GEN.*.actloop.gen.*.lo", "$JS.API.CONSUMER.INFO.ACTLOOP_GEN.*",
+				"$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_GEN.*", "$JS.API.STREAM.MSG.GET.ACTLOOP_GEN",
+			},
+			kvRead("actloop_control", "state"), kvRead("actloop_priority", ">"), kvRead("actloop_heartbeats", ">"),
+			[]string{"actloop.gen.>", "actloop.env.>", "actloop.events", "actloop.predictions", "actloop.predict",
+				"$JS.ACK.ACTLOOP_GEN.>", "$KV.actloop_heartbeats.gen.<replica>.>", "$KV.actloop_control.gen.<replica>.>"}),
 		Subscribe: []string{"actloop.gen.<replica>.*"},
 	},
 	NATSEnvWorker: {
-		Publish: []string{"actloop.gen.>", "actloop.env.>", "actloop.results.>", "$O.ACTLOOP_RESULT_BODIES.>",
-			"actloop.events", "actloop.predictions", "$JS.ACK.ACTLOOP_ENV.>", "$KV.actloop_heartbeats.env.<id>"},
+		Publish: slices.Concat(
+			pull("ACTLOOP_ENV", "env-<id>", "actloop.env.<id>"),
+			pull("ACTLOOP_ENV", "env-start", "actloop.env.start"),
+			kvRead("actloop_control", "state"), kvRead("actloop_priority", ">"),
+			objectWrite,
+			[]string{"actloop.gen.>", "actloop.env.>", "actloop.results.>", "actloop.events", "actloop.predictions",
+				"$JS.ACK.ACTLOOP_ENV.>", "$KV.actloop_heartbeats.env.<id>"}),
 		Subscribe: []string{"actloop.env.<id>", "actloop.env.start"},
 	},
 	NATSPredictor: {
-		Publish:   []string{"$JS.ACK.ACTLOOP_RESULTS.>"},
+		Publish:   append(pull("ACTLOOP_RESULTS", "predictor-history", "actloop.results.>"), "$JS.ACK.ACTLOOP_RESULTS.>"),
 		Subscribe: []string{"actloop.predict"},
 		Responses: true,
 	},
 	NATSTrainer: {
-		Publish:   []string{"$JS.API.>", "$JS.FC.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>"},
+		Publish: slices.Concat(
+			declare("ACTLOOP_SAMPLES", "ACTLOOP_EVENTS", "ACTLOOP_GEN", "ACTLOOP_ENV", "ACTLOOP_RESULTS", "ACTLOOP_DLQ"),
+			[]string{
+				// Its consumers of results and groups, by names of its choosing.
+				"$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>",
+				"$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.*", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.*",
+				// Result bodies.
+				"$JS.API.STREAM.INFO.OBJ_ACTLOOP_RESULT_BODIES",
+				"$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>",
+				"$JS.API.CONSUMER.CREATE.OBJ_ACTLOOP_RESULT_BODIES.*.$O.ACTLOOP_RESULT_BODIES.C.*",
+				"$JS.API.CONSUMER.DELETE.OBJ_ACTLOOP_RESULT_BODIES.*",
+				"$JS.FC.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>",
+			}),
 		Subscribe: []string{"_INBOX.>"},
 	},
 }
+
+// declaredStreams are the streams every service declares: the work
+// streams, and those under the KV buckets and the object store.
+var declaredStreams = []string{"ACTLOOP_SAMPLES", "ACTLOOP_EVENTS", "ACTLOOP_GEN", "ACTLOOP_ENV", "ACTLOOP_RESULTS", "ACTLOOP_DLQ",
+	"KV_actloop_priority", "KV_actloop_heartbeats", "KV_actloop_control", "KV_actloop_admitted", "OBJ_ACTLOOP_RESULT_BODIES"}
+
+// declare is what creating or updating the streams takes (CreateOrUpdate
+// looks first).
+func declare(streams ...string) []string {
+	var out []string
+	for _, s := range streams {
+		out = append(out, "$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s)
+	}
+	return out
+}
+
+// pull is what a durable pull consumer takes: creating (or updating) it on
+// stream, filtered to subject, and pulling from it.
+func pull(stream, consumer, subject string) []string {
+	return []string{"$JS.API.CONSUMER.CREATE." + stream + "." + consumer + "." + subject,
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + "." + consumer}
+}
+
+// kvRead is what reading keys of bucket takes: a get (a direct get), and a
+// watch or a listing of keys (an ordered consumer of a name of its own).
+func kvRead(bucket, keys string) []string {
+	return []string{"$JS.API.DIRECT.GET.KV_" + bucket + ".$KV." + bucket + "." + keys,
+		"$JS.API.CONSUMER.CREATE.KV_" + bucket + ".*.$KV." + bucket + "." + keys,
+		"$JS.API.CONSUMER.DELETE.KV_" + bucket + ".*"}
+}
+
+// objectWrite is what storing result bodies takes: the chunks and the
+// metadata, a look for an object of the same name, and purging its old
+// chunks when there is one.
+var objectWrite = []string{"$O.ACTLOOP_RESULT_BODIES.>",
+	"$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>",
+	"$JS.API.STREAM.PURGE.OBJ_ACTLOOP_RESULT_BODIES"}
 
 // NATSPermissionsOf returns what client (a NATSTable key other than
 // NATSEveryService) may do, its row joined with NATSEveryService's for a
