@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -142,7 +143,10 @@ func (v *violations) get() []string {
 // wants TLS and a password and grants each client only docs/security.md's
 // permissions: every service connects with the ACTLOOP_NATS_ settings
 // (service.Connect), the CLI with the same variables from its environment,
-// and the server reports no permission violation.
+// and the server reports no permission violation: not in a batch, a weight
+// sync, nor in the recovery paths (a leader takeover, stealing a step from
+// a dead replica, publishing a step again, moving a dead replica's
+// trajectories).
 func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	perms := documentedPermissions(t)
 	base := perms["every service"]
@@ -199,12 +203,15 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	svcCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
-	start := func(name string, c service.Common, build func(d *service.Deps) (func(context.Context) error, error)) {
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	// start runs a service until runCtx (within svcCtx) ends.
+	start := func(runCtx context.Context, name string, c service.Common, build func(d *service.Deps) (func(context.Context) error, error)) *service.Deps {
 		t.Helper()
 		if err := c.Validate(); err != nil {
 			fatalf("%s: %v", name, err)
 		}
-		d, err := service.Connect(ctx, c, name, st.Opts.Log)
+		d, err := service.Connect(ctx, c, name, logger.With("service", name))
 		if err != nil {
 			fatalf("%s: %v", name, err)
 		}
@@ -215,10 +222,11 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		}
 		wg.Go(func() {
 			defer d.Close()
-			if err := run(svcCtx); err != nil && svcCtx.Err() == nil {
+			if err := run(runCtx); err != nil && runCtx.Err() == nil {
 				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		})
+		return d
 	}
 	stopped := false
 	shutdown := func() {
@@ -230,25 +238,59 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	}
 	defer shutdown()
 
+	// Two coordinators under the leader lease, as deployed; short timeouts,
+	// so that the recovery paths run (below).
 	cc := st.CoordinatorConfig()
-	cc.Common, cc.CoordinatorID, cc.Addr = as(cc.Common, "coordinator"), "c1", ""
-	start("coordinator", cc.Common, func(d *service.Deps) (func(context.Context) error, error) {
-		return coordinator.NewElected(cc, d).Run, nil // with the leader lease, as deployed
-	})
-	for _, r := range replicas {
+	cc.Common, cc.Addr = as(cc.Common, "coordinator"), ""
+	cc.ReplicaTimeout, cc.RepublishAfter = 2*time.Second, time.Second
+	c1Ctx, stopC1 := context.WithCancel(svcCtx)
+	defer stopC1()
+	for _, id := range []string{"c1", "c2"} {
+		cfg := cc
+		cfg.CoordinatorID = id
+		runCtx := svcCtx
+		if id == "c1" {
+			runCtx = c1Ctx
+		}
+		start(runCtx, "coordinator-"+id, cfg.Common, func(d *service.Deps) (func(context.Context) error, error) {
+			return coordinator.NewElected(cfg, d).Run, nil
+		})
+		if id == "c1" {
+			testkit.Eventually(t, time.Minute, "c1 to lead", func() bool { return leads(logs.String(), "coordinator-c1") })
+		}
+	}
+	// startGen runs replica r's gen-worker until the returned stop.
+	type genRun struct {
+		w    *genworker.Worker
+		d    *service.Deps
+		stop context.CancelFunc
+	}
+	startGen := func(r string, steal bool) genRun {
+		t.Helper()
 		gc := st.GenWorkerConfig(r)
 		gc.Common = as(gc.Common, "gen-"+r)
-		start("gen-worker-"+r, gc.Common, func(d *service.Deps) (func(context.Context) error, error) {
-			w, err := genworker.New(svcCtx, gc, d, nil)
+		gc.Steal, gc.StealAfter, gc.HeartbeatInterval = steal, 300*time.Millisecond, 200*time.Millisecond
+		runCtx, stop := context.WithCancel(svcCtx)
+		g := genRun{stop: stop}
+		g.d = start(runCtx, "gen-worker-"+r, gc.Common, func(d *service.Deps) (func(context.Context) error, error) {
+			w, err := genworker.New(runCtx, gc, d, nil)
 			if err != nil {
 				return nil, err
 			}
+			g.w = w
 			return w.Run, nil
 		})
+		return g
+	}
+	gens := map[string]genRun{}
+	for _, r := range replicas {
+		gens[r] = startGen(r, true)
+		defer gens[r].stop()
 	}
 	ec := st.EnvWorkerConfig("env-0")
 	ec.Common = as(ec.Common, "env-0")
-	start("env-worker", ec.Common, func(d *service.Deps) (func(context.Context) error, error) {
+	ec.HeartbeatInterval = 200 * time.Millisecond
+	start(svcCtx, "env-worker", ec.Common, func(d *service.Deps) (func(context.Context) error, error) {
 		w, err := envworker.New(svcCtx, ec, d)
 		if err != nil {
 			return nil, err
@@ -257,7 +299,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	})
 	pc := st.PredictorConfig()
 	pc.Common = as(pc.Common, "predictor-gw")
-	start("predictor-gw", pc.Common, func(d *service.Deps) (func(context.Context) error, error) {
+	start(svcCtx, "predictor-gw", pc.Common, func(d *service.Deps) (func(context.Context) error, error) {
 		return predictor.New(pc, d).Run, nil
 	})
 
@@ -308,6 +350,71 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		out.Reset()
 		if err := run(ctx, args, &out, &errOut); err != nil {
 			fatalf("%v: %v", args, err)
+		}
+	}
+
+	// Recovery under the same permissions. The leader stops and the
+	// standby takes over (leader takeover). Gen-worker r1 dies (its
+	// connection drops, its heartbeats stop) while a batch comes in: r0
+	// takes the steps waiting on r1's low class (stealing). Then, without
+	// stealing, r1's steps wait until they are published again
+	// (republish) and its trajectories move to r0 once it counts as down
+	// (moves).
+	stopC1()
+	testkit.Eventually(t, time.Minute, "c2 to take over", func() bool { return leads(logs.String(), "coordinator-c2") })
+	// kill ends r's gen-worker as a crash would: its connection drops.
+	kill := func(r string) {
+		gens[r].d.NC.Close()
+		gens[r].stop()
+	}
+	batch := func(prefix string) {
+		t.Helper()
+		var lines []string
+		for _, s := range demo.Samples(n, ws, prefix) {
+			b, _ := json.Marshal(s)
+			lines = append(lines, string(b))
+		}
+		file := filepath.Join(dir, prefix+".jsonl")
+		if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		if err := run(ctx, []string{"submit", file}, &out, &errOut); err != nil {
+			fatalf("submit: %v", err)
+		}
+		out.Reset()
+		if err := run(ctx, []string{"results", "-n", fmt.Sprint(n)}, &out, &errOut); err != nil {
+			fatalf("results of %s: %v", prefix, err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			if r, err := schema.Decode[schema.Result]([]byte(l)); err != nil || r.Status != schema.StatusSubmitted || !strings.HasPrefix(r.TrajID, prefix) {
+				fatalf("result of %s %v: %s", prefix, err, l)
+			}
+		}
+	}
+	kill("r1")
+	batch("steal")
+	if stolen := gens["r0"].w.Stats().Stolen; stolen == 0 {
+		t.Errorf("r0 stole no gen step from dead r1")
+	}
+	// Again without stealing: r1's steps wait until they are published
+	// again, and r1's trajectories move to r0 once it counts as down.
+	gens["r0"].stop()
+	gens["r0"] = startGen("r0", false)
+	gens["r1"] = startGen("r1", false)
+	defer gens["r0"].stop()
+	defer gens["r1"].stop()
+	testkit.Eventually(t, time.Minute, "both gen-workers to report running", func() bool {
+		out.Reset()
+		var c schema.ControlStatus
+		return run(ctx, []string{"control"}, &out, &errOut) == nil && json.Unmarshal(out.Bytes(), &c) == nil &&
+			len(c.Workers) == len(replicas)
+	})
+	kill("r1")
+	batch("move")
+	for _, what := range []string{"no progress: publishing the pending step again", "replica down: moving its trajectories"} {
+		if !strings.Contains(logs.String(), what) {
+			t.Errorf("the coordinator never logged %q", what)
 		}
 	}
 
@@ -409,4 +516,14 @@ func TestPermissionsTableIsTheCodes(t *testing.T) {
 	if len(doc) != len(service.NATSTable) {
 		t.Errorf("docs/security.md has %d rows, the code %d", len(doc), len(service.NATSTable))
 	}
+}
+
+// leads reports whether the JSON log holds service's "leading" record.
+func leads(log, service string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, `"msg":"leading"`) && strings.Contains(l, `"service":"`+service+`"`) {
+			return true
+		}
+	}
+	return false
 }
