@@ -44,6 +44,7 @@ type composeService struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
 	Volumes []string `yaml:"volumes"`
+	Ports   []string `yaml:"ports"`
 }
 
 // runsActloop reports whether the service runs an actloop image (built
@@ -248,6 +249,18 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("redis: command %q: want AOF fsynced every second", redis)
 	}
 	checkComposeCredentials(t, doc, opts)
+	// Published ports reach this host only, and the coordinator has its
+	// token (it does not start without one).
+	for _, name := range slices.Sorted(maps.Keys(doc.Services)) {
+		for _, p := range doc.Services[name].Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("services.%s: port %q: want it bound to 127.0.0.1", name, p)
+			}
+		}
+	}
+	if interpolate(doc.Services["coordinator"].Environment["ACTLOOP_API_TOKEN"]) == "" {
+		t.Errorf("services.coordinator: no ACTLOOP_API_TOKEN: the coordinator would refuse to start")
+	}
 }
 
 // sameSubjects compares allow lists as sets.
