@@ -1861,3 +1861,49 @@ func TestChartLint(t *testing.T) {
 		})
 	}
 }
+
+// The services start insecure (ACTLOOP_INSECURE, which each logs as an
+// error) only where the release leaves them unauthenticated: every service
+// with a bundled NATS or Redis without auth, the coordinator also without
+// an API token, which comes from a Secret.
+func TestChartInsecureOnlyWhenUnauthenticated(t *testing.T) {
+	authOn := map[string]any{
+		"nats":  map[string]any{"auth": map[string]any{"enabled": true, "password": "pw", "servicePasswordSeed": "seed"}},
+		"redis": map[string]any{"auth": map[string]any{"enabled": true, "password": "pw"}},
+	}
+	withToken := map[string]any{"nats": authOn["nats"], "redis": authOn["redis"],
+		"coordinator": map[string]any{"apiTokenSecret": map[string]any{"name": "api", "key": "token"}}}
+	tests := []struct {
+		name     string
+		vals     map[string]any
+		insecure func(component string) bool
+	}{
+		{"defaults: no auth", nil, func(string) bool { return true }},
+		{"auth, no token", authOn, func(c string) bool { return c == "coordinator" }},
+		{"auth and a token", withToken, func(string) bool { return false }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files, _, err := render(t, tt.vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := decode(t, files)
+			for _, d := range m.deployments {
+				comp := d.Spec.Template.Labels[componentLabel]
+				c := &d.Spec.Template.Spec.Containers[0]
+				if got := envValue(c, "ACTLOOP_INSECURE") == "true"; got != tt.insecure(comp) {
+					t.Errorf("%s: ACTLOOP_INSECURE=true %v, want %v", d.Name, got, tt.insecure(comp))
+				}
+				if comp != "coordinator" || tt.vals == nil || tt.name != "auth and a token" {
+					continue
+				}
+				tok := envVar(c, "ACTLOOP_API_TOKEN")
+				if tok == nil || tok.ValueFrom == nil || tok.ValueFrom.SecretKeyRef == nil ||
+					tok.ValueFrom.SecretKeyRef.Name != "api" || tok.ValueFrom.SecretKeyRef.Key != "token" {
+					t.Errorf("%s: ACTLOOP_API_TOKEN: %+v, want Secret api's key token", d.Name, tok)
+				}
+			}
+		})
+	}
+}

@@ -257,6 +257,10 @@ The credential and TLS settings of an actloop container:
 */}}
 {{- define "actloop.securityEnv" -}}
 {{- $v := .ctx.Values }}
+{{- if include "actloop.unauthenticated" .ctx }}
+- name: ACTLOOP_INSECURE
+  value: "true"
+{{- end }}
 {{- if include "actloop.natsPerService" .ctx }}
 - name: ACTLOOP_NATS_USER
   value: {{ .natsUser | quote }}
@@ -796,6 +800,32 @@ volumes:
   value: {{ $c.policy | quote }}
 - name: ACTLOOP_LEADER_LEASE
   value: {{ $c.leaderLease | quote }}
+{{- with $c.apiTokenSecret.name }}
+- name: ACTLOOP_API_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $c.apiTokenSecret.key | quote }}
+{{- else }}
+{{- /* No token: the coordinator starts only insecure (actloop.insecureEnv). */}}
+{{- end }}
+{{- if include "actloop.unauthenticated" .ctx }}
+{{- else if not $c.apiTokenSecret.name }}
+- name: ACTLOOP_INSECURE
+  value: "true"
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the bundled NATS or Redis wants no credentials
+(nats.auth.enabled, redis.auth.enabled false): the services then start
+only with ACTLOOP_INSECURE=true, which the chart sets and each service logs
+as an error at every start (docs/security.md). External servers' credentials
+are the services' to check.
+*/}}
+{{- define "actloop.unauthenticated" -}}
+{{- $v := .Values }}
+{{- if or (and $v.nats.bundled (not $v.nats.auth.enabled)) (and $v.redis.bundled (not $v.redis.auth.enabled)) }}true{{ end }}
 {{- end }}
 
 {{/* A gen-worker group's own settings: (dict "ctx" $ "g" <group>). */}}
