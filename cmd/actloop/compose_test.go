@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -53,12 +54,31 @@ func (s composeService) runsActloop() bool {
 	return s.Build != nil || strings.HasPrefix(s.Image, "actloop")
 }
 
-var composeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}`)
+var composeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*)|(:?\?)([^}]*))?\}`)
 
-// interpolate replaces each ${VAR:-default} with its default (and ${VAR}
-// with ""): the file as Compose reads it with no variables set.
+// interpolate replaces each ${VAR:-default} with its default, ${VAR} with
+// "", and each required ${VAR:?message} (a secret of .env) with a value of
+// its own, "t<VAR>": the file as Compose reads it with only .env set.
 func interpolate(s string) string {
-	return composeVar.ReplaceAllString(s, "$2")
+	return composeVar.ReplaceAllStringFunc(s, func(m string) string {
+		g := composeVar.FindStringSubmatch(m)
+		if g[4] != "" {
+			return "t" + g[1]
+		}
+		return g[3]
+	})
+}
+
+// composeSecrets are the variables docker-compose.yml requires (${VAR:?…}).
+func composeSecrets(data []byte) []string {
+	var out []string
+	for _, g := range composeVar.FindAllStringSubmatch(string(data), -1) {
+		if g[4] != "" && !slices.Contains(out, g[1]) {
+			out = append(out, g[1])
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // simDefaultAddr is `actloop sim --addr`'s default.
@@ -336,7 +356,15 @@ func checkComposeCredentials(t *testing.T, doc composeDoc, opts *server.Options)
 		check(at, env("ACTLOOP_NATS_USER"), env("ACTLOOP_NATS_PASSWORD"),
 			clientPerms{pub: want.Permissions.Publish.Allow, sub: want.Permissions.Subscribe.Allow, responses: row.responses})
 	}
-	check("the CLI", "trainer", interpolate(doc.Services["nats"].Environment["NATS_PASSWORD"]), perms["CLI (trainer)"])
+	check("the CLI", "trainer", interpolate(doc.Services["nats"].Environment["NATS_PASSWORD_TRAINER"]), perms["CLI (trainer)"])
+	// One secret per user.
+	seen := map[string]string{}
+	for _, u := range opts.Users {
+		if other, ok := seen[u.Password]; ok {
+			t.Errorf("deploy/nats.conf: users %s and %s share a password", other, u.Username)
+		}
+		seen[u.Password] = u.Username
+	}
 	for _, name := range slices.Sorted(maps.Keys(users)) {
 		if _, ok := usedBy[name]; !ok {
 			t.Errorf("deploy/nats.conf: user %s: no service logs in as it", name)
@@ -421,5 +449,60 @@ volumes:
 				t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// deploy/compose-secrets.sh writes, once, an .env only its owner reads with
+// a secret of its own for every variable docker-compose.yml requires.
+func TestComposeSecretsScript(t *testing.T) {
+	data, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := composeSecrets(data)
+	if len(want) < 8 {
+		t.Fatalf("docker-compose.yml requires %v: want a secret per NATS user, Redis's and the API token", want)
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "deploy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("../../deploy/compose-secrets.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "deploy", "compose-secrets.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second run leaves the file alone
+		if out, err := exec.Command("sh", filepath.Join(dir, "deploy", "compose-secrets.sh")).CombinedOutput(); err != nil {
+			t.Fatalf("compose-secrets.sh: %v\n%s", err, out)
+		}
+	}
+	env := filepath.Join(dir, ".env")
+	st, err := os.Stat(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf(".env: mode %v, want 0600", st.Mode().Perm())
+	}
+	b, _ := os.ReadFile(env)
+	vals := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok && !strings.HasPrefix(l, "#") {
+			vals[k] = v
+		}
+	}
+	if got := slices.Sorted(maps.Keys(vals)); !slices.Equal(got, want) {
+		t.Errorf(".env holds %v, docker-compose.yml requires %v", got, want)
+	}
+	seen := map[string]bool{}
+	for k, v := range vals {
+		// nats.conf reads them as variables: a letter, then letters and digits.
+		if !regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]{31,}$`).MatchString(v) || seen[v] {
+			t.Errorf(".env: %s: not a fresh secret of 32 or more letters and digits", k)
+		}
+		seen[v] = true
 	}
 }
