@@ -99,8 +99,40 @@ app.kubernetes.io/part-of: actloop
 {{- printf "%s-redis" (include "actloop.fullname" .) }}
 {{- end }}
 
+{{/*
+Fills in the bundled servers' passwords left empty (nats.auth.password,
+nats.auth.servicePasswordSeed, redis.auth.password): the ones the chart's
+Secret already holds, so an upgrade keeps them, else new random ones.
+Called wherever they are read; it sets each once.
+*/}}
+{{- define "actloop.ensureSecrets" -}}
+{{- $v := .Values }}
+{{- $old := dict }}
+{{- with lookup "v1" "Secret" .Release.Namespace (include "actloop.secretName" .) }}
+{{- $old = .data | default dict }}
+{{- end }}
+{{- if and $v.nats.bundled $v.nats.auth.enabled (not $v.nats.existingSecret.name) }}
+{{- if not $v.nats.auth.password }}
+{{- $_ := set $v.nats.auth "password" (include "actloop.keptOrNew" (dict "old" $old "key" "nats-password")) }}
+{{- end }}
+{{- if not $v.nats.auth.servicePasswordSeed }}
+{{- $_ := set $v.nats.auth "servicePasswordSeed" (include "actloop.keptOrNew" (dict "old" $old "key" "nats-password-seed")) }}
+{{- $_ := set $v.nats.auth "generatedSeed" true }}
+{{- end }}
+{{- end }}
+{{- if and $v.redis.bundled $v.redis.auth.enabled (not $v.redis.existingSecret.name) (not $v.redis.auth.password) }}
+{{- $_ := set $v.redis.auth "password" (include "actloop.keptOrNew" (dict "old" $old "key" "redis-password")) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret's value of key (base64) when it has one, else a new random one. */}}
+{{- define "actloop.keptOrNew" -}}
+{{- with get .old .key }}{{ b64dec . }}{{ else }}{{ printf "p%s" (randAlphaNum 31) }}{{ end }}
+{{- end }}
+
 {{/* The URLs the services connect with, for the chart's Secret. */}}
 {{- define "actloop.natsUrl" -}}
+{{- include "actloop.ensureSecrets" . }}
 {{- if .Values.nats.bundled }}
 {{- $auth := "" }}
 {{- /* One user for everything: in the URL. Per service: in ACTLOOP_NATS_USER/PASSWORD. */}}
@@ -114,6 +146,7 @@ app.kubernetes.io/part-of: actloop
 {{- end }}
 
 {{- define "actloop.redisUrl" -}}
+{{- include "actloop.ensureSecrets" . }}
 {{- if .Values.redis.bundled }}
 {{- $auth := "" }}
 {{- if .Values.redis.auth.enabled }}
@@ -198,6 +231,7 @@ NATS pods), key (the password's key in the NATS Secret)}. The CLI's user
 
 {{/* A service user's password in the chart's Secret: (dict "ctx" $ "user" "coordinator"). */}}
 {{- define "actloop.natsServicePassword" -}}
+{{- include "actloop.ensureSecrets" .ctx }}
 {{- printf "%s\n%s" .ctx.Values.nats.auth.servicePasswordSeed .user | sha256sum | printf "p%s" }}
 {{- end }}
 
@@ -483,6 +517,7 @@ of {name, deployment, replica, url, api, model, slots, replicas, group}
 
 {{/* Checks of the rest of the values; rendered by the coordinator's template. */}}
 {{- define "actloop.validate" -}}
+{{- include "actloop.ensureSecrets" . }}
 {{- $v := .Values }}
 {{- if $v.nats.bundled }}
 {{- $n := int $v.nats.replicas }}
