@@ -30,6 +30,7 @@ import (
 
 	"github.com/actloop/actloop/internal/agent"
 	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/metrics"
 	"github.com/actloop/actloop/internal/predict"
 	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
@@ -329,6 +330,8 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 // Stats reports the worker's preemption counters.
 func (w *Worker) Stats() Stats {
 	s := w.tracker.stats()
+	s.DispatchP50MS = metrics.HistogramQuantile(w.m.queueWait, 0.5) * 1000
+	s.DispatchP99MS = metrics.HistogramQuantile(w.m.queueWait, 0.99) * 1000
 	s.Stolen = w.stealer.stolen.Load()
 	s.Restarts = w.restarts.Load()
 	return s

@@ -24,7 +24,7 @@ func newGenMetrics(replica string) *genMetrics {
 	l := prometheus.Labels{"replica": replica}
 	return &genMetrics{
 		step:      metrics.NewHistogram("actloop_gen_step_seconds", l),
-		queueWait: metrics.NewHistogram("actloop_gen_queue_wait_seconds", l),
+		queueWait: metrics.NewHistogram("actloop_gen_queue_wait_seconds", l, metrics.DispatchBuckets...),
 		pause:     metrics.NewHistogram("actloop_pause_seconds", l),
 		aborts:    metrics.NewCounterVec("actloop_aborts_total", l, "cause", abortPreempt, abortPause, abortServer),
 	}

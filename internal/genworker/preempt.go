@@ -3,7 +3,6 @@ package genworker
 import (
 	"container/list"
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,9 +53,6 @@ type tracker struct {
 	open    chan struct{} // closed while not paused
 	version int64         // weight version of generations started now
 	tokenS  float64       // seconds per output token (sched.NextTokenS)
-	// dispatch holds recent dispatch latencies: from a gen step's publish
-	// (right after the commit before it) to its generation's start.
-	dispatch ring
 
 	preemptions   atomic.Int64
 	resumedTokens atomic.Int64
@@ -95,9 +91,6 @@ func (k *tracker) start(ctx context.Context, g *generation) error {
 	k.running[g] = struct{}{}
 	if g.low {
 		g.elem = k.low.PushBack(g)
-	}
-	if !g.queuedAt.IsZero() {
-		k.dispatch.add(k.now().Sub(g.queuedAt))
 	}
 	k.mu.Unlock()
 	k.inFlight.Add(1)
@@ -249,40 +242,8 @@ type Stats struct {
 	DispatchP99MS float64 `json:"dispatch_p99_ms"`
 }
 
-// ring keeps the newest len(buf) durations; callers hold the tracker's mu.
-type ring struct {
-	buf  [8192]time.Duration
-	n, i int
-}
-
-func (r *ring) add(d time.Duration) {
-	r.buf[r.i] = d
-	r.i = (r.i + 1) % len(r.buf)
-	r.n = min(r.n+1, len(r.buf))
-}
-
-// kept returns a copy of the kept durations.
-func (r *ring) kept() []time.Duration { return slices.Clone(r.buf[:r.n]) }
-
-// quantiles returns the q-quantiles of ds (sorted in place), in ms.
-func quantiles(ds []time.Duration, qs ...float64) []float64 {
-	out := make([]float64, len(qs))
-	if len(ds) == 0 {
-		return out
-	}
-	slices.Sort(ds)
-	for i, q := range qs {
-		out[i] = float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
-	}
-	return out
-}
-
 func (k *tracker) stats() Stats {
-	k.mu.Lock()
-	ds := k.dispatch.kept()
-	k.mu.Unlock()
-	q := quantiles(ds, 0.5, 0.99) // sorted outside the lock generations start under
-	return Stats{DispatchP50MS: q[0], DispatchP99MS: q[1], Running: k.inFlight.Load(), Preemptions: k.preemptions.Load(),
+	return Stats{Running: k.inFlight.Load(), Preemptions: k.preemptions.Load(),
 		ResumedTokens: k.resumedTokens.Load(), WastedTokens: k.wastedTokens.Load(),
 		GeneratedTokens: k.generated.Load(), ReprefilledTokens: k.reprefilled.Load()}
 }

@@ -126,3 +126,25 @@ func has(fams []*dto.MetricFamily, name string) bool {
 }
 
 var _ prometheus.Registerer = (*Scope)(nil)
+
+// HistogramQuantile reads a quantile from the buckets as
+// histogram_quantile does: within a quarter of the truth on
+// DispatchBuckets, 0 before any observation, the last bound past it.
+func TestHistogramQuantile(t *testing.T) {
+	h := NewHistogram("actloop_gen_queue_wait_seconds", nil, DispatchBuckets...)
+	if q := HistogramQuantile(h, 0.5); q != 0 {
+		t.Fatalf("empty: %g", q)
+	}
+	for ms := 1; ms <= 1000; ms++ {
+		h.Observe(float64(ms) / 1000)
+	}
+	for _, c := range []struct{ q, want float64 }{{0.5, 0.5}, {0.99, 0.99}, {0.1, 0.1}} {
+		if got := HistogramQuantile(h, c.q); got < c.want*0.75 || got > c.want*1.25 {
+			t.Errorf("q%g = %g, want about %g", c.q, got, c.want)
+		}
+	}
+	h.Observe(1e6) // past the last bucket
+	if got, last := HistogramQuantile(h, 1), DispatchBuckets[len(DispatchBuckets)-1]; got != last {
+		t.Errorf("q1 past the buckets = %g, want the last bound %g", got, last)
+	}
+}
