@@ -20,6 +20,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -47,7 +48,7 @@ const (
 var decoder = func() runtime.Decoder {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, autoscalingv2.AddToScheme,
+		corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, autoscalingv2.AddToScheme, networkingv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			panic(err)
@@ -135,6 +136,7 @@ type manifests struct {
 	pdbs         []*policyv1.PodDisruptionBudget
 	hpas         []*autoscalingv2.HorizontalPodAutoscaler
 	scaled       []*unstructured.Unstructured
+	netpols      []*networkingv1.NetworkPolicy
 	names        map[string]bool // kind/name
 }
 
@@ -208,6 +210,8 @@ func decode(t *testing.T, files map[string]string) *manifests {
 				m.pdbs = append(m.pdbs, o)
 			case *autoscalingv2.HorizontalPodAutoscaler:
 				m.hpas = append(m.hpas, o)
+			case *networkingv1.NetworkPolicy:
+				m.netpols = append(m.netpols, o)
 			default:
 				t.Fatalf("%s: unexpected kind %v", at, gvk)
 			}
@@ -433,6 +437,75 @@ func checkAll(t reporter, m *manifests, values chartutil.Values) {
 	checkNATS(t, m, values)
 	checkRedis(t, m, values)
 	checkAllContainers(t, m)
+	checkNetworkPolicies(t, m)
+}
+
+// checkNetworkPolicies: every pod (each Deployment and StatefulSet) is
+// selected by a NetworkPolicy of both types; an actloop service's admits
+// only its HTTP port and lets it out only to DNS, NATS, Redis and listed
+// ports; the bundled Redis admits only the services.
+func checkNetworkPolicies(t reporter, m *manifests) {
+	t.Helper()
+	type pod struct {
+		at     string
+		labels map[string]string
+		ports  []int32
+	}
+	var pods []pod
+	add := func(at string, tmpl *corev1.PodTemplateSpec) {
+		var ports []int32
+		for _, c := range tmpl.Spec.Containers {
+			for _, p := range c.Ports {
+				ports = append(ports, p.ContainerPort)
+			}
+		}
+		pods = append(pods, pod{at, tmpl.Labels, ports})
+	}
+	for _, d := range m.deployments {
+		add("Deployment "+d.Name, &d.Spec.Template)
+	}
+	for _, s := range m.statefulSets {
+		add("StatefulSet "+s.Name, &s.Spec.Template)
+	}
+	for _, p := range pods {
+		var found *networkingv1.NetworkPolicy
+		for _, np := range m.netpols {
+			sel := np.Spec.PodSelector.MatchLabels
+			match := len(sel) > 0
+			for k, v := range sel {
+				match = match && p.labels[k] == v
+			}
+			if match {
+				found = np
+			}
+		}
+		if found == nil {
+			t.Errorf("%s: no NetworkPolicy selects it", p.at)
+			continue
+		}
+		if !slices.Contains(found.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) || !slices.Contains(found.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+			t.Errorf("%s: NetworkPolicy %s: policy types %v, want Ingress and Egress", p.at, found.Name, found.Spec.PolicyTypes)
+		}
+		comp := p.labels[componentLabel]
+		for _, r := range found.Spec.Ingress {
+			if len(r.Ports) == 0 {
+				t.Errorf("%s: NetworkPolicy %s: an ingress rule for every port", p.at, found.Name)
+			}
+			if comp == "redis" && len(r.From) == 0 {
+				t.Errorf("%s: NetworkPolicy %s: Redis open to every pod", p.at, found.Name)
+			}
+			for _, port := range r.Ports {
+				if port.Port == nil || !slices.Contains(p.ports, port.Port.IntVal) {
+					t.Errorf("%s: NetworkPolicy %s: admits port %v, which it does not serve (%v)", p.at, found.Name, port.Port, p.ports)
+				}
+			}
+		}
+		for _, r := range found.Spec.Egress {
+			if len(r.Ports) == 0 {
+				t.Errorf("%s: NetworkPolicy %s: an egress rule for every port", p.at, found.Name)
+			}
+		}
+	}
 }
 
 // recorder keeps what the checks report instead of failing the test.
