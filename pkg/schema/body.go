@@ -60,7 +60,11 @@ type BodyRef struct {
 	SHA256 string `json:"sha256"`
 }
 
-var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// SHA256Pattern is what BodyRef.SHA256 must match, as a regular expression
+// (Go's and the JSON Schema's "pattern"): 64 lowercase hex digits.
+const SHA256Pattern = `^[0-9a-f]{64}$`
+
+var hexSHA256 = regexp.MustCompile(SHA256Pattern)
 
 func (b *BodyRef) validate(p *problems) {
 	if b == nil {
