@@ -327,8 +327,8 @@ func newSchemaCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "schema sample|result",
 		Short: "Print the JSON Schema of a sample or a result",
-		Long: `Print the JSON Schema of a sample or of a result (pkg/schema), for trainers
-in other languages.`,
+		Long: `Print the JSON Schema of a sample or of a result (pkg/schema, generated from
+its Go types), for trainers in other languages.`,
 		ValidArgs: []string{"sample", "result"},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 || (args[0] != "sample" && args[0] != "result") {

@@ -10,9 +10,16 @@
 // and a field the Sample type lacks, or one given twice, is refused by its
 // JSON path (metadata holds anything). The other messages are written by
 // actloop itself and read leniently (an unknown field is ignored), so a
-// service of one release reads another's during a rolling upgrade. sample.schema.json and result.schema.json in this directory describe the
+// service of one release reads another's during a rolling upgrade.
+//
+// sample.schema.json and result.schema.json in this directory describe the
 // two messages a trainer produces and consumes, for trainers in other
-// languages.
+// languages. They are generated from the Go types and this package's
+// constants by internal/schemagen (go generate ./pkg/schema); a test fails
+// while a committed file differs from a fresh generation, and another
+// feeds one corpus of samples to the schema and to DecodeSample and
+// requires they agree, but for the few rules JSON Schema cannot state
+// (knownDifferences in agreement_test.go).
 //
 // Messages carry ids, never trajectory state: the state lives in Redis
 // (internal/traj). Every work message names its trajectory and the step (seq) it

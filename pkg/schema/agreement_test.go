@@ -1,0 +1,402 @@
+package schema_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/actloop/actloop/pkg/schema"
+)
+
+// knownDifferences are the rules on which sample.schema.json and
+// DecodeSample disagree, each with the reason; a corpus case names the one
+// it shows. schemaAccepts says which way: true where the schema accepts a
+// sample the decoder refuses.
+var knownDifferences = map[string]struct {
+	schemaAccepts bool
+	reason        string
+}{
+	"repeated key": {true, "JSON Schema validates the parsed value, in which a repeated key is one already " +
+		"(the last); DecodeSample refuses the second by name."},
+	"group_index below group_size": {true, "a rule between two fields' values; JSON Schema has no keyword " +
+		"that compares one value with another (the schema bounds group_index by the largest group_size)."},
+	"integer spelling": {true, "JSON Schema's integer is a number without a fraction, however written " +
+		"(1.0, 1e3); encoding/json refuses a fraction or exponent for a Go int."},
+	"bytes, not characters": {true, "family and task are bounded in bytes of UTF-8; JSON Schema's maxLength " +
+		"counts characters, so a string of multi-byte characters can be within it and over the byte limit."},
+	"message size": {true, "MaxSampleBytes bounds the message's bytes, an encoding JSON Schema does not see."},
+	"empty or null enum": {false, "purpose, flow and env.tests.format given as \"\" or null, and group_id " +
+		"as \"\", are read as absent (the default) by the decoder; the schema's enums and pattern are Go's " +
+		"values and IDPattern alone, so a writer omits the field. The schema is the stricter."},
+}
+
+type agreementCase struct {
+	name string
+	in   string
+	ok   bool // DecodeSample accepts it
+	// known names the entry of knownDifferences this case shows; "" when
+	// the schema and the decoder must agree.
+	known string
+}
+
+// The sample schema, compiled by an independent validator, and
+// DecodeSample accept and refuse the same samples, but for the listed
+// known differences.
+func TestSampleSchemaAgreesWithDecodeSample(t *testing.T) {
+	sch := compileSampleSchema(t)
+	used := map[string]bool{}
+	for _, tc := range sampleCorpus() {
+		var schemaErr error
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(tc.in))
+		if err != nil {
+			schemaErr = err
+		} else {
+			schemaErr = sch.Validate(inst)
+		}
+		_, goErr := schema.DecodeSample([]byte(tc.in))
+		schemaOK, goOK := schemaErr == nil, goErr == nil
+		if goOK != tc.ok {
+			t.Errorf("%s: DecodeSample accepts: %v (%v), the corpus says %v\n%s", tc.name, goOK, goErr, tc.ok, clipped(tc.in))
+			continue
+		}
+		if tc.known == "" {
+			if schemaOK != goOK {
+				t.Errorf("%s: schema accepts: %v (%v), DecodeSample accepts: %v (%v)\n%s",
+					tc.name, schemaOK, oneLine(schemaErr), goOK, goErr, clipped(tc.in))
+			}
+			continue
+		}
+		kd, ok := knownDifferences[tc.known]
+		if !ok {
+			t.Fatalf("%s: no known difference %q", tc.name, tc.known)
+		}
+		used[tc.known] = true
+		if schemaOK != kd.schemaAccepts || goOK == schemaOK {
+			t.Errorf("%s: known difference %q no longer holds (schema accepts: %v, DecodeSample accepts: %v); "+
+				"if they agree now, drop it from knownDifferences\n%s", tc.name, tc.known, schemaOK, goOK, clipped(tc.in))
+		}
+	}
+	for name := range knownDifferences {
+		if !used[name] {
+			t.Errorf("known difference %q has no case in the corpus", name)
+		}
+	}
+}
+
+func compileSampleSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema.SampleJSONSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const url = "https://actloop.dev/schema/v1/sample.schema.json"
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(url, doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sch
+}
+
+// sampleCorpus is good and bad samples: every field's bounds at and past
+// the edge, enums, patterns, unknown and repeated fields, wrong types,
+// missing required fields, nested objects and metadata of any JSON.
+func sampleCorpus() []agreementCase {
+	var cs []agreementCase
+	yes := func(name, in string) { cs = append(cs, agreementCase{name: name, in: in, ok: true}) }
+	no := func(name, in string) { cs = append(cs, agreementCase{name: name, in: in, ok: false}) }
+	// known is a case of a known difference: the decoder accepts it where
+	// the schema does not, and the other way round.
+	known := func(name, in, difference string) {
+		cs = append(cs, agreementCase{name: name, in: in, ok: !knownDifferences[difference].schemaAccepts, known: difference})
+	}
+	with := sampleAt
+
+	yes("minimal", minimal)
+	yes("full", `{"v":1,"id":"s-1","group_id":"g.1","group_index":3,"group_size":4,"family":"swe","purpose":"validation",
+		"flow":"tool_call","task":"fix it","env":{"backend":"local","image":"img","workspace":"/w","setup":["pip install ."],
+		"eval":"pytest","step_timeout_ms":1000,"setup_timeout_ms":2000,"eval_timeout_ms":3000,
+		"tests":{"fail_to_pass":["t::a"],"pass_to_pass":["t::b"],"format":"django"}},
+		"limits":{"step_limit":10,"token_budget":1000,"wall_clock_ms":60000,"format_error_limit":3},
+		"sampling":{"max_new_tokens":512,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"stop":["</s>"]},
+		"script":["a","b"],"metadata":{"k":[1,2]}}`)
+
+	// Numbers: at each bound, past it, and other spellings and types.
+	for _, b := range []struct {
+		path   string
+		lo, hi int64
+	}{
+		{"group_index", 0, schema.MaxGroupSize - 1},
+		{"group_size", 0, schema.MaxGroupSize},
+		{"env.step_timeout_ms", 0, schema.MaxStepTimeout.Milliseconds()},
+		{"env.setup_timeout_ms", 0, schema.MaxSetupTimeout.Milliseconds()},
+		{"env.eval_timeout_ms", 0, schema.MaxEvalTimeout.Milliseconds()},
+		{"limits.step_limit", 0, schema.MaxStepLimit},
+		{"limits.token_budget", 0, schema.MaxTokenBudget},
+		{"limits.wall_clock_ms", 0, schema.MaxWallClock.Milliseconds()},
+		{"limits.format_error_limit", 0, schema.MaxFormatErrorLimit},
+		{"sampling.max_new_tokens", 0, schema.MaxNewTokens},
+		{"sampling.top_k", 0, schema.MaxTopK},
+	} {
+		yes(b.path+" at min", with(b.path, fmt.Sprint(b.lo)))
+		yes(b.path+" at max", with(b.path, fmt.Sprint(b.hi)))
+		no(b.path+" below min", with(b.path, fmt.Sprint(b.lo-1)))
+		no(b.path+" past max", with(b.path, fmt.Sprint(b.hi+1)))
+		no(b.path+" far past max", with(b.path, "99999999999999999999"))
+		no(b.path+" fraction", with(b.path, "1.5"))
+		no(b.path+" string", with(b.path, `"1"`))
+		no(b.path+" bool", with(b.path, "true"))
+		no(b.path+" object", with(b.path, "{}"))
+		yes(b.path+" null", with(b.path, "null"))
+		yes(b.path+" minus zero", with(b.path, "-0"))
+		known(b.path+" as 1.0", with(b.path, "1.0"), "integer spelling")
+		known(b.path+" as 1e1", with(b.path, "1e1"), "integer spelling")
+	}
+	for _, b := range []struct {
+		path string
+		hi   float64
+	}{
+		{"sampling.temperature", schema.MaxTemperature},
+		{"sampling.top_p", 1},
+		{"sampling.min_p", 1},
+	} {
+		yes(b.path+" at min", with(b.path, "0"))
+		yes(b.path+" at max", with(b.path, fmt.Sprint(b.hi)))
+		yes(b.path+" at max, exponent", with(b.path, fmt.Sprintf("%e", b.hi)))
+		yes(b.path+" inside", with(b.path, fmt.Sprint(b.hi/2)))
+		no(b.path+" below min", with(b.path, "-0.001"))
+		no(b.path+" past max", with(b.path, fmt.Sprint(b.hi+0.001)))
+		no(b.path+" past float64", with(b.path, "1e400"))
+		no(b.path+" string", with(b.path, `"0.5"`))
+		yes(b.path+" null", with(b.path, "null"))
+	}
+
+	// Ids: IDPattern.
+	for _, f := range []string{"id", "group_id"} {
+		for _, id := range []string{"a", "0", "s-1", "a.b", "a..b", "a_", "A9._-", "django__django-1.11.x_2",
+			strings.Repeat("x", schema.MaxIDBytes)} {
+			yes(f+" "+clipped(id), with(f, quote(id)))
+		}
+		for _, id := range []string{".", "..", ".git", "-x", "-rf", "_a", "a b", "a/b", "a/../b", "a:b", "a*", "a>",
+			"é", "a\n", strings.Repeat("x", schema.MaxIDBytes+1)} {
+			no(f+" "+clipped(id), with(f, quote(id)))
+		}
+		no(f+" number", with(f, "5"))
+		yes(f+" escaped", with(f, `"\u0061b"`))
+	}
+	no("id empty", with("id", `""`))
+	no("id null", with("id", "null"))
+	known("group_id empty", with("group_id", `""`), "empty or null enum")
+	yes("group_id null", with("group_id", "null"))
+
+	// Strings with a length.
+	yes("family at max", with("family", quote(strings.Repeat("f", schema.MaxFamilyBytes))))
+	no("family past max", with("family", quote(strings.Repeat("f", schema.MaxFamilyBytes+1))))
+	yes("family of 2-byte characters at max", with("family", quote(strings.Repeat("é", schema.MaxFamilyBytes/2))))
+	known("family of 2-byte characters past max bytes", with("family", quote(strings.Repeat("é", schema.MaxFamilyBytes/2+1))),
+		"bytes, not characters")
+	yes("family null", with("family", "null"))
+	no("family number", with("family", "1"))
+	yes("task at max", with("task", quote(strings.Repeat("t", schema.MaxTaskBytes))))
+	no("task past max", with("task", quote(strings.Repeat("t", schema.MaxTaskBytes+1))))
+	known("task of 2-byte characters past max bytes", with("task", quote(strings.Repeat("é", schema.MaxTaskBytes/2+1))),
+		"bytes, not characters")
+	no("task empty", with("task", `""`))
+	no("task null", with("task", "null"))
+	no("task array", with("task", `["t"]`))
+	known("message past MaxSampleBytes", sampleAt("script", `[`+quote(strings.Repeat("s", schema.MaxSampleBytes))+`]`),
+		"message size")
+	for _, f := range []string{"env.image", "env.workspace", "env.eval"} {
+		yes(f, with(f, `"x"`))
+		yes(f+" empty", with(f, `""`))
+		yes(f+" null", with(f, "null"))
+		no(f+" number", with(f, "1"))
+	}
+
+	// Enums.
+	for _, e := range []struct {
+		path      string
+		good, bad []string
+	}{
+		{"purpose", []string{schema.PurposeTrain, schema.PurposeValidation}, []string{"Train", "eval", " train"}},
+		{"flow", schema.Flows, []string{"python", "BASH"}},
+		{"env.tests.format", schema.TestLogs, []string{"junit", "Pytest"}},
+	} {
+		for _, v := range e.good {
+			yes(e.path+" "+v, withTests(e.path, quote(v)))
+		}
+		for _, v := range e.bad {
+			no(e.path+" "+v, withTests(e.path, quote(v)))
+		}
+		no(e.path+" number", withTests(e.path, "1"))
+		known(e.path+" empty", withTests(e.path, `""`), "empty or null enum")
+		known(e.path+" null", withTests(e.path, "null"), "empty or null enum")
+	}
+	yes("backend local", with("env.backend", `"local"`))
+	no("backend k8s", with("env.backend", `"k8s"`))
+	no("backend empty", with("env.backend", `""`))
+	no("backend null", with("env.backend", "null"))
+	no("backend missing", `{"v":1,"id":"a","task":"t","env":{}}`)
+
+	// Lists.
+	yes("setup", with("env.setup", `["ls","make"]`))
+	yes("setup empty list", with("env.setup", `[]`))
+	yes("setup null", with("env.setup", "null"))
+	no("setup empty command", with("env.setup", `["ls",""]`))
+	no("setup null command", with("env.setup", `[null]`))
+	no("setup a string", with("env.setup", `"ls"`))
+	no("setup numbers", with("env.setup", `[1]`))
+	for _, f := range []string{"sampling.stop", "script"} {
+		yes(f, with(f, `["a",""]`))
+		yes(f+" null item", with(f, `[null]`))
+		yes(f+" null", with(f, "null"))
+		no(f+" numbers", with(f, `[1]`))
+		no(f+" object", with(f, `{}`))
+	}
+
+	// env.tests: at least one test, none blank, no other field.
+	for _, tt := range []struct {
+		name, raw string
+		ok        bool
+	}{
+		{"fail_to_pass", `{"fail_to_pass":["t::a"]}`, true},
+		{"pass_to_pass", `{"pass_to_pass":["t::a"]}`, true},
+		{"both", `{"fail_to_pass":["a"],"pass_to_pass":["b"],"format":"sympy"}`, true},
+		{"null list and a test", `{"fail_to_pass":null,"pass_to_pass":["b"]}`, true},
+		{"id with spaces inside", `{"fail_to_pass":[" a b "]}`, true},
+		{"id of a BOM", `{"fail_to_pass":["\ufeff"]}`, true},
+		{"null", `null`, true},
+		{"no test", `{}`, false},
+		{"empty lists", `{"fail_to_pass":[],"pass_to_pass":[]}`, false},
+		{"null lists", `{"fail_to_pass":null,"pass_to_pass":null}`, false},
+		{"format alone", `{"format":"pytest"}`, false},
+		{"empty id", `{"fail_to_pass":[""]}`, false},
+		{"blank id", `{"fail_to_pass":["a"],"pass_to_pass":[" \t"]}`, false},
+		{"id of unicode spaces", `{"fail_to_pass":["\u00a0\u3000\u2028\u0085\u000b"]}`, false},
+		{"null id", `{"fail_to_pass":[null]}`, false},
+		{"a string", `"t::a"`, false},
+		{"unknown field", `{"fail_to_pass":["a"],"FAIL_TO_PASS":["b"]}`, false},
+	} {
+		cs = append(cs, agreementCase{name: "tests " + tt.name, in: with("env.tests", tt.raw), ok: tt.ok})
+	}
+
+	// Objects: types, null, unknown and repeated fields at every level.
+	yes("null objects", sampleAt("limits", "null", "sampling", "null"))
+	yes("empty objects", sampleAt("limits", "{}", "sampling", "{}"))
+	no("env null", with("env", "null"))
+	no("env a string", with("env", `"sim"`))
+	no("limits a list", with("limits", "[]"))
+	no("sampling a number", with("sampling", "1"))
+	no("not an object", `[1,2]`)
+	no("a string", `"sample"`)
+	no("null", `null`)
+	for _, u := range []struct{ path, raw string }{
+		{"prompt", `"x"`},
+		{"Task", `"t"`},
+		{"grop_id", `"g"`},
+		{"env.step_timeot_ms", "5"},
+		{"env.tests.FAIL_TO_PASS", `["a"]`},
+		{"limits.steps", "3"},
+		{"sampling.repetition_penalty", "1.1"},
+		{"metadata_", "{}"},
+	} {
+		no("unknown "+u.path, withTests(u.path, u.raw))
+	}
+	yes("escaped key", `{"v":1,"id":"a","t\u0061sk":"t","env":{"backend":"sim"}}`)
+	known("repeated task", `{"v":1,"id":"a","task":"t","task":"u","env":{"backend":"sim"}}`, "repeated key")
+	known("repeated in env", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","backend":"sim"}}`, "repeated key")
+	known("repeated object", `{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"limits":{},"limits":{"step_limit":1}}`,
+		"repeated key")
+	yes("repeated inside metadata", with("metadata", `{"a":1,"a":2}`))
+
+	// Metadata: any JSON.
+	for _, m := range []string{`{}`, `[]`, `1`, `-1.5e300`, `"x"`, `true`, `null`,
+		`{"anything":{"step_timeot_ms":1},"x":[{"y":null}]}`, `[[[[[[{"v":2}]]]]]]`} {
+		yes("metadata "+m, with("metadata", m))
+	}
+
+	// Version and required fields.
+	no("v missing", `{"id":"a","task":"t","env":{"backend":"sim"}}`)
+	no("v 2", with("v", "2"))
+	no("v 0", with("v", "0"))
+	no("v string", with("v", `"1"`))
+	no("v null", with("v", "null"))
+	known("v 1.0", with("v", "1.0"), "integer spelling")
+	no("id missing", `{"v":1,"task":"t","env":{"backend":"sim"}}`)
+	no("task missing", `{"v":1,"id":"a","env":{"backend":"sim"}}`)
+	no("env missing", `{"v":1,"id":"a","task":"t"}`)
+
+	// Groups: group_index below group_size when that is set.
+	yes("group index below size", sampleAt("group_size", "4", "group_index", "3"))
+	yes("group index without size", sampleAt("group_size", "0", "group_index", "4095"))
+	known("group index at size", sampleAt("group_size", "4", "group_index", "4"), "group_index below group_size")
+	known("group index past size", sampleAt("group_size", "1", "group_index", "4095"), "group_index below group_size")
+	no("group index past size and largest", sampleAt("group_size", "4", "group_index", "4096"))
+	return cs
+}
+
+const minimal = `{"v":1,"id":"a","task":"t","env":{"backend":"sim"}}`
+
+// sampleAt is the minimal sample with each raw JSON value set at its path
+// (names joined by dots), given as pairs; objects on the way are made.
+func sampleAt(pairs ...string) string {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(minimal), &m); err != nil {
+		panic(err)
+	}
+	for i := 0; i < len(pairs); i += 2 {
+		names := strings.Split(pairs[i], ".")
+		obj := m
+		for _, n := range names[:len(names)-1] {
+			next, ok := obj[n].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				obj[n] = next
+			}
+			obj = next
+		}
+		obj[names[len(names)-1]] = json.RawMessage(pairs[i+1])
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		panic(fmt.Sprintf("%v: %v", pairs, err))
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// withTests is sampleAt for one value, with env.tests listing a test when
+// the path is inside it (env.tests needs one).
+func withTests(path, raw string) string {
+	if strings.HasPrefix(path, "env.tests.") {
+		return sampleAt("env.tests.fail_to_pass", `["t"]`, path, raw)
+	}
+	return sampleAt(path, raw)
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func clipped(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
+}
+
+func oneLine(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
