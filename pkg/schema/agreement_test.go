@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -50,13 +51,7 @@ func TestSampleSchemaAgreesWithDecodeSample(t *testing.T) {
 	sch := compileSampleSchema(t)
 	used := map[string]bool{}
 	for _, tc := range sampleCorpus() {
-		var schemaErr error
-		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(tc.in))
-		if err != nil {
-			schemaErr = err
-		} else {
-			schemaErr = sch.Validate(inst)
-		}
+		schemaErr := validate(sch, tc.in)
 		_, goErr := schema.DecodeSample([]byte(tc.in))
 		schemaOK, goOK := schemaErr == nil, goErr == nil
 		if goOK != tc.ok {
@@ -88,12 +83,16 @@ func TestSampleSchemaAgreesWithDecodeSample(t *testing.T) {
 }
 
 func compileSampleSchema(t *testing.T) *jsonschema.Schema {
+	return compileSchema(t, schema.SampleJSONSchema, "https://actloop.dev/schema/v1/sample.schema.json")
+}
+
+// compileSchema compiles the schema file b, whose $id is url.
+func compileSchema(t *testing.T, b []byte, url string) *jsonschema.Schema {
 	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema.SampleJSONSchema))
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const url = "https://actloop.dev/schema/v1/sample.schema.json"
 	c := jsonschema.NewCompiler()
 	if err := c.AddResource(url, doc); err != nil {
 		t.Fatal(err)
@@ -399,4 +398,93 @@ func oneLine(err error) string {
 		return "ok"
 	}
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+// What actloop writes as a result, and a trainer reads back from a head
+// and its body, is valid under result.schema.json; an unknown field is
+// allowed there (results are read leniently) and a broken rule is not.
+func TestResultSchemaAcceptsResults(t *testing.T) {
+	sch := compileSchema(t, schema.ResultJSONSchema, "https://actloop.dev/schema/v1/result.schema.json")
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	head := schema.ResultHead{V: schema.Version, TrajID: "t-1", SampleID: "t-1", GroupID: "g", GroupIndex: 1, GroupSize: 2,
+		Family: "swe", Purpose: schema.ResultPurpose(schema.PurposeValidation), Status: schema.StatusLimitExceeded,
+		Limit: schema.LimitStep, Reason: "step_limit 3", Reward: 0, Replica: "r0", MinVersion: 2, MaxVersion: 3,
+		Stale: true, Restarts: 1, Replays: 1, Diverged: 1, Turns: 3, Commands: 2, GenTokens: 2, NumTokens: 3,
+		PromptLen: 1, StaleTokens: 1, AdmittedAt: at, FinishedAt: at.Add(time.Minute),
+		Body: &schema.BodyRef{Bucket: schema.BucketResultBodies, Name: "t-1", Size: 10, SHA256: strings.Repeat("0f", 32)}}
+	full := schema.Result{ResultHead: head, Tokens: []int32{1, 2, 3}, Logprobs: []float32{0, -0.5, -1},
+		LossMask: []int8{0, 1, 1}, Versions: []int32{-1, 2, 3},
+		Messages: []schema.Message{{Role: schema.RoleSystem, Content: "s"}, {Role: schema.RoleUser, Content: "u"},
+			{Role: schema.RoleAssistant, Content: "a"}, {Role: schema.RoleTool, Content: "o"}},
+		Diff: "--- a\n+++ b\n", Tests: map[string]string{"t::a": "PASSED", "t::b": "MISSING"},
+		Metadata: json.RawMessage(`{"k":[1,{"x":null}]}`)}
+
+	// A fallback, read back from its body as a trainer does.
+	fallback := schema.Result{ResultHead: schema.ResultHead{V: schema.Version, TrajID: "t-2", SampleID: "t-2", GroupID: "t-2",
+		Status: schema.StatusFallback, Reason: "lost", MinVersion: -1, MaxVersion: -1, AdmittedAt: at, FinishedAt: at}}
+	body, err := schema.EncodeBody(&fallback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var readBack schema.Result
+	readBack.ResultHead = fallback.ResultHead
+	if err := schema.DecodeBody(body, &readBack); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]schema.Result{"full": full, "fallback read back": readBack} {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := validate(sch, string(b)); err != nil {
+			t.Errorf("%s: %v\n%s", name, oneLine(err), b)
+		}
+		if _, err := schema.Decode[schema.Result](b); err != nil {
+			t.Errorf("%s: Decode: %v", name, err)
+		}
+	}
+
+	fullJSON, _ := json.Marshal(full)
+	edit := func(key, raw string) string { // full with key set to raw ("" deletes it)
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(fullJSON, &m); err != nil {
+			t.Fatal(err)
+		}
+		if raw == "" {
+			delete(m, key)
+		} else {
+			m[key] = json.RawMessage(raw)
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name, in string
+		ok       bool
+	}{
+		{"a newer release's field", edit("priority", "3"), true},
+		{"a newer release's body field", edit("body", `{"bucket":"b","name":"n","size":1,"sha256":"`+
+			strings.Repeat("a", 64)+`","etag":"x"}`), true},
+		{"unknown status", edit("status", `"done"`), false},
+		{"bad traj_id", edit("traj_id", `".."`), false},
+		{"version past int32", edit("max_version", "2147483648"), false},
+		{"loss mask of 2", edit("loss_mask", "[0,2,1]"), false},
+		{"unknown test outcome", edit("tests", `{"t::a":"OK"}`), false},
+		{"unknown role", edit("messages", `[{"role":"robot","content":"x"}]`), false},
+		{"bad sha256", edit("body", `{"bucket":"b","name":"n","size":1,"sha256":"ABC"}`), false},
+		{"no status", edit("status", ""), false},
+		{"v 2", edit("v", "2"), false},
+	} {
+		if err := validate(sch, tc.in); (err == nil) != tc.ok {
+			t.Errorf("%s: schema accepts: %v, want %v (%v)", tc.name, err == nil, tc.ok, oneLine(err))
+		}
+	}
+}
+
+func validate(sch *jsonschema.Schema, in string) error {
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(in))
+	if err != nil {
+		return err
+	}
+	return sch.Validate(inst)
 }
