@@ -82,12 +82,12 @@ func TestSampleSchemaAgreesWithDecodeSample(t *testing.T) {
 	}
 }
 
-func compileSampleSchema(t *testing.T) *jsonschema.Schema {
+func compileSampleSchema(t testing.TB) *jsonschema.Schema {
 	return compileSchema(t, schema.SampleJSONSchema, "https://actloop.dev/schema/v1/sample.schema.json")
 }
 
 // compileSchema compiles the schema file b, whose $id is url.
-func compileSchema(t *testing.T, b []byte, url string) *jsonschema.Schema {
+func compileSchema(t testing.TB, b []byte, url string) *jsonschema.Schema {
 	t.Helper()
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
 	if err != nil {
@@ -487,4 +487,29 @@ func validate(sch *jsonschema.Schema, in string) error {
 		return err
 	}
 	return sch.Validate(inst)
+}
+
+// Every sample DecodeSample accepts, written back by Go (as the Go client
+// sends it), is valid under the schema: the schema never refuses a sample
+// a Go trainer can send.
+func FuzzSampleSchemaAcceptsDecodedSamples(f *testing.F) {
+	for _, tc := range sampleCorpus() {
+		if len(tc.in) < 4<<10 {
+			f.Add([]byte(tc.in))
+		}
+	}
+	sch := compileSampleSchema(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := schema.DecodeSample(b)
+		if err != nil {
+			return
+		}
+		out, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := validate(sch, string(out)); err != nil {
+			t.Fatalf("schema refuses %s, decoded from %s: %v", clipped(string(out)), clipped(string(b)), oneLine(err))
+		}
+	})
 }
