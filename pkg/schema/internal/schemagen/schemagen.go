@@ -10,7 +10,6 @@
 package schemagen
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -106,11 +105,11 @@ func apply(s *jsonschema.Schema, t reflect.Type, ext map[reflect.Type]extension)
 }
 
 func jsonName(f reflect.StructField) string {
-	name, _, _ := bytes.Cut([]byte(f.Tag.Get("json")), []byte(","))
-	if len(name) == 0 {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if name == "" {
 		return f.Name
 	}
-	return string(name)
+	return name
 }
 
 // prop is s's property name; it fails when the type has no such field, so
