@@ -270,7 +270,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	} else {
 		syncErr <- nil
 	}
-	results, err := bench.CollectHeads(syncCtx, js, len(samples), func(done int) {
+	results, err := devResults(syncCtx, nc, len(samples), func(done int) {
 		if !o.asJSON {
 			progress(stderr, done, len(samples), time.Since(start))
 		}
@@ -309,6 +309,10 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 			fmt.Fprintf(stdout, "%d weight syncs (slowest pause %.1f ms): %d generations aborted, %d tokens kept and resumed; newest weight version %d\n",
 				sum.WeightSyncs, sum.PauseMaxMS, sum.Aborted, sum.KeptTokens, sum.MaxVersion)
 		}
+	}
+	// Every client ran with docs/security.md's permissions and no more.
+	if v := st.Violations(); len(v) > 0 {
+		return fmt.Errorf("NATS permission violations (docs/security.md's table is short of what a client does):\n%s", strings.Join(v, "\n"))
 	}
 	if sum.Solved < sum.Trajectories {
 		return fmt.Errorf("%d of %d demo tasks not solved (see %s)", sum.Trajectories-sum.Solved, sum.Trajectories, logPath)
@@ -354,6 +358,42 @@ func devTrainer(ctx context.Context, common service.Common) (*nats.Conn, jetstre
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// devResults reads n distinct results' heads as a trainer does, with the
+// CLI's permissions: a durable consumer of its own ("dev"), acknowledging
+// each. tick is called with the count so far.
+func devResults(ctx context.Context, nc *nats.Conn, n int, tick func(done int)) (map[string]schema.ResultHead, error) {
+	c, err := client.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := c.Results(ctx, "dev")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]schema.ResultHead{}
+	tick(0)
+	for len(out) < n {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		for d, err := range cons.Fetch(ctx, n-len(out), time.Second) {
+			if err != nil {
+				break // nothing within the wait, or a hiccup: ask again
+			}
+			h, err := d.Head()
+			if err != nil {
+				return nil, fmt.Errorf("result: %w", err)
+			}
+			if err := d.Ack(ctx); err != nil {
+				return nil, err
+			}
+			out[h.TrajID] = h
+			tick(len(out))
+		}
+	}
+	return out, nil
 }
 
 // progress draws a one-line progress bar.

@@ -2,11 +2,9 @@ package devstack_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -19,27 +17,6 @@ import (
 	"github.com/actloop/actloop/pkg/schema"
 )
 
-// violationLog records the NATS server's permission violations.
-type violationLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (v *violationLog) add(format string, a []any) {
-	if msg := fmt.Sprintf(format, a...); strings.Contains(msg, "Violation") {
-		v.mu.Lock()
-		v.lines = append(v.lines, msg)
-		v.mu.Unlock()
-	}
-}
-
-func (v *violationLog) Noticef(string, ...any)         {}
-func (v *violationLog) Debugf(string, ...any)          {}
-func (v *violationLog) Tracef(string, ...any)          {}
-func (v *violationLog) Warnf(format string, a ...any)  { v.add(format, a) }
-func (v *violationLog) Errorf(format string, a ...any) { v.add(format, a) }
-func (v *violationLog) Fatalf(format string, a ...any) { v.add(format, a) }
-
 // A stack's servers want the credentials it generated: its NATS refuses a
 // client without a user or with a wrong password, its Redis one without
 // the password, the coordinator's write calls one without the API token.
@@ -47,8 +24,6 @@ func (v *violationLog) Fatalf(format string, a ...any) { v.add(format, a) }
 // runs without a permission violation.
 func TestServersRefuseUnauthenticatedClients(t *testing.T) {
 	e := newEnvWith(t, 1, func(o *devstack.Options) { o.LeastPrivilege = true })
-	viol := &violationLog{}
-	e.stack.NATS.SetLogger(viol, false, false)
 	c, err := e.stack.StartAll(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -100,10 +75,8 @@ func TestServersRefuseUnauthenticatedClients(t *testing.T) {
 			t.Errorf("%s: %s %s", id, r.Status, r.Reason)
 		}
 	}
-	viol.mu.Lock()
-	defer viol.mu.Unlock()
-	if len(viol.lines) > 0 {
-		t.Errorf("permission violations:\n%s", strings.Join(viol.lines, "\n"))
+	if v := e.stack.Violations(); len(v) > 0 {
+		t.Errorf("permission violations:\n%s", strings.Join(v, "\n"))
 	}
 }
 

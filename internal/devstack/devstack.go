@@ -125,12 +125,13 @@ type Stack struct {
 	Template  tokenize.ChatTemplate
 	simServer []*http.Server
 
-	mu      sync.Mutex
-	wg      sync.WaitGroup
-	errs    []error
-	clients []redis.UniversalClient
-	gens    map[string]*genworker.Worker
-	closing []func()
+	violations violationLog
+	mu         sync.Mutex
+	wg         sync.WaitGroup
+	errs       []error
+	clients    []redis.UniversalClient
+	gens       map[string]*genworker.Worker
+	closing    []func()
 }
 
 // StartInfra starts NATS, Redis and the simulators; no services yet.
@@ -177,6 +178,7 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.Opts.Common.NATSURL = s.NATS.ClientURL()
 		s.Opts.Common.NATSUser, s.Opts.Common.NATSPassword = DevUser, s.Creds.NATS[DevUser]
+		s.NATS.SetLogger(&s.violations, false, false)
 	}
 	if o.RedisCluster != "" {
 		s.Opts.Common.RedisURL, s.Opts.Common.RedisCluster = o.RedisCluster, true
@@ -201,6 +203,39 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	return s, nil
 }
+
+// Violations are the permission violations the embedded NATS server has
+// reported: with LeastPrivilege, a client that needs more than
+// docs/security.md grants it.
+func (s *Stack) Violations() []string { return s.violations.get() }
+
+// violationLog is a nats-server logger that keeps the permission
+// violations and drops the rest.
+type violationLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (v *violationLog) add(format string, a []any) {
+	if msg := fmt.Sprintf(format, a...); strings.Contains(msg, "Violation") {
+		v.mu.Lock()
+		v.lines = append(v.lines, msg)
+		v.mu.Unlock()
+	}
+}
+
+func (v *violationLog) get() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.lines)
+}
+
+func (v *violationLog) Noticef(string, ...any)         {}
+func (v *violationLog) Debugf(string, ...any)          {}
+func (v *violationLog) Tracef(string, ...any)          {}
+func (v *violationLog) Warnf(format string, a ...any)  { v.add(format, a) }
+func (v *violationLog) Errorf(format string, a ...any) { v.add(format, a) }
+func (v *violationLog) Fatalf(format string, a ...any) { v.add(format, a) }
 
 // secret returns a new random password or token.
 func secret() string {
