@@ -22,8 +22,10 @@ import (
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/gateway"
 	"github.com/actloop/actloop/internal/localnats"
 	"github.com/actloop/actloop/internal/localredis"
+	"github.com/actloop/actloop/internal/metrics"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/telemetry"
@@ -96,8 +98,9 @@ func syncLoop(ctx context.Context, c *client.Client, sims map[string]string, per
 // devOptions are `actloop dev`'s flags.
 type devOptions struct {
 	tasks, replicas, slots, envSlots int
-	asJSON                           bool
+	asJSON, serve                    bool
 	redisKind, dir, addr, natsSync   string
+	gatewayAddr                      string
 	timeScale                        float64
 	syncEvery                        time.Duration
 }
@@ -114,7 +117,10 @@ object on the last line). Fails if a demo task is not solved; the state
 directory, with its log, is then kept.
 
 With --weight-sync-every it also plays a trainer that pauses, updates the
-weights and resumes that often.`,
+weights and resumes that often. With --serve it runs no demo batch: it keeps
+the stack up, with the HTTP trainer API (the gateway), until interrupted, and
+writes the addresses and credentials a trainer needs to actloop.env in its
+state directory.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -131,6 +137,8 @@ weights and resumes that often.`,
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "coordinator status address (a free port if taken)")
 	f.Float64Var(&o.timeScale, "time-scale", 0.02, "simulator wall seconds per simulated second")
 	f.DurationVar(&o.syncEvery, "weight-sync-every", 0, "pause, update the weights and resume this often (0: never)")
+	f.BoolVar(&o.serve, "serve", false, "run no demo batch: keep the stack up, with the HTTP trainer API (the gateway), until interrupted, for a trainer to use")
+	f.StringVar(&o.gatewayAddr, "gateway-addr", "127.0.0.1:8084", "with --serve, the gateway's address (a free port if taken)")
 	f.StringVar(&o.natsSync, "nats-sync", "", "how the embedded NATS server's JetStream store syncs to disk: always (every write), or an interval (default: the server's, 2m; an OS crash or power loss can lose messages acknowledged since the last sync)")
 	return cmd
 }
@@ -244,6 +252,9 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 		return err
 	}
 	defer nc.Close()
+	if o.serve {
+		return serveDev(ctx, o, st, nc, js, log, stderr)
+	}
 	if !o.asJSON {
 		fmt.Fprintf(stderr, "actloop dev: NATS %s, Redis %s (%s), %d replicas x %d slots, logs in %s\n",
 			st.NATS.ClientURL(), st.Redis.Addr, st.Redis.Kind, o.replicas, o.slots, logPath)
@@ -318,6 +329,46 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 		return fmt.Errorf("%d of %d demo tasks not solved (see %s)", sum.Trajectories-sum.Solved, sum.Trajectories, logPath)
 	}
 	return nil
+}
+
+// serveDev keeps the stack up until ctx ends, with a gateway (the HTTP
+// trainer API) logged in to NATS as the trainer, and writes its address
+// and the API token beside the CLI's settings.
+func serveDev(ctx context.Context, o devOptions, st *devstack.Stack, nc *nats.Conn, js jetstream.JetStream,
+	log *slog.Logger, stderr io.Writer) error {
+	l, err := net.Listen("tcp", o.gatewayAddr)
+	if err != nil {
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return err
+		}
+	}
+	env := st.TrainerEnv()
+	var coordURL string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "ACTLOOP_COORDINATOR_URL="); ok {
+			coordURL = v
+		}
+	}
+	d := &service.Deps{NC: nc, JS: js, Common: st.TrainerCommon(), Log: log.With("service", "gateway"), Now: time.Now,
+		Metrics: metrics.NewRegistry()}
+	g := gateway.New(gateway.Config{APIToken: st.Creds.APIToken, CoordinatorURL: coordURL, MaxWait: time.Minute,
+		MaxBatch: 256}, d)
+	served := make(chan error, 1)
+	go func() { served <- service.ServeListener(ctx, l, g.Handler(), d.Log) }()
+	url := "http://" + l.Addr().String()
+	envPath, err := writeDevEnv(o.dir, append(env, "ACTLOOP_GATEWAY_URL="+url))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "actloop dev: serving until interrupted (Ctrl-C); the HTTP trainer API (gateway) at %s\n"+
+		"actloop dev: its token and the CLI's settings (ACTLOOP_GATEWAY_URL, ACTLOOP_API_TOKEN, ...):\n"+
+		"actloop dev:   . %s\n", url, envPath)
+	select {
+	case <-ctx.Done():
+		return <-served
+	case err := <-served:
+		return err
+	}
 }
 
 // devEnvFile is the file under the state directory of `actloop dev` with

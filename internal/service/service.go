@@ -292,6 +292,9 @@ func (d *Deps) Ready(ctx context.Context) error {
 	if !d.NC.IsConnected() {
 		return errors.New("nats: not connected")
 	}
+	if d.Redis == nil { // a client without Redis (the gateway)
+		return nil
+	}
 	if err := d.Redis.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
