@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -163,7 +162,7 @@ func (c *Coordinator) Handler() http.Handler {
 		if c.cfg.StatusOpen {
 			return h
 		}
-		return bearer(c.cfg.APIToken, h)
+		return service.Bearer(c.cfg.APIToken, h)
 	}
 	mux.Handle("GET /{$}", read(c.servePage))
 	mux.Handle("GET /v1/status", read(func(w http.ResponseWriter, r *http.Request) {
@@ -175,28 +174,9 @@ func (c *Coordinator) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(st)
 	}))
-	mux.Handle("POST /v1/pause", bearer(c.cfg.APIToken, c.handleControl("pause")))
-	mux.Handle("POST /v1/resume", bearer(c.cfg.APIToken, c.handleControl("resume")))
-	mux.Handle("POST /v1/abort", bearer(c.cfg.APIToken, c.handleControl("abort")))
+	mux.Handle("POST /v1/pause", service.Bearer(c.cfg.APIToken, c.handleControl("pause")))
+	mux.Handle("POST /v1/resume", service.Bearer(c.cfg.APIToken, c.handleControl("resume")))
+	mux.Handle("POST /v1/abort", service.Bearer(c.cfg.APIToken, c.handleControl("abort")))
 	mux.Handle("GET /v1/control", read(c.handleControl("get")))
 	return mux
-}
-
-// bearer lets through requests with "Authorization: Bearer <token>"; others
-// get 401. An empty token lets every request through: a coordinator
-// started with ACTLOOP_INSECURE=true (service.Main refuses an empty token
-// otherwise), or one built in code without a token.
-func bearer(token string, h http.Handler) http.Handler {
-	if token == "" {
-		return h
-	}
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="actloop"`)
-			writeJSON(w, http.StatusUnauthorized, schema.APIError{Error: "unauthorized: this call needs Authorization: Bearer <ACTLOOP_API_TOKEN>"})
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }

@@ -50,12 +50,12 @@ func TestAPIToken(t *testing.T) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPost, "/v1/pause", nil)
 	req.Header.Set("Authorization", "Bearer s3cret")
-	bearer("s3cret", ok).ServeHTTP(rec, req)
+	service.Bearer("s3cret", ok).ServeHTTP(rec, req)
 	if rec.Code != http.StatusNoContent {
 		t.Errorf("the right token: %d", rec.Code)
 	}
 	rec = httptest.NewRecorder()
-	bearer("", ok).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/pause", nil))
+	service.Bearer("", ok).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/pause", nil))
 	if rec.Code != http.StatusNoContent {
 		t.Errorf("no token set: %d, want every call let through", rec.Code)
 	}

@@ -17,7 +17,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/subtle"
 	_ "embed" // the API description is served as written
 	"encoding/json"
 	"errors"
@@ -109,28 +108,11 @@ func (g *Gateway) Handler() http.Handler {
 	for _, rt := range g.routes() {
 		var h http.Handler = rt.h
 		if !rt.open {
-			h = bearer(g.cfg.APIToken, h)
+			h = service.Bearer(g.cfg.APIToken, h)
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
 	}
 	return mux
-}
-
-// bearer lets a request through only with the token (none needed when the
-// token is empty).
-func bearer(token string, h http.Handler) http.Handler {
-	if token == "" {
-		return h
-	}
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="actloop"`)
-			fail(w, http.StatusUnauthorized, errors.New("unauthorized: this call needs Authorization: Bearer <ACTLOOP_API_TOKEN>"))
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 func fail(w http.ResponseWriter, status int, err error) {

@@ -1,9 +1,14 @@
 package service
 
 import (
+	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // ErrUnauthenticated is the error of a service that would start without
@@ -47,4 +52,27 @@ func RequireAuth(insecure bool, missing []string) error {
 	}
 	return fmt.Errorf("%w: %s; or set ACTLOOP_INSECURE=true to run without authentication", ErrUnauthenticated,
 		strings.Join(missing, "; "))
+}
+
+// Bearer lets through requests with "Authorization: Bearer <token>"; the
+// others get 401 with a JSON error naming ACTLOOP_API_TOKEN. An empty token
+// lets every request through: a service started with ACTLOOP_INSECURE=true
+// (Main refuses an empty token otherwise), or one built in code without a
+// token.
+func Bearer(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="actloop"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(schema.APIError{
+				Error: "unauthorized: this call needs Authorization: Bearer <ACTLOOP_API_TOKEN>"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
