@@ -213,10 +213,11 @@ func TestOneRequestIDPerTrajectory(t *testing.T) {
 	if lo, hi, plain := states["lo"].RID, states["hi"].RID, states["plain"].RID; lo == hi || lo == plain || hi == plain {
 		t.Fatalf("trajectories share request ids: lo %s, hi %s, plain %s", lo, hi, plain)
 	}
-	// The preempted and the paused generations were resumed: more requests
-	// than turns, all under their trajectory's id.
-	if len(reqs) < calls+2 || states["lo"].Preempts < 1 || states["plain"].Preempts != 0 || states["plain"].Calls < 3 {
-		t.Fatalf("%d requests for %d turns, lo preempted %d times, plain %d in %d turns: want a preemption and a pause resumed, "+
+	// The preempted generation was resumed: more requests than turns, all
+	// under their trajectory's id. (The paused one may have ended on its
+	// own before the abort reached it, so it need not add one.)
+	if len(reqs) < calls+1 || states["lo"].Preempts < 1 || states["plain"].Preempts != 0 || states["plain"].Calls < 3 {
+		t.Fatalf("%d requests for %d turns, lo preempted %d times, plain %d in %d turns: want a preemption resumed, "+
 			"and plain's turns uninterrupted", len(reqs), calls, states["lo"].Preempts, states["plain"].Preempts, states["plain"].Calls)
 	}
 }
