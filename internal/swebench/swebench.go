@@ -171,7 +171,11 @@ func Read(r io.Reader, opts Options) ([]schema.Sample, error) {
 		seen[s.ID] = n
 		out = append(out, s)
 	}
-	if err := sc.Err(); err != nil {
+	switch err := sc.Err(); {
+	case errors.Is(err, bufio.ErrTooLong):
+		errs = append(errs, &RowError{Line: n + 1, Err: fmt.Errorf("longer than the limit of %d bytes for one row (swebench.MaxLineBytes); "+
+			"the rows after it were not read", MaxLineBytes)})
+	case err != nil:
 		errs = append(errs, &RowError{Line: n + 1, Err: err})
 	}
 	return out, errors.Join(errs...)
@@ -220,7 +224,7 @@ func sample(in Instance, n int, opts Options) (schema.Sample, error) {
 	}
 	switch {
 	case !schema.ValidID(in.InstanceID):
-		return fail("instance_id", "must match [A-Za-z0-9._-]{1,128}, got %q", clip(in.InstanceID))
+		return fail("instance_id", "must match %s, got %q", schema.IDPattern, clip(in.InstanceID))
 	case !repoRe.MatchString(in.Repo):
 		return fail("repo", "want owner/name, got %q", clip(in.Repo))
 	case !commitRe.MatchString(in.BaseCommit):

@@ -104,6 +104,16 @@ func TestReadReportsEveryBadRow(t *testing.T) {
 	}
 }
 
+// A row over MaxLineBytes is reported with its line and the limit.
+func TestReadNamesAnOverlongRow(t *testing.T) {
+	in := row("") + "\n" + strings.Repeat("x", MaxLineBytes+1) + "\n"
+	samples, err := Read(strings.NewReader(in), Options{})
+	if len(samples) != 1 || err == nil || !strings.Contains(err.Error(), "line 2: ") ||
+		!strings.Contains(err.Error(), "limit of 4194304 bytes") {
+		t.Fatalf("Read: %d samples, error %v; want the first row and line 2 named with the limit", len(samples), err)
+	}
+}
+
 // The eval, run by bash in a checkout, restores the test files, applies
 // test_patch and prints the runner's summary lines only.
 func TestEvalScript(t *testing.T) {

@@ -33,8 +33,8 @@
 //     TimedOut set, ReturnCode -1 and the output produced so far. An error
 //     means the sandbox itself failed, is gone (ErrNotFound) or ctx ended.
 //   - Start with an id that is already live in the same Backend value fails
-//     with ErrExists; ids must match [A-Za-z0-9._-]{1,128} and not be "." or
-//     "..", else ErrInvalidID.
+//     with ErrExists; ids must match [A-Za-z0-9][A-Za-z0-9._-]{0,191}
+//     (ValidateID), else ErrInvalidID.
 //   - A failing setup command fails Start with a *SetupError and leaves
 //     nothing behind.
 //   - Close is idempotent and removes everything; afterwards Attach, Exec and

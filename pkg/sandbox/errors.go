@@ -8,7 +8,8 @@ import (
 var (
 	// ErrNotFound means the sandbox does not exist (any more).
 	ErrNotFound = errors.New("sandbox: not found")
-	// ErrInvalidID means an id does not match [A-Za-z0-9._-]{1,128}.
+	// ErrInvalidID means an id does not match
+	// [A-Za-z0-9][A-Za-z0-9._-]{0,191} (ValidateID).
 	ErrInvalidID = errors.New("sandbox: invalid id")
 	// ErrInvalidHandle means a handle was not made by this backend.
 	ErrInvalidHandle = errors.New("sandbox: invalid handle")

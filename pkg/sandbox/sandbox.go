@@ -106,13 +106,19 @@ type Backend interface {
 	Attach(ctx context.Context, handle string) (Sandbox, error)
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+// MaxIDBytes bounds a sandbox id: a trajectory id (at most 128 bytes) with
+// a suffix such as "-eval-12" fits.
+const MaxIDBytes = 192
 
-// ValidateID reports whether id can name a sandbox: 1 to 128 characters of
-// [A-Za-z0-9._-], and not "." or "..". The error wraps ErrInvalidID.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,191}$`)
+
+// ValidateID reports whether id can name a sandbox: a letter or digit,
+// then up to 191 of [A-Za-z0-9._-] (a directory name that is never "." or
+// "..", hidden or an option; a container name as Docker allows one). The
+// error wraps ErrInvalidID.
 func ValidateID(id string) error {
-	if !idPattern.MatchString(id) || id == "." || id == ".." {
-		return fmt.Errorf("%w: %q (want 1-128 of [A-Za-z0-9._-], not . or ..)", ErrInvalidID, id)
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("%w: %q (want a letter or digit, then up to 191 of [A-Za-z0-9._-])", ErrInvalidID, id)
 	}
 	return nil
 }

@@ -214,7 +214,8 @@ func testCloseIdempotent(t *testing.T, b sandbox.Backend, _ Options) {
 
 func testInvalidID(t *testing.T, b sandbox.Backend, _ Options) {
 	ctx := context.Background()
-	for _, id := range []string{"", ".", "..", "a/b", "../x", "a b", "a:b", "ü", "a\x00", "a\n", strings.Repeat("a", 129)} {
+	for _, id := range []string{"", ".", "..", "..a", ".x", "-x", "_x", "a/b", "../x", "a b", "a:b", "ü", "a\x00", "a\n",
+		strings.Repeat("a", sandbox.MaxIDBytes+1)} {
 		sb, err := b.Start(ctx, id, sandbox.Spec{})
 		if !errors.Is(err, sandbox.ErrInvalidID) {
 			t.Errorf("Start(%q): error %v, want ErrInvalidID", id, err)
@@ -223,7 +224,8 @@ func testInvalidID(t *testing.T, b sandbox.Backend, _ Options) {
 			_ = sb.Close(ctx)
 		}
 	}
-	for _, id := range []string{"a", "traj-1.eval_2", "..a", strings.Repeat("Z", 128)} {
+	for _, id := range []string{"a", "traj-1.eval_2", "a..b", strings.Repeat("Z", 128) + "-eval-12",
+		strings.Repeat("Z", sandbox.MaxIDBytes)} {
 		sb := Start(t, b, id, sandbox.Spec{})
 		WantOutput(t, sb, "echo ok", "ok\n")
 	}
