@@ -158,8 +158,9 @@ func TestOneRequestIDPerTrajectory(t *testing.T) {
 	submit(ridSample("hi", 2))
 	testkit.Eventually(t, wait, "a preemption", func() bool { return stack.GenWorker("r0").Stats().Preemptions >= 1 })
 	testkit.Eventually(t, wait, "a generation after the preemption", func() bool { return rec.decoding(3) })
-	reply, err := coord.Pause(ctx, schema.PauseRequest{Mode: schema.PauseAbort})
-	if err != nil || reply.Aborted < 1 {
+	// A pause while generations run (the one running may end before the
+	// abort reaches it: the rid check below holds either way).
+	if reply, err := coord.Pause(ctx, schema.PauseRequest{Mode: schema.PauseAbort}); err != nil {
 		t.Fatalf("pause: %+v, %v", reply, err)
 	}
 	v := int64(1)
