@@ -74,10 +74,9 @@ func (c *Coordinator) abortOne(ctx context.Context, id, reason string) (bool, er
 			t, err := c.store.Load(ctx, id, traj.WithAll)
 			switch {
 			case errors.Is(err, traj.ErrNotFound): // its state is lost: answered from the index
-				r := traj.FallbackResult(schema.ResultHead{TrajID: id, GroupID: e.GroupID, GroupIndex: e.GroupIndex,
-					GroupSize: e.GroupSize, Family: e.Family, Purpose: schema.ResultPurpose(e.Purpose),
-					Status: schema.StatusAborted, Reason: reason, Replica: e.Replica, FinishedAt: c.d.Now().UTC()})
-				if err := c.d.Results.Publish(ctx, r, schema.MsgID(id, 0, "aborted")); err != nil {
+				h := e.Head(id)
+				h.Status, h.Reason, h.FinishedAt = schema.StatusAborted, reason, c.d.Now().UTC()
+				if err := c.d.Results.Publish(ctx, traj.FallbackResult(h), schema.MsgID(id, 0, "aborted")); err != nil {
 					return false, err
 				}
 			case err != nil:
@@ -110,10 +109,9 @@ func (c *Coordinator) abortOne(ctx context.Context, id, reason string) (bool, er
 // and forgets it.
 func (c *Coordinator) abortWaiting(ctx context.Context, w *waitingSample, reason string) error {
 	s, now := w.Sample, c.d.Now().UTC()
-	r := traj.FallbackResult(schema.ResultHead{TrajID: s.ID, GroupID: s.GroupID, GroupIndex: s.GroupIndex,
-		GroupSize: s.GroupSize, Family: s.Family, Purpose: schema.ResultPurpose(s.Purpose), Status: schema.StatusAborted,
-		Reason: reason, AdmittedAt: now, FinishedAt: now})
-	r.SampleID = s.ID
+	h := traj.ActiveEntryOf(s, "").Head(s.ID)
+	h.Status, h.Reason, h.AdmittedAt, h.FinishedAt = schema.StatusAborted, reason, now, now
+	r := traj.FallbackResult(h)
 	if err := c.d.Results.Publish(ctx, r, schema.MsgID(s.ID, 0, "aborted")); err != nil {
 		return err
 	}

@@ -236,9 +236,9 @@ func (c *Coordinator) lost(ctx context.Context, id string) error {
 	if err == nil && json.Unmarshal(kept.Value(), &a) == nil && a.Sample.ID == id && a.Readmissions < MaxReadmissions {
 		return c.readmit(ctx, a, e.Replica)
 	}
-	r := traj.FallbackResult(schema.ResultHead{TrajID: id, GroupID: e.GroupID, GroupIndex: e.GroupIndex,
-		GroupSize: e.GroupSize, Family: e.Family, Purpose: schema.ResultPurpose(e.Purpose), Reason: ReasonLost, Replica: e.Replica,
-		FinishedAt: c.d.Now().UTC()})
+	h := e.Head(id)
+	h.Reason, h.FinishedAt = ReasonLost, c.d.Now().UTC()
+	r := traj.FallbackResult(h)
 	c.d.Log.Error("trajectory state lost: answered with a fallback result", "traj_id", id)
 	return c.d.Results.Publish(ctx, r, schema.MsgID(id, 0, "lost"))
 }

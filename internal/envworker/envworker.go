@@ -292,16 +292,12 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 		return nil, err
 	}
 	ran := traj.Ran{Digest: traj.ExecDigest(res.Output, res.ReturnCode), Exit: res.ReturnCode, Replay: replay}
-	if submitted, text := agent.HasFinished(res.Output, res.ReturnCode); submitted && !res.TimedOut {
-		ag, err := w.agents.For(t.Sample.Flow)
-		if err != nil {
-			return nil, bus.Fatal(err)
-		}
-		return traj.Submitted{Ran: ran, Closing: traj.Closing(ag, w.tmpl, agent.EndingSubmitted, text)}, nil
-	}
 	ag, err := w.agents.For(t.Sample.Flow)
 	if err != nil {
 		return nil, bus.Fatal(err)
+	}
+	if submitted, text := agent.HasFinished(res.Output, res.ReturnCode); submitted && !res.TimedOut {
+		return traj.Submitted{Ran: ran, Closing: traj.Closing(ag, w.tmpl, agent.EndingSubmitted, text)}, nil
 	}
 	msg, ids, err := ag.Outcome(ag.Config.For(t.Sample.Task, t.Calls), w.tmpl, t.Action, res.Output, res.ReturnCode, res.TimedOut)
 	if err != nil {

@@ -340,9 +340,7 @@ func (g *Gateway) consumer(ctx context.Context, name, subject string) (jetstream
 	if c, ok := g.consumers.Load(key); ok {
 		return c.(jetstream.Consumer), nil
 	}
-	c, err := g.d.JS.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{
-		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: subject, AckWait: client.AckWait})
+	c, err := g.d.JS.CreateOrUpdateConsumer(ctx, schema.StreamResults, client.ConsumerConfig(name, subject))
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)
 	}

@@ -39,6 +39,14 @@ func ActiveEntryOf(s schema.Sample, replica string) ActiveEntry {
 		Purpose: s.Purpose}
 }
 
+// Head is the head of a result for trajectory id that the entry alone can
+// give (its group fields, purpose and replica), for a trajectory whose
+// state cannot be read; FallbackResult fills the rest.
+func (e ActiveEntry) Head(id string) schema.ResultHead {
+	return schema.ResultHead{TrajID: id, GroupID: e.GroupID, GroupIndex: e.GroupIndex, GroupSize: e.GroupSize,
+		Family: e.Family, Purpose: schema.ResultPurpose(e.Purpose), Replica: e.Replica}
+}
+
 // AddActive records an admitted trajectory; idempotent.
 func (s *Store) AddActive(ctx context.Context, id string, e ActiveEntry) error {
 	b, err := json.Marshal(e)

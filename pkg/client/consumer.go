@@ -39,10 +39,17 @@ func (c *Client) Groups(ctx context.Context, name string) (*Consumer, error) {
 	return c.consumer(ctx, name, schema.SubjectGroups, groupKey)
 }
 
+// ConsumerConfig is the durable consumer name of subject's messages
+// (schema.SubjectResults, schema.SubjectGroups) on the results stream, as
+// Results and Groups make it: explicit acks, from the oldest message kept,
+// AckWait.
+func ConsumerConfig(name, subject string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy, FilterSubject: subject, AckWait: AckWait}
+}
+
 func (c *Client) consumer(ctx context.Context, name, subject string, key func([]byte) string) (*Consumer, error) {
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{
-		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: subject, AckWait: AckWait})
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, schema.StreamResults, ConsumerConfig(name, subject))
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)
 	}
