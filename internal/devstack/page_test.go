@@ -61,7 +61,7 @@ func TestStatusPageInChromium(t *testing.T) {
 			!strings.Contains(dom, `points=""`)
 	})
 	for _, want := range []string{`<title>actloop status</title>`, `id="control">running, weight version 0`,
-		"1 completed", "<td>r0</td><td>yes</td>", " / 2</td>", "actloop.gen.r0.hi", "actloop.env.start", `<svg id="chart"`} {
+		"1 submitted", "<td>r0</td><td>yes</td>", " / 2</td>", "actloop.gen.r0.hi", "actloop.env.start", `<svg id="chart"`} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page lacks %q:\n%s", want, dom)
 		}
