@@ -189,14 +189,17 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	common.PullWait = 100 * time.Millisecond
 	// The stack's own NATS server goes unused: only its Redis and
 	// simulators serve.
+	// Its Redis has docs/security.md's ACL user per service (LeastPrivilege).
 	st, err := devstack.StartInfra(ctx, devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t),
-		Replicas: len(replicas), Slots: 2, EnvSlots: 2, Common: common})
+		Replicas: len(replicas), Slots: 2, EnvSlots: 2, Common: common, LeastPrivilege: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	as := func(c service.Common, user string) service.Common {
+	// as logs c in to this test's NATS as user and to Redis as redisUser.
+	as := func(c service.Common, user, redisUser string) service.Common {
 		c.NATSURL, c.NATSUser, c.NATSPassword, c.NATSTLSCA = url, user, password, pki.CA
+		c.RedisUsername, c.RedisPassword = redisUser, st.Creds.Redis[redisUser]
 		return c
 	}
 
@@ -241,7 +244,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	// Two coordinators under the leader lease, as deployed; short timeouts,
 	// so that the recovery paths run (below).
 	cc := st.CoordinatorConfig()
-	cc.Common, cc.Addr = as(cc.Common, "coordinator"), ""
+	cc.Common, cc.Addr = as(cc.Common, "coordinator", service.NATSCoordinator), ""
 	cc.ReplicaTimeout, cc.RepublishAfter = 2*time.Second, time.Second
 	c1Ctx, stopC1 := context.WithCancel(svcCtx)
 	defer stopC1()
@@ -268,7 +271,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	startGen := func(r string, steal bool) genRun {
 		t.Helper()
 		gc := st.GenWorkerConfig(r)
-		gc.Common = as(gc.Common, "gen-"+r)
+		gc.Common = as(gc.Common, "gen-"+r, service.NATSGenWorker)
 		gc.Steal, gc.StealAfter, gc.HeartbeatInterval = steal, 300*time.Millisecond, 200*time.Millisecond
 		runCtx, stop := context.WithCancel(svcCtx)
 		g := genRun{stop: stop}
@@ -288,7 +291,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		defer gens[r].stop()
 	}
 	ec := st.EnvWorkerConfig("env-0")
-	ec.Common = as(ec.Common, "env-0")
+	ec.Common = as(ec.Common, "env-0", service.NATSEnvWorker)
 	ec.HeartbeatInterval = 200 * time.Millisecond
 	start(svcCtx, "env-worker", ec.Common, func(d *service.Deps) (func(context.Context) error, error) {
 		w, err := envworker.New(svcCtx, ec, d)
@@ -298,7 +301,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		return w.Run, nil
 	})
 	pc := st.PredictorConfig()
-	pc.Common = as(pc.Common, "predictor-gw")
+	pc.Common = as(pc.Common, "predictor-gw", service.NATSPredictor)
 	start(svcCtx, "predictor-gw", pc.Common, func(d *service.Deps) (func(context.Context) error, error) {
 		return predictor.New(pc, d).Run, nil
 	})
@@ -427,6 +430,10 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	if v := viol.get(); len(v) > 0 {
 		t.Fatalf("permission violations with docs/security.md's permissions:\n%s", strings.Join(v, "\n"))
 	}
+	// Redis's: what its ACL LOG holds (the stack's NATS went unused).
+	if v := st.Violations(); len(v) > 0 {
+		t.Fatalf("Redis ACL denials with docs/security.md's Redis users:\n%s", strings.Join(v, "\n"))
+	}
 
 	// A wrong password is refused, and the error does not show it.
 	nctx, ncancel := context.WithTimeout(context.Background(), time.Minute)
@@ -526,4 +533,49 @@ func leads(log, service string) bool {
 		}
 	}
 	return false
+}
+
+// docs/security.md's Redis users are the code's (service.RedisTable and
+// service.RedisCommands), which `actloop dev` creates.
+func TestRedisUsersTableIsTheCodes(t *testing.T) {
+	b, err := os.ReadFile("../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Redis users\n")
+	if !ok {
+		t.Fatal("docs/security.md: no Redis users section")
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	_, table, ok := strings.Cut(sec, "| user | keys |\n|---|---|\n")
+	if !ok {
+		t.Fatal("docs/security.md: no table in the Redis users section")
+	}
+	code := regexp.MustCompile("`([^`]+)`")
+	doc := map[string][]string{}
+	for _, line := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 2 {
+			t.Fatalf("docs/security.md Redis users row %q: want 2 cells", line)
+		}
+		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
+			doc[cells[0]] = append(doc[cells[0]], m[1])
+		}
+	}
+	if len(doc) != len(service.RedisTable) {
+		t.Errorf("docs/security.md has %d Redis users, the code %d", len(doc), len(service.RedisTable))
+	}
+	for user, keys := range service.RedisTable {
+		if !slices.Equal(doc[user], keys) {
+			t.Errorf("docs/security.md Redis user %q: keys %q, the code %q", user, doc[user], keys)
+		}
+	}
+	_, block, _ := strings.Cut(sec, "```\n")
+	block, _, _ = strings.Cut(block, "\n```")
+	if got := strings.Fields(block); !slices.Equal(got, service.RedisCommands) {
+		t.Errorf("docs/security.md Redis commands %q, the code %q", got, service.RedisCommands)
+	}
 }

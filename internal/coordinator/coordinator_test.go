@@ -221,9 +221,10 @@ func TestPredictionsDriveSnapshots(t *testing.T) {
 	predict("c", 2, 50)
 	testkit.Eventually(t, wait, "b (longest) in the high class", high("b"))
 	predict("b", 1, 1) // older than what is known of b: dropped
+	// At least once: a loaded machine may deliver a prediction twice.
 	testkit.Eventually(t, wait, "the stale prediction counted", func() bool {
 		st, err := c.Status(ctx)
-		return err == nil && st.StalePredictions == 1
+		return err == nil && st.StalePredictions >= 1
 	})
 	predict("a", 3, 1000)
 	testkit.Eventually(t, wait, "a (now longest) in the high class", high("a"))

@@ -66,8 +66,9 @@ type Options struct {
 	RedisCluster string
 	// LeastPrivilege: each service logs in to the embedded NATS server as
 	// a user of its own with exactly its permissions of docs/security.md
-	// (service.NATSPermissionsOf), as a deployment does; otherwise they
-	// all log in as DevUser. Users exist for the replicas and for
+	// (service.NATSPermissionsOf), and to the stack's Redis as its ACL
+	// user (service.RedisTable), as a deployment does; otherwise they all
+	// log in as DevUser and Redis's default user. Users exist for the replicas and for
 	// EnvWorkerIDs; a service of another name is refused.
 	LeastPrivilege bool
 	// EnvWorkerIDs are the env-workers that get a NATS user of their own
@@ -82,9 +83,13 @@ type Options struct {
 // token.
 type Credentials struct {
 	// NATS is each NATS user's password, by user.
-	NATS          map[string]string
+	NATS map[string]string
+	// RedisPassword is the default Redis user's (tests and tools).
 	RedisPassword string
-	APIToken      string
+	// Redis is each service's Redis ACL user's password, by user
+	// (service.RedisTable), with LeastPrivilege.
+	Redis    map[string]string
+	APIToken string
 }
 
 // NATS users of a stack besides the services' own (LeastPrivilege).
@@ -189,6 +194,12 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.Opts.Common.RedisURL, s.Opts.Common.RedisCluster = "redis://"+s.Redis.Addr+"/0", false
 		s.Opts.Common.RedisPassword = s.Creds.RedisPassword
+		if o.LeastPrivilege {
+			if err := s.addRedisUsers(ctx); err != nil {
+				s.Redis.Close()
+				return nil, err
+			}
+		}
 	}
 	for _, name := range s.Replicas {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -205,9 +216,37 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 }
 
 // Violations are the permission violations the embedded NATS server has
-// reported: with LeastPrivilege, a client that needs more than
+// reported and, with LeastPrivilege on a real redis-server, the commands
+// and keys Redis refused (its ACL LOG): a client that needs more than
 // docs/security.md grants it.
-func (s *Stack) Violations() []string { return s.violations.get() }
+func (s *Stack) Violations() []string {
+	v := s.violations.get()
+	if s.Redis != nil && s.Opts.LeastPrivilege {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		denied, err := s.Redis.ACLDenials(ctx)
+		if err != nil {
+			denied = []string{err.Error()}
+		}
+		for _, d := range denied {
+			v = append(v, "redis: "+d)
+		}
+	}
+	return v
+}
+
+// addRedisUsers gives each service that uses Redis an ACL user of its own
+// with docs/security.md's rules (service.RedisTable) and a new password.
+func (s *Stack) addRedisUsers(ctx context.Context) error {
+	s.Creds.Redis = map[string]string{}
+	for user := range service.RedisTable {
+		s.Creds.Redis[user] = secret()
+		if err := s.Redis.AddUser(ctx, user, s.Creds.Redis[user], service.RedisRules(user)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // violationLog is a nats-server logger that keeps the permission
 // violations and drops the rest.
@@ -294,6 +333,9 @@ func (s *Stack) as(common service.Common, client, id string) service.Common {
 	}
 	common.NATSUser = natsUser(client, id)
 	common.NATSPassword = s.Creds.NATS[common.NATSUser] // "" for a service without a user: refused
+	if pw, ok := s.Creds.Redis[client]; ok {
+		common.RedisUsername, common.RedisPassword = client, pw
+	}
 	return common
 }
 
@@ -324,15 +366,21 @@ func (s *Stack) Deps(ctx context.Context, name string) (*service.Deps, error) {
 	return s.depsAs(ctx, name, s.Opts.Common)
 }
 
-// depsAs is Deps logged in to NATS with login's credentials.
+// depsAs is Deps logged in to NATS and Redis with login's credentials.
 func (s *Stack) depsAs(ctx context.Context, name string, login service.Common) (*service.Deps, error) {
 	c := s.Opts.Common
 	c.NATSUser, c.NATSPassword = login.NATSUser, login.NATSPassword
+	c.RedisUsername, c.RedisPassword = login.RedisUsername, login.RedisPassword
 	nc, err := c.ConnectNATS(name, nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, err
 	}
-	d, err := service.NewDeps(ctx, s.Opts.Common, nc, s.newRedis(), s.Opts.Log.With("service", name))
+	rdb, err := c.NewRedis()
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	d, err := service.NewDeps(ctx, s.Opts.Common, nc, rdb, s.Opts.Log.With("service", name))
 	if err != nil {
 		nc.Close()
 		return nil, err

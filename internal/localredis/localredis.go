@@ -30,6 +30,45 @@ type Server struct {
 	Kind string
 	stop func()
 	kill func()
+
+	password string               // the default user's
+	mini     *miniredis.Miniredis // the in-process one
+}
+
+// AddUser adds (or resets) the ACL user name with password and rules (ACL
+// SETUSER's, after the password; see service.RedisRules). The
+// in-process server checks the user's password only, not its rules.
+func (s *Server) AddUser(ctx context.Context, name, password string, rules []string) error {
+	if s.mini != nil {
+		s.mini.RequireUserAuth(name, password)
+		return nil
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password})
+	defer c.Close()
+	if err := c.ACLSetUser(ctx, name, append([]string{"reset", "on", ">" + password}, rules...)...).Err(); err != nil {
+		return fmt.Errorf("redis ACL SETUSER %s: %w", name, err)
+	}
+	return nil
+}
+
+// ACLDenials are the entries of the real server's ACL LOG (the commands,
+// keys and channels it refused a user), each as "user: reason object
+// (context)"; none for the in-process server, which keeps no such log.
+func (s *Server) ACLDenials(ctx context.Context) ([]string, error) {
+	if s.mini != nil {
+		return nil, nil
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password})
+	defer c.Close()
+	entries, err := c.ACLLog(ctx, 128).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis ACL LOG: %w", err)
+	}
+	out := make([]string, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, fmt.Sprintf("%s: %s %s (%s, %d times)", e.Username, e.Reason, e.Object, e.Context, e.Count))
+	}
+	return out, nil
 }
 
 // Close stops the server and waits for it.
@@ -70,7 +109,7 @@ func StartWithPassword(ctx context.Context, kind, dir, password string) (*Server
 		if err := m.Start(); err != nil {
 			return nil, fmt.Errorf("start in-process redis: %w", err)
 		}
-		return &Server{Addr: m.Addr(), Kind: KindInProcess, stop: m.Close, kill: m.Close}, nil
+		return &Server{Addr: m.Addr(), Kind: KindInProcess, stop: m.Close, kill: m.Close, password: password, mini: m}, nil
 	default:
 		return nil, fmt.Errorf("unknown redis kind %q (want %q or %q)", kind, KindReal, KindInProcess)
 	}
@@ -119,7 +158,7 @@ func startReal(ctx context.Context, dir, password string, extra ...string) (*Ser
 			}
 			return nil, err
 		}
-		return &Server{Addr: addr, Kind: KindReal, stop: stop, kill: kill}, nil
+		return &Server{Addr: addr, Kind: KindReal, stop: stop, kill: kill, password: password}, nil
 	}
 	return nil, errors.New("start redis-server: no free port after 5 attempts")
 }

@@ -56,7 +56,6 @@ var NATSTable = map[string]NATSPermissions{
 			kvRead("actloop_priority", ">"), kvRead("actloop_admitted", ">"),
 			objectWrite,
 			[]string{"actloop.env.>", "actloop.gen.>", "actloop.results.>", "actloop.groups.>", "actloop.predict", "actloop.events",
-				"$JS.ACK.ACTLOOP_SAMPLES.>", "$JS.ACK.ACTLOOP_RESULTS.>", "$JS.ACK.ACTLOOP_EVENTS.>",
 				"$KV.actloop_priority.>", "$KV.actloop_control.state", "$KV.actloop_leader.coordinator", "$KV.actloop_admitted.>"}),
 		Subscribe: []string{"actloop.control.*"},
 		Responses: true,
@@ -73,6 +72,9 @@ var NATSTable = map[string]NATSPermissions{
 			},
 			kvRead("actloop_control", "state"), kvRead("actloop_priority", ">"), kvRead("actloop_heartbeats", ">"),
 			[]string{"actloop.gen.>", "actloop.env.>", "actloop.events", "actloop.predictions", "actloop.predict",
+				// A stolen step is acknowledged on the victim's low consumer,
+				// whose name (gen-<replica>-lo) no wildcard token matches
+				// alone: acknowledgements on the whole stream.
 				"$JS.ACK.ACTLOOP_GEN.>", "$KV.actloop_heartbeats.gen.<replica>.>", "$KV.actloop_control.gen.<replica>.>"}),
 		Subscribe: []string{"actloop.gen.<replica>.*"},
 	},
@@ -83,11 +85,11 @@ var NATSTable = map[string]NATSPermissions{
 			kvRead("actloop_control", "state"), kvRead("actloop_priority", ">"),
 			objectWrite,
 			[]string{"actloop.gen.>", "actloop.env.>", "actloop.results.>", "actloop.events", "actloop.predictions",
-				"$JS.ACK.ACTLOOP_ENV.>", "$KV.actloop_heartbeats.env.<id>"}),
+				"$KV.actloop_heartbeats.env.<id>"}),
 		Subscribe: []string{"actloop.env.<id>", "actloop.env.start"},
 	},
 	NATSPredictor: {
-		Publish:   append(pull("ACTLOOP_RESULTS", "predictor-history", "actloop.results.>"), "$JS.ACK.ACTLOOP_RESULTS.>"),
+		Publish:   pull("ACTLOOP_RESULTS", "predictor-history", "actloop.results.>"),
 		Subscribe: []string{"actloop.predict"},
 		Responses: true,
 	},
@@ -103,7 +105,9 @@ var NATSTable = map[string]NATSPermissions{
 				"$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>",
 				"$JS.API.CONSUMER.CREATE.OBJ_ACTLOOP_RESULT_BODIES.*.$O.ACTLOOP_RESULT_BODIES.C.*",
 				"$JS.API.CONSUMER.DELETE.OBJ_ACTLOOP_RESULT_BODIES.*",
-				"$JS.FC.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>",
+				"$JS.FC.>", "actloop.samples", "actloop.control.*",
+				// Acknowledgements on its consumers, of any name.
+				"$JS.ACK.ACTLOOP_RESULTS.>",
 			}),
 		Subscribe: []string{"_INBOX.>"},
 	},
@@ -125,10 +129,13 @@ func declare(streams ...string) []string {
 }
 
 // pull is what a durable pull consumer takes: creating (or updating) it on
-// stream, filtered to subject, and pulling from it.
+// stream, filtered to subject, pulling from it and acknowledging what it
+// delivers (the reply subjects $JS.ACK.<stream>.<consumer>.…), so a client
+// cannot acknowledge, and so lose, another consumer's messages.
 func pull(stream, consumer, subject string) []string {
 	return []string{"$JS.API.CONSUMER.CREATE." + stream + "." + consumer + "." + subject,
-		"$JS.API.CONSUMER.MSG.NEXT." + stream + "." + consumer}
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + "." + consumer,
+		"$JS.ACK." + stream + "." + consumer + ".>"}
 }
 
 // kvRead is what reading keys of bucket takes: a get (a direct get), and a
