@@ -1,9 +1,12 @@
 package deploy
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/redis/go-redis/v9"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -33,6 +37,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/actloop/actloop/internal/launch"
+	"github.com/actloop/actloop/internal/service"
 )
 
 const (
@@ -1776,6 +1781,67 @@ func checkRedis(t reporter, m *manifests, vals chartutil.Values) {
 	if len(sts.Spec.VolumeClaimTemplates) != 1 {
 		t.Errorf("redis: no claim for its data")
 	}
+	checkRedisUsers(t, m, vals, c)
+}
+
+// checkRedisUsers: with a user per service (redis.auth.perService), the
+// bundled Redis has docs/security.md's users (service.RedisTable), each
+// with service.RedisRules and the password each service of that name logs
+// in with; the URL carries no password. Without, no user and no service
+// logs in as one.
+func checkRedisUsers(t reporter, m *manifests, vals chartutil.Values, c *corev1.Container) {
+	t.Helper()
+	perService := boolValue(t, vals, "redis.auth.enabled") && boolValue(t, vals, "redis.auth.perService")
+	users := map[string][]string{} // user: the args after "--user <user>"
+	for i := 0; i < len(c.Args); i++ {
+		if c.Args[i] != "--user" || i+1 >= len(c.Args) {
+			continue
+		}
+		j := i + 2
+		for j < len(c.Args) && !strings.HasPrefix(c.Args[j], "--") {
+			j++
+		}
+		users[c.Args[i+1]] = c.Args[i+2 : j]
+		i = j - 1
+	}
+	if !perService {
+		if len(users) > 0 {
+			t.Errorf("redis: users %v without redis.auth.perService", slices.Collect(maps.Keys(users)))
+		}
+		for _, d := range m.deployments {
+			if envVar(&d.Spec.Template.Spec.Containers[0], "ACTLOOP_REDIS_USERNAME") != nil {
+				t.Errorf("Deployment %s: a Redis user without redis.auth.perService", d.Name)
+			}
+		}
+		return
+	}
+	if s := m.secret(release + "-actloop"); s != nil && strings.Contains(s.StringData["redis-url"], "@") {
+		t.Errorf("Secret: redis-url %q carries a password with a user per service", s.StringData["redis-url"])
+	}
+	if len(users) != len(service.RedisTable) {
+		t.Errorf("redis: users %v, want those of service.RedisTable", slices.Collect(maps.Keys(users)))
+	}
+	for user := range service.RedisTable {
+		args := users[user]
+		env := "REDIS_PASSWORD_" + strings.ToUpper(strings.ReplaceAll(user, "-", "_"))
+		want := append([]string{"on", ">$(" + env + ")"}, service.RedisRules(user)...)
+		if !slices.Equal(args, want) {
+			t.Errorf("redis: user %s: %q, want %q", user, args, want)
+		}
+		ref := envVar(c, env)
+		if ref == nil || ref.ValueFrom == nil || ref.ValueFrom.SecretKeyRef == nil {
+			t.Errorf("redis: %s not from a Secret", env)
+			continue
+		}
+		for _, d := range m.byComponent(user) {
+			dc := &d.Spec.Template.Spec.Containers[0]
+			pw := envVar(dc, "ACTLOOP_REDIS_PASSWORD")
+			if envValue(dc, "ACTLOOP_REDIS_USERNAME") != user || pw == nil || pw.ValueFrom == nil ||
+				!reflect.DeepEqual(pw.ValueFrom.SecretKeyRef, ref.ValueFrom.SecretKeyRef) {
+				t.Errorf("Deployment %s: want Redis user %s with the password of Redis's %s", d.Name, user, env)
+			}
+		}
+	}
 }
 
 // checkAllContainers: every container of every workload requests CPU and
@@ -2022,4 +2088,86 @@ func maskGenerated(files map[string]string) map[string]string {
 		out[k] = generated.ReplaceAllString(v, "<generated>")
 	}
 	return out
+}
+
+// The bundled Redis's rendered command line, run by redis-server: each
+// service logs in with the password its Deployment is given and may touch
+// its own keys only; the default user is the administrators'.
+func TestBundledRedisUsersOnRedisServer(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server is not on PATH (CI installs it)")
+	}
+	files, _, err := render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decode(t, files)
+	c := container(t, &m.statefulSet(release+"-actloop-redis").Spec.Template.Spec, "redis")
+	if c == nil {
+		return
+	}
+	// Kubernetes's $(VAR) expansion of the args, from the container's
+	// Secret-backed variables; the data directory and port are the test's.
+	vars := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			vars[e.Name] = secretValue(m, e.ValueFrom.SecretKeyRef)
+		}
+	}
+	expand := regexp.MustCompile(`\$\(([A-Z0-9_]+)\)`)
+	var args []string
+	for i := 0; i < len(c.Args); i++ {
+		if c.Args[i] == "--dir" {
+			i++
+			continue
+		}
+		args = append(args, expand.ReplaceAllStringFunc(c.Args[i], func(v string) string { return vars[v[2:len(v)-1]] }))
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(bin, append(args, "--dir", t.TempDir(), "--port", fmt.Sprint(port), "--bind", "127.0.0.1")...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	admin := redis.NewClient(&redis.Options{Addr: addr, Password: vars["REDIS_PASSWORD"]})
+	defer admin.Close()
+	for admin.Ping(ctx).Err() != nil {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("redis-server with the chart's args did not answer: %s", out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	for user, keys := range service.RedisTable {
+		d := m.byComponent(user)
+		if len(d) == 0 {
+			t.Errorf("no Deployment of %s", user)
+			continue
+		}
+		dc := &d[0].Spec.Template.Spec.Containers[0]
+		pw := secretValue(m, envVar(dc, "ACTLOOP_REDIS_PASSWORD").ValueFrom.SecretKeyRef)
+		rc := redis.NewClient(&redis.Options{Addr: addr, Username: envValue(dc, "ACTLOOP_REDIS_USERNAME"), Password: pw})
+		own := strings.ReplaceAll(keys[0], "*", "x")
+		if err := rc.Set(ctx, own, "1", 0).Err(); err != nil {
+			t.Errorf("%s: SET %s: %v", user, own, err)
+		}
+		if err := rc.Set(ctx, "elsewhere", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%s: SET elsewhere: %v, want NOPERM", user, err)
+		}
+		if err := rc.FlushAll(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%s: FLUSHALL: %v, want NOPERM", user, err)
+		}
+		_ = rc.Close()
+	}
 }

@@ -149,7 +149,8 @@ Called wherever they are read; it sets each once.
 {{- include "actloop.ensureSecrets" . }}
 {{- if .Values.redis.bundled }}
 {{- $auth := "" }}
-{{- if .Values.redis.auth.enabled }}
+{{- /* One password for everything: in the URL. Per service: in ACTLOOP_REDIS_USERNAME/PASSWORD. */}}
+{{- if and .Values.redis.auth.enabled (not .Values.redis.auth.perService) }}
 {{- $auth = printf ":%s@" (.Values.redis.auth.password | urlquery) }}
 {{- end }}
 {{- printf "redis://%s%s.%s.svc.%s:6379/0" $auth (include "actloop.redisServiceName" .) .Release.Namespace .Values.clusterDomain }}
@@ -235,6 +236,34 @@ NATS pods), key (the password's key in the NATS Secret)}. The CLI's user
 {{- printf "%s\n%s" .ctx.Values.nats.auth.servicePasswordSeed .user | sha256sum | printf "p%s" }}
 {{- end }}
 
+{{/*
+The bundled Redis's ACL users of the services (docs/security.md's Redis
+users; service.RedisRules, which deploy/helm_test.go holds this to): each
+user's rules after "on" and its password.
+*/}}
+{{- define "actloop.redisUsers" -}}
+{
+  "coordinator": ["resetkeys", "~actloop:traj:*", "~actloop:{coordinator}:*", "~actloop:{group:*", "resetchannels", "-@all", "+@connection", "+@transaction", "+evalsha", "+eval", "+evalsha_ro", "+eval_ro", "+script|load", "+script|exists", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly", "+readwrite", "+@read", "+@write", "-@dangerous"],
+  "gen-worker": ["resetkeys", "~actloop:traj:*", "resetchannels", "-@all", "+@connection", "+@transaction", "+evalsha", "+eval", "+evalsha_ro", "+eval_ro", "+script|load", "+script|exists", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly", "+readwrite", "+@read", "+@write", "-@dangerous"],
+  "env-worker": ["resetkeys", "~actloop:traj:*", "resetchannels", "-@all", "+@connection", "+@transaction", "+evalsha", "+eval", "+evalsha_ro", "+eval_ro", "+script|load", "+script|exists", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly", "+readwrite", "+@read", "+@write", "-@dangerous"],
+  "predictor-gw": ["resetkeys", "~actloop:{predict}:*", "resetchannels", "-@all", "+@connection", "+@transaction", "+evalsha", "+eval", "+evalsha_ro", "+eval_ro", "+script|load", "+script|exists", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly", "+readwrite", "+@read", "+@write", "-@dangerous"]
+}
+{{- end }}
+
+{{- define "actloop.redisPerService" -}}
+{{- $a := .Values.redis.auth }}
+{{- if and .Values.redis.bundled $a.enabled $a.perService }}true{{ end }}
+{{- end }}
+
+{{/*
+A service's Redis password: (dict "ctx" $ "user" "coordinator"), derived
+from the default user's (redis.auth.password), which it does not reveal.
+*/}}
+{{- define "actloop.redisServicePassword" -}}
+{{- include "actloop.ensureSecrets" .ctx }}
+{{- printf "%s\n%s" .ctx.Values.redis.auth.password .user | sha256sum | printf "p%s" }}
+{{- end }}
+
 {{/* A list of subjects in nats.conf syntax, placeholders replaced: (dict "s" <list> "replica" "r0"). */}}
 {{- define "actloop.natsSubjects" -}}
 {{- $out := list }}
@@ -287,7 +316,7 @@ else nats.credsSecret / nats.nkeySecret.
 
 {{/*
 The credential and TLS settings of an actloop container:
-(dict "ctx" $ "c" <component values> ["o" <group values>] "natsUser" "...").
+(dict "ctx" $ "c" <component values> ["o" <group values>] "natsUser" "..." "redisUser" "...").
 */}}
 {{- define "actloop.securityEnv" -}}
 {{- $v := .ctx.Values }}
@@ -303,6 +332,15 @@ The credential and TLS settings of an actloop container:
     secretKeyRef:
       name: {{ include "actloop.natsSecretName" .ctx }}
       key: {{ printf "%s-%s" (include "actloop.natsPasswordKey" .ctx) .natsUser }}
+{{- end }}
+{{- if and (include "actloop.redisPerService" .ctx) (hasKey (include "actloop.redisUsers" .ctx | fromJson) .redisUser) }}
+- name: ACTLOOP_REDIS_USERNAME
+  value: {{ .redisUser | quote }}
+- name: ACTLOOP_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "actloop.redisSecretName" .ctx }}
+      key: {{ printf "%s-%s" (include "actloop.redisPasswordKey" .ctx) .redisUser }}
 {{- end }}
 {{- $nats := include "actloop.natsSecretsDir" . }}
 {{- $auth := include "actloop.natsFileAuth" . }}
@@ -738,7 +776,7 @@ The pod spec of an actloop service:
 {{- $c := .c }}
 {{- $o := get . "o" | default dict }}
 {{- $shutdown := int (include "actloop.shutdownSeconds" .) }}
-{{- $sec := dict "ctx" $ctx "c" $c "o" $o "natsUser" (get . "natsUser" | default .service) -}}
+{{- $sec := dict "ctx" $ctx "c" $c "o" $o "natsUser" (get . "natsUser" | default .service) "redisUser" .service -}}
 serviceAccountName: {{ include "actloop.serviceAccountName" $ctx }}
 automountServiceAccountToken: false
 terminationGracePeriodSeconds: {{ add $shutdown (int $ctx.Values.terminationGraceMarginSeconds) }}
