@@ -2,8 +2,16 @@ package deploy
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"maps"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +24,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -441,6 +450,7 @@ func checkAll(t reporter, m *manifests, values chartutil.Values) {
 	checkCredentials(t, m, values)
 	checkNATS(t, m, values)
 	checkRedis(t, m, values)
+	checkServerTLS(t, m, values)
 	checkAllContainers(t, m)
 	checkNetworkPolicies(t, m)
 }
@@ -775,13 +785,18 @@ func TestValueFilesCover(t *testing.T) {
 		seen["nats client certificate"] = seen["nats client certificate"] ||
 			stringValue(t, v, "nats.tls.secret") != "" && stringValue(t, v, "nats.tls.clientCert") != ""
 		seen["redis tls"] = seen["redis tls"] || stringValue(t, v, "redis.tls.secret") != ""
+		for _, s := range []string{"nats", "redis"} {
+			if boolValue(t, v, s+".bundled") && boolValue(t, v, s+".serverTLS.enabled") {
+				seen["bundled "+s+" tls, "+map[bool]string{true: "its own certificate", false: "the chart's"}[stringValue(t, v, s+".serverTLS.secret") != ""]] = true
+			}
+		}
 		gs := groups(t, v)
 		seen["two openai groups"] = seen["two openai groups"] ||
 			len(gs) >= 2 && !slices.ContainsFunc(gs, func(g group) bool { return g.api != "openai" })
 	}
 	for _, want := range []string{"bundled nats", "bundled redis", "external secrets", "keda", "two openai groups",
 		"a nats user per service", "nats creds", "nats creds per component", "nats creds per group", "nats nkey",
-		"nats client certificate", "redis tls"} {
+		"nats client certificate", "redis tls", "bundled nats tls, the chart's", "bundled redis tls, its own certificate"} {
 		if !seen[want] {
 			t.Errorf("no values file covers %s", want)
 		}
@@ -1311,7 +1326,24 @@ func natsPasswordRef(t reporter, vals chartutil.Values) *corev1.SecretKeySelecto
 // (each variable the container c takes from a Secret as secretValue).
 func checkNATSConf(t reporter, m *manifests, c *corev1.Container, conf string, vals chartutil.Values) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "nats.conf")
+	dir := t.TempDir()
+	if strings.Contains(conf, "/etc/nats/tls/") {
+		// The TLS volume's files: the chart's certificate, or a stand-in
+		// for one of the user's.
+		data := map[string][]byte{}
+		if sec := m.secret(serverTLSSecret(t, vals, "nats")); sec != nil {
+			data = sec.Data
+		} else {
+			data = selfSigned(t)
+		}
+		for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
+			if err := os.WriteFile(filepath.Join(dir, k), data[k], 0o600); err != nil {
+				t.Errorf("%v", err)
+			}
+		}
+		conf = strings.ReplaceAll(conf, "/etc/nats/tls/", dir+"/")
+	}
+	path := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Errorf("%v", err)
 		return
@@ -1326,6 +1358,9 @@ func checkNATSConf(t reporter, m *manifests, c *corev1.Container, conf string, v
 	if err != nil {
 		t.Errorf("nats.conf: %v\n%s", err, conf)
 		return
+	}
+	if tlsOn := boolValue(t, vals, "nats.serverTLS.enabled"); (opts.TLSConfig != nil) != tlsOn || (opts.Cluster.TLSConfig != nil) != tlsOn {
+		t.Errorf("nats.conf: TLS to clients %v, on the routes %v; want both %v", opts.TLSConfig != nil, opts.Cluster.TLSConfig != nil, tlsOn)
 	}
 	if opts.ServerName != release+"-actloop-nats-1" {
 		t.Errorf("nats.conf: server_name %q, want the pod's name", opts.ServerName)
@@ -1667,11 +1702,15 @@ func wantFiles(t reporter, vals chartutil.Values, svc, group string) map[string]
 		want["ACTLOOP_NATS_NKEY"] = secretFile{nkey, stringValue(t, vals, "nats.nkeyKey")}
 	}
 	for _, s := range []string{"nats", "redis"} {
+		prefix := "ACTLOOP_" + strings.ToUpper(s) + "_TLS_"
+		if boolValue(t, vals, s+".bundled") && boolValue(t, vals, s+".serverTLS.enabled") {
+			want[prefix+"CA"] = secretFile{serverTLSSecret(t, vals, s), "ca.crt"}
+			continue
+		}
 		secret := stringValue(t, vals, s+".tls.secret")
 		if secret == "" {
 			continue
 		}
-		prefix := "ACTLOOP_" + strings.ToUpper(s) + "_TLS_"
 		for setting, key := range map[string]string{"CA": "ca", "CERT": "clientCert", "KEY": "clientKey"} {
 			if k := stringValue(t, vals, s+".tls."+key); k != "" {
 				want[prefix+setting] = secretFile{secret, k}
@@ -1679,6 +1718,102 @@ func wantFiles(t reporter, vals chartutil.Values, svc, group string) map[string]
 		}
 	}
 	return want
+}
+
+// serverTLSSecret is the Secret of bundled server s's certificate.
+func serverTLSSecret(t reporter, vals chartutil.Values, s string) string {
+	if name := stringValue(t, vals, s+".serverTLS.secret"); name != "" {
+		return name
+	}
+	return release + "-actloop-" + s + "-tls"
+}
+
+// checkServerTLS: a bundled server that serves TLS (serverTLS) has its
+// certificate's Secret mounted and configured (NATS to clients and on its
+// routes, Redis on its only port), its URL says TLS (tls://, rediss://),
+// and a certificate the chart makes is signed by the CA it ships (which
+// the services trust: checkCredentials) for server and client use, naming
+// the URL's host and, for NATS, every route's.
+func checkServerTLS(t reporter, m *manifests, vals chartutil.Values) {
+	t.Helper()
+	for _, s := range []string{"nats", "redis"} {
+		if !boolValue(t, vals, s+".bundled") {
+			continue
+		}
+		name := release + "-actloop-" + s
+		sts := m.statefulSet(name)
+		if sts == nil {
+			continue
+		}
+		on := boolValue(t, vals, s+".serverTLS.enabled")
+		vol := slices.IndexFunc(sts.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "tls" })
+		if !on {
+			if vol >= 0 {
+				t.Errorf("%s: a TLS volume without %s.serverTLS.enabled", s, s)
+			}
+			continue
+		}
+		secret := serverTLSSecret(t, vals, s)
+		if vol < 0 || sts.Spec.Template.Spec.Volumes[vol].Secret == nil || sts.Spec.Template.Spec.Volumes[vol].Secret.SecretName != secret {
+			t.Errorf("%s: want Secret %s mounted as its TLS volume", s, secret)
+		}
+		host := ""
+		if own := m.secret(release + "-actloop"); own != nil {
+			scheme := map[string]string{"nats": "tls://", "redis": "rediss://"}[s]
+			u := own.StringData[s+"-url"]
+			if !strings.HasPrefix(u, scheme) {
+				t.Errorf("Secret: %s-url %q, want %s with %s.serverTLS", s, u, scheme, s)
+			}
+			host, _, _ = strings.Cut(strings.TrimPrefix(u[strings.LastIndex(u, "@")+1:], scheme), ":")
+		}
+		c := container(t, &sts.Spec.Template.Spec, s)
+		if c == nil {
+			continue
+		}
+		routes := []string(nil)
+		if s == "nats" {
+			conf := m.configMap(name).Data["nats.conf"]
+			if strings.Count(conf, `cert_file: "/etc/nats/tls/tls.crt"`) != 2 {
+				t.Errorf("nats.conf: want TLS to clients and on the routes:\n%s", conf)
+			}
+			for _, r := range regexp.MustCompile(`nats://([^:\s]+):6222`).FindAllStringSubmatch(conf, -1) {
+				routes = append(routes, r[1])
+			}
+		} else if args := strings.Join(c.Args, " "); !strings.Contains(args, "--port 0 --tls-port 6379") {
+			t.Errorf("redis: args %q: want TLS only", args)
+		}
+		if stringValue(t, vals, s+".serverTLS.secret") != "" {
+			continue // a certificate of the user's
+		}
+		sec := m.secret(secret)
+		if sec == nil || sec.Type != corev1.SecretTypeTLS {
+			t.Errorf("no Secret %s of type %s", secret, corev1.SecretTypeTLS)
+			continue
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(sec.Data["ca.crt"]) {
+			t.Errorf("Secret %s: ca.crt holds no certificate", secret)
+			continue
+		}
+		pair, err := tls.X509KeyPair(sec.Data["tls.crt"], sec.Data["tls.key"])
+		if err != nil {
+			t.Errorf("Secret %s: %v", secret, err)
+			continue
+		}
+		cert, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			t.Errorf("Secret %s: %v", secret, err)
+			continue
+		}
+		// localhost and 127.0.0.1 too: the CLI through kubectl port-forward.
+		for _, h := range append([]string{host, "localhost", "127.0.0.1"}, routes...) {
+			for _, use := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+				if _, err := cert.Verify(x509.VerifyOptions{DNSName: h, Roots: pool, KeyUsages: []x509.ExtKeyUsage{use}}); err != nil {
+					t.Errorf("Secret %s: the certificate for %s (usage %v): %v", secret, h, use, err)
+				}
+			}
+		}
+	}
 }
 
 // checkCredentials: every credential or TLS file a service is told of is a
@@ -1952,10 +2087,14 @@ func TestChartRejects(t *testing.T) {
 			"tls": map[string]any{"secret": "s", "clientKey": "tls.key"}}}, "redis.tls.clientKey is set without redis.tls.clientCert"},
 		{"a client certificate from no Secret", external(map[string]any{"tls": map[string]any{"clientCert": "tls.crt", "clientKey": "tls.key"}}),
 			"nats.tls.clientCert: name the Secret"},
-		{"TLS to the bundled NATS", map[string]any{"nats": map[string]any{"tls": map[string]any{"secret": "s"}}},
-			"nats.tls.secret: TLS is for an external server"},
-		{"TLS to the bundled Redis", map[string]any{"redis": map[string]any{"tls": map[string]any{"secret": "s"}}},
-			"redis.tls.secret: TLS is for an external server"},
+		{"client TLS to the bundled NATS", map[string]any{"nats": map[string]any{"tls": map[string]any{"secret": "s"}}},
+			"nats.tls.secret: for an external server (nats.bundled: false); the bundled one's TLS is nats.serverTLS"},
+		{"client TLS to the bundled Redis", map[string]any{"redis": map[string]any{"tls": map[string]any{"secret": "s"}}},
+			"redis.tls.secret: for an external server (redis.bundled: false); the bundled one's TLS is redis.serverTLS"},
+		{"server TLS for an external NATS", external(map[string]any{"serverTLS": map[string]any{"enabled": true}}),
+			"nats.serverTLS.enabled: for the bundled server"},
+		{"a certificate valid for no day", map[string]any{"redis": map[string]any{"serverTLS": map[string]any{"enabled": true, "days": 0}}},
+			"redis.serverTLS.days: 0"},
 		{"a TLS Secret with nothing to mount", external(map[string]any{"tls": map[string]any{"secret": "s", "ca": ""}}),
 			"nats.tls.secret: set nats.tls.ca"},
 		{"Redis TLS over a socket", map[string]any{"redis": map[string]any{"bundled": false, "url": "unix:///run/redis.sock",
@@ -2079,7 +2218,7 @@ func TestChartGeneratesPasswords(t *testing.T) {
 // passwords the chart makes (ensureSecrets), the services' passwords
 // derived from a made seed, and the checksums of the passwords and the
 // Secret. (An upgrade keeps them: the chart reads them back from its Secret.)
-var generated = regexp.MustCompile(`\bp[A-Za-z0-9]{31}\b|\bp[0-9a-f]{64}\b|checksum/(passwords|secret): [0-9a-f]{64}`)
+var generated = regexp.MustCompile(`\bp[A-Za-z0-9]{31}\b|\bp[0-9a-f]{64}\b|checksum/(passwords|secret|tls): [0-9a-f]{64}|LS0tLS1CRUdJTi[A-Za-z0-9+/=]*`)
 
 // maskGenerated is files with what generated matches left out.
 func maskGenerated(files map[string]string) map[string]string {
@@ -2090,84 +2229,257 @@ func maskGenerated(files map[string]string) map[string]string {
 	return out
 }
 
-// The bundled Redis's rendered command line, run by redis-server: each
-// service logs in with the password its Deployment is given and may touch
-// its own keys only; the default user is the administrators'.
-func TestBundledRedisUsersOnRedisServer(t *testing.T) {
+// The bundled Redis's rendered command line, run by redis-server, without
+// and with TLS (the chart's certificate): each service logs in with the
+// password its Deployment is given, over TLS checking the certificate
+// against the CA it is given for its URL's host, and may touch its own
+// keys only; the default user is the administrators'.
+func TestBundledRedisOnRedisServer(t *testing.T) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Skip("redis-server is not on PATH (CI installs it)")
 	}
-	files, _, err := render(t, nil)
+	for name, vals := range map[string]map[string]any{
+		"plain": nil,
+		"tls":   {"redis": map[string]any{"serverTLS": map[string]any{"enabled": true}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			files, values, err := render(t, vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := decode(t, files)
+			c := container(t, &m.statefulSet(release+"-actloop-redis").Spec.Template.Spec, "redis")
+			if c == nil {
+				return
+			}
+			tlsConf := serverTLSClient(t, m, "redis")
+			// Kubernetes's $(VAR) expansion of the args, from the
+			// container's Secret-backed variables; the data directory,
+			// port and TLS files are the test's.
+			vars := map[string]string{}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					vars[e.Name] = secretValue(m, e.ValueFrom.SecretKeyRef)
+				}
+			}
+			dir := t.TempDir()
+			port := freePort(t)
+			expand := regexp.MustCompile(`\$\(([A-Z0-9_]+)\)`)
+			var args []string
+			for i := 0; i < len(c.Args); i++ {
+				switch a := c.Args[i]; {
+				case a == "--dir":
+					i++
+				case a == "--tls-port":
+					args = append(args, a, fmt.Sprint(port))
+					i++
+				case strings.HasPrefix(a, "/etc/redis/tls/"):
+					args = append(args, writeSecretFile(t, m, dir, serverTLSSecret(t, values, "redis"), strings.TrimPrefix(a, "/etc/redis/tls/")))
+				default:
+					args = append(args, expand.ReplaceAllStringFunc(a, func(v string) string { return vars[v[2:len(v)-1]] }))
+				}
+			}
+			if tlsConf == nil {
+				args = append(args, "--port", fmt.Sprint(port))
+			}
+			cmd := exec.Command(bin, append(args, "--dir", dir, "--bind", "127.0.0.1")...)
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			admin := redis.NewClient(&redis.Options{Addr: addr, Password: vars["REDIS_PASSWORD"], TLSConfig: tlsConf})
+			defer admin.Close()
+			for admin.Ping(ctx).Err() != nil {
+				select {
+				case <-ctx.Done():
+					t.Fatalf("redis-server with the chart's args did not answer: %s", out.String())
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			if tlsConf != nil {
+				plain := redis.NewClient(&redis.Options{Addr: addr, Password: vars["REDIS_PASSWORD"], MaxRetries: -1})
+				if err := plain.Ping(ctx).Err(); err == nil {
+					t.Error("redis: answered without TLS")
+				}
+				_ = plain.Close()
+			}
+			for user, keys := range service.RedisTable {
+				d := m.byComponent(user)
+				if len(d) == 0 {
+					t.Errorf("no Deployment of %s", user)
+					continue
+				}
+				dc := &d[0].Spec.Template.Spec.Containers[0]
+				pw := secretValue(m, envVar(dc, "ACTLOOP_REDIS_PASSWORD").ValueFrom.SecretKeyRef)
+				rc := redis.NewClient(&redis.Options{Addr: addr, Username: envValue(dc, "ACTLOOP_REDIS_USERNAME"), Password: pw, TLSConfig: tlsConf})
+				own := strings.ReplaceAll(keys[0], "*", "x")
+				if err := rc.Set(ctx, own, "1", 0).Err(); err != nil {
+					t.Errorf("%s: SET %s: %v", user, own, err)
+				}
+				if err := rc.Set(ctx, "elsewhere", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+					t.Errorf("%s: SET elsewhere: %v, want NOPERM", user, err)
+				}
+				if err := rc.FlushAll(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+					t.Errorf("%s: FLUSHALL: %v, want NOPERM", user, err)
+				}
+				_ = rc.Close()
+			}
+		})
+	}
+}
+
+// The bundled NATS's rendered configuration with TLS (the chart's
+// certificate), run by nats-server (one server, its routes and JetStream
+// left out): a service logs in over TLS, checking the certificate against
+// the CA it is given for its URL's host; a client without TLS or trusting
+// another CA is refused.
+func TestBundledNATSTLSOnNATSServer(t *testing.T) {
+	files, vals, err := render(t, map[string]any{"nats": map[string]any{"serverTLS": map[string]any{"enabled": true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := decode(t, files)
-	c := container(t, &m.statefulSet(release+"-actloop-redis").Spec.Template.Spec, "redis")
+	name := release + "-actloop-nats"
+	c := container(t, &m.statefulSet(name).Spec.Template.Spec, "nats")
 	if c == nil {
 		return
 	}
-	// Kubernetes's $(VAR) expansion of the args, from the container's
-	// Secret-backed variables; the data directory and port are the test's.
-	vars := map[string]string{}
+	dir := t.TempDir()
+	conf := m.configMap(name).Data["nats.conf"]
+	for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		conf = strings.ReplaceAll(conf, "/etc/nats/tls/"+k, writeSecretFile(t, m, dir, serverTLSSecret(t, vals, "nats"), k))
+	}
+	path := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("POD_NAME", name+"-0")
 	for _, e := range c.Env {
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-			vars[e.Name] = secretValue(m, e.ValueFrom.SecretKeyRef)
+			t.Setenv(e.Name, secretValue(m, e.ValueFrom.SecretKeyRef))
 		}
 	}
-	expand := regexp.MustCompile(`\$\(([A-Z0-9_]+)\)`)
-	var args []string
-	for i := 0; i < len(c.Args); i++ {
-		if c.Args[i] == "--dir" {
-			i++
-			continue
-		}
-		args = append(args, expand.ReplaceAllStringFunc(c.Args[i], func(v string) string { return vars[v[2:len(v)-1]] }))
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
+	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
+	opts.Cluster, opts.Routes, opts.JetStream = server.ClusterOpts{}, nil, false
+	opts.PidFile, opts.NoSigs = "", true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(time.Minute) {
+		t.Fatal("nats-server with the chart's configuration is not ready")
+	}
+	url := srv.ClientURL()
+	d := m.byComponent("coordinator")[0]
+	dc := &d.Spec.Template.Spec.Containers[0]
+	user := nats.UserInfo(envValue(dc, "ACTLOOP_NATS_USER"), secretValue(m, envVar(dc, "ACTLOOP_NATS_PASSWORD").ValueFrom.SecretKeyRef))
+	nc, err := nats.Connect(url, user, nats.Secure(serverTLSClient(t, m, "nats")))
+	if err != nil {
+		t.Fatalf("the coordinator over TLS: %v", err)
+	}
+	nc.Close()
+	if nc, err := nats.Connect(url, user); err == nil {
+		nc.Close()
+		t.Error("connected without TLS")
+	}
+	// The CLI through kubectl port-forward, as NOTES.txt says: actloop's own
+	// client, the chart's CA, 127.0.0.1.
+	cli := service.CommonDefaults()
+	cli.NATSURL = strings.Replace(url, "nats://", "tls://", 1)
+	cli.NATSUser, cli.NATSPassword = stringValue(t, vals, "nats.auth.user"), os.Getenv("NATS_PASSWORD")
+	cli.NATSTLSCA = writeSecretFile(t, m, t.TempDir(), serverTLSSecret(t, vals, "nats"), "ca.crt")
+	if nc, err := cli.ConnectNATS("cli"); err != nil {
+		t.Errorf("the CLI over TLS to 127.0.0.1: %v", err)
+	} else {
+		nc.Close()
+	}
+	other := selfSigned(t)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(other["ca.crt"])
+	if nc, err := nats.Connect(url, user, nats.Secure(&tls.Config{RootCAs: pool, ServerName: serverTLSClient(t, m, "nats").ServerName, MinVersion: tls.VersionTLS12})); err == nil {
+		nc.Close()
+		t.Error("connected trusting another CA")
+	}
+}
+
+// serverTLSClient is the TLS a service's client of bundled server s uses
+// when it serves TLS: the CA of the chart's certificate and its URL's host
+// (nil without TLS).
+func serverTLSClient(t *testing.T, m *manifests, s string) *tls.Config {
+	t.Helper()
+	sec := m.secret(release + "-actloop-" + s + "-tls")
+	if sec == nil {
+		return nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(sec.Data["ca.crt"]) {
+		t.Fatalf("%s: no CA", sec.Name)
+	}
+	u := m.secret(release + "-actloop").StringData[s+"-url"]
+	host, _, _ := strings.Cut(u[strings.Index(u, "://")+3:], ":")
+	host = host[strings.LastIndex(host, "@")+1:]
+	return &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}
+}
+
+// writeSecretFile writes key of the chart's Secret name into dir and
+// returns its path.
+func writeSecretFile(t *testing.T, m *manifests, dir, name, key string) string {
+	t.Helper()
+	sec := m.secret(name)
+	if sec == nil {
+		t.Fatalf("no Secret %s", name)
+	}
+	path := filepath.Join(dir, key)
+	if err := os.WriteFile(path, sec.Data[key], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// freePort is a TCP port free on 127.0.0.1 a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(bin, append(args, "--dir", t.TempDir(), "--port", fmt.Sprint(port), "--bind", "127.0.0.1")...)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// selfSigned is a throwaway certificate, its key and itself as the CA, as a
+// kubernetes.io/tls Secret's data.
+func selfSigned(t reporter) map[string][]byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Errorf("%v", err)
+		return nil
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	admin := redis.NewClient(&redis.Options{Addr: addr, Password: vars["REDIS_PASSWORD"]})
-	defer admin.Close()
-	for admin.Ping(ctx).Err() != nil {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("redis-server with the chart's args did not answer: %s", out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stand-in"}, DNSNames: []string{"stand-in"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Errorf("%v", err)
+		return nil
 	}
-	for user, keys := range service.RedisTable {
-		d := m.byComponent(user)
-		if len(d) == 0 {
-			t.Errorf("no Deployment of %s", user)
-			continue
-		}
-		dc := &d[0].Spec.Template.Spec.Containers[0]
-		pw := secretValue(m, envVar(dc, "ACTLOOP_REDIS_PASSWORD").ValueFrom.SecretKeyRef)
-		rc := redis.NewClient(&redis.Options{Addr: addr, Username: envValue(dc, "ACTLOOP_REDIS_USERNAME"), Password: pw})
-		own := strings.ReplaceAll(keys[0], "*", "x")
-		if err := rc.Set(ctx, own, "1", 0).Err(); err != nil {
-			t.Errorf("%s: SET %s: %v", user, own, err)
-		}
-		if err := rc.Set(ctx, "elsewhere", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
-			t.Errorf("%s: SET elsewhere: %v, want NOPERM", user, err)
-		}
-		if err := rc.FlushAll(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
-			t.Errorf("%s: FLUSHALL: %v, want NOPERM", user, err)
-		}
-		_ = rc.Close()
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Errorf("%v", err)
+		return nil
 	}
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return map[string][]byte{"tls.crt": cert, "ca.crt": cert, "tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})}
 }

@@ -139,7 +139,8 @@ Called wherever they are read; it sets each once.
 {{- if and .Values.nats.auth.enabled (not .Values.nats.auth.perService) }}
 {{- $auth = printf "%s:%s@" (.Values.nats.auth.user | urlquery) (.Values.nats.auth.password | urlquery) }}
 {{- end }}
-{{- printf "nats://%s%s.%s.svc.%s:4222" $auth (include "actloop.natsServiceName" .) .Release.Namespace .Values.clusterDomain }}
+{{- $scheme := ternary "tls" "nats" (eq (include "actloop.serverTLS" (dict "ctx" . "s" "nats")) "true") }}
+{{- printf "%s://%s%s.%s.svc.%s:4222" $scheme $auth (include "actloop.natsServiceName" .) .Release.Namespace .Values.clusterDomain }}
 {{- else }}
 {{- .Values.nats.url }}
 {{- end }}
@@ -153,7 +154,8 @@ Called wherever they are read; it sets each once.
 {{- if and .Values.redis.auth.enabled (not .Values.redis.auth.perService) }}
 {{- $auth = printf ":%s@" (.Values.redis.auth.password | urlquery) }}
 {{- end }}
-{{- printf "redis://%s%s.%s.svc.%s:6379/0" $auth (include "actloop.redisServiceName" .) .Release.Namespace .Values.clusterDomain }}
+{{- $scheme := ternary "rediss" "redis" (eq (include "actloop.serverTLS" (dict "ctx" . "s" "redis")) "true") }}
+{{- printf "%s://%s%s.%s.svc.%s:6379/0" $scheme $auth (include "actloop.redisServiceName" .) .Release.Namespace .Values.clusterDomain }}
 {{- else }}
 {{- .Values.redis.url }}
 {{- end }}
@@ -352,7 +354,7 @@ The credential and TLS settings of an actloop container:
   value: {{ printf "%s/user.nk" $nats | quote }}
 {{- end }}
 {{- range $s := list "nats" "redis" }}
-{{- $t := (index $v $s).tls }}
+{{- $t := include "actloop.clientTLS" (dict "ctx" $.ctx "s" $s) | fromJson }}
 {{- $dir := include (printf "actloop.%sSecretsDir" $s) $ }}
 {{- $prefix := printf "ACTLOOP_%s_TLS" (upper $s) }}
 {{- if $t.secret }}
@@ -375,7 +377,7 @@ The credential and TLS settings of an actloop container:
 {{- $v := .ctx.Values }}
 {{- $auth := include "actloop.natsFileAuth" . }}
 {{- range $s := list "nats" "redis" }}
-{{- $t := (index $v $s).tls }}
+{{- $t := include "actloop.clientTLS" (dict "ctx" $.ctx "s" $s) | fromJson }}
 {{- $sources := list }}
 {{- if and (eq $s "nats") $auth }}
 {{- $name := regexReplaceAll "^[a-z]+:" $auth "" }}
@@ -413,6 +415,94 @@ The credential and TLS settings of an actloop container:
   mountPath: {{ include (printf "actloop.%sSecretsDir" $s) $ }}
   readOnly: true
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The TLS of a service's client of server s (dict "ctx" $ "s" "nats"): the
+values' s.tls, or for a bundled server that serves TLS (s.serverTLS) the
+authorities of its certificate's Secret.
+*/}}
+{{- define "actloop.clientTLS" -}}
+{{- $x := index .ctx.Values .s }}
+{{- if include "actloop.serverTLS" . }}
+{{- toJson (dict "secret" (include "actloop.serverTLSSecretName" .) "ca" "ca.crt" "clientCert" "" "clientKey" "") }}
+{{- else }}
+{{- toJson $x.tls }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the bundled server s serves TLS: (dict "ctx" $ "s" "nats"). */}}
+{{- define "actloop.serverTLS" -}}
+{{- $x := index .ctx.Values .s }}
+{{- if and $x.bundled $x.serverTLS.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The Secret of the bundled server s's certificate: the values' or the chart's. */}}
+{{- define "actloop.serverTLSSecretName" -}}
+{{- (index .ctx.Values .s).serverTLS.secret | default (printf "%s-%s-tls" (include "actloop.fullname" .ctx) .s) }}
+{{- end }}
+
+{{/*
+The names the bundled server s's certificate must hold, as JSON: its
+Service's, and for NATS every server's behind the headless Service (the
+routes between them). The chart's certificate also names localhost and
+127.0.0.1.
+*/}}
+{{- define "actloop.serverTLSHosts" -}}
+{{- $ctx := .ctx }}
+{{- $ns := $ctx.Release.Namespace }}
+{{- $svc := include (printf "actloop.%sServiceName" .s) $ctx }}
+{{- $hosts := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns $ctx.Values.clusterDomain) }}
+{{- if eq .s "nats" }}
+{{- $h := include "actloop.natsHeadlessName" $ctx }}
+{{- $hosts = append $hosts (printf "*.%s.%s.svc.%s" $h $ns $ctx.Values.clusterDomain) }}
+{{- $hosts = append $hosts (printf "*.%s.%s.svc" $h $ns) }}
+{{- end }}
+{{- toJson $hosts }}
+{{- end }}
+
+{{/*
+The chart's certificate for the bundled server s when it makes one
+(serverTLS.enabled without serverTLS.secret), as JSON of its Secret's data
+(base64): the one its Secret already holds, so an upgrade keeps it, else a
+new CA and a certificate it signed for serverTLS.days. Made once per
+rendering (kept in the values), as the passwords are.
+*/}}
+{{- define "actloop.serverTLSData" -}}
+{{- $x := index .ctx.Values .s }}
+{{- if not (hasKey $x.serverTLS "data") }}
+{{- $data := dict }}
+{{- with lookup "v1" "Secret" .ctx.Release.Namespace (include "actloop.serverTLSSecretName" .) }}
+{{- if and .data (hasKey .data "tls.crt") (hasKey .data "tls.key") (hasKey .data "ca.crt") }}
+{{- $data = pick .data "tls.crt" "tls.key" "ca.crt" }}
+{{- end }}
+{{- end }}
+{{- if not $data }}
+{{- $hosts := include "actloop.serverTLSHosts" . | fromJsonArray }}
+{{- $ca := genCA (printf "%s %s CA" (include "actloop.fullname" .ctx) .s) (int $x.serverTLS.days) }}
+{{- /* localhost and 127.0.0.1 too: the CLI through kubectl port-forward. */}}
+{{- $cert := genSignedCert (first $hosts) (list "127.0.0.1") (append $hosts "localhost") (int $x.serverTLS.days) $ca }}
+{{- $data = dict "tls.crt" ($cert.Cert | b64enc) "tls.key" ($cert.Key | b64enc) "ca.crt" ($ca.Cert | b64enc) }}
+{{- end }}
+{{- $_ := set $x.serverTLS "data" $data }}
+{{- end }}
+{{- toJson $x.serverTLS.data }}
+{{- end }}
+
+{{/*
+The bundled server s's TLS volume: (dict "ctx" $ "s" "nats"); and a
+checksum of the chart's certificate, so the server restarts on a new one.
+*/}}
+{{- define "actloop.serverTLSVolume" -}}
+- name: tls
+  secret:
+    secretName: {{ include "actloop.serverTLSSecretName" . }}
+    defaultMode: 288
+{{- end }}
+{{- define "actloop.serverTLSChecksum" -}}
+{{- if and (include "actloop.serverTLS" .) (not (index .ctx.Values .s).serverTLS.secret) }}
+{{- include "actloop.serverTLSData" . | sha256sum }}
 {{- end }}
 {{- end }}
 
@@ -461,9 +551,15 @@ The credential and TLS settings of an actloop container:
 {{- if and $t.clientKey (not $t.clientCert) }}
 {{- fail (printf "actloop: %s.tls.clientKey is set without %s.tls.clientCert (both or neither)" $s $s) }}
 {{- end }}
+{{- if and $x.serverTLS.enabled (not $x.bundled) }}
+{{- fail (printf "actloop: %s.serverTLS.enabled: for the bundled server (%s.bundled: true); an external one's TLS is %s.tls" $s $s $s) }}
+{{- end }}
+{{- if and $x.serverTLS.enabled (lt (int $x.serverTLS.days) 1) }}
+{{- fail (printf "actloop: %s.serverTLS.days: %v: the chart's certificate must be valid for a day at least" $s $x.serverTLS.days) }}
+{{- end }}
 {{- if $t.secret }}
 {{- if $x.bundled }}
-{{- fail (printf "actloop: %s.tls.secret: TLS is for an external server (%s.bundled: false); the bundled one serves no TLS" $s $s) }}
+{{- fail (printf "actloop: %s.tls.secret: for an external server (%s.bundled: false); the bundled one's TLS is %s.serverTLS" $s $s $s) }}
 {{- end }}
 {{- if not (or $t.ca $t.clientCert) }}
 {{- fail (printf "actloop: %s.tls.secret: set %s.tls.ca (the authorities' key) or %s.tls.clientCert and clientKey: nothing to mount" $s $s $s) }}
@@ -977,6 +1073,13 @@ resources:
 {{- end }}
 
 {{/* The bundled NATS servers' configuration. */}}
+{{- define "actloop.natsConfTLS" -}}
+cert_file: "/etc/nats/tls/tls.crt"
+key_file: "/etc/nats/tls/tls.key"
+ca_file: "/etc/nats/tls/ca.crt"
+timeout: 5
+{{- end }}
+
 {{- define "actloop.natsConf" -}}
 {{- $n := .Values.nats }}
 {{- $headless := include "actloop.natsHeadlessName" . }}
@@ -994,9 +1097,20 @@ jetstream {
   # deploy/nats.conf.
   sync_interval: {{ $n.syncInterval }}
 }
+{{- if include "actloop.serverTLS" (dict "ctx" . "s" "nats") }}
+# TLS to clients and between the servers (nats.serverTLS).
+tls {
+  {{- include "actloop.natsConfTLS" . | nindent 2 }}
+}
+{{- end }}
 cluster {
   name: {{ $sts }}
   port: 6222
+  {{- if include "actloop.serverTLS" (dict "ctx" . "s" "nats") }}
+  tls {
+    {{- include "actloop.natsConfTLS" . | nindent 4 }}
+  }
+  {{- end }}
   routes: [
     {{- range $i, $_ := until (int $n.replicas) }}
     nats://{{ $sts }}-{{ $i }}.{{ $headless }}.{{ $.Release.Namespace }}.svc.{{ $.Values.clusterDomain }}:6222
