@@ -17,8 +17,12 @@
 //     otherwise). Its limits: file size (RLIMIT_FSIZE), disk (the sandbox
 //     measured while a command runs), CPU time (RLIMIT_CPU), and memory,
 //     processes and CPU share in a cgroup v2 per command where the worker
-//     has a delegated one (Local.Cgroups), else RLIMIT_AS and, under
-//     bwrap, RLIMIT_NPROC.
+//     has a delegated one (Local.Cgroups); as a fallback where it has
+//     none, in a cgroup per command in each of the cgroup v1 memory, pids
+//     and cpu hierarchies where they are writable at the worker's cgroups
+//     (the command enters them before it runs anything; an OOM kills the
+//     whole command, as in v2); else RLIMIT_AS and, under bwrap,
+//     RLIMIT_NPROC.
 //   - Docker runs a container per sandbox over the Docker Engine HTTP API:
 //     an unprivileged user, no capabilities, no-new-privileges, a read-only
 //     root with a size-limited in-memory work dir and /tmp, memory,

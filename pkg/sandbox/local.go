@@ -154,8 +154,9 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 // IsolationNone.
 func (l *Local) Isolation() string { return l.isolation }
 
-// Cgroups says where each command's cgroup v2 is made and what it bounds
-// (memory as a whole, processes, CPU share); "" when no cgroup is used,
+// Cgroups says where each command's cgroup is made (cgroup v2, or the
+// cgroup v1 fallback and its controllers) and what it bounds (memory as a
+// whole, processes, CPU share); "" when no cgroup is used,
 // and then CgroupError says why and only the per-process rlimits apply.
 func (l *Local) Cgroups() string {
 	if l.cg == nil {

@@ -28,19 +28,53 @@ import (
 // whole and memory.oom.group kills all of it on an OOM; pids.max bounds
 // its processes; cpu.max its CPU share. The cgroup is killed and removed
 // when the command ends.
+//
+// Where there is no such cgroup v2 but the cgroup v1 memory, pids and cpu
+// hierarchies are writable at this process's cgroups, v1 is the fallback:
+// the same limits in a cgroup per command in each (see newCgroupsV1); the
+// v1 OOM killer kills one process, and a watch (oomWatch) the rest.
 type cgroups struct {
 	parent string // holds one cgroup per running command
 	files  map[string]string
 	next   atomic.Uint64
+	v1     []cgroupV1 // set for cgroup v1; parent and files are unused then
 }
+
+// commandCgroup is the cgroup of one command: one directory in cgroup v2,
+// with fd open on it for exec's CgroupFD; in cgroup v1 one per hierarchy
+// and fd -1, the command entering them itself (see gate).
+type commandCgroup struct {
+	dirs []string
+	fd   int
+	oom  *oomWatch // cgroup v1 with a memory limit
+}
+
+// v1 reports whether cc is a cgroup v1 one.
+func (cc commandCgroup) v1() bool { return cc.fd < 0 }
 
 // cgroupFS is where the cgroup v2 hierarchy is found; a variable for tests.
 var cgroupFS = struct{ procSelfCgroup, mountinfo string }{"/proc/self/cgroup", "/proc/self/mountinfo"}
 
-// newCgroups sets up cgroups for the Local rooted at root, or says why it
-// cannot: no cgroup v2, no delegated subtree, or missing controllers. It
-// returns nil, nil when lim and cpus ask for nothing a cgroup enforces.
+// newCgroups sets up cgroups for the Local rooted at root, v2 first and
+// else v1, or says why it cannot use either.
 func newCgroups(root string, lim Limits, cpus float64) (*cgroups, error) {
+	if lim.MemoryMB <= 0 && lim.MaxProcs <= 0 && cpus <= 0 {
+		return nil, errors.New("no memory, process or CPU limit set")
+	}
+	c, err := newCgroupsV2(root, lim, cpus)
+	if err == nil {
+		return c, nil
+	}
+	c, errV1 := newCgroupsV1(root, lim, cpus)
+	if errV1 == nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("%w; and no cgroup v1 fallback: %w", err, errV1)
+}
+
+// newCgroupsV2 sets up cgroup v2 cgroups, or says why it cannot: no
+// cgroup v2, no delegated subtree, or missing controllers.
+func newCgroupsV2(root string, lim Limits, cpus float64) (*cgroups, error) {
 	files := map[string]string{}
 	if lim.MemoryMB > 0 {
 		files["memory.max"] = strconv.FormatInt(int64(lim.MemoryMB)<<20, 10)
@@ -81,15 +115,15 @@ func newCgroups(root string, lim Limits, cpus float64) (*cgroups, error) {
 	entries, _ := os.ReadDir(parent)
 	for _, e := range entries {
 		if e.IsDir() {
-			c.remove(filepath.Join(parent, e.Name()))
+			removeCgroup(filepath.Join(parent, e.Name()))
 		}
 	}
 	// Starting a process into a cgroup needs clone3; try it once.
-	dir, fd, err := c.create("+probe")
+	dir, fd, err := c.createV2("+probe")
 	if err != nil {
 		return nil, err
 	}
-	defer c.remove(dir)
+	defer removeCgroup(dir)
 	defer func() { _ = unix.Close(fd) }()
 	cmd := exec.Command("true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
@@ -101,6 +135,19 @@ func newCgroups(root string, lim Limits, cpus float64) (*cgroups, error) {
 
 // String says where the cgroups are and what they bound.
 func (c *cgroups) String() string {
+	if c.v1 != nil {
+		var parts []string
+		for _, h := range c.v1 {
+			var set []string
+			for _, kv := range h.files {
+				if kv[0] != "memory.memsw.limit_in_bytes" && kv[0] != "cpu.cfs_period_us" {
+					set = append(set, kv[0]+"="+kv[1])
+				}
+			}
+			parts = append(parts, fmt.Sprintf("%s under %s (%s)", h.controller, h.parent, strings.Join(set, ", ")))
+		}
+		return "cgroup v1 fallback: " + strings.Join(parts, "; ")
+	}
 	var set []string
 	for k, v := range c.files {
 		if k != "memory.oom.group" && k != "memory.swap.max" {
@@ -203,9 +250,21 @@ func enableControllers(dir string, want []string, move bool) error {
 	return nil
 }
 
-// create makes the cgroup for one command, with the limits set, and opens
-// it for exec's CgroupFD.
-func (c *cgroups) create(name string) (string, int, error) {
+// create makes the cgroup for one command, v2 or v1.
+func (c *cgroups) create(name string) (commandCgroup, error) {
+	if c.v1 != nil {
+		return c.createV1(name)
+	}
+	dir, fd, err := c.createV2(name)
+	if err != nil {
+		return commandCgroup{}, err
+	}
+	return commandCgroup{dirs: []string{dir}, fd: fd}, nil
+}
+
+// createV2 makes the cgroup v2 for one command, with the limits set, and
+// opens it for exec's CgroupFD.
+func (c *cgroups) createV2(name string) (string, int, error) {
 	dir := filepath.Join(c.parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", -1, fmt.Errorf("cgroup %s: %w", dir, err)
@@ -213,21 +272,53 @@ func (c *cgroups) create(name string) (string, int, error) {
 	for file, v := range c.files {
 		err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0)
 		if err != nil && !(file == "memory.swap.max" && errors.Is(err, fs.ErrNotExist)) { // no swap accounting
-			c.remove(dir)
+			removeCgroup(dir)
 			return "", -1, fmt.Errorf("cgroup %s: set %s: %w", dir, file, err)
 		}
 	}
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		c.remove(dir)
+		removeCgroup(dir)
 		return "", -1, fmt.Errorf("cgroup %s: %w", dir, err)
 	}
 	return dir, fd, nil
 }
 
-// forCommand makes the cgroup for a command of sandbox id.
-func (c *cgroups) forCommand(id string) (string, int, error) {
+// forCommand makes the cgroup for a command of sandbox id; the caller
+// closes its fd once the command started, and releases it.
+func (c *cgroups) forCommand(id string) (commandCgroup, error) {
 	return c.create(fmt.Sprintf("%s+%d", id, c.next.Add(1)))
+}
+
+// release kills what is left in the command's cgroups and removes them;
+// best effort.
+func (c *cgroups) release(cc commandCgroup) {
+	if cc.oom != nil {
+		cc.oom.stop()
+	}
+	for _, dir := range cc.dirs {
+		removeCgroup(dir)
+		if cc.v1() {
+			// The parent goes with its last child; EBUSY while others
+			// are left.
+			_ = os.Remove(filepath.Dir(dir))
+		}
+	}
+}
+
+// kill kills every process in the command's cgroups.
+func (cc commandCgroup) kill() {
+	for _, dir := range cc.dirs {
+		killCgroup(dir)
+	}
+}
+
+// limitHit names the limit the command's processes ran into.
+func (cc commandCgroup) limitHit() string {
+	if cc.v1() {
+		return limitHitV1(cc.dirs, cc.oom)
+	}
+	return limitHit(cc.dirs[0])
 }
 
 // limitHit names the limit the cgroup's processes ran into: an OOM kill
@@ -274,8 +365,9 @@ func killCgroup(dir string) {
 	}
 }
 
-// remove kills what is left in the cgroup and removes it; best effort.
-func (c *cgroups) remove(dir string) {
+// removeCgroup kills what is left in the cgroup and removes it; best
+// effort.
+func removeCgroup(dir string) {
 	deadline := time.Now().Add(cgroupRemoveWait)
 	for {
 		if err := os.Remove(dir); err == nil || errors.Is(err, fs.ErrNotExist) || time.Now().After(deadline) {

@@ -253,20 +253,22 @@ func TestLocalWorkspaceSymlinkOutside(t *testing.T) {
 }
 
 // The cgroup limits run where the host delegates a cgroup v2 subtree with
-// the memory and pids controllers to the worker.
+// the memory and pids controllers to the worker, else where the cgroup v1
+// memory, pids and cpu hierarchies are writable at the worker's cgroups.
 func TestLocalCgroupLimits(t *testing.T) {
-	l := newLocal(t, sandbox.LocalConfig{Limits: sandbox.Limits{MemoryMB: 128, MaxProcs: 16}, CPUs: 1})
-	if l.Cgroups() == "" {
-		t.Skipf("no cgroup v2 here, only per-process rlimits: %v", l.CgroupError())
-	}
-	sb := sandboxtest.Start(t, l, "cgroup", sandbox.Spec{})
-	// tail buffers its whole input to print the last 512 MiB of it.
-	cmd := "head -c 1G /dev/zero | tail -c 512M | wc -c"
-	wantLimit(t, cmd, sandboxtest.Exec(t, sb, cmd), sandbox.LimitMemory, "sandbox limit: memory")
-	cmd = "for i in $(seq 40); do sleep 1 & done; wait"
-	res := sandboxtest.Exec(t, sb, cmd)
-	if res.Limit != sandbox.LimitProcs || !strings.Contains(res.Output, "sandbox limit: processes") {
-		t.Fatalf("%s = %+v, want it stopped by the process limit", cmd, res)
-	}
-	sandboxtest.WantOutput(t, sb, "echo alive", "alive\n")
+	forEachIsolation(t, sandbox.LocalConfig{Limits: sandbox.Limits{MemoryMB: 128, MaxProcs: 16}, CPUs: 1}, func(t *testing.T, l *sandbox.Local) {
+		if l.Cgroups() == "" {
+			t.Skipf("no cgroup here, only per-process rlimits: %v", l.CgroupError())
+		}
+		sb := sandboxtest.Start(t, l, "cgroup", sandbox.Spec{})
+		// tail buffers its whole input to print the last 512 MiB of it.
+		cmd := "head -c 1G /dev/zero | tail -c 512M | wc -c"
+		wantLimit(t, cmd, sandboxtest.Exec(t, sb, cmd), sandbox.LimitMemory, "sandbox limit: memory")
+		cmd = "for i in $(seq 40); do sleep 1 & done; wait"
+		res := sandboxtest.Exec(t, sb, cmd)
+		if res.Limit != sandbox.LimitProcs || !strings.Contains(res.Output, "sandbox limit: processes") {
+			t.Fatalf("%s = %+v, want it stopped by the process limit", cmd, res)
+		}
+		sandboxtest.WantOutput(t, sb, "echo alive", "alive\n")
+	})
 }

@@ -64,35 +64,55 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 	runCtx, stopRun := context.WithCancelCause(runCtx)
 	defer stopRun(nil)
 	argv := l.command(o)
-	cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
-	cmd.Dir = o.dir
-	cmd.Env = o.env
-	cmd.Stdin = o.stdin
-	cmd.SysProcAttr = l.sysProcAttr()
 	var extra []*os.File // closed once the process has started
 	defer func() {
 		for _, f := range extra {
 			_ = f.Close()
 		}
 	}()
+	var files []*os.File // cmd.ExtraFiles, from fd 3
 	if l.bwrap != "" && l.seccomp != nil {
 		r, err := seccompPipe(l.seccomp)
 		if err != nil {
 			return runResult{}, err
 		}
 		extra = append(extra, r)
-		cmd.ExtraFiles = []*os.File{r} // fd 3, see command
+		files = append(files, r) // fd 3, see command
 	}
-	cgDir := ""
+	var cg *commandCgroup
+	var gateW *os.File // releases a cgroup v1 command, see gate
+	defer func() {
+		if gateW != nil {
+			_ = gateW.Close()
+		}
+	}()
 	if l.cg != nil && o.id != "" {
-		dir, fd, err := l.cg.forCommand(o.id)
+		cc, err := l.cg.forCommand(o.id)
 		if err != nil {
 			return runResult{}, err
 		}
-		cgDir = dir
-		defer l.cg.remove(dir)
-		extra = append(extra, os.NewFile(uintptr(fd), dir))
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		cg = &cc
+		defer l.cg.release(cc)
+		if cc.v1() {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return runResult{}, fmt.Errorf("pipe: %w", err)
+			}
+			extra, gateW = append(extra, r), w
+			files = append(files, r)
+			argv = gate(2+len(files), argv)
+		} else {
+			extra = append(extra, os.NewFile(uintptr(cc.fd), cc.dirs[0]))
+		}
+	}
+	cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
+	cmd.Dir = o.dir
+	cmd.Env = o.env
+	cmd.Stdin = o.stdin
+	cmd.ExtraFiles = files
+	cmd.SysProcAttr = l.sysProcAttr()
+	if cg != nil && !cg.v1() {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
 	}
 	var killed atomic.Bool
 	cmd.Cancel = func() error {
@@ -142,6 +162,22 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 	closeAll(writers)
 	closeAll(extra)
 	extra = nil
+	if gateW != nil {
+		err := cg.enter(cmd.Process.Pid)
+		if err == nil {
+			// A failed write means it is gone already (killed by a
+			// timeout): Wait tells how.
+			_, _ = gateW.Write([]byte("go\n"))
+		}
+		_ = gateW.Close()
+		gateW = nil
+		if err != nil {
+			killGroup(cmd.Process.Pid)
+			_ = cmd.Wait()
+			closeAll(readers)
+			return runResult{}, err
+		}
+	}
 	if l.diskBytes > 0 && !o.internal && o.id != "" {
 		watchCtx, stopWatch := context.WithCancel(runCtx)
 		watched := make(chan struct{})
@@ -161,10 +197,10 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 	waitErr := cmd.Wait()
 	res := runResult{duration: time.Since(start)}
 	killGroup(cmd.Process.Pid)
-	if cgDir != "" {
+	if cg != nil {
 		// Also what left the group, so that nothing holds the pipes.
-		killCgroup(cgDir)
-		res.limit = limitHit(cgDir)
+		cg.kill()
+		res.limit = cg.limitHit()
 	}
 	drain(copied, readers)
 
