@@ -57,10 +57,14 @@ var decoder = func() runtime.Decoder {
 	return serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer()
 }()
 
-// keda is the only kind decoded as unstructured.
+// The kinds decoded as unstructured, each the only kind of its API
+// version the chart renders: KEDA's ScaledObject and the Prometheus
+// Operator's ServiceMonitor (their modules are not needed for a few fields).
 const (
-	kedaAPIVersion = "keda.sh/v1alpha1"
-	kedaKind       = "ScaledObject"
+	kedaAPIVersion    = "keda.sh/v1alpha1"
+	kedaKind          = "ScaledObject"
+	monitorAPIVersion = "monitoring.coreos.com/v1"
+	monitorKind       = "ServiceMonitor"
 )
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -136,6 +140,7 @@ type manifests struct {
 	pdbs         []*policyv1.PodDisruptionBudget
 	hpas         []*autoscalingv2.HorizontalPodAutoscaler
 	scaled       []*unstructured.Unstructured
+	monitors     []*unstructured.Unstructured // ServiceMonitors
 	netpols      []*networkingv1.NetworkPolicy
 	names        map[string]bool // kind/name
 }
@@ -175,9 +180,9 @@ func decode(t *testing.T, files map[string]string) *manifests {
 			if head.Metadata.Namespace != namespace {
 				t.Errorf("%s: %s: namespace %q, want %q", at, key, head.Metadata.Namespace, namespace)
 			}
-			if head.APIVersion == kedaAPIVersion {
-				if head.Kind != kedaKind {
-					t.Fatalf("%s: %s %s: want only %s from %s", at, head.APIVersion, head.Kind, kedaKind, kedaAPIVersion)
+			if kind, ok := map[string]string{kedaAPIVersion: kedaKind, monitorAPIVersion: monitorKind}[head.APIVersion]; ok {
+				if head.Kind != kind {
+					t.Fatalf("%s: %s %s: want only %s from %s", at, head.APIVersion, head.Kind, kind, head.APIVersion)
 				}
 				js, err := yaml.YAMLToJSON([]byte(doc))
 				if err != nil {
@@ -187,7 +192,11 @@ func decode(t *testing.T, files map[string]string) *manifests {
 				if err := u.UnmarshalJSON(js); err != nil {
 					t.Fatalf("%s: %v", at, err)
 				}
-				m.scaled = append(m.scaled, u)
+				if kind == kedaKind {
+					m.scaled = append(m.scaled, u)
+				} else {
+					m.monitors = append(m.monitors, u)
+				}
 				continue
 			}
 			obj, gvk, err := decoder.Decode([]byte(doc), nil, nil)
@@ -759,7 +768,7 @@ func TestValueFilesCover(t *testing.T) {
 		seen["keda"] = seen["keda"] || boolValue(t, v, "envWorker.keda.enabled")
 		seen["a nats user per service"] = seen["a nats user per service"] ||
 			boolValue(t, v, "nats.bundled") && boolValue(t, v, "nats.auth.enabled") && boolValue(t, v, "nats.auth.perService")
-		for _, k := range []string{"coordinator", "genWorker", "envWorker", "predictorGw"} {
+		for _, k := range []string{"coordinator", "genWorker", "envWorker", "predictorGw", "gateway"} {
 			seen["nats creds per component"] = seen["nats creds per component"] || stringValue(t, v, k+".natsCredsSecret") != ""
 			seen["nats nkey"] = seen["nats nkey"] || stringValue(t, v, k+".natsNkeySecret") != ""
 		}
@@ -789,6 +798,7 @@ var actloopServices = map[string]string{
 	"gen-worker":   "image",
 	"env-worker":   "envWorker.image",
 	"predictor-gw": "image",
+	"gateway":      "image",
 }
 
 // addrSetting is the variable of each service's HTTP address.
@@ -797,6 +807,7 @@ var addrSetting = map[string]string{
 	"gen-worker":   "ACTLOOP_GEN_WORKER_ADDR",
 	"env-worker":   "ACTLOOP_ENV_WORKER_ADDR",
 	"predictor-gw": "ACTLOOP_PREDICTOR_ADDR",
+	"gateway":      "ACTLOOP_GATEWAY_ADDR",
 }
 
 // podIDSetting is the variable that must be unique per pod, if any.
@@ -858,8 +869,18 @@ func checkServices(t reporter, m *manifests, vals chartutil.Values) {
 			}
 		}
 		for _, k := range []string{"ACTLOOP_NATS_URL", "ACTLOOP_REDIS_URL"} {
+			if svc == "gateway" && k == "ACTLOOP_REDIS_URL" {
+				continue // checked below: it connects to NATS only
+			}
 			if e := envVar(c, k); e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 				t.Errorf("%s: %s: want it from a Secret (secretKeyRef)", at, k)
+			}
+		}
+		if svc == "gateway" {
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "ACTLOOP_REDIS_") {
+					t.Errorf("%s: %s: the gateway does not connect to Redis", at, e.Name)
+				}
 			}
 		}
 		if id := podIDSetting[svc]; id != "" {
@@ -939,7 +960,7 @@ func checkServices(t reporter, m *manifests, vals chartutil.Values) {
 	if want := int32(intValue(t, vals, "coordinator.replicas")); coord.Spec.Replicas == nil || *coord.Spec.Replicas != want {
 		t.Errorf("coordinator: replicas %v, want %d", coord.Spec.Replicas, want)
 	}
-	for _, name := range []string{release + "-actloop-coordinator", release + "-actloop-predictor-gw"} {
+	for _, name := range []string{release + "-actloop-coordinator", release + "-actloop-predictor-gw", release + "-actloop-gateway"} {
 		s := m.service(name)
 		d := m.deployment(t, name)
 		if d == nil {
@@ -1450,7 +1471,7 @@ func documentedPermissions(t reporter) map[string]natsPerms {
 		}
 		out[cells[0]] = p
 	}
-	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)"} {
+	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)", "gateway"} {
 		if _, ok := out[c]; !ok {
 			t.Errorf("docs/security.md permissions table: no row %q", c)
 			return nil
@@ -1537,6 +1558,9 @@ func checkNATSUsers(t reporter, m *manifests, opts *server.Options, vals chartut
 		}
 		subst := map[string]string{"<replica>": envValue(c, "ACTLOOP_REPLICA"), "<id>": "*"}
 		want := table["every service"].add(table[svc], subst)
+		if svc == "gateway" { // the trainer's permissions, without every service's
+			want = natsPerms{}.add(table[svc], nil)
+		}
 		if got := serverPerms(u); !got.equal(want) {
 			t.Errorf("%s: logs in as %s: %v; want docs/security.md's rows for every service and %s: %v", at, name, got, svc, want)
 		}
@@ -1630,6 +1654,7 @@ var valuesKey = map[string]string{
 	"gen-worker":   "genWorker",
 	"env-worker":   "envWorker",
 	"predictor-gw": "predictorGw",
+	"gateway":      "gateway",
 }
 
 // wantFiles are the credential and TLS files the values give a
@@ -1662,6 +1687,9 @@ func wantFiles(t reporter, vals chartutil.Values, svc, group string) map[string]
 		want["ACTLOOP_NATS_NKEY"] = secretFile{nkey, stringValue(t, vals, "nats.nkeyKey")}
 	}
 	for _, s := range []string{"nats", "redis"} {
+		if s == "redis" && svc == "gateway" {
+			continue // NATS only
+		}
 		secret := stringValue(t, vals, s+".tls.secret")
 		if secret == "" {
 			continue
@@ -1933,8 +1961,8 @@ func TestChartLint(t *testing.T) {
 
 // The services start insecure (ACTLOOP_INSECURE, which each logs as an
 // error) only where the release leaves them unauthenticated: every service
-// with a bundled NATS or Redis without auth, the coordinator also without
-// an API token, which comes from a Secret.
+// with a bundled NATS or Redis without auth, the coordinator and the
+// gateway also without an API token, which comes from a Secret.
 func TestChartInsecureOnlyWhenUnauthenticated(t *testing.T) {
 	authOn := map[string]any{
 		"nats":  map[string]any{"auth": map[string]any{"enabled": true, "password": "pw", "servicePasswordSeed": "seed"}},
@@ -1949,8 +1977,8 @@ func TestChartInsecureOnlyWhenUnauthenticated(t *testing.T) {
 	}{
 		{"no auth", map[string]any{"nats": map[string]any{"auth": map[string]any{"enabled": false}},
 			"redis": map[string]any{"auth": map[string]any{"enabled": false}}}, func(string) bool { return true }},
-		{"defaults: auth, no token", nil, func(c string) bool { return c == "coordinator" }},
-		{"auth, no token", authOn, func(c string) bool { return c == "coordinator" }},
+		{"defaults: auth, no token", nil, func(c string) bool { return c == "coordinator" || c == "gateway" }},
+		{"auth, no token", authOn, func(c string) bool { return c == "coordinator" || c == "gateway" }},
 		{"auth and a token", withToken, func(string) bool { return false }},
 	}
 	for _, tt := range tests {
