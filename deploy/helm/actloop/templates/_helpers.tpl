@@ -397,7 +397,7 @@ The credential and TLS settings of an actloop container:
 {{- $n := $v.nats }}
 {{- /* Where a file authentication may be named: nats, each component, each group. */}}
 {{- $levels := list (dict "at" "nats" "creds" "credsSecret" "nkey" "nkeySecret" "m" $n) }}
-{{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" }}
+{{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" "gateway" }}
 {{- $levels = append $levels (dict "at" $c "creds" "natsCredsSecret" "nkey" "natsNkeySecret" "m" (index $v $c)) }}
 {{- end }}
 {{- range $i, $g := $v.genWorker.groups | default list }}
@@ -595,7 +595,7 @@ of {name, deployment, replica, url, api, model, slots, replicas, group}
 {{- fail "actloop: terminationGraceMarginSeconds: at least 20 (after the shutdown timeout, flushing and draining NATS and stopping HTTP take up to 20 s)" }}
 {{- end }}
 {{- include "actloop.validateSecurity" . }}
-{{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" }}
+{{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" "gateway" }}
 {{- range $e := (index $v $c).extraEnv | default list }}
 {{- if not (and (kindIs "map" $e) (get $e "name")) }}
 {{- fail (printf "actloop: %s.extraEnv: %v: each entry needs a name (a Kubernetes EnvVar)" $c $e) }}
