@@ -91,6 +91,18 @@ func composeDir(t *testing.T, data []byte) string {
 	return dir
 }
 
+// actloopBinDir holds the actloop binary actloopBinary builds; TestMain
+// removes it.
+var actloopBinDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if actloopBinDir != "" {
+		_ = os.RemoveAll(actloopBinDir)
+	}
+	os.Exit(code)
+}
+
 // actloopBinary builds cmd/actloop once, for the checks of subcommands
 // and their flags.
 var actloopBinary = sync.OnceValues(func() (string, error) {
@@ -98,6 +110,7 @@ var actloopBinary = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	actloopBinDir = dir
 	bin := filepath.Join(dir, "actloop")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/actloop")
 	build.Dir = ".." // in actloop's module, with its go.sum

@@ -779,13 +779,15 @@ func TestValueFilesCover(t *testing.T) {
 		seen["nats client certificate"] = seen["nats client certificate"] ||
 			stringValue(t, v, "nats.tls.secret") != "" && stringValue(t, v, "nats.tls.clientCert") != ""
 		seen["redis tls"] = seen["redis tls"] || stringValue(t, v, "redis.tls.secret") != ""
+		seen["service monitors"] = seen["service monitors"] || boolValue(t, v, "metrics.serviceMonitor.enabled")
+		seen["otel"] = seen["otel"] || stringValue(t, v, "otel.tracesExporter") != "" && stringValue(t, v, "otel.headersSecret.name") != ""
 		gs := groups(t, v)
 		seen["two openai groups"] = seen["two openai groups"] ||
 			len(gs) >= 2 && !slices.ContainsFunc(gs, func(g group) bool { return g.api != "openai" })
 	}
 	for _, want := range []string{"bundled nats", "bundled redis", "external secrets", "keda", "two openai groups",
 		"a nats user per service", "nats creds", "nats creds per component", "nats creds per group", "nats nkey",
-		"nats client certificate", "redis tls"} {
+		"nats client certificate", "redis tls", "service monitors", "otel"} {
 		if !seen[want] {
 			t.Errorf("no values file covers %s", want)
 		}
@@ -1180,13 +1182,14 @@ func checkDisruptionBudgets(t reporter, m *manifests) {
 }
 
 // checkSecrets: each secretKeyRef names the chart's Secret and a key it
-// has, or the existing Secret the values name.
+// has, or a Secret of the user's the values name (existingSecret, the API
+// token's, the OTLP headers').
 func checkSecrets(t reporter, m *manifests, vals chartutil.Values) {
 	t.Helper()
 	own := release + "-actloop"
 	allowed := map[string]bool{own: true}
-	for _, k := range []string{"nats", "redis"} {
-		if s := stringValue(t, vals, k+".existingSecret.name"); s != "" {
+	for _, k := range []string{"nats.existingSecret", "redis.existingSecret", "coordinator.apiTokenSecret", "otel.headersSecret"} {
+		if s := stringValue(t, vals, k+".name"); s != "" {
 			allowed[s] = true
 		}
 	}
