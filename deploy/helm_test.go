@@ -702,6 +702,18 @@ func TestChecksCatch(t *testing.T) {
 			c := first(m, gen)
 			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.Name == "agent-config" })
 		}, wantErr: "ACTLOOP_AGENT_CONFIG"},
+		{name: "the gateway given Redis", mutate: func(m *manifests) {
+			setEnv(first(m, release+"-actloop-gateway"), corev1.EnvVar{Name: "ACTLOOP_REDIS_PASSWORD", Value: "x"})
+		}, wantErr: "ACTLOOP_REDIS_PASSWORD: the gateway does not connect to Redis"},
+		{name: "the gateway with every service's permissions", vals: perService, mutate: func(m *manifests) {
+			cm := m.configMap(release + "-actloop-nats")
+			head, tail, _ := strings.Cut(cm.Data["nats.conf"], "$NATS_PASSWORD_GATEWAY")
+			cm.Data["nats.conf"] = head + "$NATS_PASSWORD_GATEWAY" + strings.Replace(tail, "allow: [", `allow: ["$JS.API.INFO", `, 1)
+		}, wantErr: "logs in as gateway: publish"},
+		{name: "an OTLP headers Secret not given", mutate: func(m *manifests) {
+			setEnv(first(m, coord), corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "h"}}})
+		}, wantErr: "OTEL_EXPORTER_OTLP_HEADERS from Secret nope"},
 	}
 	// The good rendering passes.
 	files, values, err := render(t, nil)
