@@ -50,7 +50,7 @@ type section struct {
 }
 
 var (
-	allServices  = []string{"coordinator", "gen-worker", "env-worker", "predictor-gw"}
+	allServices  = []string{"coordinator", "gen-worker", "env-worker", "predictor-gw", "gateway"}
 	chatServices = []string{"gen-worker", "env-worker", "predictor-gw"}
 )
 
@@ -115,6 +115,10 @@ var sections = []section{
 		}},
 	{title: "predictor-gw", file: "internal/predictor/config.go", typ: "Config", readBy: []string{"predictor-gw"},
 		intro: "`predictor.Config`, besides the settings of every service and the tokenizer's."},
+	{title: "gateway", file: "internal/gateway/config.go", typ: "Config", readBy: []string{"gateway"},
+		intro: "`gateway.Config`, besides the settings of every service: the HTTP trainer API (`actloop serve gateway`). " +
+			"It connects to NATS only, as its own user with the trainer's permissions, and reads none of the Redis settings' values. " +
+			"See [trainer-api.md](trainer-api.md) and [deploying.md](deploying.md#the-gateway)."},
 	{title: "CLI", file: "cmd/actloop/trainer.go", typ: "trainerConfig", readBy: []string{"CLI"},
 		intro: "What `actloop status` and `top` read, besides the NATS settings above.",
 		notes: map[string]string{
