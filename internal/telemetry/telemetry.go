@@ -34,22 +34,26 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
-// The standard variables Setup reads itself; autoexport, the OTLP
-// exporters, the resource detector and the SDK read the rest
-// (OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
-// OTEL_BSP_*).
+// The standard variables that Setup checks or reads itself. autoexport,
+// the OTLP exporters, the resource detector and the SDK read them too,
+// and the rest (OTEL_EXPORTER_OTLP_HEADERS and the other
+// OTEL_EXPORTER_OTLP_* settings, OTEL_BSP_*).
 const (
-	EnvSDKDisabled         = "OTEL_SDK_DISABLED"
-	EnvTracesExporter      = "OTEL_TRACES_EXPORTER"
-	EnvOTLPEndpoint        = "OTEL_EXPORTER_OTLP_ENDPOINT"
-	EnvOTLPTracesEndpoint  = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-	EnvOTLPProtocol        = "OTEL_EXPORTER_OTLP_PROTOCOL"
-	EnvOTLPTracesProtocol  = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-	EnvTracesSampler       = "OTEL_TRACES_SAMPLER"
-	EnvTracesSamplerArg    = "OTEL_TRACES_SAMPLER_ARG"
-	EnvPropagators         = "OTEL_PROPAGATORS"
-	EnvResourceAttributes  = "OTEL_RESOURCE_ATTRIBUTES"
-	EnvServiceName         = "OTEL_SERVICE_NAME"
+	EnvSDKDisabled        = "OTEL_SDK_DISABLED"
+	EnvTracesExporter     = "OTEL_TRACES_EXPORTER"
+	EnvOTLPEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvOTLPTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	EnvOTLPProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	EnvOTLPTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	EnvTracesSampler      = "OTEL_TRACES_SAMPLER"
+	EnvTracesSamplerArg   = "OTEL_TRACES_SAMPLER_ARG"
+	EnvPropagators        = "OTEL_PROPAGATORS"
+	EnvResourceAttributes = "OTEL_RESOURCE_ATTRIBUTES"
+	EnvServiceName        = "OTEL_SERVICE_NAME"
+)
+
+// Values of the variables.
+const (
 	exporterOTLP           = "otlp"
 	exporterConsole        = "console"
 	exporterNone           = "none"
@@ -74,7 +78,7 @@ const (
 // passes through.
 func Setup(ctx context.Context, service string, w io.Writer) (shutdown func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
-	if err := CheckEnv(); err != nil {
+	if err := checkEnv(); err != nil {
 		return nil, err
 	}
 	prop, err := propagators()
@@ -100,9 +104,9 @@ func Setup(ctx context.Context, service string, w io.Writer) (shutdown func(cont
 	return tp.Shutdown, nil
 }
 
-// CheckEnv reports the OTEL_* values that Setup would refuse, each naming
-// its variable.
-func CheckEnv() error {
+// checkEnv reports the OTEL_* values Setup does not understand, each
+// naming its variable.
+func checkEnv() error {
 	var errs []error
 	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvSDKDisabled))); v {
 	case "", "true", "false":
@@ -210,7 +214,10 @@ func otlpExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 }
 
 // noExporter stands for no exporter: Setup then installs no provider.
-type noExporter struct{ sdktrace.SpanExporter }
+type noExporter struct{}
+
+func (noExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (noExporter) Shutdown(context.Context) error                             { return nil }
 
 // newResource is service's resource: service.name and service.version,
 // telemetry.sdk.*, and host.name, then what OTEL_RESOURCE_ATTRIBUTES and
