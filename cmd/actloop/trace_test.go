@@ -80,6 +80,7 @@ func TestDevExportsTheSpanTreeOverOTLP(t *testing.T) {
 	// The tree, in the trajectory's trace.
 	count := map[string]int{}
 	envKind := map[string]bool{} // kinds of env step that had sandbox spans under them
+	evalOnStep := false          // the finish step's span has the eval's outcome too
 	for _, s := range spans {
 		if hex.EncodeToString(s.GetTraceId()) != trace {
 			continue // the services' own work (results, predictions): other traces
@@ -90,6 +91,9 @@ func TestDevExportsTheSpanTreeOverOTLP(t *testing.T) {
 		case name == "gen-r0", name == "env-env-0":
 			if p.Span == nil || p.GetName() != "trajectory" {
 				t.Errorf("%s span (kind %v): parent %v, want the trajectory span", name, a["kind"], p.GetName())
+			}
+			if _, ok := a["eval_exit_code"]; ok && a["kind"] == "finish" {
+				evalOnStep = true
 			}
 		case strings.HasPrefix(name, "text_completion"):
 			if p.Span == nil || p.GetName() != "gen-r0" || s.GetKind() != tracepb.Span_SPAN_KIND_CLIENT {
@@ -132,6 +136,9 @@ func TestDevExportsTheSpanTreeOverOTLP(t *testing.T) {
 		if !envKind[want] {
 			t.Errorf("no %s span under an env step of kind %s (seen %v)", strings.Split(want, ":")[0], strings.Split(want, ":")[1], envKind)
 		}
+	}
+	if !evalOnStep {
+		t.Error("no finish step span with eval_exit_code")
 	}
 	if count["gen-r0"] == 0 || count["text_completion"] == 0 || count["env-env-0"] < 3 {
 		t.Errorf("spans in the trajectory's trace %v: want gen steps each with its LLM call, and env steps", count)

@@ -410,8 +410,9 @@ func (w *Worker) evaluate(ctx context.Context, t *traj.Trajectory, diff string) 
 	if err != nil {
 		return evaluation{}, err
 	}
+	step := trace.SpanFromContext(ctx)
 	ctx, span := tracer().Start(ctx, spanEval, trace.WithAttributes(attrBackend.String(w.backendName(b))))
-	ev, err := w.runEval(ctx, b, t, diff)
+	ev, err := w.runEval(ctx, step, b, t, diff)
 	if err == nil {
 		span.SetAttributes(attrReward.Float64(ev.reward))
 		if ev.note != "" {
@@ -422,8 +423,8 @@ func (w *Worker) evaluate(ctx context.Context, t *traj.Trajectory, diff string) 
 	return ev, err
 }
 
-// runEval is evaluate's work, in its span.
-func (w *Worker) runEval(ctx context.Context, b sandbox.Backend, t *traj.Trajectory, diff string) (evaluation, error) {
+// runEval is evaluate's work, in its span; step is the finish step's span.
+func (w *Worker) runEval(ctx context.Context, step trace.Span, b sandbox.Backend, t *traj.Trajectory, diff string) (evaluation, error) {
 	env := t.Sample.Env
 	// A fresh name per delivery: two deliveries of one finish may overlap.
 	sb, err := w.startSandbox(ctx, b, fmt.Sprintf("%s-eval-%d", t.ID, w.evals.Add(1)), sandbox.Spec{Workspace: env.Workspace,
@@ -445,7 +446,7 @@ func (w *Worker) runEval(ctx context.Context, b sandbox.Backend, t *traj.Traject
 	if err != nil {
 		return evaluation{}, fmt.Errorf("eval: %w", err)
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("eval_ms", time.Since(started).Milliseconds()),
+	step.SetAttributes(attribute.Int64("eval_ms", time.Since(started).Milliseconds()),
 		attribute.Int("eval_exit_code", res.ReturnCode), attribute.String("eval_limit", res.Limit))
 	ev := score(env, res)
 	if res.Limit != "" && !res.TimedOut {
