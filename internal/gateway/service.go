@@ -44,7 +44,7 @@ func Main() (err error) {
 	if len(missing) > 0 {
 		log.Error(service.InsecureWarning, "unauthenticated", missing)
 	}
-	shutdownTel, err := telemetry.Setup(ctx, cfg.Common.Config, Name, os.Stdout)
+	shutdownTel, err := telemetry.Setup(ctx, Name, os.Stdout) // the standard OTEL_* variables
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,6 @@ type Common struct {
 	// the settings missing; with it, it logs at every start, as an error,
 	// what runs unauthenticated. For tests on a closed machine only.
 	Insecure bool `envconfig:"INSECURE" default:"false"`
-	telemetry.Config
 	Security
 }
 
@@ -119,7 +118,7 @@ func (c *Common) Topology() bus.Topology {
 
 // Validate joins every problem with c.
 func (c *Common) Validate() error {
-	errs := []error{c.Topology().Validate(), c.Config.Validate()}
+	errs := []error{c.Topology().Validate()}
 	if c.NATSURL == "" {
 		errs = append(errs, errors.New("ACTLOOP_NATS_URL: missing"))
 	}
@@ -326,7 +325,7 @@ func Main(name string, cfg interface {
 	if len(missing) > 0 {
 		log.Error(InsecureWarning, "unauthenticated", missing)
 	}
-	shutdownTel, err := telemetry.Setup(ctx, c.Config, name, os.Stdout)
+	shutdownTel, err := telemetry.Setup(ctx, name, os.Stdout) // the standard OTEL_* variables
 	if err != nil {
 		return err
 	}
