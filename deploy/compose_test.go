@@ -352,9 +352,11 @@ func TestComposeNeedsSecrets(t *testing.T) {
 // the server has for it, and that user has exactly docs/security.md's
 // permissions for the service (its replica's or id's; the gateway's
 // without every service's); the CLI's user (trainer) has the CLI's; no
-// other user. Every actloop service but the gateway gives Redis its
-// requirepass password, and so does the health check's redis-cli; the
-// gateway gets no Redis setting (it does not connect to Redis).
+// other user. Every actloop service but the gateway logs in to Redis as its
+// ACL user of docs/security.md, whose rules the server has, with the
+// password the server has for it; the health check's redis-cli gives the
+// default user's (requirepass); the gateway gets no Redis setting (it does
+// not connect to Redis).
 func checkComposeCredentials(t *testing.T, p *types.Project, opts *server.Options) {
 	t.Helper()
 	perms := documentedPermissions(t)
@@ -397,6 +399,29 @@ func checkComposeCredentials(t *testing.T, p *types.Project, opts *server.Option
 	if envOf(p.Services["redis"])["REDISCLI_AUTH"] != redisPassword {
 		t.Errorf("redis: REDISCLI_AUTH is not the requirepass password: its health check's redis-cli would be refused")
 	}
+	// Redis's ACL users: docs/security.md's (service.RedisTable), each
+	// with its rules and a password of its own.
+	redisUsers := map[string]string{} // user: password
+	for i := 0; i+3 < len(redisCmd); i++ {
+		if redisCmd[i] != "--user" {
+			continue
+		}
+		user, rules := redisCmd[i+1], []string{}
+		for j := i + 4; j < len(redisCmd) && !strings.HasPrefix(redisCmd[j], "--"); j++ {
+			rules = append(rules, redisCmd[j])
+		}
+		pw, ok := strings.CutPrefix(redisCmd[i+3], ">")
+		if redisCmd[i+2] != "on" || !ok || pw == "" || pw == redisPassword {
+			t.Errorf("redis: user %s: %q %q: want on and a password of its own", user, redisCmd[i+2], redisCmd[i+3])
+		}
+		if want := service.RedisRules(user); !slices.Equal(rules, want) {
+			t.Errorf("redis: user %s: rules %q, want docs/security.md's %q", user, rules, want)
+		}
+		redisUsers[user] = pw
+	}
+	if len(redisUsers) != len(service.RedisTable) {
+		t.Errorf("redis: users %v, want those of docs/security.md", slices.Sorted(maps.Keys(redisUsers)))
+	}
 	for _, name := range slices.Sorted(maps.Keys(p.Services)) {
 		svc := p.Services[name]
 		if !runsActloop(svc) || len(svc.Command) != 2 || svc.Command[0] != "serve" {
@@ -413,8 +438,9 @@ func checkComposeCredentials(t *testing.T, p *types.Project, opts *server.Option
 			}
 			want = natsPerms{}.add(perms["gateway"], nil)
 		} else {
-			if env["ACTLOOP_REDIS_PASSWORD"] != redisPassword {
-				t.Errorf("%s: ACTLOOP_REDIS_PASSWORD is not the requirepass password", at)
+			user := env["ACTLOOP_REDIS_USERNAME"]
+			if pw, ok := redisUsers[user]; user != svc.Command[1] || !ok || env["ACTLOOP_REDIS_PASSWORD"] != pw {
+				t.Errorf("%s: Redis user %q: want %s with its password", at, user, svc.Command[1])
 			}
 			subst := map[string]string{"<replica>": env["ACTLOOP_REPLICA"], "<id>": env["ACTLOOP_ENV_WORKER_ID"]}
 			want = natsPerms{}.add(perms["every service"], nil).add(perms[svc.Command[1]], subst)
