@@ -43,15 +43,15 @@ type Config struct {
 // without credentials, and the HTTP API without a token. Redis does not
 // count: the gateway does not connect to it.
 func (c *Config) Unauthenticated() []string {
-	nats := c.Common
-	nats.RedisURL, nats.RedisCluster, nats.RedisUsername, nats.RedisPassword = "redis://unused", false, "", "unused"
-	nats.RedisTLSCA, nats.RedisTLSCert, nats.RedisTLSKey = "", "", ""
-	missing := nats.Unauthenticated()
+	missing := c.Common.NATSUnauthenticated()
 	if c.APIToken == "" {
 		missing = append(missing, "the HTTP trainer API has no token: set ACTLOOP_API_TOKEN")
 	}
 	return missing
 }
+
+// NATSOnly: the gateway connects to NATS alone (service.Main).
+func (c *Config) NATSOnly() bool { return true }
 
 // Validate joins every problem with c.
 func (c *Config) Validate() error {

@@ -55,7 +55,7 @@ func Run(name string) error {
 			return predictor.New(cfg, d).Run(ctx)
 		})
 	case "gateway":
-		return gateway.Main() // NATS only: no Redis, so not service.Main
+		return gateway.Main() // service.Main, NATS alone
 	}
 	return fmt.Errorf("unknown service %q (one of %v)", name, Names)
 }
