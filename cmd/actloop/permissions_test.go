@@ -354,7 +354,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gcfg := gateway.Config{Common: as(common, "gateway"), Addr: gl.Addr().String(), APIToken: "gw-token",
+	gcfg := gateway.Config{Common: as(common, "gateway", ""), Addr: gl.Addr().String(), APIToken: "gw-token",
 		MaxWait: time.Minute, MaxBatch: 64}
 	wg.Go(func() {
 		if err := gateway.Serve(svcCtx, gcfg, gl, logger.With("service", "gateway")); err != nil && svcCtx.Err() == nil {
