@@ -4,9 +4,10 @@
 #
 #   target actloop     gcr.io/distroless/static-debian12:nonroot: no shell, no
 #                      package manager, runs as nonroot (65532). For the
-#                      coordinator, gen-worker and predictor-gw (`actloop serve
-#                      NAME`) and the inference simulator (`actloop sim`): they
-#                      only speak NATS, Redis and HTTP. The default target.
+#                      coordinator, gen-worker, predictor-gw and gateway
+#                      (`actloop serve NAME`) and the inference simulator
+#                      (`actloop sim`): they only speak NATS, Redis and HTTP.
+#                      The default target.
 #   target env-worker  debian:bookworm-slim with bash, git, bubblewrap,
 #                      coreutils and ca-certificates, run as the non-root user
 #                      actloop (10001). The env-worker's local sandbox backend
@@ -48,6 +49,6 @@ CMD ["serve", "env-worker"]
 FROM gcr.io/distroless/static-debian12:nonroot AS actloop
 COPY --from=build /out/actloop /usr/local/bin/actloop
 USER 65532:65532
-EXPOSE 8080 8081 8083 30000
+EXPOSE 8080 8081 8083 8084 30000
 ENTRYPOINT ["/usr/local/bin/actloop"]
 CMD ["help"]

@@ -71,10 +71,14 @@ var decoder = func() runtime.Decoder {
 	return serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer()
 }()
 
-// keda is the only kind decoded as unstructured.
+// The kinds decoded as unstructured, each the only kind of its API
+// version the chart renders: KEDA's ScaledObject and the Prometheus
+// Operator's ServiceMonitor (their modules are not needed for a few fields).
 const (
-	kedaAPIVersion = "keda.sh/v1alpha1"
-	kedaKind       = "ScaledObject"
+	kedaAPIVersion    = "keda.sh/v1alpha1"
+	kedaKind          = "ScaledObject"
+	monitorAPIVersion = "monitoring.coreos.com/v1"
+	monitorKind       = "ServiceMonitor"
 )
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -150,6 +154,7 @@ type manifests struct {
 	pdbs         []*policyv1.PodDisruptionBudget
 	hpas         []*autoscalingv2.HorizontalPodAutoscaler
 	scaled       []*unstructured.Unstructured
+	monitors     []*unstructured.Unstructured // ServiceMonitors
 	netpols      []*networkingv1.NetworkPolicy
 	names        map[string]bool // kind/name
 }
@@ -189,9 +194,9 @@ func decode(t *testing.T, files map[string]string) *manifests {
 			if head.Metadata.Namespace != namespace {
 				t.Errorf("%s: %s: namespace %q, want %q", at, key, head.Metadata.Namespace, namespace)
 			}
-			if head.APIVersion == kedaAPIVersion {
-				if head.Kind != kedaKind {
-					t.Fatalf("%s: %s %s: want only %s from %s", at, head.APIVersion, head.Kind, kedaKind, kedaAPIVersion)
+			if kind, ok := map[string]string{kedaAPIVersion: kedaKind, monitorAPIVersion: monitorKind}[head.APIVersion]; ok {
+				if head.Kind != kind {
+					t.Fatalf("%s: %s %s: want only %s from %s", at, head.APIVersion, head.Kind, kind, head.APIVersion)
 				}
 				js, err := yaml.YAMLToJSON([]byte(doc))
 				if err != nil {
@@ -201,7 +206,11 @@ func decode(t *testing.T, files map[string]string) *manifests {
 				if err := u.UnmarshalJSON(js); err != nil {
 					t.Fatalf("%s: %v", at, err)
 				}
-				m.scaled = append(m.scaled, u)
+				if kind == kedaKind {
+					m.scaled = append(m.scaled, u)
+				} else {
+					m.monitors = append(m.monitors, u)
+				}
 				continue
 			}
 			obj, gvk, err := decoder.Decode([]byte(doc), nil, nil)
@@ -708,6 +717,18 @@ func TestChecksCatch(t *testing.T) {
 			c := first(m, gen)
 			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.Name == "agent-config" })
 		}, wantErr: "ACTLOOP_AGENT_CONFIG"},
+		{name: "the gateway given Redis", mutate: func(m *manifests) {
+			setEnv(first(m, release+"-actloop-gateway"), corev1.EnvVar{Name: "ACTLOOP_REDIS_PASSWORD", Value: "x"})
+		}, wantErr: "ACTLOOP_REDIS_PASSWORD: the gateway does not connect to Redis"},
+		{name: "the gateway with every service's permissions", vals: perService, mutate: func(m *manifests) {
+			cm := m.configMap(release + "-actloop-nats")
+			head, tail, _ := strings.Cut(cm.Data["nats.conf"], "$NATS_PASSWORD_GATEWAY")
+			cm.Data["nats.conf"] = head + "$NATS_PASSWORD_GATEWAY" + strings.Replace(tail, "allow: [", `allow: ["$JS.API.INFO", `, 1)
+		}, wantErr: "logs in as gateway: publish"},
+		{name: "an OTLP headers Secret not given", mutate: func(m *manifests) {
+			setEnv(first(m, coord), corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "h"}}})
+		}, wantErr: "OTEL_EXPORTER_OTLP_HEADERS from Secret nope"},
 	}
 	// The good rendering passes.
 	files, values, err := render(t, nil)
@@ -774,7 +795,7 @@ func TestValueFilesCover(t *testing.T) {
 		seen["keda"] = seen["keda"] || boolValue(t, v, "envWorker.keda.enabled")
 		seen["a nats user per service"] = seen["a nats user per service"] ||
 			boolValue(t, v, "nats.bundled") && boolValue(t, v, "nats.auth.enabled") && boolValue(t, v, "nats.auth.perService")
-		for _, k := range []string{"coordinator", "genWorker", "envWorker", "predictorGw"} {
+		for _, k := range []string{"coordinator", "genWorker", "envWorker", "predictorGw", "gateway"} {
 			seen["nats creds per component"] = seen["nats creds per component"] || stringValue(t, v, k+".natsCredsSecret") != ""
 			seen["nats nkey"] = seen["nats nkey"] || stringValue(t, v, k+".natsNkeySecret") != ""
 		}
@@ -790,13 +811,16 @@ func TestValueFilesCover(t *testing.T) {
 				seen["bundled "+s+" tls, "+map[bool]string{true: "its own certificate", false: "the chart's"}[stringValue(t, v, s+".serverTLS.secret") != ""]] = true
 			}
 		}
+		seen["service monitors"] = seen["service monitors"] || boolValue(t, v, "metrics.serviceMonitor.enabled")
+		seen["otel"] = seen["otel"] || stringValue(t, v, "otel.tracesExporter") != "" && stringValue(t, v, "otel.headersSecret.name") != ""
 		gs := groups(t, v)
 		seen["two openai groups"] = seen["two openai groups"] ||
 			len(gs) >= 2 && !slices.ContainsFunc(gs, func(g group) bool { return g.api != "openai" })
 	}
 	for _, want := range []string{"bundled nats", "bundled redis", "external secrets", "keda", "two openai groups",
 		"a nats user per service", "nats creds", "nats creds per component", "nats creds per group", "nats nkey",
-		"nats client certificate", "redis tls", "bundled nats tls, the chart's", "bundled redis tls, its own certificate"} {
+		"nats client certificate", "redis tls", "bundled nats tls, the chart's", "bundled redis tls, its own certificate",
+		"service monitors", "otel"} {
 		if !seen[want] {
 			t.Errorf("no values file covers %s", want)
 		}
@@ -809,6 +833,7 @@ var actloopServices = map[string]string{
 	"gen-worker":   "image",
 	"env-worker":   "envWorker.image",
 	"predictor-gw": "image",
+	"gateway":      "image",
 }
 
 // addrSetting is the variable of each service's HTTP address.
@@ -817,6 +842,7 @@ var addrSetting = map[string]string{
 	"gen-worker":   "ACTLOOP_GEN_WORKER_ADDR",
 	"env-worker":   "ACTLOOP_ENV_WORKER_ADDR",
 	"predictor-gw": "ACTLOOP_PREDICTOR_ADDR",
+	"gateway":      "ACTLOOP_GATEWAY_ADDR",
 }
 
 // podIDSetting is the variable that must be unique per pod, if any.
@@ -878,8 +904,18 @@ func checkServices(t reporter, m *manifests, vals chartutil.Values) {
 			}
 		}
 		for _, k := range []string{"ACTLOOP_NATS_URL", "ACTLOOP_REDIS_URL"} {
+			if svc == "gateway" && k == "ACTLOOP_REDIS_URL" {
+				continue // checked below: it connects to NATS only
+			}
 			if e := envVar(c, k); e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 				t.Errorf("%s: %s: want it from a Secret (secretKeyRef)", at, k)
+			}
+		}
+		if svc == "gateway" {
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "ACTLOOP_REDIS_") {
+					t.Errorf("%s: %s: the gateway does not connect to Redis", at, e.Name)
+				}
 			}
 		}
 		if id := podIDSetting[svc]; id != "" {
@@ -959,7 +995,7 @@ func checkServices(t reporter, m *manifests, vals chartutil.Values) {
 	if want := int32(intValue(t, vals, "coordinator.replicas")); coord.Spec.Replicas == nil || *coord.Spec.Replicas != want {
 		t.Errorf("coordinator: replicas %v, want %d", coord.Spec.Replicas, want)
 	}
-	for _, name := range []string{release + "-actloop-coordinator", release + "-actloop-predictor-gw"} {
+	for _, name := range []string{release + "-actloop-coordinator", release + "-actloop-predictor-gw", release + "-actloop-gateway"} {
 		s := m.service(name)
 		d := m.deployment(t, name)
 		if d == nil {
@@ -1179,13 +1215,14 @@ func checkDisruptionBudgets(t reporter, m *manifests) {
 }
 
 // checkSecrets: each secretKeyRef names the chart's Secret and a key it
-// has, or the existing Secret the values name.
+// has, or a Secret of the user's the values name (existingSecret, the API
+// token's, the OTLP headers').
 func checkSecrets(t reporter, m *manifests, vals chartutil.Values) {
 	t.Helper()
 	own := release + "-actloop"
 	allowed := map[string]bool{own: true}
-	for _, k := range []string{"nats", "redis"} {
-		if s := stringValue(t, vals, k+".existingSecret.name"); s != "" {
+	for _, k := range []string{"nats.existingSecret", "redis.existingSecret", "coordinator.apiTokenSecret", "otel.headersSecret"} {
+		if s := stringValue(t, vals, k+".name"); s != "" {
 			allowed[s] = true
 		}
 	}
@@ -1490,7 +1527,7 @@ func documentedPermissions(t reporter) map[string]natsPerms {
 		}
 		out[cells[0]] = p
 	}
-	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)"} {
+	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)", "gateway"} {
 		if _, ok := out[c]; !ok {
 			t.Errorf("docs/security.md permissions table: no row %q", c)
 			return nil
@@ -1577,6 +1614,9 @@ func checkNATSUsers(t reporter, m *manifests, opts *server.Options, vals chartut
 		}
 		subst := map[string]string{"<replica>": envValue(c, "ACTLOOP_REPLICA"), "<id>": "*"}
 		want := table["every service"].add(table[svc], subst)
+		if svc == "gateway" { // the trainer's permissions, without every service's
+			want = natsPerms{}.add(table[svc], nil)
+		}
 		if got := serverPerms(u); !got.equal(want) {
 			t.Errorf("%s: logs in as %s: %v; want docs/security.md's rows for every service and %s: %v", at, name, got, svc, want)
 		}
@@ -1670,6 +1710,7 @@ var valuesKey = map[string]string{
 	"gen-worker":   "genWorker",
 	"env-worker":   "envWorker",
 	"predictor-gw": "predictorGw",
+	"gateway":      "gateway",
 }
 
 // wantFiles are the credential and TLS files the values give a
@@ -1702,6 +1743,9 @@ func wantFiles(t reporter, vals chartutil.Values, svc, group string) map[string]
 		want["ACTLOOP_NATS_NKEY"] = secretFile{nkey, stringValue(t, vals, "nats.nkeyKey")}
 	}
 	for _, s := range []string{"nats", "redis"} {
+		if s == "redis" && svc == "gateway" {
+			continue // NATS only
+		}
 		prefix := "ACTLOOP_" + strings.ToUpper(s) + "_TLS_"
 		if boolValue(t, vals, s+".bundled") && boolValue(t, vals, s+".serverTLS.enabled") {
 			want[prefix+"CA"] = secretFile{serverTLSSecret(t, vals, s), "ca.crt"}
@@ -2081,6 +2125,10 @@ func TestChartRejects(t *testing.T) {
 			"nats.credsSecret: a .creds or nkey file is for an external NATS"},
 		{"an nkey and credentials in the URL", with(map[string]any{"nats": map[string]any{"bundled": false, "url": "nats://u:p@n:4222"}},
 			"predictorGw", map[string]any{"natsNkeySecret": "a"}), "predictorGw.natsNkeySecret: nats.url carries credentials too"},
+		{"the gateway's creds on the bundled NATS", map[string]any{"gateway": map[string]any{"natsCredsSecret": "a"}},
+			"gateway.natsCredsSecret: a .creds or nkey file is for an external NATS"},
+		{"a gateway variable without a name", map[string]any{"gateway": map[string]any{"extraEnv": []any{map[string]any{"value": "x"}}}},
+			"gateway.extraEnv"},
 		{"a client certificate without its key", external(map[string]any{"tls": map[string]any{"secret": "s", "clientCert": "tls.crt"}}),
 			"nats.tls.clientCert is set without nats.tls.clientKey"},
 		{"a Redis client key without its certificate", map[string]any{"redis": map[string]any{"bundled": false, "url": "rediss://r:6379/0",
@@ -2138,8 +2186,8 @@ func TestChartLint(t *testing.T) {
 
 // The services start insecure (ACTLOOP_INSECURE, which each logs as an
 // error) only where the release leaves them unauthenticated: every service
-// with a bundled NATS or Redis without auth, the coordinator also without
-// an API token, which comes from a Secret.
+// with a bundled NATS or Redis without auth, the coordinator and the
+// gateway also without an API token, which comes from a Secret.
 func TestChartInsecureOnlyWhenUnauthenticated(t *testing.T) {
 	authOn := map[string]any{
 		"nats":  map[string]any{"auth": map[string]any{"enabled": true, "password": "pw", "servicePasswordSeed": "seed"}},
@@ -2154,8 +2202,8 @@ func TestChartInsecureOnlyWhenUnauthenticated(t *testing.T) {
 	}{
 		{"no auth", map[string]any{"nats": map[string]any{"auth": map[string]any{"enabled": false}},
 			"redis": map[string]any{"auth": map[string]any{"enabled": false}}}, func(string) bool { return true }},
-		{"defaults: auth, no token", nil, func(c string) bool { return c == "coordinator" }},
-		{"auth, no token", authOn, func(c string) bool { return c == "coordinator" }},
+		{"defaults: auth, no token", nil, func(c string) bool { return c == "coordinator" || c == "gateway" }},
+		{"auth, no token", authOn, func(c string) bool { return c == "coordinator" || c == "gateway" }},
 		{"auth and a token", withToken, func(string) bool { return false }},
 	}
 	for _, tt := range tests {

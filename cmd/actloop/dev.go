@@ -201,8 +201,9 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	}
 	defer logFile.Close()
 	log := service.NewLogger(logFile, common.LogLevel)
-	// Spans go to the log file with ACTLOOP_OTEL_EXPORTER=stdout.
-	shutdownTel, err := telemetry.Setup(ctx, common.Config, "actloop-dev", logFile)
+	// Tracing as the standard OTEL_* variables say; OTEL_TRACES_EXPORTER=console
+	// writes the spans to the log file, not the terminal.
+	shutdownTel, err := telemetry.Setup(ctx, "actloop-dev", logFile)
 	if err != nil {
 		return err
 	}

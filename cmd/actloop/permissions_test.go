@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/envworker"
+	"github.com/actloop/actloop/internal/gateway"
 	"github.com/actloop/actloop/internal/genworker"
 	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/service"
@@ -76,7 +79,7 @@ func documentedPermissions(t *testing.T) map[string]clientPerms {
 		}
 		out[cells[0]] = p
 	}
-	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)"} {
+	for _, c := range []string{"every service", "coordinator", "gen-worker", "env-worker", "predictor-gw", "CLI (trainer)", "gateway"} {
 		if _, ok := out[c]; !ok {
 			t.Fatalf("docs/security.md permissions table: no row %q (rows %v)", c, out)
 		}
@@ -157,6 +160,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		natsUser("predictor-gw", password, nil, base, perms["predictor-gw"]),
 		natsUser("env-0", password, map[string]string{"<id>": "env-0"}, base, perms["env-worker"]),
 		natsUser("trainer", password, nil, perms["CLI (trainer)"]),
+		natsUser("gateway", password, nil, perms["gateway"]),
 	}
 	replicas := []string{"r0", "r1"}
 	for _, r := range replicas {
@@ -225,7 +229,9 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		}
 		wg.Go(func() {
 			defer d.Close()
-			if err := run(runCtx); err != nil && runCtx.Err() == nil {
+			// One killed (its connection closed under it, as kill does)
+			// may end with the connection's error before its ctx ends.
+			if err := run(runCtx); err != nil && runCtx.Err() == nil && !d.NC.IsClosed() {
 				errc <- fmt.Errorf("%s: %w", name, err)
 			}
 		})
@@ -342,6 +348,32 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 			fatalf("result %v: %s", err, l)
 		}
 	}
+	// The gateway, as its own user: a trainer over HTTP submits a batch,
+	// reads its results and acknowledges them.
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcfg := gateway.Config{Common: as(common, "gateway", ""), Addr: gl.Addr().String(), APIToken: "gw-token",
+		MaxWait: time.Minute, MaxBatch: 64}
+	wg.Go(func() {
+		if err := gateway.Serve(svcCtx, gcfg, gl, logger.With("service", "gateway")); err != nil && svcCtx.Err() == nil {
+			errc <- fmt.Errorf("gateway: %w", err)
+		}
+	})
+	checkGateway(t, "http://"+gl.Addr().String(), gcfg.APIToken, ws, n)
+	// The CLI's consumer has them too: read them, so the batches below
+	// find only their own.
+	out.Reset()
+	if err := run(ctx, []string{"results", "-n", fmt.Sprint(n)}, &out, &errOut); err != nil {
+		fatalf("results of the gateway's batch: %v", err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if r, err := schema.Decode[schema.Result]([]byte(l)); err != nil || !strings.HasPrefix(r.TrajID, "gw") {
+			fatalf("result of the gateway's batch %v: %.200s", err, l)
+		}
+	}
+
 	// Weight sync over NATS: every gen-worker reports its pause in KV.
 	testkit.Eventually(t, time.Minute, "both gen-workers to report running", func() bool {
 		out.Reset()
@@ -468,14 +500,18 @@ func TestServeRefusesUnauthenticated(t *testing.T) {
 	}
 	t.Setenv("ACTLOOP_NATS_URL", "nats://127.0.0.1:1")
 	t.Setenv("ACTLOOP_REDIS_URL", "redis://127.0.0.1:1/0")
+	t.Setenv("ACTLOOP_GATEWAY_ADDR", "127.0.0.1:0")
 	t.Setenv("ACTLOOP_SANDBOX_ALLOW_UNISOLATED", "true")
 	t.Setenv("ACTLOOP_SANDBOX_ROOT", t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, name := range []string{"coordinator", "gen-worker", "env-worker", "predictor-gw"} {
+	for _, name := range []string{"coordinator", "gen-worker", "env-worker", "predictor-gw", "gateway"} {
 		want := []string{"refusing to start unauthenticated", "ACTLOOP_NATS_USER", "ACTLOOP_REDIS_PASSWORD", "ACTLOOP_INSECURE=true"}
-		if name == "coordinator" {
+		switch name {
+		case "coordinator":
 			want = append(want, "ACTLOOP_API_TOKEN")
+		case "gateway": // NATS only: no Redis
+			want = append(want[:2], "ACTLOOP_INSECURE=true", "ACTLOOP_API_TOKEN")
 		}
 		var out, errOut bytes.Buffer
 		err := run(ctx, []string{"serve", name}, &out, &errOut)
@@ -483,6 +519,9 @@ func TestServeRefusesUnauthenticated(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("serve %s unauthenticated: %v; want it to name %s", name, err, w)
 			}
+		}
+		if name == "gateway" && err != nil && strings.Contains(err.Error(), "REDIS") {
+			t.Errorf("serve gateway unauthenticated: %v; want no Redis setting named (it does not connect to Redis)", err)
 		}
 		t.Run(name+" insecure", func(t *testing.T) {
 			t.Setenv("ACTLOOP_INSECURE", "true")
@@ -492,6 +531,65 @@ func TestServeRefusesUnauthenticated(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkGateway submits n samples through the gateway at url, reads their
+// results and acknowledges them.
+func checkGateway(t *testing.T, url, token, ws string, n int) {
+	t.Helper()
+	var lines []string
+	for _, s := range demo.Samples(n, ws, "gw") {
+		b, _ := json.Marshal(s)
+		lines = append(lines, string(b))
+	}
+	call := func(method, path, body string, out any) {
+		t.Helper()
+		req, err := http.NewRequest(method, url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, out) != nil {
+			t.Fatalf("%s %s: %s: %s", method, path, resp.Status, b)
+		}
+	}
+	var sub gateway.SubmitReply
+	call(http.MethodPost, "/v1/samples", strings.Join(lines, "\n"), &sub)
+	if sub.Accepted != n {
+		t.Fatalf("gateway: %d samples accepted, want %d", sub.Accepted, n)
+	}
+	// The consumer reads the stream from its start: the CLI's results
+	// come too, and are acknowledged with these.
+	var acks []string
+	mine := 0
+	testkit.Eventually(t, 2*time.Minute, "the gateway's results", func() bool {
+		var r gateway.ReadReply
+		call(http.MethodGet, "/v1/results?consumer=gw&max=64&wait_ms=1000", "", &r)
+		for _, d := range r.Deliveries {
+			if d.Result == nil || d.Result.Status != schema.StatusSubmitted {
+				t.Fatalf("gateway: delivery %+v", d)
+			}
+			if strings.HasPrefix(d.Result.TrajID, "gw") {
+				mine++
+			}
+			acks = append(acks, d.Ack)
+		}
+		return mine >= n
+	})
+	body, _ := json.Marshal(gateway.SettleRequest{Acks: acks})
+	var settled gateway.SettleReply
+	call(http.MethodPost, "/v1/ack", string(body), &settled)
+	if settled.Settled != len(acks) {
+		t.Fatalf("gateway: ack: %+v", settled)
+	}
+	var c schema.ControlStatus
+	call(http.MethodGet, "/v1/control", "", &c)
 }
 
 // authPost posts a JSON body to url with token as the bearer token.

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/actloop/actloop/internal/sched"
@@ -64,6 +65,26 @@ func (s *activeSet) remove(id string, counted bool) *activeTraj {
 	delete(s.m, id)
 	s.dirty = true
 	return a
+}
+
+// endSpans ends the trajectory spans still open, marked handed_over: their
+// trajectories outlive this coordinator's term (a shutdown, a fail-over).
+// Their steps go on in the same traces, as children of these spans (the
+// trajectory's stored traceparent), whichever coordinator leads next; ended
+// here, the spans are exported, so those traces keep their roots.
+func (s *activeSet) endSpans() {
+	s.mu.Lock()
+	var open []trace.Span
+	for _, a := range s.m {
+		if a.span != nil {
+			open, a.span = append(open, a.span), nil
+		}
+	}
+	s.mu.Unlock()
+	for _, span := range open {
+		span.SetAttributes(attribute.Bool("handed_over", true))
+		span.End()
+	}
 }
 
 // countFinished adds n trajectories finished before this process started.

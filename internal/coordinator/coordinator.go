@@ -167,6 +167,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	c.stepDown.Store(&stop)
+	defer c.active.endSpans() // after the term's handlers, which end them as results come
 	if err := c.runTerm(ctx); err != nil {
 		return err
 	}

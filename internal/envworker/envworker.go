@@ -325,7 +325,7 @@ func (w *Worker) runAction(ctx context.Context, sb sandbox.Sandbox, t *traj.Traj
 				Truncated: rec.Truncated}, nil
 		}
 	}
-	res, err := sb.Exec(ctx, t.Action, t.Sample.Env.StepTimeout())
+	res, err := w.exec(ctx, w.backends[t.Sample.Env.Backend], sb, t.Action, t.Sample.Env.StepTimeout())
 	if err != nil {
 		return res, err
 	}
@@ -410,6 +410,22 @@ func (w *Worker) evaluate(ctx context.Context, t *traj.Trajectory, diff string) 
 	if err != nil {
 		return evaluation{}, err
 	}
+	step := trace.SpanFromContext(ctx)
+	ctx, span := tracer().Start(ctx, spanEval, trace.WithAttributes(attrBackend.String(w.backendName(b))))
+	ev, err := w.runEval(ctx, step, b, t, diff)
+	if err == nil {
+		span.SetAttributes(attrReward.Float64(ev.reward))
+		if ev.note != "" {
+			span.SetAttributes(attrNote.String(ev.note))
+		}
+	}
+	endSpan(span, err)
+	return ev, err
+}
+
+// runEval is evaluate's work, in its span; step is the finish step's span.
+func (w *Worker) runEval(ctx context.Context, step trace.Span, b sandbox.Backend, t *traj.Trajectory, diff string) (evaluation, error) {
+	env := t.Sample.Env
 	// A fresh name per delivery: two deliveries of one finish may overlap.
 	sb, err := w.startSandbox(ctx, b, fmt.Sprintf("%s-eval-%d", t.ID, w.evals.Add(1)), sandbox.Spec{Workspace: env.Workspace,
 		Patch: diff, Setup: env.Setup, SetupTimeout: env.SetupTimeout(), Image: env.Image}, func() {})
@@ -426,11 +442,11 @@ func (w *Worker) evaluate(ctx context.Context, t *traj.Trajectory, diff string) 
 	}
 	defer func() { _ = sb.Close(context.WithoutCancel(ctx)) }()
 	started := time.Now()
-	res, err := sb.Exec(ctx, env.Eval, env.EvalTimeout())
+	res, err := w.exec(ctx, b, sb, env.Eval, env.EvalTimeout())
 	if err != nil {
 		return evaluation{}, fmt.Errorf("eval: %w", err)
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("eval_ms", time.Since(started).Milliseconds()),
+	step.SetAttributes(attribute.Int64("eval_ms", time.Since(started).Milliseconds()),
 		attribute.Int("eval_exit_code", res.ReturnCode), attribute.String("eval_limit", res.Limit))
 	ev := score(env, res)
 	if res.Limit != "" && !res.TimedOut {
@@ -517,14 +533,26 @@ func (w *Worker) newSandbox(ctx context.Context, b sandbox.Backend, t *traj.Traj
 	return w.startSandbox(ctx, b, t.ID, spec, func() { w.closeSandbox(ctx, t.ID, t.Handle) })
 }
 
-// startSandbox starts sandbox id, trying again as newSandbox says; before
-// runs before each attempt.
+// startSandbox starts sandbox id, trying again as newSandbox says, in a
+// sandbox.start span; before runs before each attempt.
 func (w *Worker) startSandbox(ctx context.Context, b sandbox.Backend, id string, spec sandbox.Spec, before func()) (sandbox.Sandbox, error) {
+	ctx, span := tracer().Start(ctx, spanStart, trace.WithAttributes(attrBackend.String(w.backendName(b)), attrID.String(id)))
+	if spec.Image != "" {
+		span.SetAttributes(attrImage.String(spec.Image))
+	}
+	sb, attempts, err := w.tryStart(ctx, b, id, spec, before)
+	span.SetAttributes(attrAttempts.Int(attempts))
+	endSpan(span, err)
+	return sb, err
+}
+
+// tryStart is startSandbox's work; it returns the creations it tried.
+func (w *Worker) tryStart(ctx context.Context, b sandbox.Backend, id string, spec sandbox.Spec, before func()) (sandbox.Sandbox, int, error) {
 	if spec.Workspace != "" && b != w.backends[schema.BackendSim] {
 		ws, err := sandbox.ResolveWorkspace(w.cfg.WorkspaceRoots, spec.Workspace)
 		if err != nil {
 			w.m.startFailures.Inc()
-			return nil, bus.Fatal(fmt.Errorf("env.workspace (allowed by ACTLOOP_WORKSPACE_ROOTS): %w", err))
+			return nil, 0, bus.Fatal(fmt.Errorf("env.workspace (allowed by ACTLOOP_WORKSPACE_ROOTS): %w", err))
 		}
 		spec.Workspace = ws
 	}
@@ -534,15 +562,15 @@ func (w *Worker) startSandbox(ctx context.Context, b sandbox.Backend, id string,
 		sb, err := b.Start(ctx, id, spec)
 		switch {
 		case err == nil:
-			return sb, nil
+			return sb, attempt, nil
 		case ctx.Err() != nil, errors.Is(err, sandbox.ErrExists):
-			return nil, err // the step is handed back and tried again
+			return nil, attempt, err // the step is handed back and tried again
 		case permanentStartError(err):
 			w.m.startFailures.Inc()
-			return nil, bus.Fatal(err)
+			return nil, attempt, bus.Fatal(err)
 		case attempt >= w.cfg.SandboxStartAttempts:
 			w.m.startFailures.Inc()
-			return nil, bus.Fatal(fmt.Errorf("sandbox creation failed %d times: %w", attempt, err))
+			return nil, attempt, bus.Fatal(fmt.Errorf("sandbox creation failed %d times: %w", attempt, err))
 		}
 		w.m.startRetries.Inc()
 		wait := time.Duration(float64(delay) * (0.8 + 0.4*rand.Float64()))
@@ -550,7 +578,7 @@ func (w *Worker) startSandbox(ctx context.Context, b sandbox.Backend, id string,
 			"retry_in", wait, "error", err)
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, attempt, ctx.Err()
 		case <-time.After(wait):
 		}
 		delay *= 2
@@ -614,7 +642,7 @@ func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *traj.Trajecto
 	digests := full.CommandDigests()
 	rep := traj.Replay{Handle: sb.Handle()}
 	for i, a := range actions {
-		res, err := sb.Exec(ctx, a, t.Sample.Env.StepTimeout())
+		res, err := w.exec(ctx, b, sb, a, t.Sample.Env.StepTimeout(), attrReplay.Bool(true))
 		if err != nil {
 			_ = sb.Close(context.WithoutCancel(ctx))
 			return nil, traj.Replay{}, fmt.Errorf("replay command %d of %s: %w", i+1, t.ID, err)

@@ -168,6 +168,7 @@ type Worker struct {
 	restarts  atomic.Int64 // trajectories started again because they went stale
 	health    *replicaHealth
 	load      atomic.Pointer[llm.Load] // the server's, at the last read (loadLoop)
+	spans     *llmSpans
 
 	sources []jetstream.Consumer // one per class, in sched.DispatchOrder
 	driver  *traj.Driver
@@ -207,7 +208,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 	}
 	w := &Worker{cfg: cfg, d: d, gen: gen, m: newGenMetrics(cfg.Replica), tmpl: tmpl, tok: tmpl.Tokenizer(), agents: agents,
 		board: &sched.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan progress, 256),
-		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}}
+		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}, spans: newLLMSpans(cfg, gen, d.Now)}
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log.With("replica", cfg.Replica),
 		Lease: d.Common.StepLease}
@@ -408,7 +409,9 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 			w.m.queueWait.Observe(max(started.Sub(g.queuedAt), 0).Seconds())
 		}
 		var err error
-		res, err = w.generate(ctx, req, g)
+		lctx, lspan := w.spans.start(ctx, req)
+		res, err = w.generate(lctx, req, g)
+		w.spans.end(lspan, req, res, err)
 		w.m.step.Observe(time.Since(started).Seconds())
 		if err == nil && res.Finish.Type != llm.FinishAbort {
 			w.tracker.paced(time.Since(started).Seconds(), len(res.OutputIDs))

@@ -13,13 +13,15 @@ import (
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/envworker"
+	"github.com/actloop/actloop/internal/gateway"
 	"github.com/actloop/actloop/internal/genworker"
 	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/service"
 )
 
-// Names are the services, in the order a stack starts them.
-var Names = []string{"coordinator", "gen-worker", "env-worker", "predictor-gw"}
+// Names are the services, in the order a stack starts them; the gateway
+// (the HTTP trainer API) last, as a trainer's front door.
+var Names = []string{"coordinator", "gen-worker", "env-worker", "predictor-gw", "gateway"}
 
 // Run runs the named service until SIGINT or SIGTERM.
 func Run(name string) error {
@@ -52,6 +54,8 @@ func Run(name string) error {
 		return service.Main(name, &cfg, func(ctx context.Context, d *service.Deps) error {
 			return predictor.New(cfg, d).Run(ctx)
 		})
+	case "gateway":
+		return gateway.Main() // service.Main, NATS alone
 	}
 	return fmt.Errorf("unknown service %q (one of %v)", name, Names)
 }
@@ -71,6 +75,8 @@ func Settings(name string) []string {
 		return service.Settings(envworker.Config{})
 	case "predictor-gw":
 		return service.Settings(predictor.Config{})
+	case "gateway":
+		return service.Settings(gateway.Config{})
 	}
 	return nil
 }

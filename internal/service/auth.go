@@ -25,6 +25,16 @@ const InsecureWarning = "ACTLOOP_INSECURE=true: RUNNING WITHOUT AUTHENTICATION; 
 // the URL) and Redis (a password, in ACTLOOP_REDIS_PASSWORD or the URL).
 // Empty means every connection authenticates.
 func (c *Common) Unauthenticated() []string {
+	missing := c.NATSUnauthenticated()
+	if opts, err := c.RedisOptions(); err == nil && opts.Password == "" {
+		missing = append(missing, "Redis has no password: set ACTLOOP_REDIS_PASSWORD (or a password in ACTLOOP_REDIS_URL)")
+	}
+	return missing
+}
+
+// NATSUnauthenticated is Unauthenticated for a client of NATS alone (the
+// gateway): NATS without credentials.
+func (c *Common) NATSUnauthenticated() []string {
 	var missing []string
 	natsCreds := c.NATSUser != "" || c.NATSPassword != "" || c.NATSToken != "" || c.NATSCreds != "" ||
 		c.NATSNKey != "" || c.NATSTLSCert != ""
@@ -36,9 +46,6 @@ func (c *Common) Unauthenticated() []string {
 	if !natsCreds {
 		missing = append(missing, "NATS has no credentials: set ACTLOOP_NATS_USER and ACTLOOP_NATS_PASSWORD "+
 			"(or ACTLOOP_NATS_TOKEN, ACTLOOP_NATS_NKEY, ACTLOOP_NATS_CREDS, ACTLOOP_NATS_TLS_CERT, or credentials in ACTLOOP_NATS_URL)")
-	}
-	if opts, err := c.RedisOptions(); err == nil && opts.Password == "" {
-		missing = append(missing, "Redis has no password: set ACTLOOP_REDIS_PASSWORD (or a password in ACTLOOP_REDIS_URL)")
 	}
 	return missing
 }

@@ -23,12 +23,14 @@ const (
 	NATSEnvWorker    = "env-worker"
 	NATSPredictor    = "predictor-gw"
 	NATSTrainer      = "CLI (trainer)"
+	NATSGateway      = "gateway"
 )
 
 // NATSTable is docs/security.md's permissions table, by client, with the
 // placeholders <replica> (a gen-worker's ACTLOOP_REPLICA) and <id> (an
 // env-worker's ACTLOOP_ENV_WORKER_ID). A service's permissions are its row
-// and NATSEveryService's (NATSPermissionsOf). JetStream's API is granted
+// and NATSEveryService's (NATSPermissionsOf); the trainer's and the
+// gateway's are their row alone. JetStream's API is granted
 // subject by subject: each stream's and consumer's calls a client makes
 // (the subjects of nats.go's jetstream package), no other. cmd/actloop's
 // tests check the documentation, deploy/nats.conf and the Helm chart
@@ -93,24 +95,33 @@ var NATSTable = map[string]NATSPermissions{
 		Subscribe: []string{"actloop.predict"},
 		Responses: true,
 	},
-	NATSTrainer: {
-		Publish: slices.Concat(
-			declare("ACTLOOP_SAMPLES", "ACTLOOP_EVENTS", "ACTLOOP_GEN", "ACTLOOP_ENV", "ACTLOOP_RESULTS", "ACTLOOP_DLQ"),
-			[]string{
-				// Its consumers of results and groups, by names of its choosing.
-				"$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>",
-				"$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.*", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.*",
-				// Result bodies.
-				"$JS.API.STREAM.INFO.OBJ_ACTLOOP_RESULT_BODIES",
-				"$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>",
-				"$JS.API.CONSUMER.CREATE.OBJ_ACTLOOP_RESULT_BODIES.*.$O.ACTLOOP_RESULT_BODIES.C.*",
-				"$JS.API.CONSUMER.DELETE.OBJ_ACTLOOP_RESULT_BODIES.*",
-				"$JS.FC.>", "actloop.samples", "actloop.control.*",
-				// Acknowledgements on its consumers, of any name.
-				"$JS.ACK.ACTLOOP_RESULTS.>",
-			}),
-		Subscribe: []string{"_INBOX.>"},
-	},
+	NATSTrainer: trainerPermissions,
+	// The HTTP trainer API makes a trainer's calls on its callers' behalf,
+	// and no other.
+	NATSGateway: trainerPermissions,
+}
+
+// trainerPermissions are the trainer's: declaring the streams it uses,
+// submitting samples, its consumers of results and groups and their
+// bodies, acknowledging, and the control calls. The CLI and the gateway
+// have them, without NATSEveryService's.
+var trainerPermissions = NATSPermissions{
+	Publish: slices.Concat(
+		declare("ACTLOOP_SAMPLES", "ACTLOOP_EVENTS", "ACTLOOP_GEN", "ACTLOOP_ENV", "ACTLOOP_RESULTS", "ACTLOOP_DLQ"),
+		[]string{
+			// Its consumers of results and groups, by names of its choosing.
+			"$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>",
+			"$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.*", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.*",
+			// Result bodies.
+			"$JS.API.STREAM.INFO.OBJ_ACTLOOP_RESULT_BODIES",
+			"$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>",
+			"$JS.API.CONSUMER.CREATE.OBJ_ACTLOOP_RESULT_BODIES.*.$O.ACTLOOP_RESULT_BODIES.C.*",
+			"$JS.API.CONSUMER.DELETE.OBJ_ACTLOOP_RESULT_BODIES.*",
+			"$JS.FC.>", "actloop.samples", "actloop.control.*",
+			// Acknowledgements on its consumers, of any name.
+			"$JS.ACK.ACTLOOP_RESULTS.>",
+		}),
+	Subscribe: []string{"_INBOX.>"},
 }
 
 // declaredStreams are the streams every service declares: the work
@@ -155,11 +166,11 @@ var objectWrite = []string{"$O.ACTLOOP_RESULT_BODIES.>",
 
 // NATSPermissionsOf returns what client (a NATSTable key other than
 // NATSEveryService) may do, its row joined with NATSEveryService's for a
-// service, the placeholders filled in with id (the gen-worker's replica,
+// service other than the gateway, the placeholders filled in with id (the gen-worker's replica,
 // the env-worker's id; ignored for the others).
 func NATSPermissionsOf(client, id string) NATSPermissions {
 	rows := []NATSPermissions{NATSTable[NATSEveryService], NATSTable[client]}
-	if client == NATSTrainer {
+	if client == NATSTrainer || client == NATSGateway {
 		rows = rows[1:]
 	}
 	fill := strings.NewReplacer("<replica>", id, "<id>", id)

@@ -90,7 +90,6 @@ type Common struct {
 	// the settings missing; with it, it logs at every start, as an error,
 	// what runs unauthenticated. For tests on a closed machine only.
 	Insecure bool `envconfig:"INSECURE" default:"false"`
-	telemetry.Config
 	Security
 }
 
@@ -119,7 +118,7 @@ func (c *Common) Topology() bus.Topology {
 
 // Validate joins every problem with c.
 func (c *Common) Validate() error {
-	errs := []error{c.Topology().Validate(), c.Config.Validate()}
+	errs := []error{c.Topology().Validate()}
 	if c.NATSURL == "" {
 		errs = append(errs, errors.New("ACTLOOP_NATS_URL: missing"))
 	}
@@ -229,23 +228,7 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 		bodies, err = topo.ResultBodies(ctx, js)
 		return err
 	}
-	// A JetStream that does not answer yet (a cluster electing leaders, a
-	// node catching up after a restart) is waited for, as long as ctx
-	// allows; any other refusal (a bad setting) ends the start.
-	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
-		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = declare(actx)
-		cancel()
-		if err == nil || ctx.Err() != nil || !client.Unanswered(err) {
-			break
-		}
-		log.Warn("declare the streams and buckets: JetStream does not answer; will try again", "error", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
-	if err != nil {
+	if err = declareRetrying(ctx, log, "declare the streams and buckets", declare); err != nil {
 		return nil, err
 	}
 	pub := bus.NewPublisher(js)
@@ -253,6 +236,47 @@ func NewDeps(ctx context.Context, c Common, nc *nats.Conn, rdb redis.UniversalCl
 		Topo: topo, Common: c, Log: log, Now: time.Now, Metrics: metrics.NewRegistry()}
 	metrics.CounterFunc(d.Metrics, "actloop_dlq_total", nil, func() float64 { return float64(d.Pub.DeadLettered()) })
 	return d, nil
+}
+
+// declareRetrying runs declare, waiting for a JetStream that does not
+// answer yet (a cluster electing leaders, a node catching up after a
+// restart) as long as ctx allows; any other refusal (a bad setting) ends
+// it.
+func declareRetrying(ctx context.Context, log *slog.Logger, what string, declare func(context.Context) error) error {
+	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := declare(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !client.Unanswered(err) {
+			return err
+		}
+		log.Warn(what+": JetStream does not answer; will try again", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// ConnectNATSOnly connects a client of NATS alone (the gateway: no Redis)
+// with c's credentials and TLS settings, declares the streams a trainer
+// uses, and returns its dependencies (no Redis, Store or Results).
+func ConnectNATSOnly(ctx context.Context, c Common, name string, log *slog.Logger) (*Deps, error) {
+	nc, err := c.ConnectNATS(name, nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	topo := c.Topology()
+	if err := declareRetrying(ctx, log, "declare the streams", func(ctx context.Context) error { return topo.EnsureStreams(ctx, js) }); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &Deps{NC: nc, JS: js, Topo: topo, Common: c, Log: log, Now: time.Now, Metrics: metrics.NewRegistry()}, nil
 }
 
 // MinMaxPayload is the least max_payload of a NATS server actloop works
@@ -284,7 +308,9 @@ func (d *Deps) Close() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	d.NC.Close()
-	_ = d.Redis.Close()
+	if d.Redis != nil {
+		_ = d.Redis.Close()
+	}
 }
 
 // Ready reports whether NATS and Redis answer.
@@ -306,7 +332,8 @@ func (d *Deps) Ready(ctx context.Context) error {
 // pointer to a struct embedding Common with a Validate method.
 //
 // Unless ACTLOOP_INSECURE=true, a service whose settings leave anything
-// unauthenticated (Unauthenticated) does not start.
+// unauthenticated (Unauthenticated) does not start. A cfg whose NATSOnly
+// method says so connects to NATS alone (ConnectNATSOnly).
 func Main(name string, cfg interface {
 	Validate() error
 	Unauthenticated() []string
@@ -326,7 +353,7 @@ func Main(name string, cfg interface {
 	if len(missing) > 0 {
 		log.Error(InsecureWarning, "unauthenticated", missing)
 	}
-	shutdownTel, err := telemetry.Setup(ctx, c.Config, name, os.Stdout)
+	shutdownTel, err := telemetry.Setup(ctx, name, os.Stdout) // the standard OTEL_* variables
 	if err != nil {
 		return err
 	}
@@ -335,7 +362,11 @@ func Main(name string, cfg interface {
 		defer cancel()
 		err = errors.Join(err, shutdownTel(sctx))
 	}()
-	d, err := Connect(ctx, *c, name, log)
+	connect := Connect
+	if n, ok := cfg.(interface{ NATSOnly() bool }); ok && n.NATSOnly() {
+		connect = ConnectNATSOnly
+	}
+	d, err := connect(ctx, *c, name, log)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -47,10 +48,13 @@ type section struct {
 	// readers, naming Go identifiers); a note wins over a comment. Every
 	// other field's meaning is its doc comment.
 	notes map[string]string
+	// static rows make the table of a section that is no settings struct
+	// (file and typ empty): the standard variables a library reads.
+	static []setting
 }
 
 var (
-	allServices  = []string{"coordinator", "gen-worker", "env-worker", "predictor-gw"}
+	allServices  = []string{"coordinator", "gen-worker", "env-worker", "predictor-gw", "gateway"}
 	chatServices = []string{"gen-worker", "env-worker", "predictor-gw"}
 )
 
@@ -62,8 +66,34 @@ var sections = []section{
 			"for their NATS connection and the streams they declare: give them the same stream settings as the services."},
 	{title: "NATS and Redis credentials and TLS", file: "internal/service/security.go", typ: "Security", readBy: allServices,
 		intro: "`service.Security`, part of `service.Common`; the CLI reads the NATS ones. See [security.md](security.md)."},
-	{title: "Tracing", file: "internal/telemetry/telemetry.go", typ: "Config", readBy: allServices,
-		intro: "`telemetry.Config`, part of `service.Common`."},
+	{title: "Tracing", readBy: append(slices.Clone(allServices), "`actloop dev`"),
+		intro: "The standard OpenTelemetry variables (the specification's environment variables), read by `internal/telemetry` " +
+			"through the OpenTelemetry SDK, `autoexport` and `autoprop`. One departure from the specification: with " +
+			"`OTEL_TRACES_EXPORTER` unset, spans go over OTLP only when `OTEL_EXPORTER_OTLP_ENDPOINT` or " +
+			"`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set, and nowhere otherwise, so a service without a collector logs no " +
+			"export errors. A value actloop does not understand stops the service at start, naming the variable. " +
+			"The spans are listed in [operations.md](operations.md#traces-and-logs).",
+		static: []setting{
+			{"OTEL_TRACES_EXPORTER", "", "`otlp`, `console` (JSON lines to standard output; `actloop dev` writes them to its log file) or `none`; " +
+				"unset: `otlp` when an OTLP endpoint is set, else none"},
+			{"OTEL_EXPORTER_OTLP_ENDPOINT", "", "the collector: `http://host:4318` for http/protobuf (the path /v1/traces is added), " +
+				"`http://host:4317` for grpc; with `OTEL_TRACES_EXPORTER=otlp` and no endpoint, localhost's"},
+			{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "", "the traces endpoint, used as it is (no path added); wins over `OTEL_EXPORTER_OTLP_ENDPOINT`"},
+			{"OTEL_EXPORTER_OTLP_PROTOCOL", "`http/protobuf`", "`http/protobuf` or `grpc` (`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` for traces only)"},
+			{"OTEL_EXPORTER_OTLP_HEADERS", "", "headers of every export, `key=value` pairs comma-separated (`OTEL_EXPORTER_OTLP_TRACES_HEADERS` for traces only); " +
+				"also `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_EXPORTER_OTLP_COMPRESSION`, `OTEL_EXPORTER_OTLP_CERTIFICATE`, `OTEL_EXPORTER_OTLP_INSECURE`"},
+			{"OTEL_SERVICE_NAME", "", "the resource's `service.name`; default the service's name (`coordinator`, `gen-worker`, `env-worker`, " +
+				"`predictor-gw`; `actloop-dev` for `actloop dev`)"},
+			{"OTEL_RESOURCE_ATTRIBUTES", "", "more resource attributes, `key=value` comma-separated (`deployment.environment.name=prod`); " +
+				"they win over actloop's own (`service.name`, `service.version`, `telemetry.sdk.*`, `host.name`), `OTEL_SERVICE_NAME` over them"},
+			{"OTEL_TRACES_SAMPLER", "`parentbased_always_on`", "`always_on`, `always_off`, `traceidratio`, `parentbased_always_on`, " +
+				"`parentbased_always_off` or `parentbased_traceidratio`; `OTEL_TRACES_SAMPLER_ARG` is the ratio, in [0, 1]"},
+			{"OTEL_PROPAGATORS", "`tracecontext,baggage`", "how trace context travels in NATS headers: comma-separated `tracecontext`, `baggage`, " +
+				"`b3`, `b3multi`, `jaeger`, `xray`, `ottrace` or `none`. A trajectory's own trace context is kept with its state as a W3C traceparent whatever this says"},
+			{"OTEL_SDK_DISABLED", "`false`", "`true`: no tracing at all"},
+			{"OTEL_BSP_SCHEDULE_DELAY", "`5000`", "milliseconds between exports of the batch span processor; also `OTEL_BSP_MAX_QUEUE_SIZE`, " +
+				"`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_EXPORT_TIMEOUT`"},
+		}},
 	{title: "Tokenizer and chat template", file: "internal/tokenize/settings.go", typ: "Chat", readBy: chatServices,
 		intro: "`tokenize.Chat`: the gen-workers, env-workers and predictor-gw (its `oracle` backend) of a deployment " +
 			"must agree on both, and with the model. See [agent.md](agent.md#tokenizer-and-chat-template)."},
@@ -115,6 +145,10 @@ var sections = []section{
 		}},
 	{title: "predictor-gw", file: "internal/predictor/config.go", typ: "Config", readBy: []string{"predictor-gw"},
 		intro: "`predictor.Config`, besides the settings of every service and the tokenizer's."},
+	{title: "gateway", file: "internal/gateway/config.go", typ: "Config", readBy: []string{"gateway"},
+		intro: "`gateway.Config`, besides the settings of every service: the HTTP trainer API (`actloop serve gateway`). " +
+			"It connects to NATS only, as its own user with the trainer's permissions, and reads none of the Redis settings' values. " +
+			"See [trainer-api.md](trainer-api.md) and [deploying.md](deploying.md#the-gateway)."},
 	{title: "CLI", file: "cmd/actloop/trainer.go", typ: "trainerConfig", readBy: []string{"CLI"},
 		intro: "What `actloop status` and `top` read, besides the NATS settings above.",
 		notes: map[string]string{
@@ -246,6 +280,19 @@ func tables(root string) ([]byte, error) {
 	var b bytes.Buffer
 	var errs []error
 	for _, sec := range sections {
+		if sec.static != nil {
+			fmt.Fprintf(&b, "\n## %s\n\n", sec.title)
+			fmt.Fprintf(&b, "Read by: %s. %s\n\n", strings.Join(sec.readBy, ", "), sec.intro)
+			b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
+			for _, r := range sec.static {
+				def := "(unset)"
+				if r.Default != "" {
+					def = r.Default
+				}
+				fmt.Fprintf(&b, "| `%s` | %s | %s |\n", r.Name, def, cell(r.Meaning))
+			}
+			continue
+		}
 		rows, commented, err := fields(filepath.Join(root, sec.file), sec.typ)
 		if err != nil {
 			errs = append(errs, err)

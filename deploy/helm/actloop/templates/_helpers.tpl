@@ -202,6 +202,8 @@ name, unknown here: `*` (and its consumer, env-<id>, `*`).
   "predictor-gw": {"pub": ["$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.predictor-history.actloop.results.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.predictor-history", "$JS.ACK.ACTLOOP_RESULTS.predictor-history.>"],
     "sub": ["actloop.predict"], "responses": true},
   "cli": {"pub": ["$JS.API.STREAM.INFO.ACTLOOP_SAMPLES", "$JS.API.STREAM.CREATE.ACTLOOP_SAMPLES", "$JS.API.STREAM.UPDATE.ACTLOOP_SAMPLES", "$JS.API.STREAM.INFO.ACTLOOP_EVENTS", "$JS.API.STREAM.CREATE.ACTLOOP_EVENTS", "$JS.API.STREAM.UPDATE.ACTLOOP_EVENTS", "$JS.API.STREAM.INFO.ACTLOOP_GEN", "$JS.API.STREAM.CREATE.ACTLOOP_GEN", "$JS.API.STREAM.UPDATE.ACTLOOP_GEN", "$JS.API.STREAM.INFO.ACTLOOP_ENV", "$JS.API.STREAM.CREATE.ACTLOOP_ENV", "$JS.API.STREAM.UPDATE.ACTLOOP_ENV", "$JS.API.STREAM.INFO.ACTLOOP_RESULTS", "$JS.API.STREAM.CREATE.ACTLOOP_RESULTS", "$JS.API.STREAM.UPDATE.ACTLOOP_RESULTS", "$JS.API.STREAM.INFO.ACTLOOP_DLQ", "$JS.API.STREAM.CREATE.ACTLOOP_DLQ", "$JS.API.STREAM.UPDATE.ACTLOOP_DLQ", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.*", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.*", "$JS.API.STREAM.INFO.OBJ_ACTLOOP_RESULT_BODIES", "$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>", "$JS.API.CONSUMER.CREATE.OBJ_ACTLOOP_RESULT_BODIES.*.$O.ACTLOOP_RESULT_BODIES.C.*", "$JS.API.CONSUMER.DELETE.OBJ_ACTLOOP_RESULT_BODIES.*", "$JS.FC.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>"],
+    "sub": ["_INBOX.>"]},
+  "gateway": {"pub": ["$JS.API.STREAM.INFO.ACTLOOP_SAMPLES", "$JS.API.STREAM.CREATE.ACTLOOP_SAMPLES", "$JS.API.STREAM.UPDATE.ACTLOOP_SAMPLES", "$JS.API.STREAM.INFO.ACTLOOP_EVENTS", "$JS.API.STREAM.CREATE.ACTLOOP_EVENTS", "$JS.API.STREAM.UPDATE.ACTLOOP_EVENTS", "$JS.API.STREAM.INFO.ACTLOOP_GEN", "$JS.API.STREAM.CREATE.ACTLOOP_GEN", "$JS.API.STREAM.UPDATE.ACTLOOP_GEN", "$JS.API.STREAM.INFO.ACTLOOP_ENV", "$JS.API.STREAM.CREATE.ACTLOOP_ENV", "$JS.API.STREAM.UPDATE.ACTLOOP_ENV", "$JS.API.STREAM.INFO.ACTLOOP_RESULTS", "$JS.API.STREAM.CREATE.ACTLOOP_RESULTS", "$JS.API.STREAM.UPDATE.ACTLOOP_RESULTS", "$JS.API.STREAM.INFO.ACTLOOP_DLQ", "$JS.API.STREAM.CREATE.ACTLOOP_DLQ", "$JS.API.STREAM.UPDATE.ACTLOOP_DLQ", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.*", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.*", "$JS.API.STREAM.INFO.OBJ_ACTLOOP_RESULT_BODIES", "$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>", "$JS.API.CONSUMER.CREATE.OBJ_ACTLOOP_RESULT_BODIES.*.$O.ACTLOOP_RESULT_BODIES.C.*", "$JS.API.CONSUMER.DELETE.OBJ_ACTLOOP_RESULT_BODIES.*", "$JS.FC.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>"],
     "sub": ["_INBOX.>"]}
 }
 {{- end }}
@@ -223,6 +225,9 @@ NATS pods), key (the password's key in the NATS Secret)}. The CLI's user
 {{- range $u := list (list "coordinator" "COORDINATOR") (list "predictor-gw" "PREDICTOR_GW") (list "env-worker" "ENV_WORKER") }}
 {{- $users = append $users (dict "user" (index $u 0) "role" (index $u 0) "replica" "" "env" (printf "NATS_PASSWORD_%s" (index $u 1))
       "key" (printf "%s-%s" $key (index $u 0))) }}
+{{- end }}
+{{- if .Values.gateway.enabled }}
+{{- $users = append $users (dict "user" "gateway" "role" "gateway" "replica" "" "env" "NATS_PASSWORD_GATEWAY" "key" (printf "%s-gateway" $key)) }}
 {{- end }}
 {{- range $i, $g := include "actloop.genWorkerGroups" . | fromJsonArray }}
 {{- $user := printf "gen-worker-%s" $g.replica }}
@@ -317,8 +322,16 @@ else nats.credsSecret / nats.nkeySecret.
 {{- end }}
 
 {{/*
+The servers an actloop container connects to, as JSON: nats and redis, or
+nats only with "noRedis" (the gateway). (dict ... ["noRedis" true]).
+*/}}
+{{- define "actloop.servers" -}}
+{{- if get . "noRedis" }}["nats"]{{ else }}["nats", "redis"]{{ end }}
+{{- end }}
+
+{{/*
 The credential and TLS settings of an actloop container:
-(dict "ctx" $ "c" <component values> ["o" <group values>] "natsUser" "..." "redisUser" "...").
+(dict "ctx" $ "c" <component values> ["o" <group values>] "natsUser" "..." "redisUser" "..." ["noRedis" true]).
 */}}
 {{- define "actloop.securityEnv" -}}
 {{- $v := .ctx.Values }}
@@ -353,7 +366,7 @@ The credential and TLS settings of an actloop container:
 - name: ACTLOOP_NATS_NKEY
   value: {{ printf "%s/user.nk" $nats | quote }}
 {{- end }}
-{{- range $s := list "nats" "redis" }}
+{{- range $s := include "actloop.servers" . | fromJsonArray }}
 {{- $t := include "actloop.clientTLS" (dict "ctx" $.ctx "s" $s) | fromJson }}
 {{- $dir := include (printf "actloop.%sSecretsDir" $s) $ }}
 {{- $prefix := printf "ACTLOOP_%s_TLS" (upper $s) }}
@@ -376,7 +389,7 @@ The credential and TLS settings of an actloop container:
 {{- define "actloop.securityVolumes" -}}
 {{- $v := .ctx.Values }}
 {{- $auth := include "actloop.natsFileAuth" . }}
-{{- range $s := list "nats" "redis" }}
+{{- range $s := include "actloop.servers" . | fromJsonArray }}
 {{- $t := include "actloop.clientTLS" (dict "ctx" $.ctx "s" $s) | fromJson }}
 {{- $sources := list }}
 {{- if and (eq $s "nats") $auth }}
@@ -409,7 +422,7 @@ The credential and TLS settings of an actloop container:
 
 {{/* The mounts of securityVolumes (same argument). */}}
 {{- define "actloop.securityMounts" -}}
-{{- range $s := list "nats" "redis" }}
+{{- range $s := include "actloop.servers" . | fromJsonArray }}
 {{- if contains (printf "name: %s-secrets" $s) (include "actloop.securityVolumes" $) }}
 - name: {{ $s }}-secrets
   mountPath: {{ include (printf "actloop.%sSecretsDir" $s) $ }}
@@ -512,7 +525,7 @@ checksum of the chart's certificate, so the server restarts on a new one.
 {{- $n := $v.nats }}
 {{- /* Where a file authentication may be named: nats, each component, each group. */}}
 {{- $levels := list (dict "at" "nats" "creds" "credsSecret" "nkey" "nkeySecret" "m" $n) }}
-{{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" }}
+{{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" "gateway" }}
 {{- $levels = append $levels (dict "at" $c "creds" "natsCredsSecret" "nkey" "natsNkeySecret" "m" (index $v $c)) }}
 {{- end }}
 {{- range $i, $g := $v.genWorker.groups | default list }}
@@ -716,7 +729,7 @@ of {name, deployment, replica, url, api, model, slots, replicas, group}
 {{- fail "actloop: terminationGraceMarginSeconds: at least 20 (after the shutdown timeout, flushing and draining NATS and stopping HTTP take up to 20 s)" }}
 {{- end }}
 {{- include "actloop.validateSecurity" . }}
-{{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" }}
+{{- range $c := list "coordinator" "genWorker" "envWorker" "predictorGw" "gateway" }}
 {{- range $e := (index $v $c).extraEnv | default list }}
 {{- if not (and (kindIs "map" $e) (get $e "name")) }}
 {{- fail (printf "actloop: %s.extraEnv: %v: each entry needs a name (a Kubernetes EnvVar)" $c $e) }}
@@ -734,7 +747,7 @@ of {name, deployment, replica, url, api, model, slots, replicas, group}
 
 {{/*
 Environment of every actloop container:
-(dict "ctx" $ "c" .Values.coordinator "addr" "ACTLOOP_COORDINATOR_ADDR").
+(dict "ctx" $ "c" .Values.coordinator "addr" "ACTLOOP_COORDINATOR_ADDR" ["noRedis" true]).
 */}}
 {{- define "actloop.commonEnv" -}}
 - name: ACTLOOP_NATS_URL
@@ -742,6 +755,7 @@ Environment of every actloop container:
     secretKeyRef:
       name: {{ include "actloop.natsSecretName" .ctx }}
       key: {{ include "actloop.natsUrlKey" .ctx }}
+{{- if not (get . "noRedis") }}
 - name: ACTLOOP_REDIS_URL
   valueFrom:
     secretKeyRef:
@@ -753,6 +767,7 @@ Environment of every actloop container:
 {{- end }}
 - name: ACTLOOP_REDIS_CLUSTER
   value: "true"
+{{- end }}
 {{- end }}
 - name: ACTLOOP_STREAM_REPLICAS
   value: {{ include "actloop.streamReplicas" .ctx | quote }}
@@ -798,6 +813,11 @@ readinessProbe:
 
 {{/* Pod annotations: (dict "ctx" $ "c" .Values.coordinator ["agentConfig" true]). */}}
 {{- define "actloop.podAnnotations" -}}
+{{- if .ctx.Values.metrics.podAnnotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ int .c.port | toString | quote }}
+prometheus.io/path: /metrics
+{{- end }}
 {{- if include "actloop.ownSecret" .ctx }}
 checksum/secret: {{ include (print .ctx.Template.BasePath "/secret.yaml") .ctx | sha256sum }}
 {{- end }}
@@ -865,14 +885,14 @@ The pod spec of an actloop service:
 (dict "ctx" $ "c" <component values> "service" "coordinator" "image" <image values>
       "env" <extra env YAML> "mounts" <extra volumeMounts YAML> "volumes" <extra volumes YAML>
       ["o" <group overrides>] ["podSecurityContext" ...] ["containerSecurityContext" ...]
-      ["hostUsers" false] ["natsUser" <its bundled NATS user; default: service>]).
+      ["hostUsers" false] ["natsUser" <its bundled NATS user; default: service>] ["noRedis" true]).
 */}}
 {{- define "actloop.podSpec" -}}
 {{- $ctx := .ctx }}
 {{- $c := .c }}
 {{- $o := get . "o" | default dict }}
 {{- $shutdown := int (include "actloop.shutdownSeconds" .) }}
-{{- $sec := dict "ctx" $ctx "c" $c "o" $o "natsUser" (get . "natsUser" | default .service) "redisUser" .service -}}
+{{- $sec := dict "ctx" $ctx "c" $c "o" $o "natsUser" (get . "natsUser" | default .service) "redisUser" .service "noRedis" (get . "noRedis") -}}
 serviceAccountName: {{ include "actloop.serviceAccountName" $ctx }}
 automountServiceAccountToken: false
 terminationGracePeriodSeconds: {{ add $shutdown (int $ctx.Values.terminationGraceMarginSeconds) }}
@@ -892,7 +912,10 @@ containers:
         containerPort: {{ int $c.port }}
         protocol: TCP
     env:
-      {{- include "actloop.commonEnv" (dict "ctx" $ctx "c" $c "addr" .addr) | nindent 6 }}
+      {{- include "actloop.commonEnv" (dict "ctx" $ctx "c" $c "addr" .addr "noRedis" (get . "noRedis")) | nindent 6 }}
+      {{- with include "actloop.otelEnv" (dict "ctx" $ctx "service" .service) | trim }}
+      {{- . | nindent 6 }}
+      {{- end }}
       {{- with include "actloop.securityEnv" $sec | trim }}
       {{- . | nindent 6 }}
       {{- end }}
@@ -1058,6 +1081,71 @@ are the services' to check.
 {{- end }}
 {{- end }}
 
+{{/*
+The standard OpenTelemetry variables of an actloop container, from
+.Values.otel: none unless otel.tracesExporter is set. (dict "ctx" $ "service" "coordinator").
+*/}}
+{{- define "actloop.otelEnv" -}}
+{{- $o := .ctx.Values.otel }}
+{{- if $o.tracesExporter }}
+- name: OTEL_SERVICE_NAME
+  value: {{ printf "actloop-%s" .service | quote }}
+- name: OTEL_TRACES_EXPORTER
+  value: {{ $o.tracesExporter | quote }}
+{{- with $o.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- with $o.protocol }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ . | quote }}
+{{- end }}
+{{- with $o.headersSecret.name }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $o.headersSecret.key | quote }}
+{{- end }}
+{{- with $o.resourceAttributes }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ . | quote }}
+{{- end }}
+{{- with $o.sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- with $o.samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ . | toString | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway's own settings. */}}
+{{- define "actloop.gatewayEnv" -}}
+{{- $c := .Values.gateway }}
+{{- $co := .Values.coordinator }}
+- name: ACTLOOP_COORDINATOR_URL
+  value: {{ printf "http://%s-coordinator:%d" (include "actloop.fullname" .) (int $co.port) | quote }}
+- name: ACTLOOP_GATEWAY_MAX_WAIT
+  value: {{ $c.maxWait | quote }}
+- name: ACTLOOP_GATEWAY_MAX_BATCH
+  value: {{ int $c.maxBatch | toString | quote }}
+{{- with $co.apiTokenSecret.name }}
+- name: ACTLOOP_API_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $co.apiTokenSecret.key | quote }}
+{{- end }}
+{{- if include "actloop.unauthenticated" . }}
+{{- else if not $co.apiTokenSecret.name }}
+- name: ACTLOOP_INSECURE
+  value: "true"
+{{- end }}
+{{- end }}
+
 {{/* A PVC spec: (persistence values). */}}
 {{- define "actloop.pvcSpec" -}}
 accessModes:
@@ -1126,8 +1214,9 @@ cluster {
 authorization {
   users = [
     {{- range $u := include "actloop.natsServiceUsers" . | fromJsonArray }}
-    {{- include "actloop.natsConfUser" (dict "user" $u.user "env" $u.env "replica" $u.replica
-          "perms" (list $perms.base (index $perms $u.role))) | nindent 4 }}
+    {{- /* The gateway has the trainer's permissions, without every service's. */}}
+    {{- $rows := ternary (list (index $perms $u.role)) (list $perms.base (index $perms $u.role)) (eq $u.role "gateway") }}
+    {{- include "actloop.natsConfUser" (dict "user" $u.user "env" $u.env "replica" $u.replica "perms" $rows) | nindent 4 }}
     {{- end }}
     {{- include "actloop.natsConfUser" (dict "user" $n.auth.user "env" "NATS_PASSWORD" "replica" "" "perms" (list $perms.cli)) | nindent 4 }}
   ]
