@@ -151,7 +151,8 @@ func realBackend(ctx context.Context, cfg Config, d *service.Deps) (sandbox.Back
 	if cg := local.Cgroups(); cg != "" {
 		d.Log.Info("sandbox commands run in cgroups", "cgroups", cg)
 	} else {
-		d.Log.Warn("no cgroup v2 for sandbox commands: per-process rlimits alone bound memory (address space), processes "+
+		d.Log.Warn("no cgroups for sandbox commands (neither a delegated cgroup v2 nor writable cgroup v1 controllers): "+
+			"per-process rlimits alone bound memory (address space), processes "+
 			"(under bwrap) and CPU time, and there is no CPU share; cgroup_error says what a cgroup needs",
 			"cgroup_error", fmt.Sprint(local.CgroupError()))
 	}

@@ -42,12 +42,13 @@ const (
 // Limits bound what one command may use; a zero field means no limit.
 type Limits struct {
 	// MaxProcs bounds the number of processes. Local enforces it with its
-	// cgroup's pids.max where it has cgroups (Local.Cgroups), else under
+	// cgroup's pids.max (v2 or v1) where it has cgroups (Local.Cgroups), else under
 	// bwrap only (RLIMIT_NPROC, counted per sandbox in its own user
 	// namespace; unisolated it would count all of the worker's processes).
 	MaxProcs int
 	// MemoryMB bounds memory: for Local, a command's memory as a whole
-	// (its cgroup's memory.max, no swap; an OOM kills the command) where it
+	// (its cgroup's memory.max, or memory.limit_in_bytes on cgroup v1; no
+	// swap; an OOM kills the command) where it
 	// has cgroups, else each process's address space (RLIMIT_AS); the
 	// container's memory for Docker.
 	MemoryMB int
@@ -119,8 +120,8 @@ type LocalConfig struct {
 	// exempts root from it) and root-only host files stay unreadable; the
 	// sandbox's files are owned by it. 0 means DefaultSandboxUID.
 	SandboxUID int
-	// CPUs bounds the CPU share of each command (cpu.max of its cgroup, in
-	// cores); 0 means no limit. It needs a cgroup (see Local.Cgroups).
+	// CPUs bounds the CPU share of each command (cpu.max of its cgroup, or
+	// cpu.cfs_quota_us on cgroup v1, in cores); 0 means no limit. It needs a cgroup (see Local.Cgroups).
 	CPUs float64
 	// ReadOnlyBinds are extra host paths mounted read-only at the same
 	// place under bwrap, for toolchains outside /usr (for example /opt/go).
