@@ -39,42 +39,57 @@ type clientPerms struct {
 	responses bool // allow_responses
 }
 
-// documentedPermissions reads the table of docs/security.md's "NATS
-// permissions" section, by client.
-func documentedPermissions(t *testing.T) map[string]clientPerms {
+// securitySection is docs/security.md's section under "## title", and the
+// rows of the table in it whose header is header, each row's cells.
+func securitySection(t *testing.T, title, header string) (string, [][]string) {
 	t.Helper()
 	b, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, ok := strings.Cut(string(b), "\n## NATS permissions\n")
+	_, sec, ok := strings.Cut(string(b), "\n## "+title+"\n")
 	if !ok {
-		t.Fatal("docs/security.md: no NATS permissions section")
+		t.Fatalf("docs/security.md: no %s section", title)
 	}
 	sec, _, _ = strings.Cut(sec, "\n## ")
-	_, table, ok := strings.Cut(sec, "| client | publish | subscribe |\n|---|---|---|\n")
+	cols := strings.Count(header, "|") - 1
+	_, table, ok := strings.Cut(sec, header+"\n|"+strings.Repeat("---|", cols)+"\n")
 	if !ok {
-		t.Fatal("docs/security.md: no table in the NATS permissions section")
+		t.Fatalf("docs/security.md: no table in the %s section", title)
 	}
-	code := regexp.MustCompile("`([^`]+)`")
-	out := map[string]clientPerms{}
+	var rows [][]string
 	for _, line := range strings.Split(table, "\n") {
 		if !strings.HasPrefix(line, "|") {
 			break
 		}
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
-		if len(cells) != 3 {
-			t.Fatalf("docs/security.md permissions row %q: want 3 cells", line)
+		if len(cells) != cols {
+			t.Fatalf("docs/security.md %s row %q: want %d cells", title, line, cols)
 		}
+		rows = append(rows, cells)
+	}
+	return sec, rows
+}
+
+// codeSpans are the `…` spans of a table cell.
+var codeSpans = regexp.MustCompile("`([^`]+)`")
+
+// documentedPermissions reads the table of docs/security.md's "NATS
+// permissions" section, by client.
+func documentedPermissions(t *testing.T) map[string]clientPerms {
+	t.Helper()
+	_, rows := securitySection(t, "NATS permissions", "| client | publish | subscribe |")
+	out := map[string]clientPerms{}
+	for _, cells := range rows {
 		var p clientPerms
-		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
+		for _, m := range codeSpans.FindAllStringSubmatch(cells[1], -1) {
 			if m[1] == "allow_responses" {
 				p.responses = true
 				continue
 			}
 			p.pub = append(p.pub, m[1])
 		}
-		for _, m := range code.FindAllStringSubmatch(cells[2], -1) {
+		for _, m := range codeSpans.FindAllStringSubmatch(cells[2], -1) {
 			p.sub = append(p.sub, m[1])
 		}
 		out[cells[0]] = p
@@ -636,30 +651,10 @@ func leads(log, service string) bool {
 // docs/security.md's Redis users are the code's (service.RedisTable and
 // service.RedisCommands), which `actloop dev` creates.
 func TestRedisUsersTableIsTheCodes(t *testing.T) {
-	b, err := os.ReadFile("../../docs/security.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, sec, ok := strings.Cut(string(b), "\n## Redis users\n")
-	if !ok {
-		t.Fatal("docs/security.md: no Redis users section")
-	}
-	sec, _, _ = strings.Cut(sec, "\n## ")
-	_, table, ok := strings.Cut(sec, "| user | keys |\n|---|---|\n")
-	if !ok {
-		t.Fatal("docs/security.md: no table in the Redis users section")
-	}
-	code := regexp.MustCompile("`([^`]+)`")
+	sec, rows := securitySection(t, "Redis users", "| user | keys |")
 	doc := map[string][]string{}
-	for _, line := range strings.Split(table, "\n") {
-		if !strings.HasPrefix(line, "|") {
-			break
-		}
-		cells := strings.Split(strings.Trim(line, "| "), " | ")
-		if len(cells) != 2 {
-			t.Fatalf("docs/security.md Redis users row %q: want 2 cells", line)
-		}
-		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
+	for _, cells := range rows {
+		for _, m := range codeSpans.FindAllStringSubmatch(cells[1], -1) {
 			doc[cells[0]] = append(doc[cells[0]], m[1])
 		}
 	}
