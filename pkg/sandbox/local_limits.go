@@ -132,8 +132,16 @@ func diskUsage(ctx context.Context, dirs ...string) (int64, error) {
 }
 
 // watchDisk measures dirs until ctx ends and calls stop once they hold
-// more than limit bytes.
+// more than limit bytes and more than at the measurement before (the
+// first is taken as the command starts): a command may not take the
+// sandbox past the limit nor grow it while it is past, but one that finds
+// it past the limit (a command stopped there before) and only deletes, the
+// agent cleaning up, runs however long it takes.
 func watchDisk(ctx context.Context, limit int64, stop func(), dirs ...string) {
+	prev, err := diskUsage(ctx, dirs...)
+	if err != nil {
+		return // ctx ended
+	}
 	wait := diskPollMin
 	for {
 		select {
@@ -146,10 +154,11 @@ func watchDisk(ctx context.Context, limit int64, stop func(), dirs ...string) {
 		if err != nil {
 			return // ctx ended
 		}
-		if used > limit {
+		if used > limit && used > prev {
 			stop()
 			return
 		}
+		prev = used
 		wait = max(diskPollMin, diskPollFactor*time.Since(start))
 	}
 }
