@@ -25,7 +25,6 @@ import (
 	"github.com/actloop/actloop/internal/gateway"
 	"github.com/actloop/actloop/internal/localnats"
 	"github.com/actloop/actloop/internal/localredis"
-	"github.com/actloop/actloop/internal/metrics"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/telemetry"
@@ -254,7 +253,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	}
 	defer nc.Close()
 	if o.serve {
-		return serveDev(ctx, o, st, nc, js, log, stderr)
+		return serveDev(ctx, o, st, log, stderr)
 	}
 	if !o.asJSON {
 		fmt.Fprintf(stderr, "actloop dev: NATS %s, Redis %s (%s), %d replicas x %d slots, logs in %s\n",
@@ -324,7 +323,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	}
 	// Every client ran with docs/security.md's permissions and no more.
 	if v := st.Violations(); len(v) > 0 {
-		return fmt.Errorf("NATS permission violations (docs/security.md's table is short of what a client does):\n%s", strings.Join(v, "\n"))
+		return fmt.Errorf("permission violations, NATS's or Redis's (docs/security.md's tables are short of what a client does):\n%s", strings.Join(v, "\n"))
 	}
 	if sum.Solved < sum.Trajectories {
 		return fmt.Errorf("%d of %d demo tasks not solved (see %s)", sum.Trajectories-sum.Solved, sum.Trajectories, logPath)
@@ -333,10 +332,9 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 }
 
 // serveDev keeps the stack up until ctx ends, with a gateway (the HTTP
-// trainer API) logged in to NATS as the trainer, and writes its address
+// trainer API) logged in to NATS as its own user, and writes its address
 // and the API token beside the CLI's settings.
-func serveDev(ctx context.Context, o devOptions, st *devstack.Stack, nc *nats.Conn, js jetstream.JetStream,
-	log *slog.Logger, stderr io.Writer) error {
+func serveDev(ctx context.Context, o devOptions, st *devstack.Stack, log *slog.Logger, stderr io.Writer) error {
 	l, err := net.Listen("tcp", o.gatewayAddr)
 	if err != nil {
 		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -350,12 +348,10 @@ func serveDev(ctx context.Context, o devOptions, st *devstack.Stack, nc *nats.Co
 			coordURL = v
 		}
 	}
-	d := &service.Deps{NC: nc, JS: js, Common: st.TrainerCommon(), Log: log.With("service", "gateway"), Now: time.Now,
-		Metrics: metrics.NewRegistry()}
-	g := gateway.New(gateway.Config{APIToken: st.Creds.APIToken, CoordinatorURL: coordURL, MaxWait: time.Minute,
-		MaxBatch: 256}, d)
+	gcfg := gateway.Config{Common: st.GatewayCommon(), APIToken: st.Creds.APIToken, CoordinatorURL: coordURL,
+		MaxWait: time.Minute, MaxBatch: 256}
 	served := make(chan error, 1)
-	go func() { served <- service.ServeListener(ctx, l, g.Handler(), d.Log) }()
+	go func() { served <- gateway.Serve(ctx, gcfg, l, log.With("service", gateway.Name)) }()
 	url := "http://" + l.Addr().String()
 	envPath, err := writeDevEnv(o.dir, append(env, "ACTLOOP_GATEWAY_URL="+url))
 	if err != nil {

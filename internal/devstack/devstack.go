@@ -286,7 +286,7 @@ func secret() string {
 func (s *Stack) natsUsers() []*server.User {
 	users := []*server.User{s.natsUser(DevUser, nil), s.natsUser(TrainerUser, ptr(service.NATSPermissionsOf(service.NATSTrainer, "")))}
 	if s.Opts.LeastPrivilege {
-		for _, c := range []string{service.NATSCoordinator, service.NATSPredictor} {
+		for _, c := range []string{service.NATSCoordinator, service.NATSPredictor, service.NATSGateway} {
 			users = append(users, s.natsUser(natsUser(c, ""), ptr(service.NATSPermissionsOf(c, ""))))
 		}
 		for _, r := range s.Replicas {
@@ -343,6 +343,12 @@ func (s *Stack) as(common service.Common, client, id string) service.Common {
 // to its NATS: as TrainerUser, with the CLI's permissions.
 func (s *Stack) TrainerCommon() service.Common {
 	return s.as(s.Opts.Common, service.NATSTrainer, "")
+}
+
+// GatewayCommon is the stack's settings as the gateway logs in to its
+// NATS: as its own user with LeastPrivilege (the trainer's permissions).
+func (s *Stack) GatewayCommon() service.Common {
+	return s.as(s.Opts.Common, service.NATSGateway, "")
 }
 
 // TrainerEnv is the environment with which the actloop CLI drives the
