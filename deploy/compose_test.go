@@ -402,20 +402,17 @@ func checkComposeCredentials(t *testing.T, p *types.Project, opts *server.Option
 	// Redis's ACL users: docs/security.md's (service.RedisTable), each
 	// with its rules and a password of its own.
 	redisUsers := map[string]string{} // user: password
-	for i := 0; i+3 < len(redisCmd); i++ {
-		if redisCmd[i] != "--user" {
+	for user, args := range redisServerUsers(redisCmd) {
+		if len(args) < 2 {
+			t.Errorf("redis: user %s: %q: want on and a password", user, args)
 			continue
 		}
-		user, rules := redisCmd[i+1], []string{}
-		for j := i + 4; j < len(redisCmd) && !strings.HasPrefix(redisCmd[j], "--"); j++ {
-			rules = append(rules, redisCmd[j])
+		pw, ok := strings.CutPrefix(args[1], ">")
+		if args[0] != "on" || !ok || pw == "" || pw == redisPassword {
+			t.Errorf("redis: user %s: %q %q: want on and a password of its own", user, args[0], args[1])
 		}
-		pw, ok := strings.CutPrefix(redisCmd[i+3], ">")
-		if redisCmd[i+2] != "on" || !ok || pw == "" || pw == redisPassword {
-			t.Errorf("redis: user %s: %q %q: want on and a password of its own", user, redisCmd[i+2], redisCmd[i+3])
-		}
-		if want := service.RedisRules(user); !slices.Equal(rules, want) {
-			t.Errorf("redis: user %s: rules %q, want docs/security.md's %q", user, rules, want)
+		if want := service.RedisRules(user); !slices.Equal(args[2:], want) {
+			t.Errorf("redis: user %s: rules %q, want docs/security.md's %q", user, args[2:], want)
 		}
 		redisUsers[user] = pw
 	}

@@ -13,6 +13,7 @@ import (
 	"maps"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1808,7 +1809,7 @@ func checkServerTLS(t reporter, m *manifests, vals chartutil.Values) {
 			if !strings.HasPrefix(u, scheme) {
 				t.Errorf("Secret: %s-url %q, want %s with %s.serverTLS", s, u, scheme, s)
 			}
-			host, _, _ = strings.Cut(strings.TrimPrefix(u[strings.LastIndex(u, "@")+1:], scheme), ":")
+			host = urlHost(u)
 		}
 		c := container(t, &sts.Spec.Template.Spec, s)
 		if c == nil {
@@ -1963,6 +1964,24 @@ func checkRedis(t reporter, m *manifests, vals chartutil.Values) {
 	checkRedisUsers(t, m, vals, c)
 }
 
+// redisServerUsers are the ACL users of a redis-server command line: each
+// --user's arguments after its name ("on", ">password", its rules), by name.
+func redisServerUsers(args []string) map[string][]string {
+	users := map[string][]string{}
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] != "--user" {
+			continue
+		}
+		j := i + 2
+		for j < len(args) && !strings.HasPrefix(args[j], "--") {
+			j++
+		}
+		users[args[i+1]] = args[i+2 : j]
+		i = j - 1
+	}
+	return users
+}
+
 // checkRedisUsers: with a user per service (redis.auth.perService), the
 // bundled Redis has docs/security.md's users (service.RedisTable), each
 // with service.RedisRules and the password each service of that name logs
@@ -1971,18 +1990,7 @@ func checkRedis(t reporter, m *manifests, vals chartutil.Values) {
 func checkRedisUsers(t reporter, m *manifests, vals chartutil.Values, c *corev1.Container) {
 	t.Helper()
 	perService := boolValue(t, vals, "redis.auth.enabled") && boolValue(t, vals, "redis.auth.perService")
-	users := map[string][]string{} // user: the args after "--user <user>"
-	for i := 0; i < len(c.Args); i++ {
-		if c.Args[i] != "--user" || i+1 >= len(c.Args) {
-			continue
-		}
-		j := i + 2
-		for j < len(c.Args) && !strings.HasPrefix(c.Args[j], "--") {
-			j++
-		}
-		users[c.Args[i+1]] = c.Args[i+2 : j]
-		i = j - 1
-	}
+	users := redisServerUsers(c.Args)
 	if !perService {
 		if len(users) > 0 {
 			t.Errorf("redis: users %v without redis.auth.perService", slices.Collect(maps.Keys(users)))
@@ -2476,9 +2484,16 @@ func serverTLSClient(t *testing.T, m *manifests, s string) *tls.Config {
 		t.Fatalf("%s: no CA", sec.Name)
 	}
 	u := m.secret(release + "-actloop").StringData[s+"-url"]
-	host, _, _ := strings.Cut(u[strings.Index(u, "://")+3:], ":")
-	host = host[strings.LastIndex(host, "@")+1:]
-	return &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}
+	return &tls.Config{RootCAs: pool, ServerName: urlHost(u), MinVersion: tls.VersionTLS12}
+}
+
+// urlHost is the host of a server's URL ("" when it does not parse).
+func urlHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
 
 // writeSecretFile writes key of the chart's Secret name into dir and
