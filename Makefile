@@ -22,11 +22,13 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 
 # docs/configuration.md's settings tables, from the settings structs' tags
-# and doc comments, and docs/calibration.md, the server model against its
-# profiles (tests fail while a committed file differs).
+# and doc comments, docs/calibration.md, the server model against its
+# profiles, and the env-worker's seccomp profiles (deploy/seccomp, the Helm
+# chart's files) (tests fail while a committed file differs).
 docs:
 	$(GO) run ./internal/launch/docgen
 	$(GO) run ./cmd/actloop bench-calibration > docs/calibration.md
+	cd deploy && $(GO) run ./seccompgen
 
 # The scheduling benchmark on every scenario (virtual engine, 3 seeds), the
 # cross-check of a small scenario on both engines, the weight-sync one, and

@@ -58,12 +58,12 @@ func composeSecrets(data []byte) []string {
 
 // composeDir is a copy of the repository's Compose files (docker-compose.yml
 // with data in its place when not nil, deploy/nats.conf,
-// deploy/compose-secrets.sh) under a new directory, with the .env the
+// deploy/compose-secrets.sh, deploy/seccomp/env-worker.json) under a new directory, with the .env the
 // secrets script writes there.
 func composeDir(t *testing.T, data []byte) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.Mkdir(filepath.Join(dir, "deploy"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "deploy", "seccomp"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if data == nil {
@@ -73,7 +73,7 @@ func composeDir(t *testing.T, data []byte) string {
 		}
 	}
 	files := map[string][]byte{"docker-compose.yml": data}
-	for _, f := range []string{"deploy/nats.conf", "deploy/compose-secrets.sh"} {
+	for _, f := range []string{"deploy/nats.conf", "deploy/compose-secrets.sh", "deploy/seccomp/env-worker.json"} {
 		b, err := os.ReadFile(filepath.Join("..", f))
 		if err != nil {
 			t.Fatal(err)
@@ -147,8 +147,8 @@ const simDefaultAddr = ":30000"
 // depends_on target has a health check to wait for; bind mounts exist;
 // every replica the coordinator knows has a gen-worker whose default
 // inference server is a service here; published ports reach this host
-// only. (Compose's loader has checked that each depends_on target and
-// named volume is declared.)
+// only; a seccomp profile is a file, not unconfined. (Compose's loader
+// has checked that each depends_on target and named volume is declared.)
 func checkCompose(p *types.Project) error {
 	if len(p.Services) == 0 {
 		return errors.New("compose: services: none")
@@ -239,6 +239,17 @@ func checkCompose(p *types.Project) error {
 			}
 			if _, err := os.Stat(v.Source); err != nil {
 				fail("%s.volumes: %s: %v", at, v.Target, err)
+			}
+		}
+		for _, o := range svc.SecurityOpt {
+			profile, ok := strings.CutPrefix(o, "seccomp=")
+			if !ok {
+				continue
+			}
+			if profile == "unconfined" {
+				fail("%s.security_opt: %s: want a profile (deploy/seccomp/env-worker.json)", at, o)
+			} else if _, err := os.Stat(filepath.Join(p.WorkingDir, profile)); err != nil {
+				fail("%s.security_opt: %s: %v", at, o, err)
 			}
 		}
 		for _, port := range svc.Ports {
@@ -492,6 +503,7 @@ services:
       ACTLOOP_GEN_WORKER_ADDR: :8081
     depends_on: {sim-r0: {condition: service_healthy}}
     healthcheck: {test: ["CMD", "actloop", "probe", "http://localhost:8081/readyz"]}
+    security_opt: ["seccomp=./deploy/seccomp/env-worker.json", "systempaths=unconfined"]
 volumes:
   nats-data:
 `
@@ -529,6 +541,8 @@ volumes:
 		{"undeclared volume", "nats-data:/data", "nats-store:/data", "nats-store"},
 		{"missing bind mount", "./deploy/nats.conf:", "./deploy/natz.conf:", "natz.conf"},
 		{"port on every interface", `"127.0.0.1:8080:8080"`, `"8080:8080"`, "services.coordinator.ports"},
+		{"seccomp unconfined", "seccomp=./deploy/seccomp/env-worker.json", "seccomp=unconfined", "services.gen-worker-r0.security_opt: seccomp=unconfined"},
+		{"seccomp profile missing", "seccomp/env-worker.json", "seccomp/env_worker.json", "env_worker.json: no such file"},
 		{"replica without gen-worker", "ACTLOOP_REPLICAS: r0", "ACTLOOP_REPLICAS: r0,r1", "replica r1 (coordinator's ACTLOOP_REPLICAS) has no gen-worker"},
 		{"server not in the file", "http://sim-r0:30000}", "http://sim-0:30000}", "replica r0: ACTLOOP_LLM_URL"},
 		{"not yaml", "services:", "services: [", "compose:"},

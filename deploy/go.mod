@@ -5,8 +5,10 @@ go 1.26.0
 require (
 	github.com/actloop/actloop v0.0.0-00010101000000-000000000000
 	github.com/compose-spec/compose-go/v2 v2.16.2
+	github.com/moby/profiles/seccomp v0.3.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
+	github.com/opencontainers/runtime-spec v1.2.1
 	github.com/redis/go-redis/v9 v9.23.0
 	helm.sh/helm/v3 v3.22.0
 	k8s.io/api v0.37.2

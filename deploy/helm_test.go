@@ -1,10 +1,12 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -149,6 +151,7 @@ func valueFiles(t *testing.T) map[string]map[string]any {
 type manifests struct {
 	deployments  []*appsv1.Deployment
 	statefulSets []*appsv1.StatefulSet
+	daemonSets   []*appsv1.DaemonSet
 	services     []*corev1.Service
 	secrets      []*corev1.Secret
 	configMaps   []*corev1.ConfigMap
@@ -223,6 +226,8 @@ func decode(t *testing.T, files map[string]string) *manifests {
 				m.deployments = append(m.deployments, o)
 			case *appsv1.StatefulSet:
 				m.statefulSets = append(m.statefulSets, o)
+			case *appsv1.DaemonSet:
+				m.daemonSets = append(m.daemonSets, o)
 			case *corev1.Service:
 				m.services = append(m.services, o)
 			case *corev1.Secret:
@@ -492,6 +497,9 @@ func checkNetworkPolicies(t reporter, m *manifests) {
 	for _, s := range m.statefulSets {
 		add("StatefulSet "+s.Name, &s.Spec.Template)
 	}
+	for _, d := range m.daemonSets {
+		add("DaemonSet "+d.Name, &d.Spec.Template)
+	}
 	for _, p := range pods {
 		var found *networkingv1.NetworkPolicy
 		for _, np := range m.netpols {
@@ -611,6 +619,18 @@ func TestChecksCatch(t *testing.T) {
 		{name: "a setting set twice", vals: map[string]any{"genWorker": map[string]any{
 			"extraEnv": []any{map[string]any{"name": "ACTLOOP_SLOTS", "value": "4"}},
 		}}, wantErr: "ACTLOOP_SLOTS set twice"},
+		{name: "env-worker unconfined", mutate: func(m *manifests) {
+			first(m, env).SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		}, wantErr: "env-worker: seccompProfile"},
+		{name: "another seccomp profile installed", mutate: func(m *manifests) {
+			cm := m.configMap(release + "-actloop-seccomp-profile")
+			for k := range cm.Data {
+				cm.Data[k] = "{}"
+			}
+		}, wantErr: "does not hold deploy.SeccompProfileFiles' profiles"},
+		{name: "seccomp profile installed elsewhere", mutate: func(m *manifests) {
+			m.daemonSets[0].Spec.Template.Spec.Volumes[1].HostPath.Path = "/var/lib/kubelet/seccomp"
+		}, wantErr: "want hostPath /var/lib/kubelet/seccomp/actloop"},
 		{name: "readiness on /healthz", mutate: func(m *manifests) {
 			first(m, gen).ReadinessProbe.HTTPGet.Path = "/healthz"
 		}, wantErr: "readiness probe"},
@@ -767,6 +787,12 @@ func TestChartSecurityVariants(t *testing.T) {
 			"enabled": true, "password": "pw", "perService": false}}},
 		"a user per service, passwords from an existing Secret": {"nats": map[string]any{
 			"auth": map[string]any{"enabled": true}, "existingSecret": map[string]any{"name": "my-nats", "passwordKey": "pw"}}},
+		"the seccomp profile put on the nodes by hand": {"envWorker": map[string]any{"seccomp": map[string]any{
+			"install": false, "kubeletRoot": "/var/lib/k0s/kubelet/"}}},
+		"the seccomp profile installed under another kubelet root": {"envWorker": map[string]any{"seccomp": map[string]any{
+			"kubeletRoot": "/var/lib/k0s/kubelet/"}}},
+		"a seccomp profile of one's own": {"envWorker": map[string]any{"containerSecurityContext": map[string]any{
+			"seccompProfile": map[string]any{"type": "Localhost", "localhostProfile": "mine.json"}}}},
 		"one nkey, TLS with the system's authorities": {"nats": map[string]any{"bundled": false, "url": "nats://n:4222",
 			"nkeySecret": "nkey", "tls": map[string]any{"secret": "tls", "ca": "", "clientCert": "tls.crt", "clientKey": "tls.key"}}},
 	}
@@ -1112,6 +1138,7 @@ func checkEnvWorker(t reporter, m *manifests, vals chartutil.Values) {
 	if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == "/tmp" }) {
 		t.Errorf("env-worker: no writable /tmp under a read-only root")
 	}
+	checkSeccompProfile(t, m, vals, spec, c)
 
 	keda, hpa := boolValue(t, vals, "envWorker.keda.enabled"), boolValue(t, vals, "envWorker.autoscaling.enabled")
 	if (keda || hpa) != (d.Spec.Replicas == nil) {
@@ -1177,6 +1204,96 @@ func checkEnvWorker(t reporter, m *manifests, vals chartutil.Values) {
 
 // checkDisruptionBudgets: every Deployment and the NATS StatefulSet has a
 // PodDisruptionBudget selecting its pods, and no budget selects pods of two.
+// checkSeccompProfile checks the env-worker's seccomp profile: the
+// chart's (deploy.SeccompProfileFiles' for each machine) as a Localhost
+// profile named by its content, installed by a DaemonSet on the
+// env-worker's nodes with envWorker.seccomp.install, or the one
+// containerSecurityContext names.
+func checkSeccompProfile(t reporter, m *manifests, vals chartutil.Values, spec *corev1.PodSpec, c *corev1.Container) {
+	t.Helper()
+	files, err := SeccompProfileFiles()
+	if err != nil {
+		t.Errorf("%v", err)
+		return
+	}
+	profiles := map[string]string{} // by machine
+	for name, b := range files {
+		if machine, ok := strings.CutPrefix(name, "helm/actloop/files/env-worker-seccomp/"); ok {
+			profiles[machine] = string(b)
+		}
+	}
+	// As Helm's Files.AsConfig writes them (YAML, the last newline
+	// trimmed), and sha256sum hashes.
+	cfg, err := yaml.Marshal(profiles)
+	if err != nil {
+		t.Errorf("%v", err)
+		return
+	}
+	sum := sha256.Sum256(bytes.TrimSuffix(cfg, []byte("\n")))
+	file := fmt.Sprintf("env-worker-%x.json", sum[:6])
+	got := c.SecurityContext.SeccompProfile
+	csc, err := vals.Table("envWorker.containerSecurityContext")
+	if err != nil {
+		t.Errorf("values: %v", err)
+		return
+	}
+	own, ownSet := csc["seccompProfile"].(map[string]any)
+	if ownSet {
+		if got == nil || string(got.Type) != own["type"] {
+			t.Errorf("env-worker: seccompProfile %+v, want envWorker.containerSecurityContext's %v", got, own)
+		}
+	} else if got == nil || got.Type != corev1.SeccompProfileTypeLocalhost || got.LocalhostProfile == nil || *got.LocalhostProfile != "actloop/"+file {
+		t.Errorf("env-worker: seccompProfile %+v, want Localhost actloop/%s", got, file)
+	}
+	install := boolValue(t, vals, "envWorker.seccomp.install") && !ownSet
+	if !install {
+		if len(m.daemonSets) != 0 {
+			t.Errorf("a seccomp profile installer, with the env-worker's profile %+v and envWorker.seccomp.install %v",
+				got, boolValue(t, vals, "envWorker.seccomp.install"))
+		}
+		return
+	}
+	if len(m.daemonSets) != 1 {
+		t.Errorf("%d DaemonSets, want the seccomp profile's installer", len(m.daemonSets))
+		return
+	}
+	ds := m.daemonSets[0]
+	ispec := &ds.Spec.Template.Spec
+	if !reflect.DeepEqual(ispec.NodeSelector, spec.NodeSelector) || !reflect.DeepEqual(ispec.Tolerations, spec.Tolerations) ||
+		!reflect.DeepEqual(ispec.Affinity, spec.Affinity) {
+		t.Errorf("DaemonSet %s: scheduled elsewhere than the env-worker", ds.Name)
+	}
+	if len(ispec.Containers) != 1 {
+		t.Errorf("DaemonSet %s: %d containers, want 1", ds.Name, len(ispec.Containers))
+		return
+	}
+	ic := &ispec.Containers[0]
+	mounts := map[string]*corev1.Volume{}
+	for _, vm := range ic.VolumeMounts {
+		for i := range ispec.Volumes {
+			if ispec.Volumes[i].Name == vm.Name {
+				mounts[vm.MountPath] = &ispec.Volumes[i]
+			}
+		}
+	}
+	host := strings.TrimSuffix(stringValue(t, vals, "envWorker.seccomp.kubeletRoot"), "/") + "/seccomp/actloop"
+	if v := mounts["/host"]; v == nil || v.HostPath == nil || v.HostPath.Path != host {
+		t.Errorf("DaemonSet %s: /host is %+v, want hostPath %s", ds.Name, v, host)
+	}
+	if v := mounts["/profile"]; v == nil || v.ConfigMap == nil {
+		t.Errorf("DaemonSet %s: /profile is %+v, want a ConfigMap", ds.Name, v)
+	} else if cm := m.configMap(v.ConfigMap.Name); cm == nil || !maps.Equal(cm.Data, profiles) {
+		t.Errorf("DaemonSet %s: ConfigMap %s does not hold deploy.SeccompProfileFiles' profiles by machine", ds.Name, v.ConfigMap.Name)
+	}
+	if script := strings.Join(ic.Args, " "); !strings.Contains(script, `"/profile/$(uname -m).json"`) || !strings.Contains(script, " /host/"+file) {
+		t.Errorf("DaemonSet %s: %q does not put /profile/<machine>.json at /host/%s", ds.Name, script, file)
+	}
+	if sc := ic.SecurityContext; sc == nil || sc.Privileged != nil && *sc.Privileged || sc.ReadOnlyRootFilesystem == nil ||
+		!*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("DaemonSet %s: container securityContext %+v, want a read-only root and no capabilities", ds.Name, sc)
+	}
+}
+
 func checkDisruptionBudgets(t reporter, m *manifests) {
 	t.Helper()
 	type workload struct {

@@ -1228,3 +1228,32 @@ authorization {
 }
 {{- end }}
 {{- end }}
+
+{{/*
+The env-worker's seccomp profile as the kubelet names it (a Localhost
+profile, relative to <kubelet root>/seccomp): files/env-worker-seccomp/
+<uname -m>.json on each node, under a name of their content, so a new
+profile never replaces the one a running pod was started with.
+*/}}
+{{- define "actloop.envWorkerSeccompProfile" -}}
+{{- printf "actloop/env-worker-%s.json" (include "actloop.envWorkerSeccompFiles" . | sha256sum | trunc 12) }}
+{{- end }}
+
+{{/* The env-worker's seccomp profiles by machine, as ConfigMap data. */}}
+{{- define "actloop.envWorkerSeccompFiles" -}}
+{{- (.Files.Glob "files/env-worker-seccomp/*.json").AsConfig }}
+{{- end }}
+
+{{/* "true" when the chart puts the env-worker's seccomp profile on the nodes: envWorker.seccomp.install, and the env-worker uses the chart's profile. */}}
+{{- define "actloop.installsSeccompProfile" -}}
+{{- if and .Values.envWorker.seccomp.install (not (hasKey .Values.envWorker.containerSecurityContext "seccompProfile")) }}true{{ end }}
+{{- end }}
+
+{{/* The env-worker's container securityContext: envWorker.containerSecurityContext, with the chart's seccomp profile unless it names one. */}}
+{{- define "actloop.envWorkerSecurityContext" -}}
+{{- $sc := deepCopy .Values.envWorker.containerSecurityContext }}
+{{- if not (hasKey $sc "seccompProfile") }}
+{{- $_ := set $sc "seccompProfile" (dict "type" "Localhost" "localhostProfile" (include "actloop.envWorkerSeccompProfile" .)) }}
+{{- end }}
+{{- toYaml $sc }}
+{{- end }}
