@@ -32,7 +32,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/actloop/actloop/internal/metrics"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/control"
@@ -62,11 +65,24 @@ type Gateway struct {
 	// consumers caches the durable consumers made so far (an optimisation:
 	// CreateOrUpdateConsumer is idempotent).
 	consumers sync.Map // name+"\x00"+subject -> jetstream.Consumer
+
+	requests *prometheus.CounterVec   // by route and code
+	seconds  *prometheus.HistogramVec // by route
 }
 
-// New returns a gateway over d.
+// New returns a gateway over d, its metrics registered on d.Metrics.
 func New(cfg Config, d *service.Deps) *Gateway {
-	return &Gateway{cfg: cfg, d: d, bodies: client.NewBodies(d.JS)}
+	g := &Gateway{cfg: cfg, d: d, bodies: client.NewBodies(d.JS),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "actloop_gateway_requests_total",
+			Help: metrics.Names()["actloop_gateway_requests_total"].Help}, []string{"route", "code"})}
+	var routes []string
+	for _, rt := range g.routes() {
+		routes = append(routes, rt.method+" "+rt.path)
+		g.requests.WithLabelValues(rt.method+" "+rt.path, "200")
+	}
+	g.seconds = metrics.NewHistogramVec("actloop_gateway_request_seconds", "route", routes...)
+	d.Metrics.MustRegister(g.requests, g.seconds)
+	return g
 }
 
 // Run serves until ctx ends.
@@ -102,7 +118,9 @@ func (g *Gateway) routes() []route {
 	}
 }
 
-// Handler serves the API, /healthz, /readyz and /metrics.
+// Handler serves the API, /healthz, /readyz and /metrics, where each
+// route's requests are counted by status code and timed
+// (actloop_gateway_requests_total, actloop_gateway_request_seconds).
 func (g *Gateway) Handler() http.Handler {
 	mux := service.HealthMux(g.d)
 	for _, rt := range g.routes() {
@@ -110,7 +128,11 @@ func (g *Gateway) Handler() http.Handler {
 		if !rt.open {
 			h = service.Bearer(g.cfg.APIToken, h)
 		}
-		mux.Handle(rt.method+" "+rt.path, h)
+		name := rt.method + " " + rt.path
+		route := prometheus.Labels{"route": name}
+		h = promhttp.InstrumentHandlerCounter(g.requests.MustCurryWith(route),
+			promhttp.InstrumentHandlerDuration(g.seconds.MustCurryWith(route), h))
+		mux.Handle(name, h)
 	}
 	return mux
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/actloop/actloop/internal/devstack"
@@ -221,6 +223,43 @@ func TestRefusals(t *testing.T) {
 	}
 	if st := a.call("GET", "/v1/openapi.yaml", nil, nil); st != http.StatusOK {
 		t.Errorf("the description: %d", st)
+	}
+	// Each answer is counted by route and code, and timed by route.
+	resp, err := http.Get(a.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(route, code string) float64 {
+		for _, m := range fams["actloop_gateway_requests_total"].GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["route"] == route && l["code"] == code {
+				return m.GetCounter().GetValue()
+			}
+		}
+		return -1
+	}
+	for _, c := range []struct {
+		route, code string
+		want        float64
+	}{
+		{"GET /v1/results", "400", 2}, {"GET /v1/control", "401", 1}, {"GET /v1/openapi.yaml", "200", 1},
+		{"GET /v1/status", "501", 1}, {"POST /v1/ack", "200", 0},
+	} {
+		if got := count(c.route, c.code); got != c.want {
+			t.Errorf("actloop_gateway_requests_total{route=%q,code=%q} = %g, want %g", c.route, c.code, got, c.want)
+		}
+	}
+	if h := fams["actloop_gateway_request_seconds"]; len(h.GetMetric()) != len((&Gateway{}).routes()) {
+		t.Errorf("actloop_gateway_request_seconds: %d series, want one per route", len(h.GetMetric()))
 	}
 }
 

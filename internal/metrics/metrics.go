@@ -33,6 +33,7 @@ const (
 	Coordinator = "coordinator"
 	GenWorker   = "gen-worker"
 	EnvWorker   = "env-worker"
+	Gateway     = "gateway"
 )
 
 // Catalogue is every metric actloop exports besides Go's and the process's.
@@ -78,6 +79,9 @@ var Catalogue = []Metric{
 	{"actloop_sandbox_replays_total", "Lost sandboxes rebuilt by replaying their commands.", "counter", []string{EnvWorker}, nil},
 	{"actloop_sandbox_start_retries_total", "Sandbox creations tried again after a failure a retry may fix.", "counter", []string{EnvWorker}, nil},
 	{"actloop_sandbox_start_failures_total", "Sandbox creations given up on (the trajectory ends with a fallback).", "counter", []string{EnvWorker}, nil},
+
+	{"actloop_gateway_requests_total", "HTTP trainer API requests answered, by route (method and path) and status code.", "counter", []string{Gateway}, []string{"route", "code"}},
+	{"actloop_gateway_request_seconds", "Time to answer an HTTP trainer API request, by route (a read of results or groups waits up to its wait_ms).", "histogram", []string{Gateway}, []string{"route"}},
 }
 
 // FallbackReasons are the reason label values of actloop_fallbacks_total.
