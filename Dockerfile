@@ -21,14 +21,19 @@
 #   docker build -t actloop-env-worker:local --target env-worker .
 
 ARG GO_VERSION=1.26
+# The version the binary reports (`actloop --version`, service.version on
+# traces): the build context has no .git, so name it, e.g.
+#   docker build --build-arg VERSION=$(git describe --always --dirty) .
+ARG VERSION=(devel)
 
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
+ARG VERSION
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/actloop ./cmd/actloop
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/actloop/actloop/internal/telemetry.stamped=${VERSION}" -o /out/actloop ./cmd/actloop
 
 FROM debian:bookworm-slim AS env-worker
 RUN apt-get update \

@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/actloop/actloop/internal/telemetry"
 )
 
 func main() {
@@ -69,9 +71,10 @@ docs/configuration.md).`
 // newRootCmd builds the command tree writing to stdout and stderr.
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "actloop",
-		Short: "actloop: the rollout side of RL training for LLM agents",
-		Long:  rootLong,
+		Use:     "actloop",
+		Short:   "actloop: the rollout side of RL training for LLM agents",
+		Long:    rootLong,
+		Version: telemetry.Version(),
 		// No command at all is a usage error, and so is an unknown one.
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -119,6 +122,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	// them (and after SetOut: the completion command keeps its writer).
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
+	root.InitDefaultVersionFlag()
 	return root
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/actloop/actloop/internal/telemetry"
 )
 
 // commands are every command a user can name, with the root's own.
@@ -43,6 +45,19 @@ func TestHelpOnEveryCommand(t *testing.T) {
 			if !strings.Contains(out.String(), "Usage:") || !strings.Contains(out.String(), c.Short) && c.Long == "" {
 				t.Errorf("%v %s printed no help:\n%s", path, h, out.String())
 			}
+		}
+	}
+}
+
+// --version (and -version) prints the build's version and succeeds.
+func TestVersion(t *testing.T) {
+	for _, flag := range []string{"--version", "-version"} {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{flag}, &out, io.Discard); err != nil {
+			t.Fatalf("%s: %v", flag, err)
+		}
+		if want := "actloop version " + telemetry.Version() + "\n"; out.String() != want {
+			t.Errorf("%s printed %q, want %q", flag, out.String(), want)
 		}
 	}
 }

@@ -230,3 +230,13 @@ func TestVersionOf(t *testing.T) {
 		})
 	}
 }
+
+// A version stamped at link time wins over the toolchain's.
+func TestStampedVersionWins(t *testing.T) {
+	old := stamped
+	t.Cleanup(func() { stamped = old })
+	stamped = "v9.9.9"
+	if got := Version(); got != "v9.9.9" {
+		t.Fatalf("Version() = %q, want the stamped v9.9.9", got)
+	}
+}

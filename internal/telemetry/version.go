@@ -2,12 +2,21 @@ package telemetry
 
 import "runtime/debug"
 
-// Version is the build's version, as the Go toolchain stamped it: the main
-// module's version (a release tag, or a pseudo-version from the VCS
-// checkout the binary was built in, "+dirty" when it had changes), else
-// the VCS revision, else "(devel)" (built with -buildvcs=false, or outside
-// a checkout). Every span's resource carries it as service.version.
+// stamped is a version the build names, which wins: go build -ldflags
+// "-X github.com/actloop/actloop/internal/telemetry.stamped=v1.2.3" (the
+// Dockerfile's VERSION build argument; an image is built without .git).
+var stamped string
+
+// Version is the build's version: the one stamped, else the one the Go
+// toolchain stamped: the main module's version (a release tag, or a
+// pseudo-version from the VCS checkout the binary was built in, "+dirty"
+// when it had changes), else the VCS revision, else "(devel)" (built with
+// -buildvcs=false, or outside a checkout). Every span's resource carries
+// it as service.version, and `actloop --version` prints it.
 func Version() string {
+	if stamped != "" {
+		return stamped
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "(devel)"
