@@ -27,7 +27,7 @@ func (d *Docker) image(want string) (string, error) {
 // device nodes.
 const dockerTmpfsOptions = "rw,exec,nosuid,nodev"
 
-// createBody is the body of POST /v1.43/containers/create for a sandbox.
+// createBody is the body of POST /containers/create for a sandbox.
 //
 // The container runs as cfg.User with every capability dropped and
 // no-new-privileges (so set-uid binaries such as sudo do not raise it),

@@ -32,27 +32,94 @@ type engineRequest struct {
 	Owners       []string       // tar bodies: the entries' uid:gid
 }
 
-// fakeEngine answers like the Docker Engine API (v1.43) for the calls the
-// backend makes, and records them. Exec commands are "run" by looking at
-// the user's command: echo prints, sleep blocks until killed, anything
-// else exits 0; the diff script prints diffOut.
+// engineVersions is the range of Engine API versions a fake engine
+// serves. Like Docker (daemon/server/middleware/version.go in moby/moby)
+// it answers GET /version at any version, serves an unversioned path at
+// its newest version, sets the Api-Version header on every answer, and
+// refuses a version outside the range with 400 "client version ... is
+// too new/old".
+type engineVersions struct{ min, max string }
+
+// docker2010 is the range of Docker 20.10 (API 1.41, minimum 1.12), and
+// docker29 that of Docker 29 (API 1.52, minimum 1.44).
+var (
+	docker2010 = engineVersions{"1.12", "1.41"}
+	docker29   = engineVersions{"1.44", "1.52"}
+)
+
+// versionLess compares "major.minor" versions.
+func versionLess(a, b string) bool {
+	var am, an, bm, bn int
+	_, _ = fmt.Sscanf(a, "%d.%d", &am, &an)
+	_, _ = fmt.Sscanf(b, "%d.%d", &bm, &bn)
+	return am < bm || am == bm && an < bn
+}
+
+// splitVersion splits "/v1.41/containers/create" into "/containers/create"
+// and "1.41"; an unversioned path has version "".
+func splitVersion(p string) (path, version string) {
+	if rest, ok := strings.CutPrefix(p, "/v"); ok {
+		if i := strings.IndexByte(rest, '/'); i > 0 {
+			return rest[i:], rest[:i]
+		}
+	}
+	return p, ""
+}
+
+// route answers GET /version and requests at a version outside the range,
+// returning false; otherwise it returns the path without its version.
+func (ev engineVersions) route(w http.ResponseWriter, r *http.Request) (string, bool) {
+	w.Header().Set("Api-Version", ev.max)
+	p, v := splitVersion(r.URL.Path)
+	v = cmpOr(v, ev.max)
+	var refusal string
+	switch {
+	case versionLess(v, ev.min):
+		refusal = fmt.Sprintf("client version %s is too old. Minimum supported API version is %s, please upgrade your client to a newer version", v, ev.min)
+	case versionLess(ev.max, v):
+		refusal = fmt.Sprintf("client version %s is too new. Maximum supported API version is %s", v, ev.max)
+	case r.Method == "GET" && p == "/version":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"Version":"fake","ApiVersion":%q,"MinAPIVersion":%q,"Os":"linux"}`, ev.max, ev.min)
+		return "", false
+	default:
+		return p, true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_ = json.NewEncoder(w).Encode(map[string]string{"message": refusal})
+	return "", false
+}
+
+// fakeEngine answers like the Docker Engine API for the calls the backend
+// makes, at the versions in its range (Docker 20.10's unless set), and
+// records them. Exec commands are "run" by looking at the user's command:
+// echo prints, sleep blocks until killed, anything else exits 0; the diff
+// script prints diffOut.
 type fakeEngine struct {
 	t        testing.TB
 	mu       sync.Mutex
-	reqs     []engineRequest
-	running  map[string]bool // container name -> running
-	missing  map[string]bool // images to "pull" first
-	execs    map[string][]string
-	codes    map[string]int
-	killed   chan struct{}
-	diffOut  string
-	diffSent int // bytes of diffOut written before the client hung up
-	applyRC  int
+	versions engineVersions
+	// upgrade, when set, replaces versions as the first request whose
+	// method and path (without version) are upgradeOn arrives.
+	upgradeOn string
+	upgrade   engineVersions
+	noVersion bool              // GET /version is 403, as behind a proxy that allows only some endpoints
+	pullErrs  map[string]string // image -> the errorDetail of its pull
+	reqs      []engineRequest
+	running   map[string]bool // container name -> running
+	missing   map[string]bool // images to "pull" first
+	execs     map[string][]string
+	codes     map[string]int
+	killed    chan struct{}
+	diffOut   string
+	diffSent  int // bytes of diffOut written before the client hung up
+	applyRC   int
 }
 
 func newFakeEngine(t testing.TB) (*fakeEngine, *httptest.Server) {
-	e := &fakeEngine{t: t, running: map[string]bool{}, missing: map[string]bool{}, execs: map[string][]string{},
-		codes: map[string]int{}, killed: make(chan struct{}, 16)}
+	e := &fakeEngine{t: t, versions: docker2010, running: map[string]bool{}, missing: map[string]bool{}, execs: map[string][]string{},
+		codes: map[string]int{}, killed: make(chan struct{}, 16), pullErrs: map[string]string{}}
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return e, srv
@@ -93,10 +160,21 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	e.reqs = append(e.reqs, rec)
+	if e.noVersion && strings.HasSuffix(r.URL.Path, "/version") {
+		e.mu.Unlock()
+		http.Error(w, `{"message":"forbidden"}`, http.StatusForbidden)
+		return
+	}
+	ev := e.versions
+	if e.upgradeOn != "" {
+		if p, _ := splitVersion(r.URL.Path); r.Method+" "+p == e.upgradeOn {
+			e.versions, e.upgradeOn = e.upgrade, ""
+			ev = e.versions
+		}
+	}
 	e.mu.Unlock()
-	path, ok := strings.CutPrefix(r.URL.Path, "/v1.43")
+	path, ok := ev.route(w, r)
 	if !ok {
-		http.Error(w, `{"message":"no API version"}`, http.StatusBadRequest)
 		return
 	}
 	parts := strings.Split(strings.Trim(path, "/"), "/")
@@ -116,8 +194,14 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, `{"Id":"c0ffee","Warnings":[]}`)
 	case r.Method == "POST" && path == "/images/create":
-		delete(e.missing, r.URL.Query().Get("fromImage")+":"+r.URL.Query().Get("tag"))
-		_, _ = io.WriteString(w, `{"status":"Pulling"}`+"\n"+`{"status":"Done"}`+"\n")
+		image := r.URL.Query().Get("fromImage") + ":" + r.URL.Query().Get("tag")
+		_, _ = io.WriteString(w, `{"status":"Pulling"}`+"\n")
+		if msg, ok := e.pullErrs[image]; ok {
+			fmt.Fprintf(w, `{"errorDetail":{"message":%q}}`+"\n", msg)
+			return
+		}
+		delete(e.missing, image)
+		_, _ = io.WriteString(w, `{"status":"Done"}`+"\n")
 	case len(parts) >= 2 && parts[0] == "containers":
 		name := parts[1]
 		running, exists := e.running[name]
@@ -205,6 +289,7 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// newDocker returns a Docker backend for host, closed when the test ends.
 func newDocker(t testing.TB, host string, cfg sandbox.DockerConfig) *sandbox.Docker {
 	t.Helper()
 	cfg.Host = host
@@ -212,6 +297,7 @@ func newDocker(t testing.TB, host string, cfg sandbox.DockerConfig) *sandbox.Doc
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = d.Close() })
 	return d
 }
 
@@ -583,18 +669,30 @@ func mustJSON(t testing.TB, v any) string {
 }
 
 // TestDockerConformance runs the suite against a real engine, where one
-// answers (DOCKER_HOST or the default socket), with the image
-// ACTLOOP_TEST_DOCKER_IMAGE (default buildpack-deps:bookworm-scm: bash
-// and git).
+// answers (DOCKER_HOST or the default socket) and speaks an API version
+// the backend does, with the image ACTLOOP_TEST_DOCKER_IMAGE; unset, it is
+// buildpack-deps:bookworm-scm (bash and git) where the engine has it, else
+// one made of this host's bash, git and coreutils (hostImage), since the
+// engine may have no registry to pull from.
 func TestDockerConformance(t *testing.T) {
 	host := os.Getenv("DOCKER_HOST")
-	image := cmpOr(os.Getenv("ACTLOOP_TEST_DOCKER_IMAGE"), "buildpack-deps:bookworm-scm")
 	probe := newDocker(t, host, sandbox.DockerConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := probe.Ping(ctx); err != nil {
-		t.Skipf("no Docker engine reachable: %v", err)
+		t.Skipf("no Docker engine to test with: %v", err)
 	}
+	version, _ := probe.APIVersion(ctx)
+	image := os.Getenv("ACTLOOP_TEST_DOCKER_IMAGE")
+	if image == "" {
+		image = "buildpack-deps:bookworm-scm"
+		if ok, err := probe.ImageExists(ctx, image); err != nil {
+			t.Fatal(err)
+		} else if !ok {
+			image = hostImage(t, probe)
+		}
+	}
+	t.Logf("Engine API %s, image %s", version, image)
 	const limit = 2000
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
 		return newDocker(t, host, sandbox.DockerConfig{Image: image, OutputLimit: limit, Limits: sandbox.DefaultLimits(),
