@@ -28,7 +28,8 @@ import (
 // alive by `sleep infinity`, commands run with bash through exec, the
 // workspace copied in as a tar archive, and the diff taken with git in the
 // container, as Local does. Containers run as an unprivileged user with
-// no capabilities, no-new-privileges and a read-only root filesystem;
+// no capabilities, no-new-privileges, a read-only root filesystem and a
+// cgroup namespace of their own;
 // the workspace and /tmp are size-limited in-memory filesystems. They get
 // memory, process and CPU limits and no network unless DockerConfig.Network
 // is set. Handles are "docker:<container name>". It speaks the Engine API
@@ -133,6 +134,7 @@ type (
 		NanoCpus       int64             `json:"NanoCpus,omitempty"`
 		Ulimits        []dockerUlimit    `json:"Ulimits,omitempty"`
 		Init           bool              `json:"Init"`
+		CgroupnsMode   string            `json:"CgroupnsMode"`
 		CapDrop        []string          `json:"CapDrop"`
 		SecurityOpt    []string          `json:"SecurityOpt"`
 		ReadonlyRootfs bool              `json:"ReadonlyRootfs"`

@@ -334,7 +334,7 @@ func TestDockerRequests(t *testing.T) {
 		t.Errorf("create body = %v", body)
 	}
 	wantHost := `{"NetworkMode":"none","Memory":268435456,"MemorySwap":268435456,"PidsLimit":64,"NanoCpus":1500000000,
-		"Ulimits":[{"Name":"cpu","Soft":90,"Hard":90}],"Init":true,
+		"Ulimits":[{"Name":"cpu","Soft":90,"Hard":90}],"Init":true,"CgroupnsMode":"private",
 		"CapDrop":["ALL"],"SecurityOpt":["no-new-privileges:true"],"ReadonlyRootfs":true,
 		"Tmpfs":{"/tmp":"rw,exec,nosuid,nodev,size=1024m,mode=1777"},
 		"Mounts":[{"Type":"volume","Target":"/workspace","VolumeOptions":{"NoCopy":true,"Labels":{"io.actloop.sandbox":"traj-1"},
@@ -639,7 +639,7 @@ func TestDockerCreateSettings(t *testing.T) {
 	d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "img", User: "1000:1001", WorkDir: "/src", WorkDirSizeMB: 512, TmpSizeMB: 64})
 	sandboxtest.Start(t, d, "settings", sandbox.Spec{Env: map[string]string{"HOME": "/src/home"}})
 	body := e.requests("POST", "/containers/create")[0].Body
-	wantHost := `{"NetworkMode":"none","Init":true,"CapDrop":["ALL"],"SecurityOpt":["no-new-privileges:true"],"ReadonlyRootfs":true,
+	wantHost := `{"NetworkMode":"none","Init":true,"CgroupnsMode":"private","CapDrop":["ALL"],"SecurityOpt":["no-new-privileges:true"],"ReadonlyRootfs":true,
 		"Tmpfs":{"/tmp":"rw,exec,nosuid,nodev,size=64m,mode=1777"},
 		"Mounts":[{"Type":"volume","Target":"/src","VolumeOptions":{"NoCopy":true,"Labels":{"io.actloop.sandbox":"settings"},
 			"DriverConfig":{"Name":"local","Options":{"type":"tmpfs","device":"tmpfs",
@@ -668,14 +668,16 @@ func mustJSON(t testing.TB, v any) string {
 	return string(b)
 }
 
-// TestDockerConformance runs the suite against a real engine, where one
-// answers (DOCKER_HOST or the default socket) and speaks an API version
-// the backend does, with the image ACTLOOP_TEST_DOCKER_IMAGE; unset, it is
-// buildpack-deps:bookworm-scm (bash and git) where the engine has it, else
-// one made of this host's bash, git and coreutils (hostImage), since the
-// engine may have no registry to pull from.
-func TestDockerConformance(t *testing.T) {
-	host := os.Getenv("DOCKER_HOST")
+// realEngine returns the address of a real engine that answers (DOCKER_HOST
+// or the default socket) and speaks an API version the backend does, and
+// the image to test with: ACTLOOP_TEST_DOCKER_IMAGE; unset,
+// buildpack-deps:bookworm-scm (bash and git) where the engine has it,
+// else one made of this host's bash, git and coreutils (hostImage), since
+// the engine may have no registry to pull from. It skips the test where
+// there is no such engine.
+func realEngine(t *testing.T) (host, image string) {
+	t.Helper()
+	host = os.Getenv("DOCKER_HOST")
 	probe := newDocker(t, host, sandbox.DockerConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -683,7 +685,7 @@ func TestDockerConformance(t *testing.T) {
 		t.Skipf("no Docker engine to test with: %v", err)
 	}
 	version, _ := probe.APIVersion(ctx)
-	image := os.Getenv("ACTLOOP_TEST_DOCKER_IMAGE")
+	image = os.Getenv("ACTLOOP_TEST_DOCKER_IMAGE")
 	if image == "" {
 		image = "buildpack-deps:bookworm-scm"
 		if ok, err := probe.ImageExists(ctx, image); err != nil {
@@ -693,11 +695,45 @@ func TestDockerConformance(t *testing.T) {
 		}
 	}
 	t.Logf("Engine API %s, image %s", version, image)
+	return host, image
+}
+
+// TestDockerConformance runs the suite against a real engine (realEngine).
+func TestDockerConformance(t *testing.T) {
+	host, image := realEngine(t)
 	const limit = 2000
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
 		return newDocker(t, host, sandbox.DockerConfig{Image: image, OutputLimit: limit, Limits: sandbox.DefaultLimits(),
 			NamePrefix: fmt.Sprintf("actloop-test-%d-", os.Getpid())})
 	}, sandboxtest.Options{OutputLimit: limit, Shell: true})
+}
+
+// TestDockerContainment checks, in a real engine's container, what the
+// fake engines cannot: the user, no capabilities, no-new-privileges, the
+// read-only root, a cgroup namespace of its own, no network but loopback,
+// and the process and memory limits. It reads /proc and /sys with bash
+// alone, which every test image has.
+func TestDockerContainment(t *testing.T) {
+	host, image := realEngine(t)
+	d := newDocker(t, host, sandbox.DockerConfig{Image: image, User: "1000:1001", Limits: sandbox.Limits{MaxProcs: 77, MemoryMB: 300},
+		NamePrefix: fmt.Sprintf("actloop-test-%d-", os.Getpid())})
+	sb := sandboxtest.Start(t, d, "containment", sandbox.Spec{})
+	// lines prints the lines of a file that start with a prefix.
+	const lines = `lines() { while IFS= read -r l; do if [[ $l == "$2"* ]]; then echo "$l"; fi; done < "$1"; }; `
+	tests := []struct{ cmd, want string }{
+		{`echo $UID $EUID ${GROUPS[*]}`, "1000 1000 1001\n"},
+		{lines + `lines /proc/self/status CapEff; lines /proc/self/status CapBnd; lines /proc/self/status NoNewPrivs`,
+			"CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\n"},
+		{`{ : > /etc/x; } 2>/dev/null && echo writable || echo read-only; : > /tmp/x && : > /workspace/x && echo scratch ok`, "read-only\nscratch ok\n"},
+		// A cgroup namespace of its own: every hierarchy's path is "/".
+		{`while IFS=: read -r _ _ p; do [[ $p == / ]] || echo "$p"; done < /proc/self/cgroup; echo done`, "done\n"},
+		{lines + `lines /proc/net/dev "  " | while read -r ifc _; do echo "$ifc"; done`, "lo:\n"},
+		{`cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max`, "77\n"},
+		{`cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes`, fmt.Sprintf("%d\n", 300<<20)},
+	}
+	for _, tt := range tests {
+		sandboxtest.WantOutput(t, sb, tt.cmd, tt.want)
+	}
 }
 
 func cmpOr(a, b string) string {
