@@ -29,12 +29,13 @@ import (
 // workspace copied in as a tar archive, and the diff taken with git in the
 // container, as Local does. Containers run as an unprivileged user with
 // no capabilities, no-new-privileges, a read-only root filesystem and a
-// cgroup namespace of their own;
-// the workspace and /tmp are size-limited in-memory filesystems. They get
-// memory, process and CPU limits and no network unless DockerConfig.Network
-// is set. Handles are "docker:<container name>". It speaks the Engine API
-// versions dockerMinAPI to dockerMaxAPI (Docker 20.10 and later),
-// negotiated with the engine on first use.
+// cgroup namespace of their own; the workspace and /tmp are size-limited
+// in-memory filesystems. They get memory, process and CPU limits and no
+// network unless DockerConfig.Network is set. Handles are
+// "docker:<container name>". The backend speaks Engine API versions 1.41
+// to 1.55 (Docker 20.10 and later), the newest the engine also speaks,
+// asked of it on first use; an engine with none of them in common fails
+// every call with ErrDockerAPIVersion.
 type Docker struct {
 	cfg      DockerConfig
 	uid, gid int // of cfg.User

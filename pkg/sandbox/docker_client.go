@@ -23,35 +23,34 @@ import (
 //
 // The range comes from the Engine API version history
 // (api/docs/CHANGELOG.md in moby/moby, formerly
-// docs/api/version-history.md), read for every endpoint and field the
-// backend sends or reads: GET /_ping and /version; POST
-// /containers/create with Image, User, Cmd, Entrypoint, WorkingDir, Env,
-// Labels, NetworkDisabled and HostConfig's NetworkMode, Memory,
-// MemorySwap, PidsLimit, NanoCpus, Ulimits, Init, CapDrop, SecurityOpt,
-// ReadonlyRootfs, Tmpfs and Mounts (a volume with VolumeOptions NoCopy,
-// Labels and DriverConfig); POST /containers/{id}/start; GET
-// /containers/{id}/json (State.Running); DELETE /containers/{id} (force,
-// v); POST /containers/{id}/exec (AttachStdout, AttachStderr, Tty, Cmd,
-// Env, WorkingDir); POST /exec/{id}/start (Detach, Tty; the multiplexed
-// stream); GET /exec/{id}/json (Running, ExitCode); PUT
-// /containers/{id}/archive (path); POST /images/create (fromImage, tag;
-// the JSON progress stream).
+// docs/api/version-history.md; read at commit b985e23, August 2026), read
+// for every endpoint and field the backend sends or reads: GET /_ping and
+// /version; POST /containers/create with Image, User, Cmd, Entrypoint,
+// WorkingDir, Env, Labels, NetworkDisabled and HostConfig's NetworkMode,
+// Memory, MemorySwap, PidsLimit, NanoCpus, Ulimits, Init, CgroupnsMode,
+// CapDrop, SecurityOpt, ReadonlyRootfs, Tmpfs and Mounts (a volume with
+// VolumeOptions NoCopy, Labels and DriverConfig); POST
+// /containers/{id}/start; GET /containers/{id}/json (State.Running);
+// DELETE /containers/{id} (force, v); POST /containers/{id}/exec
+// (AttachStdout, AttachStderr, Tty, Cmd, Env, WorkingDir); POST
+// /exec/{id}/start (Detach, Tty; the multiplexed stream); GET
+// /exec/{id}/json (Running, ExitCode); PUT /containers/{id}/archive
+// (path); POST /images/create (fromImage, tag; the JSON progress stream).
 //
-//   - Each of these exists since 1.35 at the latest: PidsLimit came in
-//     1.23; Mounts, Init, NanoCpus, exec's Env, the API-Version header and
-//     MinAPIVersion in 1.25; exec's WorkingDir in 1.35. Older engines
-//     ignore the fields they do not know.
-//   - The floor is 1.41 (Docker 20.10), not 1.35, because two defaults of
-//     fields the create body leaves to the engine changed on the way: a
-//     container's IpcMode is private from 1.40 (shareable before), and its
-//     cgroup namespace follows the daemon's default from 1.41 (on cgroup v1
-//     hosts the host's namespace before). From 1.41 on every engine makes
+//   - Most of these are older than 1.35: PidsLimit came in 1.23; Mounts,
+//     Init, NanoCpus, exec's Env, the API-Version header and MinAPIVersion
+//     in 1.25; exec's WorkingDir in 1.35. Older engines ignore the fields
+//     they do not know.
+//   - The floor is 1.41 (Docker 20.10): CgroupnsMode came in 1.41, and an
+//     engine that ignores it gives a container on a cgroup v1 host the
+//     host's cgroup namespace; and IpcMode, left to the engine, is private
+//     from 1.40 only (shareable before). From 1.41 on every engine makes
 //     the same container of the same body.
 //   - Up to 1.55, the newest version in the history (1.56 has no entries
 //     yet), nothing the backend uses changed meaning: 1.42 refuses mount
 //     options of another mount type (VolumeOptions go only with a volume
-//     mount); 1.44 checks at create what start checked before, and
-//     Docker 29 refuses versions below 1.44; 1.48 deprecates the progress
+//     mount); 1.44 checks at create what start checked before (and
+//     Docker 29 refuses versions below 1.44); 1.48 deprecates the progress
 //     stream's "error" field for "errorDetail" (pull reads both); 1.52
 //     drops the container-wide MacAddress (not sent). The daemon's
 //     version checks in daemon/server/router (container, exec, image,
@@ -96,9 +95,9 @@ func versionRefused(err error) bool {
 type apiVersion struct{ major, minor int }
 
 func parseAPIVersion(s string) (apiVersion, error) {
-	maj, min, ok := strings.Cut(s, ".")
-	a, aerr := strconv.Atoi(maj)
-	b, berr := strconv.Atoi(min)
+	major, minor, ok := strings.Cut(s, ".")
+	a, aerr := strconv.Atoi(major)
+	b, berr := strconv.Atoi(minor)
 	if !ok || aerr != nil || berr != nil || a < 0 || b < 0 {
 		return apiVersion{}, fmt.Errorf("API version %q is not major.minor", s)
 	}
