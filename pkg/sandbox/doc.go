@@ -23,11 +23,13 @@
 //     (the command enters them before it runs anything; an OOM kills the
 //     whole command, as in v2); else RLIMIT_AS and, under bwrap,
 //     RLIMIT_NPROC.
-//   - Docker runs a container per sandbox over the Docker Engine HTTP API:
-//     an unprivileged user, no capabilities, no-new-privileges, a read-only
-//     root with a size-limited in-memory work dir and /tmp, memory,
-//     process and CPU limits, no network by default, and only the images
-//     DockerConfig allows (ErrImageNotAllowed).
+//   - Docker runs a container per sandbox over the Docker Engine HTTP API
+//     (versions 1.41 to 1.55, negotiated with the engine; else
+//     ErrDockerAPIVersion): an unprivileged user, no capabilities,
+//     no-new-privileges, a read-only root with a size-limited in-memory
+//     work dir and /tmp, a cgroup namespace of its own, memory, process and
+//     CPU limits, no network by default, and only the images DockerConfig
+//     allows (ErrImageNotAllowed).
 //   - Sim runs no processes; it simulates latencies and a handful of commands
 //     (echo, sleep, exit) for load tests and for tests of the layers above.
 //

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,13 +18,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
-
-// dockerAPI is the Engine API version every request names (Docker 24+);
-// endpoints are cited from its reference, docs/api/v1.43.yaml in
-// moby/moby.
-const dockerAPI = "/v1.43"
 
 // Docker is a Backend that runs each sandbox as a container over the
 // Docker Engine HTTP API: a container per sandbox from the sample's image
@@ -33,15 +28,22 @@ const dockerAPI = "/v1.43"
 // alive by `sleep infinity`, commands run with bash through exec, the
 // workspace copied in as a tar archive, and the diff taken with git in the
 // container, as Local does. Containers run as an unprivileged user with
-// no capabilities, no-new-privileges and a read-only root filesystem;
-// the workspace and /tmp are size-limited in-memory filesystems. They get
-// memory, process and CPU limits and no network unless DockerConfig.Network
-// is set. Handles are "docker:<container name>".
+// no capabilities, no-new-privileges, a read-only root filesystem and a
+// cgroup namespace of their own; the workspace and /tmp are size-limited
+// in-memory filesystems. They get memory, process and CPU limits and no
+// network unless DockerConfig.Network is set. Handles are
+// "docker:<container name>". The backend speaks Engine API versions 1.41
+// to 1.55 (Docker 20.10 and later), the newest the engine also speaks,
+// asked of it on first use; an engine with none of them in common fails
+// every call with ErrDockerAPIVersion.
 type Docker struct {
 	cfg      DockerConfig
 	uid, gid int // of cfg.User
 	client   *http.Client
 	base     string // scheme://host, without the API version
+
+	negotiating chan struct{}          // held by the one negotiating
+	version     atomic.Pointer[string] // negotiated API version; nil until then
 
 	mu   sync.Mutex
 	live map[string]bool
@@ -59,7 +61,7 @@ const (
 )
 
 // NewDocker returns a Docker backend; it does not contact the engine (see
-// Ping).
+// Ping). Close releases its idle connections.
 func NewDocker(cfg DockerConfig) (*Docker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("docker sandbox config: %w", err)
@@ -94,7 +96,8 @@ func NewDocker(cfg DockerConfig) (*Docker, error) {
 		return nil, fmt.Errorf("docker host %q: %w", cfg.Host, err)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	d := &Docker{cfg: cfg, uid: uid, gid: gid, client: &http.Client{Transport: tr}, live: make(map[string]bool)}
+	d := &Docker{cfg: cfg, uid: uid, gid: gid, client: &http.Client{Transport: tr}, live: make(map[string]bool),
+		negotiating: make(chan struct{}, 1)}
 	switch u.Scheme {
 	case "unix":
 		sock := u.Path
@@ -109,90 +112,6 @@ func NewDocker(cfg DockerConfig) (*Docker, error) {
 		return nil, fmt.Errorf("docker host %q: scheme must be unix, tcp or http", cfg.Host)
 	}
 	return d, nil
-}
-
-// apiError is a non-2xx answer of the engine.
-type apiError struct {
-	method, path string
-	status       int
-	message      string
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("docker %s %s: %d %s", e.method, e.path, e.status, e.message)
-}
-
-func isStatus(err error, status int) bool {
-	var ae *apiError
-	return errors.As(err, &ae) && ae.status == status
-}
-
-// do sends one request; body is JSON-encoded unless it is an io.Reader. A
-// 2xx response is returned open for the caller to read; anything else is
-// an *apiError.
-func (d *Docker) do(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
-	var r io.Reader
-	ctype := "application/json"
-	switch b := body.(type) {
-	case nil:
-	case io.Reader:
-		r, ctype = b, "application/x-tar"
-	default:
-		buf, err := json.Marshal(b)
-		if err != nil {
-			return nil, err
-		}
-		r = bytes.NewReader(buf)
-	}
-	u := d.base + dockerAPI + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, r)
-	if err != nil {
-		return nil, err
-	}
-	if r != nil {
-		req.Header.Set("Content-Type", ctype)
-	}
-	resp, err := d.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("docker %s %s: %w", method, path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		var msg struct {
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(b, &msg) != nil || msg.Message == "" {
-			msg.Message = strings.TrimSpace(string(b))
-		}
-		return nil, &apiError{method: method, path: path, status: resp.StatusCode, message: msg.Message}
-	}
-	return resp, nil
-}
-
-// call sends a request and decodes a JSON answer into out (nil: discard).
-func (d *Docker) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
-	resp, err := d.do(ctx, method, path, query, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("docker %s %s: decode: %w", method, path, err)
-	}
-	return nil
-}
-
-// Ping checks that the engine answers (GET /_ping).
-func (d *Docker) Ping(ctx context.Context) error {
-	return d.call(ctx, http.MethodGet, "/_ping", nil, nil, nil)
 }
 
 // Wire types of the Engine API (only the fields used).
@@ -216,6 +135,7 @@ type (
 		NanoCpus       int64             `json:"NanoCpus,omitempty"`
 		Ulimits        []dockerUlimit    `json:"Ulimits,omitempty"`
 		Init           bool              `json:"Init"`
+		CgroupnsMode   string            `json:"CgroupnsMode"`
 		CapDrop        []string          `json:"CapDrop"`
 		SecurityOpt    []string          `json:"SecurityOpt"`
 		ReadonlyRootfs bool              `json:"ReadonlyRootfs"`
@@ -315,7 +235,7 @@ func (d *Docker) start(ctx context.Context, id, image string, spec Spec) (*docke
 	}
 	env := envList(spec.Env)
 	create := d.createBody(id, image, spec.Env)
-	// POST /v1.43/containers/create?name=...; 404 when the image is missing.
+	// POST /containers/create?name=...; 404 when the image is missing.
 	q := url.Values{"name": {name}}
 	err := d.call(ctx, http.MethodPost, "/containers/create", q, create, nil)
 	if isStatus(err, http.StatusNotFound) {
@@ -326,7 +246,7 @@ func (d *Docker) start(ctx context.Context, id, image string, spec Spec) (*docke
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
-	// POST /v1.43/containers/{id}/start
+	// POST /containers/{id}/start
 	if err := d.call(ctx, http.MethodPost, "/containers/"+name+"/start", nil, nil, nil); err != nil {
 		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
@@ -347,7 +267,7 @@ func (d *Docker) start(ctx context.Context, id, image string, spec Spec) (*docke
 	return sb, nil
 }
 
-// pull fetches an image: POST /v1.43/images/create?fromImage=...&tag=...;
+// pull fetches an image: POST /images/create?fromImage=...&tag=...;
 // the answer is a JSON progress stream whose last message may be an error.
 func (d *Docker) pull(ctx context.Context, image string) error {
 	ref, tag := image, ""
@@ -363,24 +283,14 @@ func (d *Docker) pull(ctx context.Context, image string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var msg struct {
-			Error string `json:"error"`
-		}
-		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("pull %s: %w", image, err)
-		}
-		if msg.Error != "" {
-			return fmt.Errorf("pull %s: %s", image, msg.Error)
-		}
+	if err := readProgress(resp.Body); err != nil {
+		return fmt.Errorf("pull %s: %w", image, err)
 	}
+	return nil
 }
 
 // remove deletes a container and its anonymous volumes, running or not:
-// DELETE /v1.43/containers/{id}?force=true&v=true. A missing one is fine.
+// DELETE /containers/{id}?force=true&v=true. A missing one is fine.
 func (d *Docker) remove(ctx context.Context, name string) error {
 	err := d.call(ctx, http.MethodDelete, "/containers/"+name, url.Values{"force": {"true"}, "v": {"true"}}, nil, nil)
 	if err != nil && !isStatus(err, http.StatusNotFound) {
@@ -389,7 +299,7 @@ func (d *Docker) remove(ctx context.Context, name string) error {
 	return nil
 }
 
-// Attach returns the sandbox of a handle: GET /v1.43/containers/{id}/json;
+// Attach returns the sandbox of a handle: GET /containers/{id}/json;
 // ErrNotFound when the container is gone or no longer runs.
 func (d *Docker) Attach(ctx context.Context, handle string) (Sandbox, error) {
 	if err := ctx.Err(); err != nil {
@@ -476,8 +386,8 @@ func (s *dockerSandbox) lost(ctx context.Context, err error) error {
 }
 
 // execRaw runs argv in the container and demultiplexes its output:
-// POST /v1.43/containers/{id}/exec, POST /v1.43/exec/{id}/start (the
-// multiplexed stream as the response body), GET /v1.43/exec/{id}/json for
+// POST /containers/{id}/exec, POST /exec/{id}/start (the
+// multiplexed stream as the response body), GET /exec/{id}/json for
 // the exit code.
 func (s *dockerSandbox) execRaw(ctx context.Context, argv []string, stdout, stderr io.Writer) (int, error) {
 	var ex dockerID
@@ -661,7 +571,7 @@ func (s *dockerSandbox) apply(ctx context.Context, patch string) error {
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	if err := s.putArchive(ctx, s.d.cfg.WorkDir, &buf); err != nil {
+	if err := s.putArchive(ctx, s.d.cfg.WorkDir, bytes.NewReader(buf.Bytes())); err != nil {
 		return s.lost(ctx, err)
 	}
 	stderr := newHeadTail(4000)
@@ -677,7 +587,7 @@ func (s *dockerSandbox) apply(ctx context.Context, patch string) error {
 }
 
 // putArchive extracts a tar archive into dir in the container:
-// PUT /v1.43/containers/{id}/archive?path=dir.
+// PUT /containers/{id}/archive?path=dir.
 func (s *dockerSandbox) putArchive(ctx context.Context, dir string, archive io.Reader) error {
 	return s.d.call(ctx, http.MethodPut, "/containers/"+s.name+"/archive", url.Values{"path": {dir}}, archive, nil)
 }
@@ -690,11 +600,20 @@ func (s *dockerSandbox) upload(ctx context.Context, workspace string) error {
 	if err != nil {
 		return err
 	}
+	err = s.uploadTree(ctx, src)
+	if versionRefused(err) {
+		// The version is negotiated anew; the stream was spent.
+		err = s.uploadTree(ctx, src)
+	}
+	return err
+}
+
+func (s *dockerSandbox) uploadTree(ctx context.Context, src string) error {
 	pr, pw := io.Pipe()
 	go func() {
 		pw.CloseWithError(writeTar(ctx, pw, src, s.d.uid, s.d.gid))
 	}()
-	err = s.putArchive(ctx, s.d.cfg.WorkDir, pr)
+	err := s.putArchive(ctx, s.d.cfg.WorkDir, pr)
 	pr.CloseWithError(errors.New("upload ended"))
 	return err
 }

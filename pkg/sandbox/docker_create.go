@@ -27,7 +27,7 @@ func (d *Docker) image(want string) (string, error) {
 // device nodes.
 const dockerTmpfsOptions = "rw,exec,nosuid,nodev"
 
-// createBody is the body of POST /v1.43/containers/create for a sandbox.
+// createBody is the body of POST /containers/create for a sandbox.
 //
 // The container runs as cfg.User with every capability dropped and
 // no-new-privileges (so set-uid binaries such as sudo do not raise it),
@@ -42,6 +42,11 @@ const dockerTmpfsOptions = "rw,exec,nosuid,nodev"
 //     write under a Tmpfs mount is not what the container sees.
 //   - /tmp, a Tmpfs entry (scratch files, the exec wrapper's pid files).
 //
+// The container has a cgroup namespace of its own (CgroupnsMode
+// "private", API 1.41): left to the engine, a cgroup v1 host's default
+// is the host's namespace, where /proc/self/cgroup shows the container's
+// place in the host's hierarchy (/docker/<container id>).
+//
 // HOME is /tmp unless the Spec sets it, since the image's home
 // directories are read-only. StorageOpt (a quota on the container's
 // writable layer) is not set: nothing can write to that layer, and only
@@ -55,6 +60,7 @@ func (d *Docker) createBody(id, image string, specEnv map[string]string) dockerC
 		NetworkDisabled: !d.cfg.Network,
 		HostConfig: dockerHostConfig{
 			Init:           true, // reaps the orphans of killed commands
+			CgroupnsMode:   "private",
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges:true"},
 			ReadonlyRootfs: true,

@@ -30,7 +30,8 @@ import (
 // real engine that the backend depends on: an archive is extracted only
 // into a volume, since the root filesystem is read-only (and a Tmpfs mount
 // is not a volume); an exec in a container that is not running is 409, in
-// one that is gone 404. Users, capabilities and limits are not emulated.
+// one that is gone 404; the API versions are Docker 20.10's. Users,
+// capabilities and limits are not emulated.
 type hostEngine struct {
 	t   testing.TB
 	dir string
@@ -80,9 +81,8 @@ func (c *hostContainer) hostPath(p string) (string, bool) {
 }
 
 func (e *hostEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p, ok := strings.CutPrefix(r.URL.Path, "/v1.43")
+	p, ok := docker2010.route(w, r)
 	if !ok {
-		hostError(w, http.StatusBadRequest, "no API version")
 		return
 	}
 	parts := strings.Split(strings.Trim(p, "/"), "/")

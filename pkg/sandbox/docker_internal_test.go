@@ -153,3 +153,54 @@ func FuzzParseDockerUser(f *testing.F) {
 		}
 	})
 }
+
+func TestPickAPIVersion(t *testing.T) {
+	tests := []struct {
+		name, engineMin, engineMax string
+		want                       string
+		wantErr                    error
+	}{
+		{"docker 20.10", "1.12", "1.41", "1.41", nil},
+		{"docker 24", "1.12", "1.43", "1.43", nil},
+		{"docker 29", "1.44", "1.52", "1.52", nil},
+		{"newer than the backend", "1.44", "1.70", dockerMaxAPI, nil},
+		{"no minimum said", "", "1.47", "1.47", nil},
+		{"two-digit minor compared as a number", "1.9", "2.1", dockerMaxAPI, nil},
+		{"too old", "1.12", "1.40", "", ErrDockerAPIVersion},
+		{"minimum above the backend's", "1.56", "1.60", "", ErrDockerAPIVersion},
+		{"garbage", "", "latest", "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := pickAPIVersion(tt.engineMin, tt.engineMax)
+			switch {
+			case tt.want == "" && tt.wantErr == nil:
+				if err == nil {
+					t.Fatalf("pickAPIVersion(%q, %q) = %q, want an error", tt.engineMin, tt.engineMax, got)
+				}
+			case got != tt.want || !errors.Is(err, tt.wantErr):
+				t.Fatalf("pickAPIVersion(%q, %q) = %q, %v; want %q, %v", tt.engineMin, tt.engineMax, got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestVersionRefused(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{&apiError{status: 400, message: "client version 1.43 is too new. Maximum supported API version is 1.41"}, true},
+		{&apiError{status: 400, message: "client version 1.43 is too old. Minimum supported API version is 1.44, please upgrade your client to a newer version"}, true},
+		{fmt.Errorf("start: %w", &apiError{status: 400, message: "client version 1.43 is too old. Minimum supported API version is 1.44"}), true},
+		{&apiError{status: 400, message: "invalid mount config"}, false},
+		{&apiError{status: 404, message: "client version 1.43 is too new"}, false},
+		{errors.New("client version 1.43 is too new"), false},
+		{nil, false},
+	}
+	for _, tt := range tests {
+		if got := versionRefused(tt.err); got != tt.want {
+			t.Errorf("versionRefused(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}

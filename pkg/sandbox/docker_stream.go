@@ -11,7 +11,7 @@ import (
 // a non-TTY exec or attach). Each frame is an 8-byte header, [STREAM, 0, 0,
 // 0, SIZE (4 bytes, big-endian)], followed by SIZE bytes of payload. See
 // "Stream format" under ContainerAttach in the Engine API reference
-// (docs/api/v1.43.yaml in moby/moby).
+// (api/docs/v1.41.yaml to v1.55.yaml in moby/moby, unchanged across them).
 const (
 	streamStdin  = 0
 	streamStdout = 1

@@ -32,27 +32,94 @@ type engineRequest struct {
 	Owners       []string       // tar bodies: the entries' uid:gid
 }
 
-// fakeEngine answers like the Docker Engine API (v1.43) for the calls the
-// backend makes, and records them. Exec commands are "run" by looking at
-// the user's command: echo prints, sleep blocks until killed, anything
-// else exits 0; the diff script prints diffOut.
+// engineVersions is the range of Engine API versions a fake engine
+// serves. Like Docker (daemon/server/middleware/version.go in moby/moby)
+// it answers GET /version at any version, serves an unversioned path at
+// its newest version, sets the Api-Version header on every answer, and
+// refuses a version outside the range with 400 "client version ... is
+// too new/old".
+type engineVersions struct{ min, max string }
+
+// docker2010 is the range of Docker 20.10 (API 1.41, minimum 1.12), and
+// docker29 that of Docker 29 (API 1.52, minimum 1.44).
+var (
+	docker2010 = engineVersions{"1.12", "1.41"}
+	docker29   = engineVersions{"1.44", "1.52"}
+)
+
+// versionLess compares "major.minor" versions.
+func versionLess(a, b string) bool {
+	var am, an, bm, bn int
+	_, _ = fmt.Sscanf(a, "%d.%d", &am, &an)
+	_, _ = fmt.Sscanf(b, "%d.%d", &bm, &bn)
+	return am < bm || am == bm && an < bn
+}
+
+// splitVersion splits "/v1.41/containers/create" into "/containers/create"
+// and "1.41"; an unversioned path has version "".
+func splitVersion(p string) (path, version string) {
+	if rest, ok := strings.CutPrefix(p, "/v"); ok {
+		if i := strings.IndexByte(rest, '/'); i > 0 {
+			return rest[i:], rest[:i]
+		}
+	}
+	return p, ""
+}
+
+// route answers GET /version and requests at a version outside the range,
+// returning false; otherwise it returns the path without its version.
+func (ev engineVersions) route(w http.ResponseWriter, r *http.Request) (string, bool) {
+	w.Header().Set("Api-Version", ev.max)
+	p, v := splitVersion(r.URL.Path)
+	v = cmpOr(v, ev.max)
+	var refusal string
+	switch {
+	case versionLess(v, ev.min):
+		refusal = fmt.Sprintf("client version %s is too old. Minimum supported API version is %s, please upgrade your client to a newer version", v, ev.min)
+	case versionLess(ev.max, v):
+		refusal = fmt.Sprintf("client version %s is too new. Maximum supported API version is %s", v, ev.max)
+	case r.Method == "GET" && p == "/version":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"Version":"fake","ApiVersion":%q,"MinAPIVersion":%q,"Os":"linux"}`, ev.max, ev.min)
+		return "", false
+	default:
+		return p, true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_ = json.NewEncoder(w).Encode(map[string]string{"message": refusal})
+	return "", false
+}
+
+// fakeEngine answers like the Docker Engine API for the calls the backend
+// makes, at the versions in its range (Docker 20.10's unless set), and
+// records them. Exec commands are "run" by looking at the user's command:
+// echo prints, sleep blocks until killed, anything else exits 0; the diff
+// script prints diffOut.
 type fakeEngine struct {
 	t        testing.TB
 	mu       sync.Mutex
-	reqs     []engineRequest
-	running  map[string]bool // container name -> running
-	missing  map[string]bool // images to "pull" first
-	execs    map[string][]string
-	codes    map[string]int
-	killed   chan struct{}
-	diffOut  string
-	diffSent int // bytes of diffOut written before the client hung up
-	applyRC  int
+	versions engineVersions
+	// upgrade, when set, replaces versions as the first request whose
+	// method and path (without version) are upgradeOn arrives.
+	upgradeOn string
+	upgrade   engineVersions
+	noVersion bool              // GET /version is 403, as behind a proxy that allows only some endpoints
+	pullErrs  map[string]string // image -> the errorDetail of its pull
+	reqs      []engineRequest
+	running   map[string]bool // container name -> running
+	missing   map[string]bool // images to "pull" first
+	execs     map[string][]string
+	codes     map[string]int
+	killed    chan struct{}
+	diffOut   string
+	diffSent  int // bytes of diffOut written before the client hung up
+	applyRC   int
 }
 
 func newFakeEngine(t testing.TB) (*fakeEngine, *httptest.Server) {
-	e := &fakeEngine{t: t, running: map[string]bool{}, missing: map[string]bool{}, execs: map[string][]string{},
-		codes: map[string]int{}, killed: make(chan struct{}, 16)}
+	e := &fakeEngine{t: t, versions: docker2010, running: map[string]bool{}, missing: map[string]bool{}, execs: map[string][]string{},
+		codes: map[string]int{}, killed: make(chan struct{}, 16), pullErrs: map[string]string{}}
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return e, srv
@@ -93,10 +160,21 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	e.reqs = append(e.reqs, rec)
+	if e.noVersion && strings.HasSuffix(r.URL.Path, "/version") {
+		e.mu.Unlock()
+		http.Error(w, `{"message":"forbidden"}`, http.StatusForbidden)
+		return
+	}
+	ev := e.versions
+	if e.upgradeOn != "" {
+		if p, _ := splitVersion(r.URL.Path); r.Method+" "+p == e.upgradeOn {
+			e.versions, e.upgradeOn = e.upgrade, ""
+			ev = e.versions
+		}
+	}
 	e.mu.Unlock()
-	path, ok := strings.CutPrefix(r.URL.Path, "/v1.43")
+	path, ok := ev.route(w, r)
 	if !ok {
-		http.Error(w, `{"message":"no API version"}`, http.StatusBadRequest)
 		return
 	}
 	parts := strings.Split(strings.Trim(path, "/"), "/")
@@ -116,8 +194,14 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, `{"Id":"c0ffee","Warnings":[]}`)
 	case r.Method == "POST" && path == "/images/create":
-		delete(e.missing, r.URL.Query().Get("fromImage")+":"+r.URL.Query().Get("tag"))
-		_, _ = io.WriteString(w, `{"status":"Pulling"}`+"\n"+`{"status":"Done"}`+"\n")
+		image := r.URL.Query().Get("fromImage") + ":" + r.URL.Query().Get("tag")
+		_, _ = io.WriteString(w, `{"status":"Pulling"}`+"\n")
+		if msg, ok := e.pullErrs[image]; ok {
+			fmt.Fprintf(w, `{"errorDetail":{"message":%q}}`+"\n", msg)
+			return
+		}
+		delete(e.missing, image)
+		_, _ = io.WriteString(w, `{"status":"Done"}`+"\n")
 	case len(parts) >= 2 && parts[0] == "containers":
 		name := parts[1]
 		running, exists := e.running[name]
@@ -205,6 +289,7 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// newDocker returns a Docker backend for host, closed when the test ends.
 func newDocker(t testing.TB, host string, cfg sandbox.DockerConfig) *sandbox.Docker {
 	t.Helper()
 	cfg.Host = host
@@ -212,6 +297,7 @@ func newDocker(t testing.TB, host string, cfg sandbox.DockerConfig) *sandbox.Doc
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = d.Close() })
 	return d
 }
 
@@ -248,7 +334,7 @@ func TestDockerRequests(t *testing.T) {
 		t.Errorf("create body = %v", body)
 	}
 	wantHost := `{"NetworkMode":"none","Memory":268435456,"MemorySwap":268435456,"PidsLimit":64,"NanoCpus":1500000000,
-		"Ulimits":[{"Name":"cpu","Soft":90,"Hard":90}],"Init":true,
+		"Ulimits":[{"Name":"cpu","Soft":90,"Hard":90}],"Init":true,"CgroupnsMode":"private",
 		"CapDrop":["ALL"],"SecurityOpt":["no-new-privileges:true"],"ReadonlyRootfs":true,
 		"Tmpfs":{"/tmp":"rw,exec,nosuid,nodev,size=1024m,mode=1777"},
 		"Mounts":[{"Type":"volume","Target":"/workspace","VolumeOptions":{"NoCopy":true,"Labels":{"io.actloop.sandbox":"traj-1"},
@@ -553,7 +639,7 @@ func TestDockerCreateSettings(t *testing.T) {
 	d := newDocker(t, srv.URL, sandbox.DockerConfig{Image: "img", User: "1000:1001", WorkDir: "/src", WorkDirSizeMB: 512, TmpSizeMB: 64})
 	sandboxtest.Start(t, d, "settings", sandbox.Spec{Env: map[string]string{"HOME": "/src/home"}})
 	body := e.requests("POST", "/containers/create")[0].Body
-	wantHost := `{"NetworkMode":"none","Init":true,"CapDrop":["ALL"],"SecurityOpt":["no-new-privileges:true"],"ReadonlyRootfs":true,
+	wantHost := `{"NetworkMode":"none","Init":true,"CgroupnsMode":"private","CapDrop":["ALL"],"SecurityOpt":["no-new-privileges:true"],"ReadonlyRootfs":true,
 		"Tmpfs":{"/tmp":"rw,exec,nosuid,nodev,size=64m,mode=1777"},
 		"Mounts":[{"Type":"volume","Target":"/src","VolumeOptions":{"NoCopy":true,"Labels":{"io.actloop.sandbox":"settings"},
 			"DriverConfig":{"Name":"local","Options":{"type":"tmpfs","device":"tmpfs",
@@ -582,24 +668,72 @@ func mustJSON(t testing.TB, v any) string {
 	return string(b)
 }
 
-// TestDockerConformance runs the suite against a real engine, where one
-// answers (DOCKER_HOST or the default socket), with the image
-// ACTLOOP_TEST_DOCKER_IMAGE (default buildpack-deps:bookworm-scm: bash
-// and git).
-func TestDockerConformance(t *testing.T) {
-	host := os.Getenv("DOCKER_HOST")
-	image := cmpOr(os.Getenv("ACTLOOP_TEST_DOCKER_IMAGE"), "buildpack-deps:bookworm-scm")
+// realEngine returns the address of a real engine that answers (DOCKER_HOST
+// or the default socket) and speaks an API version the backend does, and
+// the image to test with: ACTLOOP_TEST_DOCKER_IMAGE; unset,
+// buildpack-deps:bookworm-scm (bash and git) where the engine has it,
+// else one made of this host's bash, git and coreutils (hostImage), since
+// the engine may have no registry to pull from. It skips the test where
+// there is no such engine.
+func realEngine(t *testing.T) (host, image string) {
+	t.Helper()
+	host = os.Getenv("DOCKER_HOST")
 	probe := newDocker(t, host, sandbox.DockerConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := probe.Ping(ctx); err != nil {
-		t.Skipf("no Docker engine reachable: %v", err)
+		t.Skipf("no Docker engine to test with: %v", err)
 	}
+	version, _ := probe.APIVersion(ctx)
+	image = os.Getenv("ACTLOOP_TEST_DOCKER_IMAGE")
+	if image == "" {
+		image = "buildpack-deps:bookworm-scm"
+		if ok, err := probe.ImageExists(ctx, image); err != nil {
+			t.Fatal(err)
+		} else if !ok {
+			image = hostImage(t, probe)
+		}
+	}
+	t.Logf("Engine API %s, image %s", version, image)
+	return host, image
+}
+
+// TestDockerConformance runs the suite against a real engine (realEngine).
+func TestDockerConformance(t *testing.T) {
+	host, image := realEngine(t)
 	const limit = 2000
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
 		return newDocker(t, host, sandbox.DockerConfig{Image: image, OutputLimit: limit, Limits: sandbox.DefaultLimits(),
 			NamePrefix: fmt.Sprintf("actloop-test-%d-", os.Getpid())})
 	}, sandboxtest.Options{OutputLimit: limit, Shell: true})
+}
+
+// TestDockerContainment checks, in a real engine's container, what the
+// fake engines cannot: the user, no capabilities, no-new-privileges, the
+// read-only root, a cgroup namespace of its own, no network but loopback,
+// and the process and memory limits. It reads /proc and /sys with bash
+// alone, which every test image has.
+func TestDockerContainment(t *testing.T) {
+	host, image := realEngine(t)
+	d := newDocker(t, host, sandbox.DockerConfig{Image: image, User: "1000:1001", Limits: sandbox.Limits{MaxProcs: 77, MemoryMB: 300},
+		NamePrefix: fmt.Sprintf("actloop-test-%d-", os.Getpid())})
+	sb := sandboxtest.Start(t, d, "containment", sandbox.Spec{})
+	// lines prints the lines of a file that start with a prefix.
+	const lines = `lines() { while IFS= read -r l; do if [[ $l == "$2"* ]]; then echo "$l"; fi; done < "$1"; }; `
+	tests := []struct{ cmd, want string }{
+		{`echo $UID $EUID ${GROUPS[*]}`, "1000 1000 1001\n"},
+		{lines + `lines /proc/self/status CapEff; lines /proc/self/status CapBnd; lines /proc/self/status NoNewPrivs`,
+			"CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\n"},
+		{`{ : > /etc/x; } 2>/dev/null && echo writable || echo read-only; : > /tmp/x && : > /workspace/x && echo scratch ok`, "read-only\nscratch ok\n"},
+		// A cgroup namespace of its own: every hierarchy's path is "/".
+		{`while IFS=: read -r _ _ p; do [[ $p == / ]] || echo "$p"; done < /proc/self/cgroup; echo done`, "done\n"},
+		{lines + `lines /proc/net/dev "  " | while read -r ifc _; do echo "$ifc"; done`, "lo:\n"},
+		{`cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max`, "77\n"},
+		{`cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes`, fmt.Sprintf("%d\n", 300<<20)},
+	}
+	for _, tt := range tests {
+		sandboxtest.WantOutput(t, sb, tt.cmd, tt.want)
+	}
 }
 
 func cmpOr(a, b string) string {
