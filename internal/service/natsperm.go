@@ -141,6 +141,13 @@ var resultsConsumers = map[string]string{
 	NATSPredictor:   "predictor-history",
 }
 
+// ServiceResultsConsumer reports whether name is one of the services'
+// consumers of ACTLOOP_RESULTS, which the trainer's and the gateway's
+// users are denied.
+func ServiceResultsConsumer(name string) bool {
+	return slices.Contains(slices.Collect(maps.Values(resultsConsumers)), name)
+}
+
 // notOn is what a client granted the consumers of stream by wildcard
 // (creating, inspecting, pulling, acknowledging) is refused on consumers.
 func notOn(stream string, consumers ...string) []string {
