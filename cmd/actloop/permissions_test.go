@@ -766,7 +766,10 @@ func TestTrainerRefusedServiceConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	services := map[string]*held{}
-	for _, c := range []struct{ user, consumer string }{{"coordinator", "coordinator-results"}, {"predictor-gw", "predictor-history"}} {
+	for _, c := range []struct{ user, consumer string }{{"coordinator", "coordinator-results"}, {"predictor-gw", predictor.HistoryConsumer}} {
+		if !service.ServiceResultsConsumer(c.consumer) {
+			t.Errorf("service.ServiceResultsConsumer(%q) = false", c.consumer)
+		}
 		_, js, r := connect(c.user)
 		cons, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{Durable: c.consumer,
 			FilterSubject: schema.SubjectResults, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})

@@ -38,9 +38,9 @@ const (
 // subject by subject: each stream's and consumer's calls a client makes
 // (the subjects of nats.go's jetstream package), no other; where a row
 // grants consumers by wildcard, its PublishDeny keeps the services'
-// consumers out of it. cmd/actloop's
-// tests check the documentation, deploy/nats.conf and the Helm chart
-// against it and run every client, recovery included, under it.
+// consumers out of it. cmd/actloop's tests check the documentation,
+// deploy/nats.conf and the Helm chart against it and run every client,
+// recovery included, under it.
 var NATSTable = map[string]NATSPermissions{
 	NATSEveryService: {
 		// Every service declares every stream and bucket at start, so they
