@@ -746,6 +746,14 @@ func TestChecksCatch(t *testing.T) {
 			head, tail, _ := strings.Cut(cm.Data["nats.conf"], "$NATS_PASSWORD_GATEWAY")
 			cm.Data["nats.conf"] = head + "$NATS_PASSWORD_GATEWAY" + strings.Replace(tail, "allow: [", `allow: ["$JS.API.INFO", `, 1)
 		}, wantErr: "logs in as gateway: publish"},
+		{name: "the gateway without its deny list", vals: perService, mutate: func(m *manifests) {
+			cm := m.configMap(release + "-actloop-nats")
+			cm.Data["nats.conf"] = withoutDeny(cm.Data["nats.conf"], "$NATS_PASSWORD_GATEWAY")
+		}, wantErr: "logs in as gateway: publish"},
+		{name: "the CLI's user without its deny list", vals: perService, mutate: func(m *manifests) {
+			cm := m.configMap(release + "-actloop-nats")
+			cm.Data["nats.conf"] = withoutDeny(cm.Data["nats.conf"], "$NATS_PASSWORD\n")
+		}, wantErr: "want docs/security.md's CLI (trainer) row"},
 		{name: "an OTLP headers Secret not given", mutate: func(m *manifests) {
 			setEnv(first(m, coord), corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: &corev1.EnvVarSource{
 				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "h"}}})
@@ -1558,6 +1566,18 @@ func checkNATSConf(t reporter, m *manifests, c *corev1.Container, conf string, v
 	}
 }
 
+// withoutDeny is conf without the publish deny list of the first user
+// after marker (its password's variable).
+func withoutDeny(conf, marker string) string {
+	head, tail, _ := strings.Cut(conf, marker)
+	i := strings.Index(tail, ", deny: [")
+	if i < 0 {
+		return conf
+	}
+	j := strings.Index(tail[i:], "]")
+	return head + marker + tail[:i] + tail[i+j+1:]
+}
+
 // passwordKey is the key of the bundled NATS password in its Secret.
 func passwordKey(t reporter, vals chartutil.Values) string {
 	t.Helper()
@@ -1567,10 +1587,13 @@ func passwordKey(t reporter, vals chartutil.Values) string {
 	return "nats-password"
 }
 
-// natsPerms is one client's row of the NATS permissions table in docs/security.md.
+// natsPerms is one client's row of the NATS permissions table in
+// docs/security.md: what it may publish and subscribe to, what it may not
+// publish (publish's deny), and a subscribe deny, which no row has.
 type natsPerms struct {
-	pub, sub  []string
-	responses bool // allow_responses
+	pub, sub         []string
+	pubDeny, subDeny []string
+	responses        bool // allow_responses
 }
 
 // add is p with q's subjects added, placeholders replaced.
@@ -1584,24 +1607,33 @@ func (p natsPerms) add(q natsPerms, subst map[string]string) natsPerms {
 		}
 		return s
 	}
-	out := natsPerms{pub: slices.Clone(p.pub), sub: slices.Clone(p.sub), responses: p.responses || q.responses}
+	out := natsPerms{pub: slices.Clone(p.pub), sub: slices.Clone(p.sub), pubDeny: slices.Clone(p.pubDeny),
+		subDeny: slices.Clone(p.subDeny), responses: p.responses || q.responses}
 	for _, s := range q.pub {
 		out.pub = append(out.pub, fill(s))
 	}
 	for _, s := range q.sub {
 		out.sub = append(out.sub, fill(s))
 	}
+	for _, s := range q.pubDeny {
+		out.pubDeny = append(out.pubDeny, fill(s))
+	}
+	for _, s := range q.subDeny {
+		out.subDeny = append(out.subDeny, fill(s))
+	}
 	return out
 }
 
-// equal compares the allow lists as sets.
+// equal compares the allow and deny lists as sets.
 func (p natsPerms) equal(q natsPerms) bool {
 	set := func(l []string) []string { return slices.Compact(slices.Sorted(slices.Values(l))) }
-	return slices.Equal(set(p.pub), set(q.pub)) && slices.Equal(set(p.sub), set(q.sub)) && p.responses == q.responses
+	return slices.Equal(set(p.pub), set(q.pub)) && slices.Equal(set(p.sub), set(q.sub)) &&
+		slices.Equal(set(p.pubDeny), set(q.pubDeny)) && slices.Equal(set(p.subDeny), set(q.subDeny)) && p.responses == q.responses
 }
 
 func (p natsPerms) String() string {
-	return fmt.Sprintf("publish %q, subscribe %q, allow_responses %v", p.pub, p.sub, p.responses)
+	return fmt.Sprintf("publish %q, publish denied %q, subscribe %q, subscribe denied %q, allow_responses %v",
+		p.pub, p.pubDeny, p.sub, p.subDeny, p.responses)
 }
 
 // documentedPermissions reads the table of the repository's
@@ -1616,7 +1648,7 @@ func documentedPermissions(t reporter) map[string]natsPerms {
 	}
 	_, sec, ok := strings.Cut(string(b), "\n## NATS permissions\n")
 	sec, _, _ = strings.Cut(sec, "\n## ")
-	_, table, ok2 := strings.Cut(sec, "| client | publish | subscribe |\n|---|---|---|\n")
+	_, table, ok2 := strings.Cut(sec, "| client | publish | subscribe | publish denied |\n|---|---|---|---|\n")
 	if !ok || !ok2 {
 		t.Errorf("docs/security.md: no table in a NATS permissions section")
 		return nil
@@ -1628,8 +1660,8 @@ func documentedPermissions(t reporter) map[string]natsPerms {
 			break
 		}
 		cells := strings.Split(strings.Trim(line, "| "), " | ")
-		if len(cells) != 3 {
-			t.Errorf("docs/security.md permissions row %q: want 3 cells", line)
+		if len(cells) != 4 {
+			t.Errorf("docs/security.md permissions row %q: want 4 cells", line)
 			return nil
 		}
 		var p natsPerms
@@ -1642,6 +1674,9 @@ func documentedPermissions(t reporter) map[string]natsPerms {
 		}
 		for _, m := range code.FindAllStringSubmatch(cells[2], -1) {
 			p.sub = append(p.sub, m[1])
+		}
+		for _, m := range code.FindAllStringSubmatch(cells[3], -1) {
+			p.pubDeny = append(p.pubDeny, m[1])
 		}
 		out[cells[0]] = p
 	}
@@ -1661,16 +1696,10 @@ func serverPerms(u *server.User) natsPerms {
 		return p
 	}
 	if u.Permissions.Publish != nil {
-		p.pub = u.Permissions.Publish.Allow
-		if len(u.Permissions.Publish.Deny) > 0 {
-			p.pub = append(slices.Clone(p.pub), "deny:"+strings.Join(u.Permissions.Publish.Deny, ","))
-		}
+		p.pub, p.pubDeny = u.Permissions.Publish.Allow, u.Permissions.Publish.Deny
 	}
 	if u.Permissions.Subscribe != nil {
-		p.sub = u.Permissions.Subscribe.Allow
-		if len(u.Permissions.Subscribe.Deny) > 0 {
-			p.sub = append(slices.Clone(p.sub), "deny:"+strings.Join(u.Permissions.Subscribe.Deny, ","))
-		}
+		p.sub, p.subDeny = u.Permissions.Subscribe.Allow, u.Permissions.Subscribe.Deny
 	}
 	p.responses = u.Permissions.Response != nil
 	return p

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
@@ -30,13 +34,15 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/service/servicetest"
 	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
 // clientPerms is one row of the NATS permissions table in docs/security.md.
 type clientPerms struct {
 	pub, sub  []string
-	responses bool // allow_responses
+	pubDeny   []string // publish denied
+	responses bool     // allow_responses
 }
 
 // securitySection is docs/security.md's section under "## title", and the
@@ -78,7 +84,7 @@ var codeSpans = regexp.MustCompile("`([^`]+)`")
 // permissions" section, by client.
 func documentedPermissions(t *testing.T) map[string]clientPerms {
 	t.Helper()
-	_, rows := securitySection(t, "NATS permissions", "| client | publish | subscribe |")
+	_, rows := securitySection(t, "NATS permissions", "| client | publish | subscribe | publish denied |")
 	out := map[string]clientPerms{}
 	for _, cells := range rows {
 		var p clientPerms
@@ -91,6 +97,9 @@ func documentedPermissions(t *testing.T) map[string]clientPerms {
 		}
 		for _, m := range codeSpans.FindAllStringSubmatch(cells[2], -1) {
 			p.sub = append(p.sub, m[1])
+		}
+		for _, m := range codeSpans.FindAllStringSubmatch(cells[3], -1) {
+			p.pubDeny = append(p.pubDeny, m[1])
 		}
 		out[cells[0]] = p
 	}
@@ -118,6 +127,9 @@ func natsUser(name, password string, subst map[string]string, rows ...clientPerm
 		}
 		for _, s := range r.sub {
 			p.Subscribe.Allow = append(p.Subscribe.Allow, fill(s))
+		}
+		for _, s := range r.pubDeny {
+			p.Publish.Deny = append(p.Publish.Deny, fill(s))
 		}
 		if r.responses {
 			p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
@@ -628,9 +640,10 @@ func TestPermissionsTableIsTheCodes(t *testing.T) {
 			t.Errorf("docs/security.md: no row %q", client)
 			continue
 		}
-		if !slices.Equal(got.pub, want.Publish) || !slices.Equal(got.sub, want.Subscribe) || got.responses != want.Responses {
-			t.Errorf("docs/security.md row %q:\n got pub %q sub %q responses %v\nwant pub %q sub %q responses %v",
-				client, got.pub, got.sub, got.responses, want.Publish, want.Subscribe, want.Responses)
+		if !slices.Equal(got.pub, want.Publish) || !slices.Equal(got.sub, want.Subscribe) ||
+			!slices.Equal(got.pubDeny, want.PublishDeny) || got.responses != want.Responses {
+			t.Errorf("docs/security.md row %q:\n got pub %q sub %q pub denied %q responses %v\nwant pub %q sub %q pub denied %q responses %v",
+				client, got.pub, got.sub, got.pubDeny, got.responses, want.Publish, want.Subscribe, want.PublishDeny, want.Responses)
 		}
 	}
 	if len(doc) != len(service.NATSTable) {
@@ -670,5 +683,194 @@ func TestRedisUsersTableIsTheCodes(t *testing.T) {
 	block, _, _ = strings.Cut(block, "\n```")
 	if got := strings.Fields(block); !slices.Equal(got, service.RedisCommands) {
 		t.Errorf("docs/security.md Redis commands %q, the code %q", got, service.RedisCommands)
+	}
+}
+
+// refusals collects the publishes the server refused a connection, from
+// its asynchronous errors.
+type refusals struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (r *refusals) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		r.mu.Lock()
+		r.errs = append(r.errs, err.Error())
+		r.mu.Unlock()
+	}
+}
+
+// refused reports whether the server refused a publish to subject.
+func (r *refusals) refused(subject string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.errs, func(e string) bool { return strings.Contains(e, fmt.Sprintf("Publish to %q", subject)) })
+}
+
+func (r *refusals) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.errs)
+}
+
+// The trainer's and the gateway's users, as docs/security.md grants them
+// and as `actloop dev` does (devstack.ServerPermissions of
+// service.NATSPermissionsOf), are refused the services' consumers of
+// results: creating or updating coordinator-results and predictor-history,
+// inspecting them, pulling from them and acknowledging what they delivered
+// to their services; each service's consumer is left as it was. On a
+// consumer of its own each may do all of it.
+func TestTrainerRefusedServiceConsumers(t *testing.T) {
+	perms := documentedPermissions(t)
+	const password = "deny-test-pass"
+	dev := func(name, client string) *server.User {
+		return &server.User{Username: name, Password: password,
+			Permissions: devstack.ServerPermissions(service.NATSPermissionsOf(client, ""))}
+	}
+	trainers := []string{"trainer", "gateway", "dev-trainer", "dev-gateway"}
+	srv := servicetest.StartNATS(t, server.Options{Users: []*server.User{
+		natsUser("coordinator", password, nil, perms["every service"], perms["coordinator"]),
+		natsUser("predictor-gw", password, nil, perms["every service"], perms["predictor-gw"]),
+		natsUser("trainer", password, nil, perms["CLI (trainer)"]),
+		natsUser("gateway", password, nil, perms["gateway"]),
+		dev("dev-trainer", service.NATSTrainer),
+		dev("dev-gateway", service.NATSGateway),
+		{Username: "admin", Password: password}, // looks at the consumers
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func(user string) (*nats.Conn, jetstream.JetStream, *refusals) {
+		t.Helper()
+		r := &refusals{}
+		nc, err := nats.Connect("nats://"+servicetest.Addr(srv), nats.UserInfo(user, password), nats.ErrorHandler(r.handler))
+		if err != nil {
+			t.Fatalf("%s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js, r
+	}
+
+	// Each service's consumer, with one result delivered to it and held.
+	type held struct {
+		cons jetstream.Consumer
+		msg  jetstream.Msg
+	}
+	_, admin, _ := connect("admin")
+	if _, err := admin.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: schema.StreamResults,
+		Subjects: []string{schema.SubjectResults, schema.SubjectGroups}}); err != nil {
+		t.Fatal(err)
+	}
+	services := map[string]*held{}
+	for _, c := range []struct{ user, consumer string }{{"coordinator", "coordinator-results"}, {"predictor-gw", predictor.HistoryConsumer}} {
+		if !service.ServiceResultsConsumer(c.consumer) {
+			t.Errorf("service.ServiceResultsConsumer(%q) = false", c.consumer)
+		}
+		_, js, r := connect(c.user)
+		cons, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{Durable: c.consumer,
+			FilterSubject: schema.SubjectResults, AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+		if err != nil {
+			t.Fatalf("%s: consumer %s: %v", c.user, c.consumer, err)
+		}
+		services[c.consumer] = &held{cons: cons}
+		if v := r.get(); len(v) > 0 {
+			t.Fatalf("%s refused: %q", c.user, v)
+		}
+	}
+	for _, id := range []string{"t1", "t2", "t3"} {
+		if _, err := admin.Publish(ctx, "actloop.results."+id, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, h := range services {
+		b, err := h.cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			t.Fatalf("%s: fetch: %v", name, err)
+		}
+		for m := range b.Messages() {
+			h.msg = m
+		}
+		if h.msg == nil {
+			t.Fatalf("%s: no delivery: %v", name, b.Error())
+		}
+	}
+
+	for _, user := range trainers {
+		nc, js, r := connect(user)
+		inbox := nats.NewInbox()
+		for _, name := range slices.Sorted(maps.Keys(services)) {
+			h := services[name]
+			// An update to a consumer of groups, a look at it, a pull and
+			// an acknowledgement of what it delivered to its service.
+			create, err := json.Marshal(jetstream.ConsumerConfig{Durable: name, FilterSubject: schema.SubjectGroups,
+				AckPolicy: jetstream.AckExplicitPolicy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			attempts := []struct{ subject, body string }{
+				{"$JS.API.CONSUMER.CREATE." + schema.StreamResults + "." + name + "." + schema.SubjectGroups,
+					fmt.Sprintf(`{"stream_name":%q,"config":%s}`, schema.StreamResults, create)},
+				{"$JS.API.CONSUMER.INFO." + schema.StreamResults + "." + name, ""},
+				{"$JS.API.CONSUMER.MSG.NEXT." + schema.StreamResults + "." + name, `{"batch":1,"expires":1000000000}`},
+				{h.msg.Reply(), "+ACK"},
+			}
+			for _, a := range attempts {
+				if err := nc.PublishRequest(a.subject, inbox, []byte(a.body)); err != nil {
+					t.Fatal(err)
+				}
+				testkit.Eventually(t, 10*time.Second, user+" refused a publish to "+a.subject, func() bool { return r.refused(a.subject) })
+			}
+		}
+
+		// Its own consumer: created, inspected, pulled from, acknowledged on.
+		own := "own-" + user
+		cons, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, client.ConsumerConfig(own, schema.SubjectResults))
+		if err != nil {
+			t.Fatalf("%s: its consumer: %v", user, err)
+		}
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			t.Fatalf("%s: fetch from its consumer: %v", user, err)
+		}
+		n := 0
+		for m := range b.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatalf("%s: ack on its consumer: %v", user, err)
+			}
+			n++
+		}
+		info, err := cons.Info(ctx)
+		if err != nil || n != 1 || info.AckFloor.Consumer != 1 {
+			t.Fatalf("%s: its consumer: %d deliveries, info %+v, %v", user, n, info, err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if v := r.get(); len(v) != 4*len(services) {
+			t.Errorf("%s: refusals %q, want the %d attempts on the services' consumers only", user, v, 4*len(services))
+		}
+	}
+
+	// The services' consumers are as they were: their filter, the one
+	// delivery each holds (which its service still acknowledges), the rest
+	// pending.
+	for name, h := range services {
+		cons, err := admin.Consumer(ctx, schema.StreamResults, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := cons.CachedInfo()
+		if info.Config.FilterSubject != schema.SubjectResults || info.NumAckPending != 1 || info.NumPending != 2 ||
+			info.AckFloor.Consumer != 0 {
+			t.Errorf("%s after the trainers: filter %s, %d unacknowledged, %d pending, ack floor %d; want %s, 1, 2, 0",
+				name, info.Config.FilterSubject, info.NumAckPending, info.NumPending, info.AckFloor.Consumer, schema.SubjectResults)
+		}
+		if err := h.msg.DoubleAck(ctx); err != nil {
+			t.Errorf("%s: its service's ack: %v", name, err)
+		}
 	}
 }

@@ -315,7 +315,7 @@ func (s *Stack) natsUser(user string, perms *service.NATSPermissions) *server.Us
 // ServerPermissions is p as nats-server's permissions of a user.
 func ServerPermissions(p service.NATSPermissions) *server.Permissions {
 	sp := &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish)},
+		Publish:   &server.SubjectPermission{Allow: slices.Clone(p.Publish), Deny: slices.Clone(p.PublishDeny)},
 		Subscribe: &server.SubjectPermission{Allow: slices.Clone(p.Subscribe)},
 	}
 	if p.Responses {

@@ -271,6 +271,12 @@ func (g *Gateway) read(subject string) http.HandlerFunc {
 			fail(w, http.StatusBadRequest, fmt.Errorf("consumer: %q is not a consumer name ([A-Za-z0-9_-]{1,64})", name))
 			return
 		}
+		// The gateway's NATS user is denied them: refused here, the call
+		// would only time out.
+		if service.ServiceResultsConsumer(name) {
+			fail(w, http.StatusBadRequest, fmt.Errorf("consumer: %q is a service's consumer; name one of your own", name))
+			return
+		}
 		batchMax, err := intParam(q, "max", 16, 1, g.cfg.MaxBatch)
 		if err != nil {
 			fail(w, http.StatusBadRequest, err)
@@ -401,6 +407,10 @@ func (g *Gateway) settle(kind string) http.HandlerFunc {
 		for i, a := range req.Acks {
 			if !strings.HasPrefix(a, ackPrefix) || strings.ContainsAny(a, " *>") {
 				fail(w, http.StatusBadRequest, fmt.Errorf("acks[%d]: %q is not an ack token of a delivery", i, a))
+				return
+			}
+			if cons, _, _ := strings.Cut(strings.TrimPrefix(a, ackPrefix), "."); service.ServiceResultsConsumer(cons) {
+				fail(w, http.StatusBadRequest, fmt.Errorf("acks[%d]: %q is a delivery of a service's consumer", i, a))
 				return
 			}
 		}

@@ -204,6 +204,10 @@ func TestRefusals(t *testing.T) {
 		says         string
 	}{
 		{"GET", "/v1/results?consumer=a.b", nil, http.StatusBadRequest, "consumer"},
+		{"GET", "/v1/results?consumer=coordinator-results", nil, http.StatusBadRequest, "a service's consumer"},
+		{"GET", "/v1/groups?consumer=predictor-history", nil, http.StatusBadRequest, "a service's consumer"},
+		{"POST", "/v1/ack", SettleRequest{Acks: []string{"$JS.ACK.ACTLOOP_RESULTS.coordinator-results.1.1.1.1.0"}},
+			http.StatusBadRequest, "a delivery of a service's consumer"},
 		{"GET", "/v1/results?consumer=t&max=0", nil, http.StatusBadRequest, "max"},
 		{"GET", "/v1/groups?consumer=t&wait_ms=3600001", nil, http.StatusBadRequest, "wait_ms"},
 		{"POST", "/v1/ack", SettleRequest{Acks: []string{"$KV.actloop_control.state"}}, http.StatusBadRequest, "acks[0]"},

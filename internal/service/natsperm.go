@@ -1,6 +1,7 @@
 package service
 
 import (
+	"maps"
 	"slices"
 	"strings"
 )
@@ -9,6 +10,9 @@ import (
 // user's permissions block in nats-server's authorization has it.
 type NATSPermissions struct {
 	Publish, Subscribe []string
+	// PublishDeny are subjects refused even where Publish allows them
+	// (publish's deny, which wins over its allow).
+	PublishDeny []string
 	// Responses: it may answer each request it receives once
 	// (allow_responses).
 	Responses bool
@@ -32,9 +36,11 @@ const (
 // and NATSEveryService's (NATSPermissionsOf); the trainer's and the
 // gateway's are their row alone. JetStream's API is granted
 // subject by subject: each stream's and consumer's calls a client makes
-// (the subjects of nats.go's jetstream package), no other. cmd/actloop's
-// tests check the documentation, deploy/nats.conf and the Helm chart
-// against it and run every client, recovery included, under it.
+// (the subjects of nats.go's jetstream package), no other; where a row
+// grants consumers by wildcard, its PublishDeny keeps the services'
+// consumers out of it. cmd/actloop's tests check the documentation,
+// deploy/nats.conf and the Helm chart against it and run every client,
+// recovery included, under it.
 var NATSTable = map[string]NATSPermissions{
 	NATSEveryService: {
 		// Every service declares every stream and bucket at start, so they
@@ -47,7 +53,7 @@ var NATSTable = map[string]NATSPermissions{
 			pull("ACTLOOP_SAMPLES", "coordinator-samples", "actloop.samples"),
 			pull("ACTLOOP_EVENTS", "coordinator-events", "actloop.events"),
 			pull("ACTLOOP_EVENTS", "coordinator-predictions", "actloop.predictions"),
-			pull("ACTLOOP_RESULTS", "coordinator-results", "actloop.results.>"),
+			pull("ACTLOOP_RESULTS", resultsConsumers[NATSCoordinator], "actloop.results.>"),
 			[]string{
 				// The status's and the metrics' queues.
 				"$JS.API.CONSUMER.LIST.ACTLOOP_SAMPLES", "$JS.API.CONSUMER.LIST.ACTLOOP_GEN", "$JS.API.CONSUMER.LIST.ACTLOOP_ENV",
@@ -91,7 +97,7 @@ var NATSTable = map[string]NATSPermissions{
 		Subscribe: []string{"actloop.env.<id>", "actloop.env.start"},
 	},
 	NATSPredictor: {
-		Publish:   pull("ACTLOOP_RESULTS", "predictor-history", "actloop.results.>"),
+		Publish:   pull("ACTLOOP_RESULTS", resultsConsumers[NATSPredictor], "actloop.results.>"),
 		Subscribe: []string{"actloop.predict"},
 		Responses: true,
 	},
@@ -122,6 +128,37 @@ var trainerPermissions = NATSPermissions{
 			"$JS.ACK.ACTLOOP_RESULTS.>",
 		}),
 	Subscribe: []string{"_INBOX.>"},
+	// Its names are any but the services': it may not create, update,
+	// inspect, pull from or acknowledge on their consumers of results.
+	PublishDeny: notOn("ACTLOOP_RESULTS", slices.Sorted(maps.Values(resultsConsumers))...),
+}
+
+// resultsConsumers are the services' durable consumers on ACTLOOP_RESULTS,
+// by client: the rows of their clients grant them, the trainer's deny
+// them.
+var resultsConsumers = map[string]string{
+	NATSCoordinator: "coordinator-results",
+	NATSPredictor:   "predictor-history",
+}
+
+// ServiceResultsConsumer reports whether name is one of the services'
+// consumers of ACTLOOP_RESULTS, which the trainer's and the gateway's
+// users are denied.
+func ServiceResultsConsumer(name string) bool {
+	return slices.Contains(slices.Collect(maps.Values(resultsConsumers)), name)
+}
+
+// notOn is what a client granted the consumers of stream by wildcard
+// (creating, inspecting, pulling, acknowledging) is refused on consumers.
+func notOn(stream string, consumers ...string) []string {
+	var out []string
+	for _, c := range consumers {
+		out = append(out, "$JS.API.CONSUMER.CREATE."+stream+"."+c+".>",
+			"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+c,
+			"$JS.API.CONSUMER.INFO."+stream+"."+c,
+			"$JS.ACK."+stream+"."+c+".>")
+	}
+	return out
 }
 
 // declaredStreams are the streams every service declares: the work
@@ -181,6 +218,9 @@ func NATSPermissionsOf(client, id string) NATSPermissions {
 		}
 		for _, s := range r.Subscribe {
 			p.Subscribe = append(p.Subscribe, fill.Replace(s))
+		}
+		for _, s := range r.PublishDeny {
+			p.PublishDeny = append(p.PublishDeny, fill.Replace(s))
 		}
 		p.Responses = p.Responses || r.Responses
 	}

@@ -185,7 +185,8 @@ sandboxes see /etc (read-only), so the model's commands could read them.
 
 {{/*
 The NATS permissions of docs/security.md's table, by client: what the
-bundled servers grant each user when nats.auth.perService is on. <replica>
+bundled servers grant each user when nats.auth.perService is on (pub,
+sub, pubDeny: publish's deny, responses: allow_responses). <replica>
 is a gen-worker group's replica; <id> an env-worker's id, which is its pod
 name, unknown here: `*` (and its consumer, env-<id>, `*`).
 */}}
@@ -202,9 +203,11 @@ name, unknown here: `*` (and its consumer, env-<id>, `*`).
   "predictor-gw": {"pub": ["$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.predictor-history.actloop.results.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.predictor-history", "$JS.ACK.ACTLOOP_RESULTS.predictor-history.>"],
     "sub": ["actloop.predict"], "responses": true},
   "cli": {"pub": ["$JS.API.STREAM.INFO.ACTLOOP_SAMPLES", "$JS.API.STREAM.CREATE.ACTLOOP_SAMPLES", "$JS.API.STREAM.UPDATE.ACTLOOP_SAMPLES", "$JS.API.STREAM.INFO.ACTLOOP_EVENTS", "$JS.API.STREAM.CREATE.ACTLOOP_EVENTS", "$JS.API.STREAM.UPDATE.ACTLOOP_EVENTS", "$JS.API.STREAM.INFO.ACTLOOP_GEN", "$JS.API.STREAM.CREATE.ACTLOOP_GEN", "$JS.API.STREAM.UPDATE.ACTLOOP_GEN", "$JS.API.STREAM.INFO.ACTLOOP_ENV", "$JS.API.STREAM.CREATE.ACTLOOP_ENV", "$JS.API.STREAM.UPDATE.ACTLOOP_ENV", "$JS.API.STREAM.INFO.ACTLOOP_RESULTS", "$JS.API.STREAM.CREATE.ACTLOOP_RESULTS", "$JS.API.STREAM.UPDATE.ACTLOOP_RESULTS", "$JS.API.STREAM.INFO.ACTLOOP_DLQ", "$JS.API.STREAM.CREATE.ACTLOOP_DLQ", "$JS.API.STREAM.UPDATE.ACTLOOP_DLQ", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.*", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.*", "$JS.API.STREAM.INFO.OBJ_ACTLOOP_RESULT_BODIES", "$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>", "$JS.API.CONSUMER.CREATE.OBJ_ACTLOOP_RESULT_BODIES.*.$O.ACTLOOP_RESULT_BODIES.C.*", "$JS.API.CONSUMER.DELETE.OBJ_ACTLOOP_RESULT_BODIES.*", "$JS.FC.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>"],
-    "sub": ["_INBOX.>"]},
+    "sub": ["_INBOX.>"],
+    "pubDeny": ["$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.coordinator-results.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.coordinator-results", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.coordinator-results", "$JS.ACK.ACTLOOP_RESULTS.coordinator-results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.predictor-history.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.predictor-history", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.predictor-history", "$JS.ACK.ACTLOOP_RESULTS.predictor-history.>"]},
   "gateway": {"pub": ["$JS.API.STREAM.INFO.ACTLOOP_SAMPLES", "$JS.API.STREAM.CREATE.ACTLOOP_SAMPLES", "$JS.API.STREAM.UPDATE.ACTLOOP_SAMPLES", "$JS.API.STREAM.INFO.ACTLOOP_EVENTS", "$JS.API.STREAM.CREATE.ACTLOOP_EVENTS", "$JS.API.STREAM.UPDATE.ACTLOOP_EVENTS", "$JS.API.STREAM.INFO.ACTLOOP_GEN", "$JS.API.STREAM.CREATE.ACTLOOP_GEN", "$JS.API.STREAM.UPDATE.ACTLOOP_GEN", "$JS.API.STREAM.INFO.ACTLOOP_ENV", "$JS.API.STREAM.CREATE.ACTLOOP_ENV", "$JS.API.STREAM.UPDATE.ACTLOOP_ENV", "$JS.API.STREAM.INFO.ACTLOOP_RESULTS", "$JS.API.STREAM.CREATE.ACTLOOP_RESULTS", "$JS.API.STREAM.UPDATE.ACTLOOP_RESULTS", "$JS.API.STREAM.INFO.ACTLOOP_DLQ", "$JS.API.STREAM.CREATE.ACTLOOP_DLQ", "$JS.API.STREAM.UPDATE.ACTLOOP_DLQ", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.*", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.*", "$JS.API.STREAM.INFO.OBJ_ACTLOOP_RESULT_BODIES", "$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>", "$JS.API.CONSUMER.CREATE.OBJ_ACTLOOP_RESULT_BODIES.*.$O.ACTLOOP_RESULT_BODIES.C.*", "$JS.API.CONSUMER.DELETE.OBJ_ACTLOOP_RESULT_BODIES.*", "$JS.FC.>", "actloop.samples", "actloop.control.*", "$JS.ACK.ACTLOOP_RESULTS.>"],
-    "sub": ["_INBOX.>"]}
+    "sub": ["_INBOX.>"],
+    "pubDeny": ["$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.coordinator-results.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.coordinator-results", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.coordinator-results", "$JS.ACK.ACTLOOP_RESULTS.coordinator-results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.predictor-history.>", "$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.predictor-history", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.predictor-history", "$JS.ACK.ACTLOOP_RESULTS.predictor-history.>"]}
 }
 {{- end }}
 
@@ -283,10 +286,12 @@ from the default user's (redis.auth.password), which it does not reveal.
 {{/* One user of the bundled server's authorization: (dict "user" "..." "env" "..." "perms" <rows> "replica" "..."). */}}
 {{- define "actloop.natsConfUser" -}}
 {{- $pub := list }}
+{{- $pubDeny := list }}
 {{- $sub := list }}
 {{- $responses := false }}
 {{- range .perms }}
 {{- $pub = concat $pub .pub }}
+{{- with get . "pubDeny" }}{{ $pubDeny = concat $pubDeny . }}{{ end }}
 {{- $sub = concat $sub .sub }}
 {{- if get . "responses" }}{{ $responses = true }}{{ end }}
 {{- end -}}
@@ -294,7 +299,8 @@ from the default user's (redis.auth.password), which it does not reveal.
   user: {{ .user | quote }}
   password: ${{ .env }}
   permissions: {
-    publish: {allow: {{ include "actloop.natsSubjects" (dict "s" $pub "replica" .replica) }}}
+    publish: {allow: {{ include "actloop.natsSubjects" (dict "s" $pub "replica" .replica) }}
+      {{- if $pubDeny }}, deny: {{ include "actloop.natsSubjects" (dict "s" $pubDeny "replica" .replica) }}{{ end }}}
     subscribe: {allow: {{ include "actloop.natsSubjects" (dict "s" $sub "replica" .replica) }}}
     {{- if $responses }}
     allow_responses: true
