@@ -195,17 +195,18 @@ func (s *activeSet) moved(id, replica string, now time.Time) bool {
 	return true
 }
 
-// movedSince lists the trajectories moved off a replica since t.
-func (s *activeSet) movedSince(t time.Time) []string {
+// movedSince lists the trajectories moved off a replica since t, with
+// when they moved last.
+func (s *activeSet) movedSince(t time.Time) map[string]time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var ids []string
+	moved := map[string]time.Time{}
 	for id, a := range s.m {
 		if !a.movedAt.IsZero() && !a.movedAt.Before(t) {
-			ids = append(ids, id)
+			moved[id] = a.movedAt
 		}
 	}
-	return ids
+	return moved
 }
 
 // siblingPrediction is a prediction known for a group member that has no

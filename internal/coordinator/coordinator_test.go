@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -383,5 +384,73 @@ func TestResumeStepAndAudit(t *testing.T) {
 		case <-time.After(wait):
 			t.Fatalf("no audit event ending %q", want)
 		}
+	}
+}
+
+// A trajectory moved off a replica and back, while it waits for a
+// generation, gets its step each time: the copy re-sent to the replica it
+// came back to is no duplicate, within the stream's duplicate window, of
+// the step first sent there, which that replica dropped when the
+// trajectory had left.
+func TestMovedBackGetsItsStepAgain(t *testing.T) {
+	ctx, s, d := stack(t)
+	up := map[string]*atomic.Bool{"r0": {}, "r1": {}}
+	for r, u := range up {
+		u.Store(true)
+		go func() {
+			_ = service.Heartbeat(ctx, d.JS, "gen."+r+".w", 50*time.Millisecond, nil, func() (schema.Heartbeat, bool) {
+				return schema.Heartbeat{V: schema.Version, Worker: "w", Replica: r, Slots: 1}, u.Load()
+			}, slog.New(slog.DiscardHandler))
+		}()
+	}
+	x := &traj.Trajectory{ID: "x", Seq: 1, Status: traj.StatusNeedsGeneration, Replica: "r0", AdmittedAt: time.Now(),
+		UpdatedAt: time.Now(), Sample: sample("x")}
+	if err := d.Store.Put(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Store.AddActive(ctx, "x", traj.ActiveEntry{Replica: "r0"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.JS.Stream(ctx, bus.StreamGen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// take waits for a gen step on replica's subjects and removes it, as
+	// the replica's worker does.
+	take := func(replica string) {
+		t.Helper()
+		testkit.Eventually(t, wait, "x's step on "+replica, func() bool {
+			m, err := st.GetLastMsgForSubject(ctx, "actloop.gen."+replica+".>")
+			if err != nil {
+				return false
+			}
+			var g schema.GenStep
+			if json.Unmarshal(m.Data, &g) != nil || g.TrajID != "x" || g.Replica != replica {
+				t.Fatalf("step on %s: %s", replica, m.Data)
+			}
+			return st.DeleteMsg(ctx, m.Sequence) == nil
+		})
+	}
+	n, err := traj.NextOf(x, traj.LowOnly{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := traj.Publish(ctx, d.Pub, "", n); err != nil {
+		t.Fatal(err)
+	}
+	take("r0")
+
+	cfg := s.CoordinatorConfig()
+	cfg.ReplicaTimeout = time.Second
+	if _, err := s.StartCoordinator(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	up["r0"].Store(false)
+	take("r1")
+	up["r0"].Store(true)
+	up["r1"].Store(false)
+	take("r0")
+	if got, err := d.Store.Load(ctx, "x", 0); err != nil || got.Replica != "r0" {
+		t.Fatalf("x: %+v %v, want it back on r0", got, err)
 	}
 }

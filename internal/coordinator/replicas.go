@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -43,13 +44,14 @@ func (c *Coordinator) rebalance(ctx context.Context) {
 	// Re-send the gen step of recently moved trajectories waiting for one:
 	// its copy on the dead replica will not run. (Steps published after the
 	// move go to the new replica: a commit returns the replica as of then.)
-	for _, id := range c.active.movedSince(now.Add(-10 * time.Second)) {
+	for id, at := range c.active.movedSince(now.Add(-10 * time.Second)) {
 		t, err := c.store.Load(ctx, id, 0)
 		if err != nil || t.Status != traj.StatusNeedsGeneration {
 			continue
 		}
 		n, err := traj.NextOf(t, traj.LowOnly{})
 		if err == nil {
+			n.MsgID = movedMsgID(n.MsgID, at)
 			err = traj.Publish(ctx, c.d.Pub, t.Trace, n)
 		}
 		if err != nil {
@@ -112,9 +114,19 @@ func (c *Coordinator) moveFromDeadEnvWorkers(ctx context.Context) {
 		if err != nil || next.Subject != bus.SubjectEnv(to) {
 			continue // not waiting for an env step: the next one goes to the new owner
 		}
-		next.MsgID += ":moved-" + to
+		next.MsgID = movedMsgID(next.MsgID, c.d.Now())
 		if err := traj.Publish(ctx, c.d.Pub, t.Trace, next); err != nil {
 			c.d.Log.Warn("re-send moved env step", "traj_id", id, "error", err)
 		}
 	}
+}
+
+// movedMsgID is the message id of a step sent again after a move at at:
+// one of its own for each move, so that it is no duplicate, within the
+// stream's duplicate window, of the step first sent to the same place
+// (a trajectory moved back to the replica or env-worker it left, whose
+// copy of the step was dropped meanwhile), while the copies re-sent for
+// one move are duplicates of one another.
+func movedMsgID(id string, at time.Time) string {
+	return fmt.Sprintf("%s:moved-%d", id, at.UnixNano())
 }
