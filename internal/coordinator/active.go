@@ -142,18 +142,27 @@ func (s *activeSet) load() map[string]int {
 	return load
 }
 
-// onReplicas returns the active trajectories on replicas that dead says
-// are down, with the replica of each.
-func (s *activeSet) onReplicas(down func(replica string) bool) map[string]string {
+// anyOn reports whether the coordinator's view has an active trajectory
+// on a replica that down says is down.
+func (s *activeSet) anyOn(down func(replica string) bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]string{}
-	for id, a := range s.m {
+	for _, a := range s.m {
 		if a.fact.Replica != "" && down(a.fact.Replica) {
-			out[id] = a.fact.Replica
+			return true
 		}
 	}
-	return out
+	return false
+}
+
+// placed records that id is on replica, as its state says.
+func (s *activeSet) placed(id, replica string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.m[id]; a != nil && a.fact.Replica != replica {
+		a.fact.Replica = replica
+		s.dirty = true
+	}
 }
 
 // inGroups returns the active trajectories of groups.

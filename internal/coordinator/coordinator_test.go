@@ -391,7 +391,9 @@ func TestResumeStepAndAudit(t *testing.T) {
 // generation, gets its step each time: the copy re-sent to the replica it
 // came back to is no duplicate, within the stream's duplicate window, of
 // the step first sent there, which that replica dropped when the
-// trajectory had left.
+// trajectory had left. A progress report of a turn run before the first
+// move, come after it, does not hide where the trajectory is: the
+// coordinator moves what Redis says is on a replica that went down.
 func TestMovedBackGetsItsStepAgain(t *testing.T) {
 	ctx, s, d := stack(t)
 	up := map[string]*atomic.Bool{"r0": {}, "r1": {}}
@@ -442,11 +444,20 @@ func TestMovedBackGetsItsStepAgain(t *testing.T) {
 
 	cfg := s.CoordinatorConfig()
 	cfg.ReplicaTimeout = time.Second
-	if _, err := s.StartCoordinator(ctx, cfg); err != nil {
+	c, err := s.StartCoordinator(ctx, cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
 	up["r0"].Store(false)
 	take("r1")
+	late := schema.Prediction{V: schema.Version, TrajID: "x", Replica: "r0", TurnSeq: 1, Turns: 1}
+	if err := traj.ReportProgress(ctx, d.Pub, time.Now(), late); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, wait, "the late report read", func() bool {
+		st, err := c.Status(ctx)
+		return err == nil && len(st.Replicas) == 2 && st.Replicas[0].Name == "r0" && st.Replicas[0].Active == 1
+	})
 	up["r0"].Store(true)
 	up["r1"].Store(false)
 	take("r0")

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -18,11 +17,14 @@ import (
 // finds a step for a replica the trajectory left drops it).
 func (c *Coordinator) rebalance(ctx context.Context) {
 	now := c.d.Now()
-	stranded := c.active.onReplicas(func(r string) bool { return !c.members.live(r, now) })
-	ids := slices.Sorted(maps.Keys(stranded))
+	live := c.members.liveReplicas(c.cfg.Replicas, now)
+	var ids []string
+	if len(live) < len(c.cfg.Replicas) || c.active.anyOn(func(r string) bool { return !c.members.live(r, now) }) {
+		ids = c.stranded(ctx, now)
+	}
 	// Each to the least-loaded live replica counting those before it, so
 	// they spread; none when nothing is live.
-	to := sched.AssignReplicas(c.members.liveReplicas(c.cfg.Replicas, now), c.active.load(), len(ids))
+	to := sched.AssignReplicas(live, c.active.load(), len(ids))
 	moves := make(map[string]string, len(to))
 	for i, r := range to {
 		moves[ids[i]] = r
@@ -41,6 +43,39 @@ func (c *Coordinator) rebalance(ctx context.Context) {
 			c.moved.Add(1)
 		}
 	}
+	c.resendMoved(ctx, now)
+}
+
+// stranded lists the active trajectories on replicas that are down, as
+// their state in Redis has it, in order. The coordinator's own view of
+// where each runs follows the progress reports, which can come after a
+// move (a report of the turn run before it), so it is set from the
+// state here.
+func (c *Coordinator) stranded(ctx context.Context, now time.Time) []string {
+	ids := c.active.ids()
+	prog, err := c.store.Progress(ctx, ids)
+	if err != nil {
+		c.d.Log.Warn("replica failover", "error", err)
+		return nil
+	}
+	var out []string
+	for _, id := range ids {
+		p, ok := prog[id]
+		if !ok || p.Status.Terminal() || p.Replica == "" {
+			continue
+		}
+		c.active.placed(id, p.Replica)
+		if !c.members.live(p.Replica, now) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// resendMoved re-sends the gen step of the trajectories moved in the last
+// ten seconds that wait for one.
+func (c *Coordinator) resendMoved(ctx context.Context, now time.Time) {
 	// Re-send the gen step of recently moved trajectories waiting for one:
 	// its copy on the dead replica will not run. (Steps published after the
 	// move go to the new replica: a commit returns the replica as of then.)

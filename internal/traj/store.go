@@ -538,7 +538,7 @@ func (s *Store) Progress(ctx context.Context, ids []string) (map[string]Progress
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.HMGet(ctx, keysOf(id).hash, fieldSeq, fieldStatus, fieldUpdatedAt, fieldOwner, fieldLease)
+		cmds[i] = pipe.HMGet(ctx, keysOf(id).hash, fieldSeq, fieldStatus, fieldUpdatedAt, fieldOwner, fieldLease, fieldReplica)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("progress: %w", err)
@@ -546,15 +546,16 @@ func (s *Store) Progress(ctx context.Context, ids []string) (map[string]Progress
 	out := make(map[string]Progress, len(ids))
 	for i, c := range cmds {
 		v := c.Val()
-		if len(v) != 5 || v[0] == nil {
+		if len(v) != 6 || v[0] == nil {
 			continue
 		}
 		seq, _ := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
 		upd, _ := strconv.ParseInt(fmt.Sprint(v[2]), 10, 64)
 		owner, _ := v[3].(string)
 		lease, _ := v[4].(string)
+		replica, _ := v[5].(string)
 		out[ids[i]] = Progress{Seq: seq, Status: Status(fmt.Sprint(v[1])), UpdatedAt: msTime(upd), Owner: owner,
-			LeaseUntil: leaseUntil(lease, seq)}
+			Replica: replica, LeaseUntil: leaseUntil(lease, seq)}
 	}
 	return out, nil
 }
@@ -565,6 +566,7 @@ type Progress struct {
 	Status    Status
 	UpdatedAt time.Time
 	Owner     string // the env-worker holding its sandbox ("" before one started it)
+	Replica   string // the replica its generations run on
 	// LeaseUntil is when the lease of the step running now lapses (zero:
 	// no step of this seq holds one).
 	LeaseUntil time.Time
