@@ -488,17 +488,26 @@ func TestReplicaLossMovesTrajectories(t *testing.T) {
 
 // downGen is a replica's inference server that fails (503) every
 // generation after a command has run (its observation is in the prompt),
-// and its health check with it.
-type downGen struct{ llm.Generator }
+// and from then on its health check with it.
+type downGen struct {
+	llm.Generator
+	failing atomic.Bool
+}
 
-func (g downGen) Generate(ctx context.Context, req llm.Request) (llm.Result, error) {
+func (g *downGen) Generate(ctx context.Context, req llm.Request) (llm.Result, error) {
 	if strings.Contains(decode(req.InputIDs), "<returncode>") {
+		g.failing.Store(true)
 		return llm.Result{}, &llm.HTTPError{Status: 503, Body: "down"}
 	}
 	return g.Generator.Generate(ctx, req)
 }
 
-func (downGen) Health(context.Context) error { return &llm.HTTPError{Status: 503, Body: "down"} }
+func (g *downGen) Health(ctx context.Context) error {
+	if g.failing.Load() {
+		return &llm.HTTPError{Status: 503, Body: "down"}
+	}
+	return g.Generator.(llm.HealthChecker).Health(ctx)
+}
 
 // A replica's inference server keeps failing while its gen-worker runs on:
 // the worker takes the replica down (no claims, no heartbeat), the
@@ -519,9 +528,14 @@ func TestFailingServerMovesTrajectories(t *testing.T) {
 	}
 	gc := e.stack.GenWorkerConfig("r1")
 	gc.LLMDownAfter, gc.LLMHealthInterval = 2, 50*time.Millisecond
-	if _, err := e.stack.StartGenWorkerWith(e.ctx, gc, downGen{llm.NewSGLang(e.stack.SimURLs["r1"], llm.SGLangOptions{Retries: -1})}); err != nil {
+	if _, err := e.stack.StartGenWorkerWith(e.ctx, gc, &downGen{Generator: llm.NewSGLang(e.stack.SimURLs["r1"], llm.SGLangOptions{Retries: -1})}); err != nil {
 		t.Fatal(err)
 	}
+	// Both replicas take trajectories before r1's server fails.
+	testkit.Eventually(t, wait, "both replicas live", func() bool {
+		st, err := coord.Status(e.ctx)
+		return err == nil && len(st.Replicas) == 2 && st.Replicas[0].Live && st.Replicas[1].Live
+	})
 	samples := demo.Samples(4, e.ws, "down")
 	e.submit(samples...)
 	got := e.results(len(samples))
