@@ -767,8 +767,8 @@ func TestTrainerRefusedServiceConsumers(t *testing.T) {
 	}
 	services := map[string]*held{}
 	for _, c := range []struct{ user, consumer string }{{"coordinator", "coordinator-results"}, {"predictor-gw", predictor.HistoryConsumer}} {
-		if !service.ServiceResultsConsumer(c.consumer) {
-			t.Errorf("service.ServiceResultsConsumer(%q) = false", c.consumer)
+		if !schema.ServiceConsumer(c.consumer) {
+			t.Errorf("schema.ServiceConsumer(%q) = false", c.consumer)
 		}
 		_, js, r := connect(c.user)
 		cons, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, jetstream.ConsumerConfig{Durable: c.consumer,

@@ -119,7 +119,7 @@ func newTerm(ctx context.Context, cfg Config, d *service.Deps, term uint64) (*Co
 		stream, name, subject string
 	}{
 		{&c.samples, schema.StreamSamples, "coordinator-samples", schema.SubjectSamples},
-		{&c.results, schema.StreamResults, "coordinator-results", schema.SubjectResults},
+		{&c.results, schema.StreamResults, schema.ConsumerCoordinatorResults, schema.SubjectResults},
 		{&c.events, bus.StreamEvents, "coordinator-events", bus.SubjectEvents},
 		{&c.predictions, bus.StreamEvents, "coordinator-predictions", bus.SubjectPredictions},
 	} {
@@ -190,7 +190,7 @@ func (c *Coordinator) runTerm(ctx context.Context) error {
 	intake := runner("coordinator-samples", c.samples, 8, c.handleSample)
 	intake.Ready = func() bool { return c.waiting.count() < c.cfg.MaxWaiting }
 	g.Go(func() error { return intake.Run(ctx) })
-	g.Go(func() error { return runner("coordinator-results", c.results, 16, c.handleResult).Run(ctx) })
+	g.Go(func() error { return runner(schema.ConsumerCoordinatorResults, c.results, 16, c.handleResult).Run(ctx) })
 	g.Go(func() error { return runner("coordinator-events", c.events, 16, c.handleEvent).Run(ctx) })
 	g.Go(func() error { return runner("coordinator-predictions", c.predictions, 16, c.handlePrediction).Run(ctx) })
 	g.Go(func() error { return c.admitLoop(ctx) })

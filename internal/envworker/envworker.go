@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -110,7 +111,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return bus.WatchControl(ctx, w.d.JS, w.d.Log, w.control.Set) })
 	g.Go(func() error { return w.heartbeat(ctx) })
 	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
-	return g.Wait()
+	err := g.Wait()
+	for _, b := range w.backends {
+		if c, ok := b.(io.Closer); ok { // the Docker backend's idle connections
+			_ = c.Close()
+		}
+	}
+	return err
 }
 
 // heartbeat tells the coordinator this worker is alive, every

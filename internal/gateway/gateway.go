@@ -273,7 +273,7 @@ func (g *Gateway) read(subject string) http.HandlerFunc {
 		}
 		// The gateway's NATS user is denied them: refused here, the call
 		// would only time out.
-		if service.ServiceResultsConsumer(name) {
+		if schema.ServiceConsumer(name) {
 			fail(w, http.StatusBadRequest, fmt.Errorf("consumer: %q is a service's consumer; name one of your own", name))
 			return
 		}
@@ -409,7 +409,7 @@ func (g *Gateway) settle(kind string) http.HandlerFunc {
 				fail(w, http.StatusBadRequest, fmt.Errorf("acks[%d]: %q is not an ack token of a delivery", i, a))
 				return
 			}
-			if cons, _, _ := strings.Cut(strings.TrimPrefix(a, ackPrefix), "."); service.ServiceResultsConsumer(cons) {
+			if cons, _, _ := strings.Cut(strings.TrimPrefix(a, ackPrefix), "."); schema.ServiceConsumer(cons) {
 				fail(w, http.StatusBadRequest, fmt.Errorf("acks[%d]: %q is a delivery of a service's consumer", i, a))
 				return
 			}

@@ -13,7 +13,7 @@ import (
 
 // HistoryConsumer is the durable consumer on ACTLOOP_RESULTS that feeds the
 // history backend; every instance shares it, so each result goes to one.
-const HistoryConsumer = "predictor-history"
+const HistoryConsumer = schema.ConsumerPredictorHistory
 
 // historySlots is how many results one instance observes at once.
 const historySlots = 8

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // NATSPermissions is what one NATS client may publish and subscribe to, as a
@@ -137,15 +139,8 @@ var trainerPermissions = NATSPermissions{
 // by client: the rows of their clients grant them, the trainer's deny
 // them.
 var resultsConsumers = map[string]string{
-	NATSCoordinator: "coordinator-results",
-	NATSPredictor:   "predictor-history",
-}
-
-// ServiceResultsConsumer reports whether name is one of the services'
-// consumers of ACTLOOP_RESULTS, which the trainer's and the gateway's
-// users are denied.
-func ServiceResultsConsumer(name string) bool {
-	return slices.Contains(slices.Collect(maps.Values(resultsConsumers)), name)
+	NATSCoordinator: schema.ConsumerCoordinatorResults,
+	NATSPredictor:   schema.ConsumerPredictorHistory,
 }
 
 // notOn is what a client granted the consumers of stream by wildcard

@@ -240,6 +240,23 @@ func fetchAll(t *testing.T, ctx context.Context, c *client.Consumer, want int, f
 	}
 }
 
+// The services' consumers of results are refused by name, before the
+// server is asked (which would refuse a trainer's user and time out).
+func TestServiceConsumersRefused(t *testing.T) {
+	e := newEnv(t)
+	for _, name := range []string{schema.ConsumerCoordinatorResults, schema.ConsumerPredictorHistory} {
+		if _, err := e.c.Results(e.ctx, name); err == nil || !strings.Contains(err.Error(), "a service's consumer") {
+			t.Errorf("Results(%q): %v, want it refused", name, err)
+		}
+		if _, err := e.c.Groups(e.ctx, name); err == nil {
+			t.Errorf("Groups(%q): no error", name)
+		}
+	}
+	if _, err := e.c.Results(e.ctx, "trainer"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Results delivers every result, not groups, at least once per consumer
 // name: a nak'd one comes again, an acknowledged one does not, and another
 // name sees them all.

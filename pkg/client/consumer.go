@@ -49,6 +49,9 @@ func ConsumerConfig(name, subject string) jetstream.ConsumerConfig {
 }
 
 func (c *Client) consumer(ctx context.Context, name, subject string, key func([]byte) string) (*Consumer, error) {
+	if schema.ServiceConsumer(name) {
+		return nil, fmt.Errorf("consumer %s: a service's consumer of %s; name one of your own", name, schema.StreamResults)
+	}
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, schema.StreamResults, ConsumerConfig(name, subject))
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)

@@ -31,6 +31,12 @@ const (
 	StreamResults = "ACTLOOP_RESULTS"
 	StreamDLQ     = "ACTLOOP_DLQ"
 
+	// The services' durable consumers on StreamResults: the coordinator's
+	// and predictor-gw's. A trainer's consumers need other names (its
+	// NATS user is denied these).
+	ConsumerCoordinatorResults = "coordinator-results"
+	ConsumerPredictorHistory   = "predictor-history"
+
 	resultsPrefix = "actloop.results."
 	groupsPrefix  = "actloop.groups."
 )
@@ -54,3 +60,9 @@ func IsGroup(subject string) bool { return strings.HasPrefix(subject, groupsPref
 // SubjectToken is id as one NATS subject token: an id
 // ([A-Za-z0-9._-]) with each "." written "~" (which no id holds).
 func SubjectToken(id string) string { return strings.ReplaceAll(id, ".", "~") }
+
+// ServiceConsumer reports whether name is one of the services' consumers
+// on StreamResults, which a trainer may not use.
+func ServiceConsumer(name string) bool {
+	return name == ConsumerCoordinatorResults || name == ConsumerPredictorHistory
+}
