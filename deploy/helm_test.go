@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"maps"
 	"math/big"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -50,6 +49,7 @@ import (
 
 	"github.com/actloop/actloop/internal/launch"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/internal/testkit"
 )
 
 const (
@@ -2466,7 +2466,7 @@ func TestBundledRedisOnRedisServer(t *testing.T) {
 				}
 			}
 			dir := t.TempDir()
-			port := freePort(t)
+			port := testkit.FreePort(t)
 			expand := regexp.MustCompile(`\$\(([A-Z0-9_]+)\)`)
 			var args []string
 			for i := 0; i < len(c.Args); i++ {
@@ -2655,17 +2655,6 @@ func writeSecretFile(t *testing.T, m *manifests, dir, name, key string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// freePort is a TCP port free on 127.0.0.1 a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // selfSigned is a throwaway certificate, its key and itself as the CA, as a

@@ -36,14 +36,26 @@ func EnvWorkerSeccomp() *seccomp.Seccomp {
 }
 
 // ociArches are the architectures the Helm chart has resolved profiles
-// for, by `uname -m` (how its installer picks one on a node): GOARCH, the
-// profile's native architecture name and its seccomp architecture.
+// for, by `uname -m` (how its installer picks one on a node): the
+// profile's native architecture name (GOARCH's) and its seccomp
+// architecture.
 var ociArches = map[string]struct {
-	goarch, native string
-	arch           specs.Arch
+	native string
+	arch   specs.Arch
 }{
-	"x86_64":  {"amd64", "amd64", specs.ArchX86_64},
-	"aarch64": {"arm64", "arm64", specs.ArchAARCH64},
+	"x86_64":  {"amd64", specs.ArchX86_64},
+	"aarch64": {"arm64", specs.ArchAARCH64},
+}
+
+// ociMachine is the machine (`uname -m`) of GOARCH goarch that the chart
+// has a profile for; "" when none.
+func ociMachine(goarch string) string {
+	for m, a := range ociArches {
+		if a.native == goarch {
+			return m
+		}
+	}
+	return ""
 }
 
 // EnvWorkerSeccompOCI is EnvWorkerSeccomp resolved as the runtime-spec

@@ -52,7 +52,7 @@ func TestEnvWorkerSeccompProfileIsCurrent(t *testing.T) {
 		t.Errorf("profile's last rule %+v, want BwrapSyscalls allowed unconditionally", last)
 	}
 
-	machine := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[runtime.GOARCH]
+	machine := ociMachine(runtime.GOARCH)
 	if machine == "" {
 		t.Skipf("no resolved profile for %s", runtime.GOARCH)
 	}
@@ -162,7 +162,7 @@ func TestEnvWorkerSeccompProfile(t *testing.T) {
 	}
 
 	profiles := map[string][]byte{"compose": body}
-	if machine := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[runtime.GOARCH]; machine != "" {
+	if machine := ociMachine(runtime.GOARCH); machine != "" {
 		// The Helm chart's, as containerd hands it to the runtime; the
 		// engine reads the runtime-spec's form unchanged.
 		if profiles["helm"], err = os.ReadFile("helm/actloop/files/env-worker-seccomp/" + machine + ".json"); err != nil {

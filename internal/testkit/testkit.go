@@ -4,6 +4,7 @@ package testkit
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,4 +129,15 @@ func SearchableTempDir(t testing.TB) string {
 		}
 	}
 	return dir
+}
+
+// FreePort returns a loopback TCP port nothing listened on a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

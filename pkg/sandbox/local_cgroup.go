@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -102,8 +100,7 @@ func newCgroupsV2(root string, lim Limits, cpus float64) (*cgroups, error) {
 	if err := enableControllers(own, want, nsRoot); err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(root))
-	parent := filepath.Join(own, "actloop-"+hex.EncodeToString(sum[:6]))
+	parent := filepath.Join(own, parentCgroupName(root))
 	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("cgroup %s: %w", parent, err)
 	}
@@ -183,22 +180,56 @@ func findOwnCgroup() (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("cgroup: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(mi))
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options... - fstype source superoptions
-		pre, post, found := strings.Cut(sc.Text(), " - ")
-		f := strings.Fields(pre)
-		if !found || len(f) < 5 || !strings.HasPrefix(post, "cgroup2 ") {
-			continue
+	for _, m := range cgroupMounts(mi) {
+		if dir, ok := m.dir(path); ok && m.fstype == "cgroup2" {
+			return dir, path, nil
 		}
-		mroot, mpoint := f[3], f[4]
-		rel, ok := strings.CutPrefix(path, mroot)
-		if !ok || mroot != "/" && rel != "" && !strings.HasPrefix(rel, "/") {
-			continue
-		}
-		return filepath.Join(mpoint, rel), path, nil
 	}
 	return "", "", fmt.Errorf("cgroup: no cgroup2 mount holds this process's cgroup %s (mount one, e.g. docker run --cgroupns=private)", path)
+}
+
+// parentCgroupName is the name of the cgroup, under the worker's own,
+// that holds the commands of the sandboxes under root.
+func parentCgroupName(root string) string {
+	sum := sha256.Sum256([]byte(root))
+	return "actloop-" + hex.EncodeToString(sum[:6])
+}
+
+// cgroupMount is a cgroup filesystem's mount, as /proc/self/mountinfo
+// lists it.
+type cgroupMount struct {
+	fstype      string   // cgroup2, or cgroup (v1)
+	superOpts   []string // its super options: a v1 mount's controllers among them
+	root, point string   // the cgroup path it shows, and where
+}
+
+// cgroupMounts lists the cgroup and cgroup2 mounts of mountinfo.
+func cgroupMounts(mountinfo []byte) []cgroupMount {
+	var out []cgroupMount
+	for line := range strings.Lines(string(mountinfo)) {
+		// id parent major:minor root mountpoint options... - fstype source superoptions
+		pre, post, found := strings.Cut(strings.TrimSuffix(line, "\n"), " - ")
+		f, p := strings.Fields(pre), strings.Fields(post)
+		if !found || len(f) < 5 || len(p) == 0 || p[0] != "cgroup" && p[0] != "cgroup2" {
+			continue
+		}
+		m := cgroupMount{fstype: p[0], root: f[3], point: f[4]}
+		if len(p) >= 3 {
+			m.superOpts = strings.Split(p[2], ",")
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// dir is the directory of the cgroup path (as /proc/self/cgroup names
+// it) under m, when m shows it.
+func (m cgroupMount) dir(path string) (string, bool) {
+	rel, ok := strings.CutPrefix(path, m.root)
+	if !ok || m.root != "/" && rel != "" && !strings.HasPrefix(rel, "/") {
+		return "", false
+	}
+	return filepath.Join(m.point, rel), true
 }
 
 // enableControllers turns on the controllers want for dir's children. In

@@ -1,10 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -59,8 +55,7 @@ func newCgroupsV1(root string, lim Limits, cpus float64) (*cgroups, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(root))
-	name := "actloop-" + hex.EncodeToString(sum[:6])
+	name := parentCgroupName(root)
 	c := &cgroups{}
 	for _, ctl := range want {
 		h := cgroupV1{controller: ctl, parent: filepath.Join(dirs[ctl], name)}
@@ -140,25 +135,18 @@ func parseCgroupV1(procSelfCgroup, mountinfo []byte, want []string) (map[string]
 		}
 	}
 	dirs := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options... - fstype source superoptions
-		pre, post, found := strings.Cut(sc.Text(), " - ")
-		f, p := strings.Fields(pre), strings.Fields(post)
-		if !found || len(f) < 5 || len(p) < 3 || p[0] != "cgroup" {
+	for _, m := range cgroupMounts(mountinfo) {
+		if m.fstype != "cgroup" {
 			continue
 		}
-		mroot, mpoint := f[3], f[4]
-		for opt := range strings.SplitSeq(p[2], ",") {
+		for _, opt := range m.superOpts {
 			path, ok := paths[opt]
 			if !ok || !slices.Contains(want, opt) || dirs[opt] != "" {
 				continue
 			}
-			rel, ok := strings.CutPrefix(path, mroot)
-			if !ok || mroot != "/" && rel != "" && !strings.HasPrefix(rel, "/") {
-				continue
+			if dir, ok := m.dir(path); ok {
+				dirs[opt] = dir
 			}
-			dirs[opt] = filepath.Join(mpoint, rel)
 		}
 	}
 	var missing []string

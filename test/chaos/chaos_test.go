@@ -129,7 +129,7 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 	// (ACTLOOP_STREAM_REPLICAS=3), and each service connects to all three.
 	var clientPorts, routePorts []int
 	for range natsNodes {
-		clientPorts, routePorts = append(clientPorts, freePort(t)), append(routePorts, freePort(t))
+		clientPorts, routePorts = append(clientPorts, testkit.FreePort(t)), append(routePorts, testkit.FreePort(t))
 	}
 	var urls []string
 	for i := range natsNodes {
@@ -151,7 +151,7 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 			ready: tcpReady(fmt.Sprintf("127.0.0.1:%d", clientPorts[i]))})
 	}
 	r.natsURL = strings.Join(urls, ",")
-	redisPort := freePort(t)
+	redisPort := testkit.FreePort(t)
 	r.redisAddr = fmt.Sprintf("127.0.0.1:%d", redisPort)
 	r.add(&proc{name: "redis-server", bin: redisBin, args: []string{"--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1",
 		"--dir", dir, "--appendonly", "yes", "--appendfsync", appendfsync, "--save", "", "--protected-mode", "no"},
@@ -169,17 +169,17 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 	for i := range 2 {
 		replica := fmt.Sprintf("r%d", i)
 		replicas = append(replicas, replica)
-		simAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		simAddr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 		r.add(&proc{name: "sim-" + replica, bin: r.bin, args: []string{"sim", "--addr", simAddr, "--time-scale", timeScale,
 			"--seed", strconv.FormatInt(seed+int64(i), 10), "--log-level", "warn"}, ready: httpReady("http://" + simAddr + "/health")})
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 		r.add(&proc{name: "gen-" + replica, bin: r.bin, args: []string{"serve", "gen-worker"}, ready: httpReady("http://" + addr + "/healthz"),
 			env: append(common, "ACTLOOP_REPLICA="+replica, "ACTLOOP_LLM_URL=http://"+simAddr, "ACTLOOP_SLOTS=4",
 				"ACTLOOP_WORKER_ID=gen-"+replica, "ACTLOOP_GEN_WORKER_ADDR="+addr, "ACTLOOP_STEAL=true")})
 	}
 	for i := range 2 {
 		name := fmt.Sprintf("env-%d", i)
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 		r.add(&proc{name: name, bin: r.bin, args: []string{"serve", "env-worker"}, ready: httpReady("http://" + addr + "/healthz"),
 			env: append(common, "ACTLOOP_ENV_WORKER_ID="+name, "ACTLOOP_ENV_SLOTS=8", "ACTLOOP_ENV_WORKER_ADDR="+addr,
 				"ACTLOOP_SANDBOX_ROOT="+filepath.Join(dir, "sandboxes", name), "ACTLOOP_SANDBOX_ALLOW_UNISOLATED=true",
@@ -187,14 +187,14 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 	}
 	for i := range 2 {
 		name := fmt.Sprintf("coordinator-%d", i)
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 		r.coordURLs[name] = "http://" + addr
 		r.add(&proc{name: name, bin: r.bin, args: []string{"serve", "coordinator"}, ready: httpReady("http://" + addr + "/healthz"),
 			env: append(common, "ACTLOOP_REPLICAS="+strings.Join(replicas, ","), "ACTLOOP_SLOTS=4", "ACTLOOP_COORDINATOR_ADDR="+addr,
 				"ACTLOOP_COORDINATOR_ID="+name, "ACTLOOP_LEADER_LEASE="+leaderLease.String(), "ACTLOOP_REPLICA_TIMEOUT=5s",
 				"ACTLOOP_ENV_WORKER_TIMEOUT=6s", "ACTLOOP_REPUBLISH_AFTER=15s", "ACTLOOP_POLICY=lpt")})
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	r.add(&proc{name: "predictor-gw", bin: r.bin, args: []string{"serve", "predictor-gw"}, ready: httpReady("http://" + addr + "/healthz"),
 		env: append(common, "ACTLOOP_PREDICTOR_ADDR="+addr)})
 	t.Cleanup(func() {

@@ -146,17 +146,6 @@ func tcpReady(addr string) func(ctx context.Context) error {
 	}
 }
 
-// freePort returns a loopback port nothing listens on now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // build compiles pkg into dir and returns the binary's path.
 func build(t testing.TB, dir, name, pkg string) string {
 	t.Helper()
