@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/pkg/schema"
@@ -13,44 +14,84 @@ import (
 
 // WatchKV calls f with every entry of bucket, the current ones first
 // (initial true), then each change (puts, deletes, purges), until ctx ends.
-func WatchKV(ctx context.Context, js jetstream.JetStream, bucket string, f func(e jetstream.KeyValueEntry, initial bool)) error {
-	return watchKV(ctx, js, bucket, "", f, nil)
+// A watch that ends under it (nats.go closes an ordered consumer it cannot
+// recreate, as during a NATS node's restart) is opened again from the
+// revision after the last one seen, so no change is missed and none is
+// passed twice.
+func WatchKV(ctx context.Context, js jetstream.JetStream, log *slog.Logger, bucket string, f func(e jetstream.KeyValueEntry, initial bool)) error {
+	return watchKV(ctx, js, log, bucket, "", f, nil)
 }
 
 // watchKV is WatchKV for one key of bucket ("" : all of them); caughtUp,
 // when set, is called once the current entries have been passed to f.
-func watchKV(ctx context.Context, js jetstream.JetStream, bucket, key string, f func(e jetstream.KeyValueEntry, initial bool), caughtUp func()) error {
+func watchKV(ctx context.Context, js jetstream.JetStream, log *slog.Logger, bucket, key string, f func(e jetstream.KeyValueEntry, initial bool), caughtUp func()) error {
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return fmt.Errorf("kv %s: %w", bucket, err)
 	}
-	var w jetstream.KeyWatcher
-	if key == "" {
-		w, err = kv.WatchAll(ctx)
-	} else {
-		w, err = kv.Watch(ctx, key)
+	open := func(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+		if key == "" {
+			return kv.WatchAll(ctx, opts...)
+		}
+		return kv.Watch(ctx, key, opts...)
 	}
+	return follow(ctx, log, bucket, open, f, caughtUp)
+}
+
+// rewatchBackoff bounds the pause between attempts to open a watch again.
+const rewatchBackoff = 2 * time.Second
+
+// follow passes f what the watchers open returns deliver until ctx ends,
+// opening another from the revision after the last one seen whenever one
+// ends. Only the first open's failure is returned; later ones are logged
+// and tried again.
+func follow(ctx context.Context, log *slog.Logger, bucket string, open func(context.Context, ...jetstream.WatchOpt) (jetstream.KeyWatcher, error),
+	f func(e jetstream.KeyValueEntry, initial bool), caughtUp func()) error {
+	w, err := open(ctx)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", bucket, err)
 	}
-	defer func() { _ = w.Stop() }()
-	initial := true
+	initial := true // until the first watch's end-of-initial-values marker
+	var last uint64 // the newest revision passed to f
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
+		for ended := false; !ended; {
+			select {
+			case <-ctx.Done():
+				_ = w.Stop()
+				return nil
+			case e, ok := <-w.Updates():
+				switch {
+				case !ok:
+					ended = true
+				case e == nil: // the end of the current values
+					if initial && caughtUp != nil {
+						caughtUp()
+					}
+					initial = false
+				case e.Revision() > last:
+					last = e.Revision()
+					f(e, initial)
+				}
+			}
+		}
+		log.Warn("watch ended under us: watching again", "bucket", bucket, "from_revision", last+1)
+		for pause := 100 * time.Millisecond; ; pause = min(2*pause, rewatchBackoff) {
+			var opts []jetstream.WatchOpt
+			if last > 0 {
+				opts = append(opts, jetstream.ResumeFromRevision(last+1))
+			}
+			if w, err = open(ctx, opts...); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
 				return nil
 			}
-			if e == nil { // the end of the initial values
-				if initial && caughtUp != nil {
-					caughtUp()
-				}
-				initial = false
-				continue
+			log.Warn("watch not opened again; will try again", "bucket", bucket, "error", err, "retry_in", pause)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(pause):
 			}
-			f(e, initial)
 		}
 	}
 }
@@ -60,7 +101,7 @@ func watchKV(ctx context.Context, js jetstream.JetStream, bucket, key string, f 
 // newest snapshot it has seen. A snapshot that does not decode is logged and
 // skipped; the next one replaces it.
 func WatchBoard(ctx context.Context, js jetstream.JetStream, board *sched.Board, log *slog.Logger) error {
-	return WatchKV(ctx, js, BucketPriority, func(e jetstream.KeyValueEntry, _ bool) {
+	return WatchKV(ctx, js, log, BucketPriority, func(e jetstream.KeyValueEntry, _ bool) {
 		if e.Operation() != jetstream.KeyValuePut {
 			return
 		}
@@ -79,7 +120,7 @@ func WatchBoard(ctx context.Context, js jetstream.JetStream, board *sched.Board,
 // logged and skipped.
 func WatchControl(ctx context.Context, js jetstream.JetStream, log *slog.Logger, f func(schema.Control)) error {
 	seen := false
-	return watchKV(ctx, js, BucketControl, KeyControl, func(e jetstream.KeyValueEntry, _ bool) {
+	return watchKV(ctx, js, log, BucketControl, KeyControl, func(e jetstream.KeyValueEntry, _ bool) {
 		if e.Operation() != jetstream.KeyValuePut {
 			seen = true
 			f(schema.DefaultControl())

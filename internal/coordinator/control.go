@@ -140,7 +140,7 @@ func (c *Coordinator) Control() schema.ControlStatus {
 
 // watchReports follows the gen-workers' pause reports until ctx ends.
 func (c *Coordinator) watchReports(ctx context.Context) error {
-	return bus.WatchKV(ctx, c.d.JS, bus.BucketControl, func(e jetstream.KeyValueEntry, _ bool) {
+	return bus.WatchKV(ctx, c.d.JS, c.d.Log, bus.BucketControl, func(e jetstream.KeyValueEntry, _ bool) {
 		if !strings.HasPrefix(e.Key(), "gen.") {
 			return
 		}

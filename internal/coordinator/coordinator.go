@@ -196,7 +196,7 @@ func (c *Coordinator) runTerm(ctx context.Context) error {
 	g.Go(func() error { return c.admitLoop(ctx) })
 	g.Go(func() error { return c.snapshotLoop(ctx) })
 	g.Go(func() error { return c.sweep(ctx) })
-	g.Go(func() error { return c.members.watch(ctx, c.d.JS, c.d.Now, c.poke) })
+	g.Go(func() error { return c.members.watch(ctx, c.d.JS, c.d.Log, c.d.Now, c.poke) })
 	g.Go(func() error { return c.watchReports(ctx) })
 	g.Go(func() error { return c.serveControlNATS(ctx) })
 	g.Go(func() error { return every(ctx, c.cfg.AdaptInterval, c.adaptLimit) })

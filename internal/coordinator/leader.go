@@ -131,7 +131,10 @@ func (e *Elected) campaign(ctx context.Context, kv jetstream.KeyValue) (uint64, 
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-t.C:
-		case <-handedOver:
+		case _, ok := <-handedOver:
+			if !ok {
+				handedOver = nil // the watch ended under us: the ticker alone paces the campaign
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -33,8 +34,8 @@ func newMembership(replicaTimeout, envTimeout time.Duration, started time.Time) 
 
 // watch follows the heartbeats bucket until ctx ends; changed is called
 // after each gen-worker heartbeat or departure.
-func (m *membership) watch(ctx context.Context, js jetstream.JetStream, now func() time.Time, changed func()) error {
-	return bus.WatchKV(ctx, js, bus.BucketHeartbeats, func(e jetstream.KeyValueEntry, initial bool) {
+func (m *membership) watch(ctx context.Context, js jetstream.JetStream, log *slog.Logger, now func() time.Time, changed func()) error {
+	return bus.WatchKV(ctx, js, log, bus.BucketHeartbeats, func(e jetstream.KeyValueEntry, initial bool) {
 		at := now()
 		if id, ok := strings.CutPrefix(e.Key(), "env."); ok {
 			if initial && at.Sub(e.Created()) > m.envTimeout {

@@ -61,6 +61,9 @@ func (p *pauser) apply(ctx context.Context, c schema.Control) {
 		go p.settle(ctx, c, gens)
 		return
 	}
+	if p.epoch != -1 {
+		p.w.d.Log.Info("resumed", "epoch", c.Epoch, "weight_version", c.WeightVersion)
+	}
 	p.epoch, p.mode = -1, ""
 	if c.WeightVersion != p.version {
 		if vs, ok := p.w.gen.(llm.VersionSetter); ok {

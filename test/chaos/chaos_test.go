@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -210,6 +211,44 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 	return r
 }
 
+// explainMissing logs, for each sample still without a result, its state
+// in Redis and every log line that names it: what a timeout needs to be
+// read from CI's output alone.
+func (r *rig) explainMissing(ctx context.Context, ids map[string]bool, in *injections, results map[string][]schema.Result) {
+	var missing []string
+	for id := range ids {
+		if len(results[id]) == 0 {
+			missing = append(missing, id)
+		}
+	}
+	for id := range in.poison {
+		if len(results[id]) == 0 {
+			missing = append(missing, id)
+		}
+	}
+	slices.Sort(missing)
+	r.t.Logf("no result for %d samples: %v", len(missing), missing)
+	for _, id := range missing[:min(len(missing), 3)] {
+		h, err := r.rdb.HGetAll(ctx, "actloop:traj:{"+id+"}").Result()
+		delete(h, "sample") // long, and known
+		audit, _ := r.rdb.LRange(ctx, "actloop:traj:{"+id+"}:audit", -5, -1).Result()
+		r.t.Logf("%s in Redis: %v (err %v); audit tail %v", id, h, err, audit)
+		for name, p := range r.procs {
+			b, _ := os.ReadFile(p.log)
+			var lines []string
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, `"`+id+`"`) {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > 0 {
+				r.t.Logf("%s log, lines naming %s (last 15 of %d):\n%s", name, id, len(lines),
+					strings.Join(lines[max(0, len(lines)-15):], "\n"))
+			}
+		}
+	}
+}
+
 // tail returns the end of a log file.
 func tail(path string) string {
 	b, _ := os.ReadFile(path)
@@ -275,8 +314,8 @@ func (r *rig) readResults(ctx context.Context, after uint64, into map[string][]s
 			continue
 		}
 		res, err := r.bodies.Decode(ctx, m.Data)
-		if err != nil {
-			return seq, fmt.Errorf("result at %d: %w", seq, err)
+		if err != nil { // the body's store may be between leaders: read it again next time
+			return seq - 1, fmt.Errorf("result at %d: %w", seq, err)
 		}
 		into[res.TrajID] = append(into[res.TrajID], res)
 	}
@@ -318,6 +357,7 @@ type report struct {
 	Moved         int               `json:"moved"`
 	SandboxReplay int               `json:"sandbox_replays"`
 	Readmitted    int               `json:"readmitted"`
+	Rewatched     int               `json:"rewatched"` // KV watches opened again after nats.go ended them
 	Syncs         int               `json:"weight_syncs"`
 	LongTokens    int               `json:"longest_trajectory_tokens"`
 	LongDiff      int               `json:"largest_diff_bytes"`
@@ -403,9 +443,11 @@ func TestChaos(t *testing.T) {
 	injected := &injections{lost: map[string]bool{}, poison: map[string]bool{}}
 	results := map[string][]schema.Result{}
 	var seq uint64
+	var readErr error // the last failure to read the results, for a timeout's report
 	done := func() bool {
-		if n, err := r.readResults(ctx, seq, results); err == nil {
-			seq = n
+		var err error
+		if seq, err = r.readResults(ctx, seq, results); err != nil {
+			readErr = err
 		}
 		n := 0
 		for id := range ids {
@@ -437,7 +479,11 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("%s: %v", kind, err)
 		}
 	}
-	testkit.Eventually(t, p.deadline-time.Since(start), "every sample to have a result", done)
+	if !testkit.Poll(ctx, p.deadline-time.Since(start), done) {
+		r.explainMissing(ctx, ids, injected, results)
+		t.Logf("the last failure to read the results stream: %v", readErr)
+		t.Fatalf("timed out after %v waiting for every sample to have a result", p.deadline)
+	}
 	rep.WallS = time.Since(start).Seconds()
 
 	// The invariants.
@@ -548,6 +594,7 @@ func (r *rig) countLogs(rep *report) {
 		rep.Moved += strings.Count(s, `"msg":"env-worker gone: moving its trajectory"`)
 		rep.SandboxReplay += strings.Count(s, `"msg":"sandbox lost: rebuilt by replaying its commands"`)
 		rep.Readmitted += strings.Count(s, `"msg":"trajectory state lost: admitted again from its sample"`)
+		rep.Rewatched += strings.Count(s, `"msg":"watch ended under us: watching again"`)
 	}
 }
 
