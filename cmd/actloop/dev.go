@@ -391,7 +391,7 @@ func writeDevEnv(dir string, env []string) (string, error) {
 }
 
 // devTrainer connects to the stack as the CLI does (connect): the trainer's
-// NATS user, the streams declared.
+// NATS user, the missing streams created.
 func devTrainer(ctx context.Context, common service.Common) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := common.ConnectNATS("dev-trainer")
 	if err != nil {
@@ -399,7 +399,7 @@ func devTrainer(ctx context.Context, common service.Common) (*nats.Conn, jetstre
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {
-		err = common.Topology().EnsureStreams(ctx, js)
+		err = common.Topology().CreateStreams(ctx, js)
 	}
 	if err != nil {
 		nc.Close()

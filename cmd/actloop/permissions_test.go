@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
@@ -871,6 +872,105 @@ func TestTrainerRefusedServiceConsumers(t *testing.T) {
 		}
 		if err := h.msg.DoubleAck(ctx); err != nil {
 			t.Errorf("%s: its service's ack: %v", name, err)
+		}
+	}
+}
+
+// A trainer (the CLI, the gateway) creates the streams that are missing and
+// never changes one: on an empty server its CreateStreams makes every
+// stream; after a service declared them, a trainer running other settings
+// leaves them as they are, and its user is refused a stream update.
+func TestTrainerCannotChangeStreams(t *testing.T) {
+	perms := documentedPermissions(t)
+	const password = "streams-test-pass"
+	srv := servicetest.StartNATS(t, server.Options{Users: []*server.User{
+		natsUser("service", password, nil, perms["every service"]),
+		natsUser("trainer", password, nil, perms["CLI (trainer)"]),
+		natsUser("gateway", password, nil, perms["gateway"]),
+		{Username: "dev-trainer", Password: password,
+			Permissions: devstack.ServerPermissions(service.NATSPermissionsOf(service.NATSTrainer, ""))},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func(user string) (*nats.Conn, jetstream.JetStream, *refusals) {
+		t.Helper()
+		r := &refusals{}
+		nc, err := nats.Connect("nats://"+servicetest.Addr(srv), nats.UserInfo(user, password), nats.ErrorHandler(r.handler))
+		if err != nil {
+			t.Fatalf("%s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js, r
+	}
+	common := service.CommonDefaults()
+	services := common.Topology()
+	services.Memory = true
+	trainer := services
+	trainer.ResultsAge, trainer.DLQAge = time.Hour, 2*time.Hour // not the services'
+
+	// The first trainer on an empty server creates every stream.
+	_, js, r := connect("trainer")
+	if err := trainer.CreateStreams(ctx, js); err != nil {
+		t.Fatalf("trainer on an empty server: %v", err)
+	}
+	for _, name := range []string{schema.StreamSamples, schema.StreamResults, schema.StreamDLQ, bus.StreamGen, bus.StreamEnv, bus.StreamEvents} {
+		if _, err := js.Stream(ctx, name); err != nil {
+			t.Errorf("trainer: stream %s not created: %v", name, err)
+		}
+	}
+	if v := r.get(); len(v) > 0 {
+		t.Fatalf("trainer refused: %q", v)
+	}
+
+	// A service declares them with its settings: it updates them.
+	_, sjs, sr := connect("service")
+	if err := services.EnsureStreams(ctx, sjs); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	results := func() jetstream.StreamConfig {
+		t.Helper()
+		s, err := sjs.Stream(ctx, schema.StreamResults)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config
+	}
+	if got := results().MaxAge; got != services.ResultsAge {
+		t.Fatalf("after the service's declaration: %s MaxAge %v, want the service's %v", schema.StreamResults, got, services.ResultsAge)
+	}
+	if v := sr.get(); len(v) > 0 {
+		t.Fatalf("service refused: %q", v)
+	}
+
+	for _, user := range []string{"trainer", "gateway", "dev-trainer"} {
+		nc, js, r := connect(user)
+		if err := trainer.CreateStreams(ctx, js); err != nil {
+			t.Errorf("%s: %v", user, err)
+		}
+		if got := results().MaxAge; got != services.ResultsAge {
+			t.Errorf("%s changed %s's MaxAge to %v", user, schema.StreamResults, got)
+		}
+		if v := r.get(); len(v) > 0 {
+			t.Errorf("%s refused while creating the streams: %q", user, v)
+		}
+		// What nats.go's UpdateStream sends: refused.
+		cfg := results()
+		cfg.MaxAge = time.Minute
+		b, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subject := "$JS.API.STREAM.UPDATE." + schema.StreamResults
+		if err := nc.PublishRequest(subject, nats.NewInbox(), b); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 10*time.Second, user+" refused a stream update", func() bool { return r.refused(subject) })
+		if got := results().MaxAge; got != services.ResultsAge {
+			t.Errorf("%s's update went through: MaxAge %v", user, got)
 		}
 	}
 }

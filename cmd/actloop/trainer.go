@@ -41,8 +41,9 @@ func loadTrainerConfig() (trainerConfig, error) {
 }
 
 // connect connects to NATS as the services do: ACTLOOP_NATS_URL with the
-// ACTLOOP_NATS_ credentials and TLS settings (service.Common), declares the
-// streams, and returns a trainer's client over the connection.
+// ACTLOOP_NATS_ credentials and TLS settings (service.Common), creates the
+// streams that do not exist yet (bus.Topology.CreateStreams), and returns a
+// trainer's client over the connection.
 func connect(ctx context.Context) (*nats.Conn, *client.Client, error) {
 	common := service.CommonDefaults()
 	if err := envconfig.Process("ACTLOOP", &common); err != nil {
@@ -57,7 +58,7 @@ func connect(ctx context.Context) (*nats.Conn, *client.Client, error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	if err := common.Topology().EnsureStreams(ctx, js); err != nil {
+	if err := common.Topology().CreateStreams(ctx, js); err != nil {
 		nc.Close()
 		return nil, nil, err
 	}

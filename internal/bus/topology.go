@@ -111,6 +111,27 @@ func (t Topology) EnsureStreams(ctx context.Context, js jetstream.JetStream) err
 	return nil
 }
 
+// CreateStreams creates every stream that does not exist and leaves those
+// that do as they are, whatever their settings: what a trainer's client
+// (the CLI, the gateway) does, so that it may start before the services
+// without ever changing the streams they declared (its settings may differ
+// from theirs, and its NATS user may not update a stream).
+func (t Topology) CreateStreams(ctx context.Context, js jetstream.JetStream) error {
+	for _, cfg := range t.streams() {
+		_, err := js.Stream(ctx, cfg.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(ctx, cfg)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				err = nil // another client created it meanwhile
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}
+
 // sameStream reports whether have holds every setting of want (the server
 // fills in the rest).
 func sameStream(have, want jetstream.StreamConfig) bool {

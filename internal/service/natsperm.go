@@ -109,13 +109,14 @@ var NATSTable = map[string]NATSPermissions{
 	NATSGateway: trainerPermissions,
 }
 
-// trainerPermissions are the trainer's: declaring the streams it uses,
-// submitting samples, its consumers of results and groups and their
-// bodies, acknowledging, and the control calls. The CLI and the gateway
+// trainerPermissions are the trainer's: creating the streams it uses (not
+// updating them: their settings are the services'), submitting samples, its
+// consumers of results and groups and their bodies, acknowledging, and the
+// control calls. The CLI and the gateway
 // have them, without NATSEveryService's.
 var trainerPermissions = NATSPermissions{
 	Publish: slices.Concat(
-		declare("ACTLOOP_SAMPLES", "ACTLOOP_EVENTS", "ACTLOOP_GEN", "ACTLOOP_ENV", "ACTLOOP_RESULTS", "ACTLOOP_DLQ"),
+		create("ACTLOOP_SAMPLES", "ACTLOOP_EVENTS", "ACTLOOP_GEN", "ACTLOOP_ENV", "ACTLOOP_RESULTS", "ACTLOOP_DLQ"),
 		[]string{
 			// Its consumers of results and groups, by names of its choosing.
 			"$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>",
@@ -167,6 +168,16 @@ func declare(streams ...string) []string {
 	var out []string
 	for _, s := range streams {
 		out = append(out, "$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s)
+	}
+	return out
+}
+
+// create is what creating the streams that do not exist takes
+// (bus.Topology.CreateStreams): a trainer's, which never changes a stream.
+func create(streams ...string) []string {
+	var out []string
+	for _, s := range streams {
+		out = append(out, "$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.CREATE."+s)
 	}
 	return out
 }

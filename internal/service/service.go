@@ -259,8 +259,8 @@ func declareRetrying(ctx context.Context, log *slog.Logger, what string, declare
 }
 
 // ConnectNATSOnly connects a client of NATS alone (the gateway: no Redis)
-// with c's credentials and TLS settings, declares the streams a trainer
-// uses, and returns its dependencies (no Redis, Store or Results).
+// with c's credentials and TLS settings, creates the streams a trainer uses
+// that do not exist yet (never changing one), and returns its dependencies (no Redis, Store or Results).
 func ConnectNATSOnly(ctx context.Context, c Common, name string, log *slog.Logger) (*Deps, error) {
 	nc, err := c.ConnectNATS(name, nats.MaxReconnects(-1))
 	if err != nil {
@@ -272,7 +272,7 @@ func ConnectNATSOnly(ctx context.Context, c Common, name string, log *slog.Logge
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	topo := c.Topology()
-	if err := declareRetrying(ctx, log, "declare the streams", func(ctx context.Context) error { return topo.EnsureStreams(ctx, js) }); err != nil {
+	if err := declareRetrying(ctx, log, "create the streams", func(ctx context.Context) error { return topo.CreateStreams(ctx, js) }); err != nil {
 		nc.Close()
 		return nil, err
 	}
