@@ -559,7 +559,10 @@ func TestFailingServerMovesTrajectories(t *testing.T) {
 // is never timed out here).
 func TestIdleReplicaStealsWaitingSteps(t *testing.T) {
 	e := newEnv(t, 2)
-	// Every step is low priority: only .lo steps may be stolen.
+	// Every step is low priority: only .lo steps may be stolen. The
+	// coordinator publishes no snapshot of its own within the test (its
+	// first would replace these in the bucket, and a process that starts
+	// watching after it would class the steps by it).
 	kv, err := e.js.KeyValue(e.ctx, bus.BucketPriority)
 	if err != nil {
 		t.Fatal(err)
@@ -575,6 +578,7 @@ func TestIdleReplicaStealsWaitingSteps(t *testing.T) {
 	}
 	cfg := e.stack.CoordinatorConfig()
 	cfg.ReplicaTimeout = time.Hour
+	cfg.SnapshotInterval = time.Hour
 	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
