@@ -416,6 +416,23 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		}
 	}
 
+	// The coordinator's notice to the gen-workers of trajectories an abort
+	// ended while running (actloop.cancel): the gen-workers get it (a
+	// malformed one, which they dead-letter; a refused dead letter would be
+	// a violation).
+	coordUser := as(common, "coordinator", "")
+	cnc, err := coordUser.ConnectNATS("cancel-check")
+	if err != nil {
+		fatalf("coordinator's user: %v", err)
+	}
+	defer cnc.Close()
+	if err := cnc.Publish(bus.SubjectCancel, []byte(`{"v":1,"traj_ids":[]}`)); err != nil {
+		fatalf("publish %s: %v", bus.SubjectCancel, err)
+	}
+	testkit.Eventually(t, time.Minute, "both gen-workers to dead-letter the malformed cancel", func() bool {
+		return strings.Count(logs.String(), `"msg":"malformed cancel dead-lettered"`) == len(replicas)
+	})
+
 	// Recovery under the same permissions. The leader stops and the
 	// standby takes over (leader takeover). Gen-worker r1 dies (its
 	// connection drops, its heartbeats stop) while a batch comes in: r0

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -66,13 +67,25 @@ func (p *Publisher) MaxPayload() int64 { return p.js.Conn().MaxPayload() }
 // max_payload: an original too large for it (base64 in JSON grows by a
 // third) is cut, and the envelope keeps its size and SHA-256.
 func (p *Publisher) DeadLetter(ctx context.Context, consumer string, m jetstream.Msg, reason string) error {
-	data := m.Data()
+	return p.deadLetter(ctx, consumer, m.Subject(), m.Headers(), m.Data(), reason, "")
+}
+
+// DeadLetterCore is DeadLetter for a message of core NATS that every
+// subscriber gets (actloop.cancel): its dead letter's message id is the
+// message's SHA-256, so the subscribers' copies make one dead letter
+// within the stream's duplicate window.
+func (p *Publisher) DeadLetterCore(ctx context.Context, consumer string, m *nats.Msg, reason string) error {
+	sum := sha256.Sum256(m.Data)
+	return p.deadLetter(ctx, consumer, m.Subject, m.Header, m.Data, reason, "dlq:"+m.Subject+":"+hex.EncodeToString(sum[:]))
+}
+
+func (p *Publisher) deadLetter(ctx context.Context, consumer, subject string, headers nats.Header, data []byte, reason, msgID string) error {
 	sum := sha256.Sum256(data)
 	if len(reason) > maxReason {
 		reason = reason[:maxReason] + "…"
 	}
-	e := schema.DLQEntry{V: schema.Version, Subject: m.Subject(), Consumer: consumer, Reason: reason,
-		Size: len(data), SHA256: hex.EncodeToString(sum[:]), Headers: m.Headers(), At: time.Now().UTC()}
+	e := schema.DLQEntry{V: schema.Version, Subject: subject, Consumer: consumer, Reason: reason,
+		Size: len(data), SHA256: hex.EncodeToString(sum[:]), Headers: headers, At: time.Now().UTC()}
 	head, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("dead letter: %w", err)
@@ -83,7 +96,7 @@ func (p *Publisher) DeadLetter(ctx context.Context, consumer string, m jetstream
 	if e.Data = data; len(data) > room {
 		e.Data, e.Truncated = data[:room], true
 	}
-	if err := p.Publish(ctx, schema.SubjectDLQ, "", e); err != nil {
+	if err := p.Publish(ctx, schema.SubjectDLQ, msgID, e); err != nil {
 		return err
 	}
 	p.deadLettered.Add(1)

@@ -19,6 +19,9 @@ const (
 	SubjectPredictions = "actloop.predictions"
 	SubjectEnvStart    = "actloop.env.start"
 	SubjectPredict     = "actloop.predict"
+	// SubjectCancel carries schema.Cancel from the coordinator to every
+	// gen-worker (core NATS: no stream, no queue group).
+	SubjectCancel = "actloop.cancel"
 
 	StreamEvents = "ACTLOOP_EVENTS"
 	StreamGen    = "ACTLOOP_GEN"

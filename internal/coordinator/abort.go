@@ -2,10 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -43,17 +45,23 @@ func (c *Coordinator) Abort(ctx context.Context, req schema.AbortRequest) (schem
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	reply := schema.AbortReply{Aborted: []string{}}
+	var running []string // ended while running: a generation of theirs may be on a server
 	for _, id := range ids {
+		_, active := c.active.entry(id)
 		ended, err := c.abortOne(ctx, id, reason)
 		switch {
 		case err != nil:
 			reply.Failed = append(reply.Failed, schema.AbortFailed{ID: id, Error: err.Error()})
 		case ended:
 			reply.Aborted = append(reply.Aborted, id)
+			if active {
+				running = append(running, id)
+			}
 		default:
 			reply.NotFound = append(reply.NotFound, id)
 		}
 	}
+	c.cancelGenerations(running)
 	if len(reply.Aborted) > 0 {
 		c.d.Log.Info("trajectories aborted by the trainer", "aborted", len(reply.Aborted), "reason", req.Reason)
 	}
@@ -62,6 +70,23 @@ func (c *Coordinator) Abort(ctx context.Context, req schema.AbortRequest) (schem
 		return reply, fmt.Errorf("abort %s: %s", reply.Failed[0].ID, reply.Failed[0].Error)
 	}
 	return reply, nil
+}
+
+// cancelGenerations tells the gen-workers that trajectories ids have
+// ended, so that each aborts a generation it runs for one of them
+// (schema.Cancel on bus.SubjectCancel, MaxCancelIDs at a time). At most
+// once: a generation the message misses runs to its end, and its output is
+// not committed.
+func (c *Coordinator) cancelGenerations(ids []string) {
+	for chunk := range slices.Chunk(ids, schema.MaxCancelIDs) {
+		b, err := json.Marshal(schema.Cancel{V: schema.Version, TrajIDs: chunk})
+		if err == nil {
+			err = c.d.NC.Publish(bus.SubjectCancel, b)
+		}
+		if err != nil {
+			c.d.Log.Warn("cancel generations: their servers finish them", "trajectories", len(chunk), "error", err)
+		}
+	}
 }
 
 // abortOne ends id if it is running or waiting, and reports whether it did.

@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/actloop/actloop/internal/bus"
+	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/envworker"
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
@@ -130,5 +133,51 @@ func TestEndStatusesAndRewardPolicy(t *testing.T) {
 			resultsHandled(e)
 			checkGroups(e, map[string][]string{"g": {"steps", "format", "setup", "invalid"}})
 		})
+	}
+}
+
+// A trajectory aborted while its generation runs has that generation
+// aborted on its server too (actloop.cancel): the server's request ends
+// aborted long before its turn would have, the gen-worker counts it, drops
+// its output, and the result is the abort's.
+func TestAbortCancelsTheRunningGeneration(t *testing.T) {
+	e := newEnvWith(t, 1, func(o *devstack.Options) { o.Sim = sim.Config{TimeScale: 1} })
+	coord := startOneOfEach(t, e, e.stack.CoordinatorConfig(), nil)
+	// A turn of 4,096 tokens, in real time on the simulator: minutes.
+	long := simSample("cancel-0", strings.Repeat("word ", 5000))
+	e.submit(long)
+	srv := e.stack.Sims["r0"]
+	testkit.Eventually(t, wait, "the long generation to have output", func() bool {
+		rs := srv.Requests()
+		return len(rs) == 1 && rs[0].Generated >= 3
+	})
+	if n := srv.Stats().Aborted; n != 0 {
+		t.Fatalf("%d requests aborted before the trainer's abort", n)
+	}
+	reply, err := coord.Abort(e.ctx, schema.AbortRequest{TrajIDs: []string{long.ID}})
+	if err != nil || !slices.Equal(reply.Aborted, []string{long.ID}) {
+		t.Fatalf("abort: %+v %v", reply, err)
+	}
+	testkit.Eventually(t, wait, "the server's request to end", func() bool { return len(srv.Requests()) == 0 })
+	if n := srv.Stats().Aborted; n != 1 {
+		t.Errorf("the server aborted %d requests, want the cancelled one", n)
+	}
+	r := e.results(1)[long.ID]
+	if r.Status != schema.StatusAborted || slices.Contains(r.LossMask, 1) {
+		t.Errorf("result %s %q, trainable tokens %v", r.Status, r.Reason, slices.Contains(r.LossMask, 1))
+	}
+	gw := e.stack.GenWorker("r0")
+	testkit.Eventually(t, wait, "the generation's step to be dropped", func() bool { return gw.Stats().Running == 0 })
+	if st := gw.Stats(); st.Cancelled != 1 || st.WastedTokens != 0 {
+		t.Errorf("gen-worker stats %+v: want one generation cancelled, none wasted", st)
+	}
+
+	// A malformed notice is dead-lettered, naming the field.
+	if err := e.js.Conn().Publish(bus.SubjectCancel, []byte(`{"v":1,"traj_ids":[".."]}`)); err != nil {
+		t.Fatal(err)
+	}
+	dl := readStream[schema.DLQEntry](e, schema.StreamDLQ, schema.SubjectDLQ, 1, func(d schema.DLQEntry) string { return d.Subject })
+	if d := dl[bus.SubjectCancel]; d.Consumer != "gen-worker" || !strings.Contains(d.Reason, "traj_ids") {
+		t.Errorf("dead letter of a malformed cancel: %+v", d)
 	}
 }

@@ -248,6 +248,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return w.loadLoop(ctx) })
 	g.Go(func() error { return w.health.run(ctx) })
 	g.Go(func() error { return w.watchControl(ctx) })
+	g.Go(func() error { return w.watchCancels(ctx) })
 	for range 4 {
 		g.Go(func() error { return w.predictLoop(ctx) })
 	}
@@ -399,7 +400,7 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		if t.Calls < len(s.Script) {
 			req.Reply = s.Script[t.Calls]
 		}
-		g.rid, g.notBefore = rid, t.PreemptedAt.Add(w.cfg.PreemptCooldown)
+		g.rid, g.trajID, g.notBefore = rid, t.ID, t.PreemptedAt.Add(w.cfg.PreemptCooldown)
 		g.need = int64(len(t.Tokens) + sched.OutputReserve(maxNew))
 		if err := w.tracker.start(ctx, g); err != nil {
 			return nil, err // shutting down while paused
@@ -443,6 +444,10 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 			return nil, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
 		case err != nil:
 			return nil, bus.Fatal(fmt.Errorf("generate on %s: %w", w.cfg.Replica, err))
+		case res.Finish.Type == llm.FinishAbort && g.cancelled.Load():
+			w.m.aborts.WithLabelValues(abortCancel).Inc()
+			w.tracker.cancelled.Add(1)
+			return nil, traj.ErrSkip // it ended meanwhile: nothing to commit
 		case res.Finish.Type == llm.FinishAbort && (g.preempted.Load() || g.paused.Load()):
 			cause := abortPause
 			if g.preempted.Load() {

@@ -11,6 +11,7 @@ const (
 	abortPreempt = "preempt"
 	abortPause   = "pause"
 	abortServer  = "server"
+	abortCancel  = "cancel"
 )
 
 // genMetrics are the histograms and counters the worker updates; the rest
@@ -26,7 +27,7 @@ func newGenMetrics(replica string) *genMetrics {
 		step:      metrics.NewHistogram("actloop_gen_step_seconds", l),
 		queueWait: metrics.NewHistogram("actloop_gen_queue_wait_seconds", l, metrics.DispatchBuckets...),
 		pause:     metrics.NewHistogram("actloop_pause_seconds", l),
-		aborts:    metrics.NewCounterVec("actloop_aborts_total", l, "cause", abortPreempt, abortPause, abortServer),
+		aborts:    metrics.NewCounterVec("actloop_aborts_total", l, "cause", abortPreempt, abortPause, abortServer, abortCancel),
 	}
 }
 

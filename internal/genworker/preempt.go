@@ -16,12 +16,14 @@ type generation struct {
 	// rid is its trajectory's request id, which names this generation on
 	// the server: a trajectory has one generation at a time.
 	rid       string
+	trajID    string
 	low       bool
 	notBefore time.Time     // not preempted before this (thrash guard)
 	elem      *list.Element // in tracker.low while preemptible
 	version   int64         // the weight version it runs under (set by start)
 	preempted atomic.Bool   // aborted for a high-priority step
 	paused    atomic.Bool   // aborted for a pause
+	cancelled atomic.Bool   // aborted because its trajectory ended (schema.Cancel)
 	kept      atomic.Int64  // tokens a pause abort left to keep; -1 when not aborted by a pause
 	returned  chan struct{} // closed when the call returned
 	queuedAt  time.Time     // when its gen step was published (zero: unknown)
@@ -55,6 +57,7 @@ type tracker struct {
 	tokenS  float64       // seconds per output token (sched.NextTokenS)
 
 	preemptions   atomic.Int64
+	cancelled     atomic.Int64
 	resumedTokens atomic.Int64
 	wastedTokens  atomic.Int64
 	inFlight      atomic.Int64
@@ -150,6 +153,29 @@ func (k *tracker) pause(abort bool) []*generation {
 	return gens
 }
 
+// cancel marks the running generations of trajectories ids as cancelled,
+// no longer preemptible, and returns them.
+func (k *tracker) cancel(ids []string) []*generation {
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var gens []*generation
+	for g := range k.running {
+		if set[g.trajID] {
+			g.cancelled.Store(true)
+			if g.elem != nil {
+				k.low.Remove(g.elem)
+				g.elem = nil
+			}
+			gens = append(gens, g)
+		}
+	}
+	return gens
+}
+
 // resume opens the gate; generations started from now on run under
 // version.
 func (k *tracker) resume(version int64) {
@@ -235,6 +261,9 @@ type Stats struct {
 	// Restarts counts trajectories started again because they went stale
 	// (ACTLOOP_STALE_POLICY=restart).
 	Restarts int64 `json:"restarts"`
+	// Cancelled counts generations aborted on the server because the
+	// trainer aborted their trajectory (actloop.cancel).
+	Cancelled int64 `json:"cancelled"`
 	// DispatchP50MS and DispatchP99MS are over the last 8,192 generations:
 	// from the gen step's publish to the generation's start (queueing,
 	// the pull, loading the trajectory, a pause).
@@ -243,7 +272,7 @@ type Stats struct {
 }
 
 func (k *tracker) stats() Stats {
-	return Stats{Running: k.inFlight.Load(), Preemptions: k.preemptions.Load(),
+	return Stats{Running: k.inFlight.Load(), Preemptions: k.preemptions.Load(), Cancelled: k.cancelled.Load(),
 		ResumedTokens: k.resumedTokens.Load(), WastedTokens: k.wastedTokens.Load(),
 		GeneratedTokens: k.generated.Load(), ReprefilledTokens: k.reprefilled.Load()}
 }

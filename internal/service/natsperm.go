@@ -66,7 +66,7 @@ var NATSTable = map[string]NATSPermissions{
 			kvRead("actloop_priority", ">"), kvRead("actloop_admitted", ">"),
 			objectWrite,
 			[]string{"actloop.env.>", "actloop.gen.>", "actloop.results.>", "actloop.groups.>", "actloop.predict", "actloop.events",
-				"$KV.actloop_priority.>", "$KV.actloop_control.state", "$KV.actloop_leader.coordinator", "$KV.actloop_admitted.>"}),
+				"actloop.cancel", "$KV.actloop_priority.>", "$KV.actloop_control.state", "$KV.actloop_leader.coordinator", "$KV.actloop_admitted.>"}),
 		Subscribe: []string{"actloop.control.*"},
 		Responses: true,
 	},
@@ -86,7 +86,7 @@ var NATSTable = map[string]NATSPermissions{
 				// whose name (gen-<replica>-lo) no wildcard token matches
 				// alone: acknowledgements on the whole stream.
 				"$JS.ACK.ACTLOOP_GEN.>", "$KV.actloop_heartbeats.gen.<replica>.>", "$KV.actloop_control.gen.<replica>.>"}),
-		Subscribe: []string{"actloop.gen.<replica>.*"},
+		Subscribe: []string{"actloop.gen.<replica>.*", "actloop.cancel"},
 	},
 	NATSEnvWorker: {
 		Publish: slices.Concat(

@@ -335,6 +335,7 @@ func FuzzDecodeWorkMessages(f *testing.F) {
 	f.Add([]byte(`{"v":1,"traj_id":"t1","turn_seq":2,"remaining_tokens":300,"source":"history"}`))
 	f.Add([]byte(`{"v":1,"worker":"w","replica":"r0","slots":4,"running":2}`))
 	f.Add([]byte(`{"v":1,"subject":"actloop.samples","consumer":"c","reason":"bad","data":"e30="}`))
+	f.Add([]byte(`{"v":1,"traj_ids":["t1","t.2"]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g, err := Decode[GenStep](b)
 		check(t, err, &g)
@@ -354,5 +355,37 @@ func FuzzDecodeWorkMessages(f *testing.F) {
 		check(t, err, &h)
 		d, err := Decode[DLQEntry](b)
 		check(t, err, &d)
+		c, err := Decode[Cancel](b)
+		check(t, err, &c)
 	})
+}
+
+// A Cancel names at least one trajectory, at most MaxCancelIDs, each a
+// valid id; a bad one is refused naming traj_ids.
+func TestCancelValidate(t *testing.T) {
+	ids := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprint("t", i)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		ids  []string
+		want string // "" : valid
+	}{
+		{ids(1), ""},
+		{ids(MaxCancelIDs), ""},
+		{nil, "traj_ids: names no trajectory"},
+		{ids(MaxCancelIDs + 1), "exceed the limit"},
+		{[]string{"ok", ".."}, "traj_ids: id 1"},
+	} {
+		err := (&Cancel{V: Version, TrajIDs: tc.ids}).Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%d ids: %v", len(tc.ids), err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%d ids: got %v, want an error with %q", len(tc.ids), err, tc.want)
+		}
+	}
 }

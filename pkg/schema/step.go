@@ -539,6 +539,21 @@ type AbortReply struct {
 	Failed   []AbortFailed `json:"failed,omitempty"`
 }
 
+// Cancel tells the gen-workers, on actloop.cancel (core NATS, no stream: at
+// most once), that these trajectories have ended (aborted by the trainer):
+// each aborts on its inference server a generation it runs for one of
+// them, so the server's slot is freed at once instead of at the end of the
+// turn. One missed costs only that generation's rest: its output is never
+// committed.
+type Cancel struct {
+	V       int      `json:"v"`
+	TrajIDs []string `json:"traj_ids"`
+}
+
+// MaxCancelIDs bounds the ids of one Cancel, as MaxAbortIDs an abort's:
+// an abort of more (groups) sends several.
+const MaxCancelIDs = MaxAbortIDs
+
 // AbortFailed is an id an abort could not end (Redis or NATS failing): try
 // again.
 type AbortFailed struct {
@@ -778,6 +793,24 @@ func (d *DLQEntry) Validate() error {
 	}
 	if d.Reason == "" {
 		p.add("reason", "missing")
+	}
+	return p.err()
+}
+
+// Validate implements validator.
+func (c *Cancel) Validate() error {
+	var p problems
+	switch n := len(c.TrajIDs); {
+	case n == 0:
+		p.add("traj_ids", "names no trajectory")
+	case n > MaxCancelIDs:
+		p.add("traj_ids", "%d ids exceed the limit of %d", n, MaxCancelIDs)
+	}
+	for i, id := range c.TrajIDs {
+		if !ValidID(id) {
+			p.add("traj_ids", "id %d: %s", i, idProblem(id))
+			break
+		}
 	}
 	return p.err()
 }
