@@ -383,11 +383,19 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 	}
 	partial := t.Tokens[len(t.Tokens)-t.TurnGen:]
 	rid := t.RID
-	if rid == "" { // its first generation; the commit keeps the rid for the rest
-		rid = llm.NewRIDWithPrefix(w.ridPrefix) // a pause aborts all of this worker's at once
-	}
 	var res llm.Result
 	if maxNew := agent.MaxNewTokens(s.Sampling.MaxNewTokens-t.TurnGen, lim, use); maxNew > 0 {
+		if rid == "" { // its first generation: recorded before it is sent, kept for the rest
+			var err error
+			// This worker's prefix: a pause aborts all of its requests at once.
+			rid, err = w.d.Store.ClaimRID(ctx, t.ID, t.Seq, llm.NewRIDWithPrefix(w.ridPrefix))
+			if errors.Is(err, traj.ErrStale) || errors.Is(err, traj.ErrNotFound) {
+				return nil, traj.ErrSkip // another delivery ran the step, or the trajectory is gone
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
 		req := llm.Request{
 			RID:      rid,
 			InputIDs: t.Tokens,

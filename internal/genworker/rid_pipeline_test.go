@@ -89,8 +89,9 @@ func ridSample(id string, turns int) schema.Sample {
 }
 
 // Every generation of a trajectory, across its turns, a preemption and a
-// pause, reaches the server under one request id, the one its state keeps;
-// distinct trajectories have distinct ids.
+// pause, reaches the server under one request id, the one its state keeps
+// (from before its first generation is sent); distinct trajectories have
+// distinct ids.
 func TestOneRequestIDPerTrajectory(t *testing.T) {
 	const wait = 2 * time.Minute
 	common := service.CommonDefaults()
@@ -155,6 +156,13 @@ func TestOneRequestIDPerTrajectory(t *testing.T) {
 
 	submit(ridSample("lo", 3))
 	testkit.Eventually(t, wait, "lo generating", func() bool { return rec.decoding(5) })
+	// Its first generation's rid is in its state while the generation
+	// runs: a retry after this worker died would abort it by name.
+	if tr, err := d.Store.Load(ctx, "lo", 0); err != nil {
+		t.Fatal(err)
+	} else if reqs := rec.requests(); len(reqs) != 1 || tr.RID != reqs[0].RID {
+		t.Fatalf("during lo's first generation: state's rid %q, requests %+v", tr.RID, reqs)
+	}
 	submit(ridSample("hi", 2))
 	testkit.Eventually(t, wait, "a preemption", func() bool { return stack.GenWorker("r0").Stats().Preemptions >= 1 })
 	testkit.Eventually(t, wait, "a generation after the preemption", func() bool { return rec.decoding(3) })

@@ -595,6 +595,36 @@ redis.call('HSET', KEYS[1], 'lease', ARGV[2])
 return 1
 `)
 
+// ClaimRID records rid as the request id of trajectory id, at step seq,
+// before its first generation is sent, and returns the request id in
+// force: rid, or the one another delivery of the step recorded first. So a
+// worker that dies during that generation leaves a request its retry knows
+// by name (and aborts when the server refuses the rid as a duplicate),
+// instead of one under an id no one has. ErrStale: the trajectory moved
+// past seq; ErrNotFound: it is gone.
+func (s *Store) ClaimRID(ctx context.Context, id string, seq int64, rid string) (string, error) {
+	v, err := claimRIDScript.Run(ctx, s.rdb, []string{keysOf(id).hash}, seq, rid).Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", fmt.Errorf("claim rid of %s: %w", id, ErrNotFound)
+	case err != nil:
+		return "", fmt.Errorf("claim rid of %s: %w", id, err)
+	case v == "":
+		return "", fmt.Errorf("claim rid of %s step %d: %w", id, seq, ErrStale)
+	}
+	return v, nil
+}
+
+var claimRIDScript = redis.NewScript(`
+local seq = redis.call('HGET', KEYS[1], 'seq')
+if not seq then return false end
+if seq ~= ARGV[1] then return '' end
+local cur = redis.call('HGET', KEYS[1], 'rid')
+if cur and cur ~= '' then return cur end
+redis.call('HSET', KEYS[1], 'rid', ARGV[2])
+return ARGV[2]
+`)
+
 // leaseUntil reads a lease field for the trajectory at seq.
 func leaseUntil(v string, seq int64) time.Time {
 	s, ms, ok := strings.Cut(v, ":")

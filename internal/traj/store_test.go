@@ -334,3 +334,48 @@ func TestAuditLog(t *testing.T) {
 		}
 	})
 }
+
+// ClaimRID records a first generation's request id at its step: the first
+// claim wins and later ones get it; a claim for a step past, or of a
+// trajectory that is gone, is refused; a restart clears the rid, and the
+// next run claims its own.
+func TestClaimRID(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, s *traj.Store) {
+		ctx := context.Background()
+		create(t, s, "c")
+		mem := load(t, s, "c", traj.WithAll)
+		if err := s.Commit(ctx, mem, traj.Started{Prompt: []int32{1}}); err != nil {
+			t.Fatal(err)
+		}
+		seq := mem.Seq
+		if got, err := s.ClaimRID(ctx, "c", seq, "first"); err != nil || got != "first" {
+			t.Fatalf("first claim: %q %v", got, err)
+		}
+		if got, err := s.ClaimRID(ctx, "c", seq, "second"); err != nil || got != "first" {
+			t.Fatalf("second claim: %q %v, want the first's rid", got, err)
+		}
+		if got := load(t, s, "c", 0); got.RID != "first" {
+			t.Fatalf("stored rid %q", got.RID)
+		}
+		if _, err := s.ClaimRID(ctx, "c", seq-1, "stale"); !errors.Is(err, traj.ErrStale) {
+			t.Fatalf("claim at a step past: %v, want ErrStale", err)
+		}
+		if _, err := s.ClaimRID(ctx, "gone", 0, "x"); !errors.Is(err, traj.ErrNotFound) {
+			t.Fatalf("claim of a trajectory that is gone: %v, want ErrNotFound", err)
+		}
+		if _, err := s.Load(ctx, "gone", 0); !errors.Is(err, traj.ErrNotFound) {
+			t.Fatalf("a refused claim left state behind: %v", err)
+		}
+		// The generation's commit keeps the claimed rid; a restart clears it.
+		mem = load(t, s, "c", traj.WithAll)
+		for _, st := range []traj.Transition{traj.Interrupted{Output: []int32{3}, Logprobs: []float32{-3}, RID: "first"}, traj.Restarted{},
+			traj.Started{Prompt: []int32{7}}} {
+			if err := s.Commit(ctx, mem, st); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := s.ClaimRID(ctx, "c", mem.Seq, "next-run"); err != nil || got != "next-run" {
+			t.Fatalf("claim after a restart: %q %v", got, err)
+		}
+	})
+}
