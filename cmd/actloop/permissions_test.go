@@ -711,6 +711,23 @@ type refusals struct {
 	errs []string
 }
 
+// connectAs connects to srv as user, recording the permission violations
+// the server reports to it.
+func connectAs(t *testing.T, srv *server.Server, user, password string) (*nats.Conn, jetstream.JetStream, *refusals) {
+	t.Helper()
+	r := &refusals{}
+	nc, err := nats.Connect("nats://"+servicetest.Addr(srv), nats.UserInfo(user, password), nats.ErrorHandler(r.handler))
+	if err != nil {
+		t.Fatalf("%s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js, r
+}
+
 func (r *refusals) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 	if errors.Is(err, nats.ErrPermissionViolation) {
 		r.mu.Lock()
@@ -759,18 +776,7 @@ func TestTrainerRefusedServiceConsumers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	connect := func(user string) (*nats.Conn, jetstream.JetStream, *refusals) {
-		t.Helper()
-		r := &refusals{}
-		nc, err := nats.Connect("nats://"+servicetest.Addr(srv), nats.UserInfo(user, password), nats.ErrorHandler(r.handler))
-		if err != nil {
-			t.Fatalf("%s: %v", user, err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js, r
+		return connectAs(t, srv, user, password)
 	}
 
 	// Each service's consumer, with one result delivered to it and held.
@@ -910,18 +916,7 @@ func TestTrainerCannotChangeStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	connect := func(user string) (*nats.Conn, jetstream.JetStream, *refusals) {
-		t.Helper()
-		r := &refusals{}
-		nc, err := nats.Connect("nats://"+servicetest.Addr(srv), nats.UserInfo(user, password), nats.ErrorHandler(r.handler))
-		if err != nil {
-			t.Fatalf("%s: %v", user, err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js, r
+		return connectAs(t, srv, user, password)
 	}
 	common := service.CommonDefaults()
 	services := common.Topology()

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/bus"
@@ -37,15 +36,7 @@ func setup(t *testing.T) (context.Context, jetstream.JetStream, bus.Topology) {
 // and their topology.
 func setupOn(t *testing.T, s *server.Server) (context.Context, jetstream.JetStream, bus.Topology) {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, s)
 	topo := bus.Topology{Replicas: 1, AckWait: 2 * time.Second, MaxDeliver: 3, ResultsAge: time.Hour, DLQAge: time.Hour, Memory: true}
 	ctx := context.Background()
 	for range 2 { // declaring is idempotent

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/testkit"
@@ -20,16 +19,7 @@ import (
 // is opened again from the next revision: the changes made while it was
 // down arrive, none twice, and a failed reopen is tried again.
 func TestWatchSurvivesItsEnd(t *testing.T) {
-	s := testkit.StartNATS(t)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.StartNATS(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "watch_test", History: 1})

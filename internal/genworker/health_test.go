@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"encoding/json"
@@ -230,16 +229,7 @@ func TestHeartbeatCarriesServerLoad(t *testing.T) {
 // and the heartbeats bucket.
 func heartbeatsKV(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
-	ns := testkit.StartNATS(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.StartNATS(t))
 	if err := (bus.Topology{Memory: true}).EnsureKV(context.Background(), js); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/actloop/actloop/internal/localnats"
 	"github.com/actloop/actloop/internal/localredis"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // RedisKinds returns the kinds of Redis the tests should run against: the real
@@ -73,6 +75,22 @@ func StartNATS(t testing.TB) *server.Server {
 		s.WaitForShutdown()
 	})
 	return s
+}
+
+// JetStream connects a client to s for a test (closed at its end) and
+// returns its JetStream.
+func JetStream(t testing.TB, s *server.Server) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // Eventually polls cond every 10ms until it returns true or the deadline (a
