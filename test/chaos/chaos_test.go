@@ -12,7 +12,7 @@
 // submits a seeded batch — some trajectories of over 100k tokens with a
 // diff of ~800 KB, some with a diff of ~4 MB (over ACTLOOP_MAX_DIFF_BYTES),
 // some with a step longer than ACTLOOP_REPUBLISH_AFTER — and, while it runs, injects
-// faults on a seeded schedule: processes killed or stopped (the leader
+// faults on a seeded schedule, each kind at least once: processes killed or stopped (the leader
 // coordinator stopped past its lease included), a NATS node and Redis restarted (and a NATS node with the leader at once),
 // weight syncs, an inference server cut off, a running trajectory's Redis
 // state deleted, poison samples of every size. Then it checks the
@@ -463,11 +463,13 @@ func TestChaos(t *testing.T) {
 		return n == len(ids)+len(injected.poison)
 	}
 
-	// Faults, one every faultEvery, while the batch runs.
+	// Faults, one every faultEvery, while the batch runs, and every kind at
+	// least once however soon it ends (on a fast machine, before the last
+	// kinds come: the system must take them idle as well).
 	kinds := []string{"kill-gen", "kill-env", "kill-coordinator", "kill-predictor", "stop-worker", "restart-nats",
 		"restart-redis", "weight-sync", "cut-inference", "stop-coordinator", "lose-state", "poison", "kill-coordinator-and-nats"}
 	version := int64(0)
-	for i := 0; i < p.faults && !done(); i++ {
+	for i := 0; i < p.faults && (i < len(kinds) || !done()); i++ {
 		testkit.Pause(ctx, p.faultEvery) // the schedule's pace
 		kind := kinds[rng.IntN(len(kinds))]
 		if i < len(kinds) {
