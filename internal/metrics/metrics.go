@@ -67,7 +67,7 @@ var Catalogue = []Metric{
 	{"actloop_generated_tokens_total", "Tokens generated.", "counter", []string{GenWorker}, []string{"replica"}},
 	{"actloop_reprefilled_tokens_total", "Prompt tokens the server prefilled again (evicted from its prefix cache).", "counter", []string{GenWorker}, []string{"replica"}},
 	{"actloop_preemptions_total", "Low-priority generations preempted for high-priority ones.", "counter", []string{GenWorker}, []string{"replica"}},
-	{"actloop_aborts_total", "Generations aborted, by cause (preempt, pause, server).", "counter", []string{GenWorker}, []string{"replica", "cause"}},
+	{"actloop_aborts_total", "Generations aborted, by cause (preempt, pause, server, cancel).", "counter", []string{GenWorker}, []string{"replica", "cause"}},
 	{"actloop_resumed_tokens_total", "Partial output kept across a preemption or pause and continued.", "counter", []string{GenWorker}, []string{"replica"}},
 	{"actloop_wasted_tokens_total", "Generated tokens thrown away (generations the server aborted on its own).", "counter", []string{GenWorker}, []string{"replica"}},
 	{"actloop_pause_seconds", "Time from a pause to every generation of this worker having returned.", "histogram", []string{GenWorker}, []string{"replica"}},
