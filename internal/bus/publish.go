@@ -67,20 +67,25 @@ func (p *Publisher) MaxPayload() int64 { return p.js.Conn().MaxPayload() }
 // max_payload: an original too large for it (base64 in JSON grows by a
 // third) is cut, and the envelope keeps its size and SHA-256.
 func (p *Publisher) DeadLetter(ctx context.Context, consumer string, m jetstream.Msg, reason string) error {
-	return p.deadLetter(ctx, consumer, m.Subject(), m.Headers(), m.Data(), reason, "")
+	return p.deadLetter(ctx, consumer, m.Subject(), m.Headers(), m.Data(), reason, false)
 }
 
 // DeadLetterCore is DeadLetter for a message of core NATS that every
 // subscriber gets (actloop.cancel): its dead letter's message id is the
-// message's SHA-256, so the subscribers' copies make one dead letter
-// within the stream's duplicate window.
+// message's subject and SHA-256, so the subscribers' copies make one dead
+// letter within the stream's duplicate window.
 func (p *Publisher) DeadLetterCore(ctx context.Context, consumer string, m *nats.Msg, reason string) error {
-	sum := sha256.Sum256(m.Data)
-	return p.deadLetter(ctx, consumer, m.Subject, m.Header, m.Data, reason, "dlq:"+m.Subject+":"+hex.EncodeToString(sum[:]))
+	return p.deadLetter(ctx, consumer, m.Subject, m.Header, m.Data, reason, true)
 }
 
-func (p *Publisher) deadLetter(ctx context.Context, consumer, subject string, headers nats.Header, data []byte, reason, msgID string) error {
+// deadLetter publishes the dead letter; byContent names it by the
+// original's subject and digest, else it gets a message id of its own.
+func (p *Publisher) deadLetter(ctx context.Context, consumer, subject string, headers nats.Header, data []byte, reason string, byContent bool) error {
 	sum := sha256.Sum256(data)
+	msgID := ""
+	if byContent {
+		msgID = "dlq:" + subject + ":" + hex.EncodeToString(sum[:])
+	}
 	if len(reason) > maxReason {
 		reason = reason[:maxReason] + "…"
 	}

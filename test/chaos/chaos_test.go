@@ -214,19 +214,7 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 // explainMissing logs, for each sample still without a result, its state
 // in Redis and every log line that names it: what a timeout needs to be
 // read from CI's output alone.
-func (r *rig) explainMissing(ctx context.Context, ids map[string]bool, in *injections, results map[string][]schema.Result) {
-	var missing []string
-	for id := range ids {
-		if len(results[id]) == 0 {
-			missing = append(missing, id)
-		}
-	}
-	for id := range in.poison {
-		if len(results[id]) == 0 {
-			missing = append(missing, id)
-		}
-	}
-	slices.Sort(missing)
+func (r *rig) explainMissing(ctx context.Context, missing []string) {
 	r.t.Logf("no result for %d samples: %v", len(missing), missing)
 	for _, id := range missing[:min(len(missing), 3)] {
 		h, err := r.rdb.HGetAll(ctx, "actloop:traj:{"+id+"}").Result()
@@ -444,23 +432,26 @@ func TestChaos(t *testing.T) {
 	results := map[string][]schema.Result{}
 	var seq uint64
 	var readErr error // the last failure to read the results, for a timeout's report
+	// missing lists the samples (and poison samples with an id) without a
+	// result yet, in order.
+	missing := func() []string {
+		var out []string
+		for _, set := range []map[string]bool{ids, injected.poison} {
+			for id := range set {
+				if len(results[id]) == 0 {
+					out = append(out, id)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
 	done := func() bool {
 		var err error
 		if seq, err = r.readResults(ctx, seq, results); err != nil {
 			readErr = err
 		}
-		n := 0
-		for id := range ids {
-			if len(results[id]) > 0 {
-				n++
-			}
-		}
-		for id := range injected.poison {
-			if len(results[id]) > 0 {
-				n++
-			}
-		}
-		return n == len(ids)+len(injected.poison)
+		return len(missing()) == 0
 	}
 
 	// Faults, one every faultEvery, while the batch runs, and every kind at
@@ -482,7 +473,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	if !testkit.Poll(ctx, p.deadline-time.Since(start), done) {
-		r.explainMissing(ctx, ids, injected, results)
+		r.explainMissing(ctx, missing())
 		t.Logf("the last failure to read the results stream: %v", readErr)
 		t.Fatalf("timed out after %v waiting for every sample to have a result", p.deadline)
 	}
