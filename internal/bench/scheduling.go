@@ -18,10 +18,10 @@ import (
 	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/predictor"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/virtual"
 	"github.com/actloop/actloop/internal/workload"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -438,11 +438,11 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	case AblateKVAdmission:
 		cc.KVBudget = 0
 	case AblateRankByTime:
-		cc.RankBy = sched.RankByTokens
+		cc.RankBy = priority.RankByTokens
 	}
 	switch m.Kind {
 	case "trajectory":
-		cc.Scheduling = sched.SchedulingTrajectory
+		cc.Scheduling = priority.SchedulingTrajectory
 	case "async":
 		cc.MaxActive, cc.MaxActiveCeiling = tasks, tasks
 	default: // adapts from the default floor up to the whole batch
@@ -455,7 +455,7 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 		gc := st.GenWorkerConfig(r)
 		gc.Preempt = m.Kind == "action" && m.Without != AblatePreemption
 		if m.Kind == "trajectory" {
-			gc.Scheduling = sched.SchedulingTrajectory
+			gc.Scheduling = priority.SchedulingTrajectory
 		}
 		if m.Without == AblateKVDispatch {
 			gc.KVBudget = 0

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/predictor"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/virtual"
 	"github.com/actloop/actloop/internal/workload"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 // Engines.
@@ -59,7 +59,7 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 	case AblatePreemption:
 		cfg.Preempt = false
 	case AblateRankByTime:
-		cfg.RankBy = sched.RankByTokens
+		cfg.RankBy = priority.RankByTokens
 	}
 	return cfg
 }

@@ -28,8 +28,8 @@ const (
 	StreamEnv    = "ACTLOOP_ENV"
 )
 
-// SubjectGen is the subject of gen steps for replica in class (sched.ClassHigh
-// or sched.ClassLow).
+// SubjectGen is the subject of gen steps for replica in class (priority.ClassHigh
+// or priority.ClassLow).
 func SubjectGen(replica, class string) string { return "actloop.gen." + replica + "." + class }
 
 // SubjectEnv is the subject of env steps for the env-worker owner.

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -100,12 +100,12 @@ func follow(ctx context.Context, log *slog.Logger, bucket string, open func(cont
 // until ctx ends: whoever publishes a next gen step classifies it by the
 // newest snapshot it has seen. A snapshot that does not decode is logged and
 // skipped; the next one replaces it.
-func WatchBoard(ctx context.Context, js jetstream.JetStream, board *sched.Board, log *slog.Logger) error {
+func WatchBoard(ctx context.Context, js jetstream.JetStream, board *priority.Board, log *slog.Logger) error {
 	return WatchKV(ctx, js, log, BucketPriority, func(e jetstream.KeyValueEntry, _ bool) {
 		if e.Operation() != jetstream.KeyValuePut {
 			return
 		}
-		s, err := sched.DecodeSnapshot(e.Value())
+		s, err := priority.DecodeSnapshot(e.Value())
 		if err != nil {
 			log.Warn("undecodable priority snapshot skipped", "key", e.Key(), "error", err)
 			return

@@ -7,13 +7,13 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
 // activeSet is the admitted, unfinished trajectories and what scheduling
-// knows of each (its sched.Fact). It owns them under its own lock; every
+// knows of each (its priority.Fact). It owns them under its own lock; every
 // method is one short critical section.
 type activeSet struct {
 	mu       sync.Mutex
@@ -25,11 +25,11 @@ type activeSet struct {
 
 type activeTraj struct {
 	entry   traj.ActiveEntry // as the index keeps it: enough for a fallback result
-	fact    sched.Fact
-	kv      sched.Footprint // its use of KV, from its newest progress report (Replica unset)
-	turnSeq int64           // newest prediction's seq
-	span    trace.Span      // nil when admitted before this process started
-	movedAt time.Time       // when moved off a replica that went down
+	fact    priority.Fact
+	kv      priority.Footprint // its use of KV, from its newest progress report (Replica unset)
+	turnSeq int64              // newest prediction's seq
+	span    trace.Span         // nil when admitted before this process started
+	movedAt time.Time          // when moved off a replica that went down
 	// republishedAt is when its pending work message was last published
 	// again (see Config.RepublishAfter); republished counts how often.
 	republishedAt time.Time
@@ -251,13 +251,13 @@ func (s *activeSet) predicted(p schema.Prediction) {
 	a.turnSeq = p.TurnSeq
 	a.fact.Turns, a.fact.Tokens, a.fact.WaitingSince = p.Turns, p.GenTokens, p.At
 	remaining := a.kv.RemainingTurns // without a new prediction, the last one stands
-	if a.kv == (sched.Footprint{}) {
+	if a.kv == (priority.Footprint{}) {
 		remaining = -1
 	}
 	if p.Source != "" || p.Finishing {
 		a.fact.Predicted, a.fact.RemainingTurns, remaining = p.RemainingTokens, p.RemainingTurns, p.RemainingTurns
 	}
-	a.kv = sched.Footprint{Context: p.ContextTokens, Turns: p.Turns, RemainingTurns: remaining, Finishing: p.Finishing}
+	a.kv = priority.Footprint{Context: p.ContextTokens, Turns: p.Turns, RemainingTurns: remaining, Finishing: p.Finishing}
 	if p.Turns > 0 {
 		a.kv.Grown = p.ContextTokens - p.PromptTokens
 	}
@@ -266,13 +266,13 @@ func (s *activeSet) predicted(p schema.Prediction) {
 
 // footprints returns every active trajectory's use of KV; one with no
 // progress report yet is on its replica with nothing known.
-func (s *activeSet) footprints() []sched.Footprint {
+func (s *activeSet) footprints() []priority.Footprint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]sched.Footprint, 0, len(s.m))
+	out := make([]priority.Footprint, 0, len(s.m))
 	for _, a := range s.m {
 		f := a.kv
-		if f == (sched.Footprint{}) {
+		if f == (priority.Footprint{}) {
 			f.RemainingTurns = -1 // no report yet
 		}
 		f.Replica = a.fact.Replica
@@ -298,13 +298,13 @@ func (s *activeSet) republishDue(id string, now time.Time, after time.Duration) 
 
 // facts returns every active trajectory's fact for a snapshot when due
 // (dirty, or force) and marks the set clean.
-func (s *activeSet) facts(force bool) ([]sched.Fact, bool) {
+func (s *activeSet) facts(force bool) ([]priority.Fact, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.dirty && !force {
 		return nil, false
 	}
-	facts := make([]sched.Fact, 0, len(s.m))
+	facts := make([]priority.Fact, 0, len(s.m))
 	for _, a := range s.m {
 		facts = append(facts, a.fact)
 	}

@@ -16,9 +16,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/telemetry"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -29,7 +29,7 @@ func (c *Coordinator) load(ctx context.Context) error {
 		return err
 	}
 	for id, e := range act {
-		f := sched.Fact{TrajID: id, Replica: e.Replica, GroupID: e.GroupID, Family: e.Family}
+		f := priority.Fact{TrajID: id, Replica: e.Replica, GroupID: e.GroupID, Family: e.Family}
 		if t, err := c.store.Load(ctx, id, 0); err == nil {
 			f = factOf(t)
 		}
@@ -65,8 +65,8 @@ func (c *Coordinator) load(ctx context.Context) error {
 	return nil
 }
 
-func factOf(t *traj.Trajectory) sched.Fact {
-	return sched.Fact{TrajID: t.ID, Replica: t.Replica, GroupID: t.Sample.GroupID, Family: t.Sample.Family,
+func factOf(t *traj.Trajectory) priority.Fact {
+	return priority.Fact{TrajID: t.ID, Replica: t.Replica, GroupID: t.Sample.GroupID, Family: t.Sample.Family,
 		AdmittedAt: t.AdmittedAt, Turns: t.Calls, Tokens: t.GenTokens, WaitingSince: t.UpdatedAt}
 }
 
@@ -171,7 +171,7 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 // admissible returns the waiting samples to admit now, best first, and
 // the replica of each; none while generation is paused. While every live
 // replica reports its KV pool (and ACTLOOP_KV_BUDGET > 0) admission goes by
-// KV (sched.KVPools) under the count ceiling; otherwise by the adaptive
+// KV (priority.KVPools) under the count ceiling; otherwise by the adaptive
 // count limit, each on the replica with the fewest trajectories.
 func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 	if c.controlState().Paused { // a weight sync: no new sample until it resumes
@@ -183,7 +183,7 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 	now := c.d.Now()
 	live := c.members.liveReplicas(c.cfg.Replicas, now)
 	capacity := c.members.capacity(now)
-	byKV := c.cfg.Scheduling == sched.SchedulingAction && c.cfg.KVBudget > 0 && len(live) > 0
+	byKV := c.cfg.Scheduling == priority.SchedulingAction && c.cfg.KVBudget > 0 && len(live) > 0
 	for _, r := range live {
 		byKV = byKV && capacity[r] > 0
 	}
@@ -191,7 +191,7 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 	if byKV {
 		limit = c.cfg.ActiveCeiling()
 	}
-	free, room := sched.Admissible(limit, c.active.count(), -1), c.stalenessRoom()
+	free, room := priority.Admissible(limit, c.active.count(), -1), c.stalenessRoom()
 	if free == 0 || c.waiting.count() == 0 || len(live) == 0 {
 		return nil, nil // full, nothing waiting, or no live replica
 	}
@@ -200,22 +200,22 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 		return nil, nil // only training samples wait, and the staleness bound is reached
 	}
 	if !byKV {
-		return batch, sched.AssignReplicas(live, c.active.load(), len(batch))
+		return batch, priority.AssignReplicas(live, c.active.load(), len(batch))
 	}
-	waiting := make([]sched.Footprint, len(batch))
+	waiting := make([]priority.Footprint, len(batch))
 	for k, w := range batch {
 		waiting[k] = w.footprint()
 	}
-	pools := sched.KVPools{Capacity: capacity, Budget: c.cfg.KVBudget, Slots: c.cfg.Slots}
+	pools := priority.KVPools{Capacity: capacity, Budget: c.cfg.KVBudget, Slots: c.cfg.Slots}
 	replicas := pools.Admit(live, c.active.footprints(), waiting)
 	return batch[:len(replicas)], replicas
 }
 
-// stalenessRoom is sched.StalenessRoom for the current control state and
+// stalenessRoom is priority.StalenessRoom for the current control state and
 // the training trajectories admitted so far.
 func (c *Coordinator) stalenessRoom() int {
 	ctl := c.controlState()
-	return sched.StalenessRoom(ctl.MaxStaleness, ctl.WeightVersion, c.cfg.TrainBatchSize, c.active.admitted())
+	return priority.StalenessRoom(ctl.MaxStaleness, ctl.WeightVersion, c.cfg.TrainBatchSize, c.active.admitted())
 }
 
 // admit creates a trajectory for a waiting sample on replica and publishes

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -155,7 +155,7 @@ func (c *Config) Validate() error {
 	if c.ReprefillLimit <= 0 {
 		errs = append(errs, errors.New("ACTLOOP_REPREFILL_LIMIT: must be > 0"))
 	}
-	if c.RankBy != sched.RankByTime && c.RankBy != sched.RankByTokens {
+	if c.RankBy != priority.RankByTime && c.RankBy != priority.RankByTokens {
 		errs = append(errs, fmt.Errorf("ACTLOOP_RANK_BY: %q: want time or tokens", c.RankBy))
 	}
 	if c.KVBudget < 0 || c.KVBudget > 2 {
@@ -165,15 +165,15 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE: must be >= 0 (0 = slots x replicas x 1.5)"))
 	}
 	switch c.Scheduling {
-	case sched.SchedulingAction:
-	case sched.SchedulingTrajectory:
+	case priority.SchedulingAction:
+	case priority.SchedulingTrajectory:
 		if c.MaxActive > 0 || c.MaxActiveCeiling > 0 {
 			errs = append(errs, errors.New("ACTLOOP_MAX_ACTIVE, ACTLOOP_MAX_ACTIVE_CEILING: not with ACTLOOP_SCHEDULING=trajectory, which admits exactly SLOTS x replicas"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("ACTLOOP_SCHEDULING: %q: want action or trajectory", c.Scheduling))
 	}
-	if _, err := sched.New(c.Policy, sched.Config{AgeLimit: c.AgeLimit}); err != nil {
+	if _, err := priority.New(c.Policy, priority.Config{AgeLimit: c.AgeLimit}); err != nil {
 		errs = append(errs, fmt.Errorf("ACTLOOP_POLICY: %w", err))
 	}
 	if c.AgeLimit <= 0 {
@@ -220,11 +220,11 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ActiveFloor is the least the admission limit goes to (sched.ActiveBounds):
+// ActiveFloor is the least the admission limit goes to (priority.ActiveBounds):
 // MAX_ACTIVE, or total gen slots x 1.5 when unset, so sandbox start-up
 // overlaps generation; under ACTLOOP_SCHEDULING=trajectory the slots.
 func (c *Config) ActiveFloor() int {
-	floor, _ := sched.ActiveBounds(c.Scheduling, c.Slots, len(c.Replicas), c.MaxActive, c.MaxActiveCeiling)
+	floor, _ := priority.ActiveBounds(c.Scheduling, c.Slots, len(c.Replicas), c.MaxActive, c.MaxActiveCeiling)
 	return floor
 }
 
@@ -237,8 +237,8 @@ func (c *Config) highSlots() int {
 }
 
 // ActiveCeiling is the most the admission limit may rise to
-// (sched.ActiveBounds).
+// (priority.ActiveBounds).
 func (c *Config) ActiveCeiling() int {
-	_, ceiling := sched.ActiveBounds(c.Scheduling, c.Slots, len(c.Replicas), c.MaxActive, c.MaxActiveCeiling)
+	_, ceiling := priority.ActiveBounds(c.Scheduling, c.Slots, len(c.Replicas), c.MaxActive, c.MaxActiveCeiling)
 	return ceiling
 }

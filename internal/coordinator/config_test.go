@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 // ACTLOOP_SCHEDULING: action adapts admission between its floor and
@@ -15,13 +15,13 @@ func TestSchedulingSetting(t *testing.T) {
 	var cfg Config
 	service.Defaults(&cfg)
 	cfg.Replicas, cfg.Slots = []string{"r0", "r1"}, 8
-	if err := cfg.Validate(); err != nil || cfg.Scheduling != sched.SchedulingAction {
+	if err := cfg.Validate(); err != nil || cfg.Scheduling != priority.SchedulingAction {
 		t.Fatalf("defaults: %v, scheduling %q", err, cfg.Scheduling)
 	}
 	if cfg.ActiveFloor() != 24 || cfg.ActiveCeiling() != 72 {
 		t.Errorf("action: %d..%d", cfg.ActiveFloor(), cfg.ActiveCeiling())
 	}
-	cfg.Scheduling = sched.SchedulingTrajectory
+	cfg.Scheduling = priority.SchedulingTrajectory
 	if err := cfg.Validate(); err != nil || cfg.ActiveFloor() != 16 || cfg.ActiveCeiling() != 16 {
 		t.Errorf("trajectory: %v, %d..%d", err, cfg.ActiveFloor(), cfg.ActiveCeiling())
 	}

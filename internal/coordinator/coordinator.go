@@ -30,9 +30,9 @@ import (
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/predict"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -55,7 +55,7 @@ type Coordinator struct {
 	store    *traj.Store
 	term     uint64
 	stepDown atomic.Pointer[context.CancelCauseFunc]
-	policy   sched.Policy
+	policy   priority.Policy
 	predict  *predict.Client
 	kv       jetstream.KeyValue
 	// admitted keeps each admitted trajectory's sample until its result
@@ -102,7 +102,7 @@ var ErrFenced = traj.ErrFenced
 // and the control state with it, and any write refused for a later term
 // ends Run with ErrFenced.
 func newTerm(ctx context.Context, cfg Config, d *service.Deps, term uint64) (*Coordinator, error) {
-	policy, err := sched.New(cfg.Policy, sched.Config{AgeLimit: cfg.AgeLimit})
+	policy, err := priority.New(cfg.Policy, priority.Config{AgeLimit: cfg.AgeLimit})
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_POLICY: %w", err)
 	}
@@ -145,7 +145,7 @@ func newTerm(ctx context.Context, cfg Config, d *service.Deps, term uint64) (*Co
 	// clock of this host says.
 	for _, r := range cfg.Replicas {
 		if e, err := c.kv.Get(ctx, r); err == nil {
-			if snap, err := sched.DecodeSnapshot(e.Value()); err == nil {
+			if snap, err := priority.DecodeSnapshot(e.Value()); err == nil {
 				c.snaps.continueFrom(snap.Version)
 			}
 		}

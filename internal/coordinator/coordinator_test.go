@@ -14,11 +14,11 @@ import (
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/client"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -213,7 +213,7 @@ func TestPredictionsDriveSnapshots(t *testing.T) {
 			if err != nil {
 				return false
 			}
-			snap, err := sched.DecodeSnapshot(e.Value())
+			snap, err := priority.DecodeSnapshot(e.Value())
 			return err == nil && len(snap.High) == 1 && snap.High[want]
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -22,14 +22,14 @@ func TestPaceFromHeartbeatsAndResults(t *testing.T) {
 	// 20 turns in 700 s, 5,000 tokens at 0.02 s: (700 - 100) / 20 = 30 s a turn.
 	v.inSeconds(nil, workers)
 	v.finished("fast", 700, 5000, 20)
-	facts := []sched.Fact{
+	facts := []priority.Fact{
 		{TrajID: "a", Replica: "fast", Predicted: 1000, RemainingTurns: 5},
 		{TrajID: "b", Replica: "slow", Predicted: 1000, RemainingTurns: 5},
 		{TrajID: "c", Replica: "new", Predicted: 1000},
 		{TrajID: "d", Replica: "fast"}, // unknown stays unknown
 	}
 	v.inSeconds(facts, workers)
-	want := []float64{1000*0.02 + 5*30, 1000*0.1 + 5*30, 1000 * sched.DefaultTokenS, 0}
+	want := []float64{1000*0.02 + 5*30, 1000*0.1 + 5*30, 1000 * priority.DefaultTokenS, 0}
 	for i, f := range facts {
 		if math.Abs(f.Predicted-want[i]) > 1e-9 {
 			t.Errorf("%s: %v s, want %v", f.TrajID, f.Predicted, want[i])

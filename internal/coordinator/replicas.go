@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 // rebalance moves the trajectories of replicas that went down to the
@@ -24,7 +24,7 @@ func (c *Coordinator) rebalance(ctx context.Context) {
 	}
 	// Each to the least-loaded live replica counting those before it, so
 	// they spread; none when nothing is live.
-	to := sched.AssignReplicas(live, c.active.load(), len(ids))
+	to := priority.AssignReplicas(live, c.active.load(), len(ids))
 	moves := make(map[string]string, len(to))
 	for i, r := range to {
 		moves[ids[i]] = r

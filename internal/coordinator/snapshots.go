@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -85,18 +85,18 @@ func (c *Coordinator) snapshotLoop(ctx context.Context) error {
 	})
 }
 
-func (c *Coordinator) publishSnapshots(ctx context.Context, facts []sched.Fact) error {
+func (c *Coordinator) publishSnapshots(ctx context.Context, facts []priority.Fact) error {
 	now := c.d.Now()
-	if c.cfg.RankBy == sched.RankByTime {
+	if c.cfg.RankBy == priority.RankByTime {
 		c.pace.inSeconds(facts, c.members.genWorkers(now))
 	}
 	version := c.snaps.nextVersion(now)
-	snaps := sched.Snapshots(c.policy, facts, c.cfg.highSlots(), version, now)
+	snaps := priority.Snapshots(c.policy, facts, c.cfg.highSlots(), version, now)
 	high := map[string]int{}
 	for _, r := range c.cfg.Replicas {
 		s := snaps[r]
 		if s == nil { // an empty high class clears the last one
-			s = &sched.Snapshot{Replica: r, Version: version, At: now, High: map[string]bool{}}
+			s = &priority.Snapshot{Replica: r, Version: version, At: now, High: map[string]bool{}}
 		}
 		b, err := s.Marshal()
 		if err != nil {

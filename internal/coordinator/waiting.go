@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -24,8 +24,8 @@ type waitingSample struct {
 
 // footprint is what KV admission knows of w: nothing of its context yet,
 // and its predicted turns when predictor-gw gave them.
-func (w *waitingSample) footprint() sched.Footprint {
-	f := sched.Footprint{RemainingTurns: -1}
+func (w *waitingSample) footprint() priority.Footprint {
+	f := priority.Footprint{RemainingTurns: -1}
 	if w.PredictedTurns != nil {
 		f.RemainingTurns = *w.PredictedTurns
 	}
@@ -129,12 +129,12 @@ func (s *waitingSet) predicted(w *waitingSample, remaining, turns float64) ([]by
 // (a prediction may update the entries meanwhile), of which at most room
 // training samples when room >= 0 (validation samples are outside the
 // staleness bound).
-func (s *waitingSet) ranked(policy sched.Policy, now time.Time, n, room int) []*waitingSample {
+func (s *waitingSet) ranked(policy priority.Policy, now time.Time, n, room int) []*waitingSample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	facts := make([]sched.Fact, 0, len(s.m))
+	facts := make([]priority.Fact, 0, len(s.m))
 	for id, w := range s.m {
-		facts = append(facts, sched.Fact{TrajID: id, GroupID: w.Sample.GroupID, Family: w.Sample.Family,
+		facts = append(facts, priority.Fact{TrajID: id, GroupID: w.Sample.GroupID, Family: w.Sample.Family,
 			AdmittedAt: w.ArrivedAt, WaitingSince: w.ArrivedAt, Predicted: w.Predicted})
 	}
 	ranked := policy.Rank(facts, now)
@@ -161,22 +161,22 @@ func (s *waitingSet) currentLimit() int {
 	return s.limit
 }
 
-// adapt moves the limit by sched.NextLimit over the gen-workers' counters
+// adapt moves the limit by priority.NextLimit over the gen-workers' counters
 // since the last call (workers by key); active is how many trajectories are
 // active. It returns the load seen and the limit before and after.
-func (s *waitingSet) adapt(workers map[string]schema.Heartbeat, active, floor, ceiling int, reprefillLimit float64) (sched.Load, int, int) {
+func (s *waitingSet) adapt(workers map[string]schema.Heartbeat, active, floor, ceiling int, reprefillLimit float64) (priority.Load, int, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var l sched.Load
+	var l priority.Load
 	for key, h := range workers {
 		l.Slots += h.Slots
 		l.Running += h.Running
-		l.Generated += sched.Grown(h.GeneratedTokens, s.generated[key])
-		l.Reprefilled += sched.Grown(h.ReprefilledTokens, s.reprefilled[key])
+		l.Generated += priority.Grown(h.GeneratedTokens, s.generated[key])
+		l.Reprefilled += priority.Grown(h.ReprefilledTokens, s.reprefilled[key])
 		s.generated[key], s.reprefilled[key] = h.GeneratedTokens, h.ReprefilledTokens
 	}
 	binding := len(s.m) > 0 && active >= s.limit
 	from := s.limit
-	s.limit = sched.NextLimit(s.limit, floor, ceiling, l, binding, reprefillLimit)
+	s.limit = priority.NextLimit(s.limit, floor, ceiling, l, binding, reprefillLimit)
 	return l, from, s.limit
 }

@@ -18,13 +18,13 @@ import (
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/envworker"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/client"
 	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -568,7 +568,7 @@ func TestIdleReplicaStealsWaitingSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range e.stack.Replicas {
-		b, err := (&sched.Snapshot{Replica: r, Version: math.MaxInt64, High: map[string]bool{}}).Marshal()
+		b, err := (&priority.Snapshot{Replica: r, Version: math.MaxInt64, High: map[string]bool{}}).Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 // A high-priority step arriving while the only slot runs a low-priority
@@ -27,7 +27,7 @@ func TestPreemptionKeepsTheTokenStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := &sched.Snapshot{Replica: "r0", Version: math.MaxInt64, High: map[string]bool{"hi-a": true}}
+	snap := &priority.Snapshot{Replica: "r0", Version: math.MaxInt64, High: map[string]bool{"hi-a": true}}
 	b, err := snap.Marshal()
 	if err != nil {
 		t.Fatal(err)

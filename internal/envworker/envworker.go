@@ -33,12 +33,12 @@ import (
 
 	"github.com/actloop/actloop/internal/agent"
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/telemetry"
 	"github.com/actloop/actloop/internal/testlog"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/internal/traj"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -50,7 +50,7 @@ type Worker struct {
 	backends map[string]sandbox.Backend
 	tmpl     tokenize.ChatTemplate
 	agents   agent.Agents
-	board    *sched.Board
+	board    *priority.Board
 	control  bus.ControlView // the newest control state: staleness of results
 
 	own, start jetstream.Consumer
@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ACTLOOP_AGENT_CONFIG: %w", err)
 	}
-	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agents: agents, board: &sched.Board{},
+	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agents: agents, board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics()}
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log, Lease: d.Common.StepLease}

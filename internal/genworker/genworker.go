@@ -1,7 +1,7 @@
 // Package genworker serves one inference replica: it pulls gen steps (in
-// sched.DispatchOrder: resumed before new, high before low) only while it
+// priority.DispatchOrder: resumed before new, high before low) only while it
 // has room (its SLOTS, or more while they fit in the server's KV pool:
-// sched.DispatchLimit), runs one LLM call per
+// priority.DispatchLimit), runs one LLM call per
 // step, appends the generated tokens, parses the action and publishes the
 // step that follows.
 //
@@ -32,12 +32,12 @@ import (
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/metrics"
 	"github.com/actloop/actloop/internal/predict"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/telemetry"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -110,7 +110,7 @@ func (c *Config) Validate() error {
 	if c.KVBudget < 0 || c.KVBudget > 2 {
 		errs = append(errs, fmt.Errorf("ACTLOOP_KV_BUDGET: must be in [0, 2] (0: SLOTS only), got %v", c.KVBudget))
 	}
-	if c.Scheduling != sched.SchedulingAction && c.Scheduling != sched.SchedulingTrajectory {
+	if c.Scheduling != priority.SchedulingAction && c.Scheduling != priority.SchedulingTrajectory {
 		errs = append(errs, fmt.Errorf("ACTLOOP_SCHEDULING: %q: want action or trajectory", c.Scheduling))
 	}
 	if c.LLMURL == "" {
@@ -152,7 +152,7 @@ type Worker struct {
 	tmpl    tokenize.ChatTemplate
 	tok     tokenize.Tokenizer
 	agents  agent.Agents
-	board   *sched.Board
+	board   *priority.Board
 	predict *predict.Client
 	id      string
 	// ridPrefix starts the request ids this worker creates (a trajectory's,
@@ -170,7 +170,7 @@ type Worker struct {
 	load      atomic.Pointer[llm.Load] // the server's, at the last read (loadLoop)
 	spans     *llmSpans
 
-	sources []jetstream.Consumer // one per class, in sched.DispatchOrder
+	sources []jetstream.Consumer // one per class, in priority.DispatchOrder
 	driver  *traj.Driver
 	m       *genMetrics // registered by Run
 }
@@ -207,16 +207,16 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, d: d, gen: gen, m: newGenMetrics(cfg.Replica), tmpl: tmpl, tok: tmpl.Tokenizer(), agents: agents,
-		board: &sched.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan progress, 256),
+		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan progress, 256),
 		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}, spans: newLLMSpans(cfg, gen, d.Now)}
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log.With("replica", cfg.Replica),
 		Lease: d.Common.StepLease}
-	w.tracker = newTracker(cfg.Preempt && cfg.Scheduling != sched.SchedulingTrajectory, gen.Abort, d.Now)
+	w.tracker = newTracker(cfg.Preempt && cfg.Scheduling != priority.SchedulingTrajectory, gen.Abort, d.Now)
 	w.stealer = &stealer{self: cfg.Replica, after: cfg.StealAfter, js: d.JS, topo: d.Topo, board: w.board, now: d.Now,
 		interval: min(max(cfg.StealAfter/4, 50*time.Millisecond), time.Second)}
 	name := "gen-" + cfg.Replica
-	for _, class := range sched.DispatchOrder {
+	for _, class := range priority.DispatchOrder {
 		c, err := d.Topo.Consumer(ctx, d.JS, bus.StreamGen, name+"-"+class, bus.SubjectGen(cfg.Replica, class))
 		if err != nil {
 			return nil, err
@@ -238,8 +238,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.Steal {
 		r.Steal = w.stealer.Steal
 	}
-	if w.cfg.Scheduling == sched.SchedulingAction && w.cfg.KVBudget > 0 {
-		r.Slots, r.Limit = max(w.cfg.Slots, sched.DispatchCap), w.dispatchLimit
+	if w.cfg.Scheduling == priority.SchedulingAction && w.cfg.KVBudget > 0 {
+		r.Slots, r.Limit = max(w.cfg.Slots, priority.DispatchCap), w.dispatchLimit
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(ctx) })
@@ -256,12 +256,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// highSources indexes the high classes in sched.DispatchOrder: their steps
+// highSources indexes the high classes in priority.DispatchOrder: their steps
 // may preempt.
 func highSources() []int {
 	var out []int
-	for i, class := range sched.DispatchOrder {
-		if sched.IsHigh(class) {
+	for i, class := range priority.DispatchOrder {
+		if priority.IsHigh(class) {
 			out = append(out, i)
 		}
 	}
@@ -285,7 +285,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	telemetry.AddLogAttrs(ctx, "traj_id", step.TrajID, "seq", step.Seq)
 	// The class is read again now, from the newest snapshot: the step's
 	// subject says what it was when published.
-	low := !sched.IsHigh(w.board.Class(w.cfg.Replica, step.TrajID))
+	low := !priority.IsHigh(w.board.Class(w.cfg.Replica, step.TrajID))
 	g := newGeneration()
 	if meta, err := m.Metadata(); err == nil {
 		g.queuedAt = meta.Timestamp
@@ -371,7 +371,7 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 	// Loaded without its versions (the policy changed meanwhile), t has
 	// no oldest version: the next step checks. A validation rollout is
 	// not training data: staleness does not restart it.
-	if !s.Validation() && sched.MustRestart(w.control.Get(), sched.OldestVersion(t.Mask, t.Versions)) {
+	if !s.Validation() && priority.MustRestart(w.control.Get(), priority.OldestVersion(t.Mask, t.Versions)) {
 		return w.restart(t), nil // a partial turn too: its tokens would mix versions
 	}
 	if t.TurnGen == 0 { // limits are checked before each model call, not before a resume
@@ -409,7 +409,7 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 			req.Reply = s.Script[t.Calls]
 		}
 		g.rid, g.trajID, g.notBefore = rid, t.ID, t.PreemptedAt.Add(w.cfg.PreemptCooldown)
-		g.need = int64(len(t.Tokens) + sched.OutputReserve(maxNew))
+		g.need = int64(len(t.Tokens) + priority.OutputReserve(maxNew))
 		if err := w.tracker.start(ctx, g); err != nil {
 			return nil, err // shutting down while paused
 		}

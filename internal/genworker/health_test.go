@@ -19,11 +19,11 @@ import (
 
 	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -138,7 +138,7 @@ func TestFailuresMustBeConsecutive(t *testing.T) {
 func TestHeartbeatWhileDown(t *testing.T) {
 	js, kv := heartbeatsKV(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Worker{cfg: Config{Replica: "r0", Slots: 1, HeartbeatInterval: 10 * time.Millisecond, KVBudget: 1, Scheduling: sched.SchedulingAction},
+	w := &Worker{cfg: Config{Replica: "r0", Slots: 1, HeartbeatInterval: 10 * time.Millisecond, KVBudget: 1, Scheduling: priority.SchedulingAction},
 		d: &service.Deps{JS: js, Log: discard, Now: time.Now}, id: "w1",
 		tracker: newTracker(false, nil, time.Now), health: newReplicaHealth(1, time.Second, nil, discard)}
 	done := make(chan error, 1)
@@ -193,7 +193,7 @@ func TestHeartbeatCarriesServerLoad(t *testing.T) {
 	m := batching.DefaultConfig()
 	ts := httptest.NewServer(sim.New(sim.Config{Model: &m}))
 	t.Cleanup(ts.Close)
-	w := &Worker{cfg: Config{Replica: "r0", Slots: 1, HeartbeatInterval: 10 * time.Millisecond, KVBudget: 1, Scheduling: sched.SchedulingAction},
+	w := &Worker{cfg: Config{Replica: "r0", Slots: 1, HeartbeatInterval: 10 * time.Millisecond, KVBudget: 1, Scheduling: priority.SchedulingAction},
 		d: &service.Deps{JS: js, Log: discard, Now: time.Now}, id: "w1",
 		gen:     llm.NewSGLang(ts.URL, llm.SGLangOptions{HTTPClient: ts.Client()}),
 		tracker: newTracker(false, nil, time.Now), health: newReplicaHealth(1, time.Second, nil, discard)}
@@ -219,7 +219,7 @@ func TestHeartbeatCarriesServerLoad(t *testing.T) {
 	if got, want := w.limit(), 1+(m.MaxTotalTokens-10000)/10000; got != want {
 		t.Fatalf("dispatch limit %d, want %d", got, want)
 	}
-	w.cfg.Scheduling = sched.SchedulingTrajectory
+	w.cfg.Scheduling = priority.SchedulingTrajectory
 	if got := w.limit(); got != 1 {
 		t.Fatalf("dispatch limit %d under trajectory scheduling, want the one slot", got)
 	}

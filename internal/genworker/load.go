@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 // serverLoad is the server's load at the last read (zero when its client
@@ -56,15 +56,15 @@ func (w *Worker) loadLoop(ctx context.Context) error {
 // limit is how many generations the worker may run now: its slots, or
 // by KV (dispatchLimit).
 func (w *Worker) limit() int {
-	if w.cfg.Scheduling == sched.SchedulingAction && w.cfg.KVBudget > 0 {
+	if w.cfg.Scheduling == priority.SchedulingAction && w.cfg.KVBudget > 0 {
 		return w.dispatchLimit()
 	}
 	return w.cfg.Slots
 }
 
 // dispatchLimit is how many generations the worker may run now
-// (sched.DispatchLimit over its server's pool as last read).
+// (priority.DispatchLimit over its server's pool as last read).
 func (w *Worker) dispatchLimit() int {
-	return sched.DispatchLimit(w.cfg.Slots, int(w.tracker.inFlight.Load()), w.tracker.inFlightKV.Load(),
+	return priority.DispatchLimit(w.cfg.Slots, int(w.tracker.inFlight.Load()), w.tracker.inFlightKV.Load(),
 		w.serverLoad().CapacityTokens, w.cfg.KVBudget)
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 // generation is one LLM call of a gen step.
@@ -28,7 +28,7 @@ type generation struct {
 	returned  chan struct{} // closed when the call returned
 	queuedAt  time.Time     // when its gen step was published (zero: unknown)
 	// need is what it is counted to hold in the server's pool: its input
-	// and its output reserve (sched.OutputReserve).
+	// and its output reserve (priority.OutputReserve).
 	need int64
 }
 
@@ -39,7 +39,7 @@ func newGeneration() *generation {
 }
 
 // tracker knows the running generations: the low-priority ones in dispatch
-// order, so sched.Victim finds the newest one (least work lost) to preempt
+// order, so priority.Victim finds the newest one (least work lost) to preempt
 // by aborting its request on the inference server; and all of them, so a
 // pause finds every one. It is also the gate a generation passes to start:
 // closed while paused.
@@ -54,7 +54,7 @@ type tracker struct {
 	paused  bool
 	open    chan struct{} // closed while not paused
 	version int64         // weight version of generations started now
-	tokenS  float64       // seconds per output token (sched.NextTokenS)
+	tokenS  float64       // seconds per output token (priority.NextTokenS)
 
 	preemptions   atomic.Int64
 	cancelled     atomic.Int64
@@ -102,10 +102,10 @@ func (k *tracker) start(ctx context.Context, g *generation) error {
 }
 
 // paced folds a whole generation's seconds and output tokens into the
-// worker's seconds per token (sched.NextTokenS).
+// worker's seconds per token (priority.NextTokenS).
 func (k *tracker) paced(seconds float64, tokens int) {
 	k.mu.Lock()
-	k.tokenS = sched.NextTokenS(k.tokenS, seconds, tokens)
+	k.tokenS = priority.NextTokenS(k.tokenS, seconds, tokens)
 	k.mu.Unlock()
 }
 
@@ -195,7 +195,7 @@ func (k *tracker) isPaused() bool {
 	return k.paused
 }
 
-// newestEligible returns the low generation sched.Victim picks now, or
+// newestEligible returns the low generation priority.Victim picks now, or
 // nil. Callers hold k.mu.
 func (k *tracker) newestEligible() *list.Element {
 	elems := make([]*list.Element, 0, k.low.Len())
@@ -204,7 +204,7 @@ func (k *tracker) newestEligible() *list.Element {
 		elems = append(elems, e)
 		notBefore = append(notBefore, e.Value.(*generation).notBefore)
 	}
-	if i := sched.Victim(notBefore, k.now()); i >= 0 {
+	if i := priority.Victim(notBefore, k.now()); i >= 0 {
 		return elems[i]
 	}
 	return nil

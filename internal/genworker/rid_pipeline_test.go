@@ -17,12 +17,12 @@ import (
 
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -124,7 +124,7 @@ func TestOneRequestIDPerTrajectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := &sched.Snapshot{Replica: "r0", Version: math.MaxInt64, High: map[string]bool{"hi": true}}
+	snap := &priority.Snapshot{Replica: "r0", Version: math.MaxInt64, High: map[string]bool{"hi": true}}
 	b, err := snap.Marshal()
 	if err != nil {
 		t.Fatal(err)

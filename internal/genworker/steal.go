@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 // stealer finds another replica's low-priority queue whose oldest waiting
@@ -22,7 +22,7 @@ type stealer struct {
 	interval time.Duration
 	js       jetstream.JetStream
 	topo     bus.Topology
-	board    *sched.Board // its snapshots name the replicas
+	board    *priority.Board // its snapshots name the replicas
 	now      func() time.Time
 
 	mu        sync.Mutex
@@ -63,7 +63,7 @@ func (s *stealer) consumer(ctx context.Context, replica string) (jetstream.Consu
 	if c, ok := s.consumers[replica]; ok {
 		return c, nil
 	}
-	c, err := s.topo.Consumer(ctx, s.js, bus.StreamGen, "gen-"+replica+"-lo", bus.SubjectGen(replica, sched.ClassLow))
+	c, err := s.topo.Consumer(ctx, s.js, bus.StreamGen, "gen-"+replica+"-lo", bus.SubjectGen(replica, priority.ClassLow))
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (s *stealer) queueWait(ctx context.Context, c jetstream.Consumer, replica s
 	if err != nil {
 		return 0
 	}
-	m, err := stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(bus.SubjectGen(replica, sched.ClassLow)))
+	m, err := stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(bus.SubjectGen(replica, priority.ClassLow)))
 	if err != nil {
 		return 0 // none (ErrMsgNotFound) or unknown: nothing to steal
 	}

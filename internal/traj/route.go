@@ -13,8 +13,8 @@ import (
 
 	"github.com/actloop/actloop/internal/agent"
 	"github.com/actloop/actloop/internal/bus"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/telemetry"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -35,7 +35,7 @@ type Classifier interface {
 type LowOnly struct{}
 
 // Class implements Classifier.
-func (LowOnly) Class(string, string) string { return sched.ClassLow }
+func (LowOnly) Class(string, string) string { return priority.ClassLow }
 
 // ErrNoNext: the trajectory is terminal; its follow-up is a result, which
 // only Result builds.
@@ -63,7 +63,7 @@ func NextOf(t *Trajectory, cls Classifier) (Next, error) {
 		// An interrupted generation resumes in its class's resume queue.
 		class := cls.Class(t.Replica, t.ID)
 		if t.Resuming {
-			class = sched.Resumed(class)
+			class = priority.Resumed(class)
 		}
 		return Next{bus.SubjectGen(t.Replica, class), t.MsgID("gen-" + t.Replica),
 			schema.GenStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Replica: t.Replica}}, nil

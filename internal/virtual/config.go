@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/actloop/actloop/internal/batching"
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 // Kinds of run.
@@ -47,7 +47,7 @@ type Config struct {
 	// async run has as many as trajectories.
 	Slots     int
 	Kind      string
-	Policy    string // sched policy name
+	Policy    string // priority policy name
 	Predictor string
 	// SyncEvery is the seconds between weight syncs (0: none): the trainer
 	// pauses generation (abort mode), the servers' caches are flushed,
@@ -57,7 +57,7 @@ type Config struct {
 	MaxNew int
 	// TrainBatchSize and MaxStaleness bound admission as the control
 	// state's max_staleness and ACTLOOP_TRAIN_BATCH_SIZE do
-	// (sched.StalenessRoom): no more trajectories are admitted than the
+	// (priority.StalenessRoom): no more trajectories are admitted than the
 	// trainer can consume while they are fresh. TrainBatchSize 0: no bound.
 	TrainBatchSize int
 	MaxStaleness   int64
@@ -83,8 +83,8 @@ type Config struct {
 	// in action-level runs.
 	Preempt bool
 
-	// RankBy is what policies rank by: sched.RankByTime (the default) or
-	// sched.RankByTokens (ACTLOOP_RANK_BY).
+	// RankBy is what policies rank by: priority.RankByTime (the default) or
+	// priority.RankByTokens (ACTLOOP_RANK_BY).
 	RankBy string
 
 	// Reserve is the share of each trajectory's largest context the
@@ -100,19 +100,19 @@ type Config struct {
 // servers.
 func Defaults(replicas, slots int) Config {
 	return Config{Replicas: replicas, Server: batching.DefaultConfig(), Slots: slots, Kind: KindAction,
-		Policy: sched.NameFCFS, MaxNew: 8192,
+		Policy: priority.NameFCFS, MaxNew: 8192,
 		AdaptInterval: 5 * time.Second, SnapshotInterval: 200 * time.Millisecond, AgeLimit: 2 * time.Minute,
-		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, DispatchKVBudget: 1, Preempt: true, RankBy: sched.RankByTime, SampleEveryS: 10}
+		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, DispatchKVBudget: 1, Preempt: true, RankBy: priority.RankByTime, SampleEveryS: 10}
 }
 
 // floor and ceiling of the admission limit, as the coordinator's
-// (sched.ActiveBounds; a trajectory-level run is ACTLOOP_SCHEDULING=trajectory).
+// (priority.ActiveBounds; a trajectory-level run is ACTLOOP_SCHEDULING=trajectory).
 func (c Config) bounds() (floor, ceiling int) {
-	mode := sched.SchedulingAction
+	mode := priority.SchedulingAction
 	if c.Kind == KindTrajectory {
-		mode = sched.SchedulingTrajectory
+		mode = priority.SchedulingTrajectory
 	}
-	return sched.ActiveBounds(mode, c.Slots, c.Replicas, c.MaxActive, c.MaxActiveCeiling)
+	return priority.ActiveBounds(mode, c.Slots, c.Replicas, c.MaxActive, c.MaxActiveCeiling)
 }
 
 func (c Config) floor() int   { f, _ := c.bounds(); return f }
@@ -140,7 +140,7 @@ func (c Config) Validate() error {
 	default:
 		bad("kind", c.Kind)
 	}
-	if _, err := sched.New(c.Policy, sched.Config{AgeLimit: c.AgeLimit}); err != nil {
+	if _, err := priority.New(c.Policy, priority.Config{AgeLimit: c.AgeLimit}); err != nil {
 		errs = append(errs, err)
 	}
 	switch c.Predictor {
@@ -148,7 +148,7 @@ func (c Config) Validate() error {
 	default:
 		bad("predictor", c.Predictor)
 	}
-	if c.RankBy != sched.RankByTime && c.RankBy != sched.RankByTokens {
+	if c.RankBy != priority.RankByTime && c.RankBy != priority.RankByTokens {
 		bad("rank_by", c.RankBy)
 	}
 	if c.SyncEvery < 0 || c.SyncPauseS < 0 {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/predict"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/workload"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -35,7 +35,7 @@ type traj struct {
 	predTurns float64            // the predictor's remaining turns (-1: none)
 	turn      int                // the turn being generated (0-based)
 	partial   int                // tokens of this turn kept from interrupted generations
-	resumed   bool               // interrupted: its next gen step resumes (sched.Resumed)
+	resumed   bool               // interrupted: its next gen step resumes (priority.Resumed)
 	ctx       []batching.Segment // the context before this turn's reply
 	ctxLen    int
 	genCtx    int // context plus output of its last generation (0: none yet)
@@ -64,7 +64,7 @@ type generation struct {
 // worker is one replica's gen-worker and its server.
 type worker struct {
 	srv      *batching.Server
-	queues   []fifo // one per class, in sched.DispatchOrder
+	queues   []fifo // one per class, in priority.DispatchOrder
 	running  int
 	inflight int64         // the running generations' needs
 	low      []*generation // running low generations, oldest first
@@ -78,7 +78,7 @@ type worker struct {
 // engine is one run.
 type engine struct {
 	cfg    Config
-	policy sched.Policy
+	policy priority.Policy
 	ts     []*traj
 	ws     []*worker
 	q      queue
@@ -86,14 +86,14 @@ type engine struct {
 
 	waitingIDs []int // trajectories waiting for admission
 	activeIDs  []int // admitted and not finished, in admission order
-	facts      []sched.Fact
+	facts      []priority.Fact
 	active     int
 	admitted   int // trajectories admitted so far
 	limit      int
 	load       map[string]int // active trajectories per replica name
 	names      []string       // replica names
 	replicaOf  map[string]int
-	board      sched.Board
+	board      priority.Board
 	snapVer    int64
 	nextSnap   float64 // the earliest time of the next snapshot
 	dirty      bool
@@ -108,7 +108,7 @@ type engine struct {
 	// true remaining tokens.
 	predErrs [][2]float64
 	asked    int
-	pace     sched.Pace
+	pace     priority.Pace
 	res      Result
 	// reserved is, per replica, the pool the clairvoyant reference has
 	// promised its admitted trajectories.
@@ -128,7 +128,7 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 	if len(plans) == 0 {
 		return Result{}, fmt.Errorf("no trajectories")
 	}
-	policy, _ := sched.New(cfg.Policy, sched.Config{AgeLimit: cfg.AgeLimit})
+	policy, _ := priority.New(cfg.Policy, priority.Config{AgeLimit: cfg.AgeLimit})
 	e := &engine{cfg: cfg, policy: policy, load: map[string]int{}, limit: cfg.floor(), replicaOf: map[string]int{}}
 	if cfg.Kind == KindAsync || cfg.Kind == KindClairvoyant {
 		e.cfg.Slots = len(plans)
@@ -139,7 +139,7 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		e.ws = append(e.ws, &worker{srv: srv, gens: map[int64]*generation{}, queues: make([]fifo, len(sched.DispatchOrder))})
+		e.ws = append(e.ws, &worker{srv: srv, gens: map[int64]*generation{}, queues: make([]fifo, len(priority.DispatchOrder))})
 		e.names = append(e.names, fmt.Sprintf("r%d", r))
 		e.replicaOf[e.names[r]] = r
 	}
@@ -280,9 +280,9 @@ func (e *engine) request(t *traj) schema.PredictRequest {
 }
 
 // rankValue is what policies rank t by on replica (a waiting sample: ""):
-// its predicted remaining time (sched.Pace), or tokens under RankByTokens.
+// its predicted remaining time (priority.Pace), or tokens under RankByTokens.
 func (e *engine) rankValue(t *traj, replica string) float64 {
-	if e.cfg.RankBy == sched.RankByTokens {
+	if e.cfg.RankBy == priority.RankByTokens {
 		return t.predicted
 	}
 	return e.pace.Seconds(replica, t.predicted, t.predTurns)
@@ -344,23 +344,23 @@ func (e *engine) admit() {
 		e.admitKV()
 		return
 	}
-	room := sched.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
-	free := sched.Admissible(e.limit, e.active, room)
+	room := priority.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
+	free := priority.Admissible(e.limit, e.active, room)
 	if free == 0 || len(e.waitingIDs) == 0 {
 		return
 	}
 	order := e.policy.Order(e.waitingFacts(), e.instant(e.now))
 	batch := order[:min(free, len(order))]
-	e.startAll(batch, sched.AssignReplicas(e.names, maps.Clone(e.load), len(batch)))
+	e.startAll(batch, priority.AssignReplicas(e.names, maps.Clone(e.load), len(batch)))
 }
 
 // waitingFacts are the waiting samples' facts, in waitingIDs' order.
-func (e *engine) waitingFacts() []sched.Fact {
-	facts := make([]sched.Fact, len(e.waitingIDs))
+func (e *engine) waitingFacts() []priority.Fact {
+	facts := make([]priority.Fact, len(e.waitingIDs))
 	for k, i := range e.waitingIDs {
 		t := e.ts[i]
 		at := e.instant(0) // the whole batch arrives at once
-		facts[k] = sched.Fact{TrajID: t.plan.ID, GroupID: t.plan.GroupID, AdmittedAt: at, WaitingSince: at, Predicted: e.rankValue(t, "")}
+		facts[k] = priority.Fact{TrajID: t.plan.ID, GroupID: t.plan.GroupID, AdmittedAt: at, WaitingSince: at, Predicted: e.rankValue(t, "")}
 	}
 	return facts
 }
@@ -384,34 +384,34 @@ func (e *engine) startAll(order []int, replicas []string) {
 
 // admitKV admits waiting samples in policy order while their KV demand
 // fits beside the active trajectories' in the replicas' pools
-// (sched.KVPools), under the count ceiling and the staleness bound, as the
+// (priority.KVPools), under the count ceiling and the staleness bound, as the
 // coordinator does when its gen-workers report their servers' pools.
 func (e *engine) admitKV() {
-	room := sched.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
-	free := sched.Admissible(e.cfg.ceiling(), e.active, room)
+	room := priority.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
+	free := priority.Admissible(e.cfg.ceiling(), e.active, room)
 	if free == 0 || len(e.waitingIDs) == 0 {
 		return
 	}
 	order := e.policy.Order(e.waitingFacts(), e.instant(e.now))
 	order = order[:min(free, len(order))]
-	active := make([]sched.Footprint, len(e.activeIDs))
+	active := make([]priority.Footprint, len(e.activeIDs))
 	for k, i := range e.activeIDs {
 		t := e.ts[i]
-		active[k] = sched.Footprint{Replica: e.names[t.replica], Context: t.genCtx, Turns: t.calls,
+		active[k] = priority.Footprint{Replica: e.names[t.replica], Context: t.genCtx, Turns: t.calls,
 			RemainingTurns: t.predTurns, Finishing: t.inEval}
 		if t.calls > 0 {
 			active[k].Grown = t.genCtx - t.plan.Prompt
 		}
 	}
-	waiting := make([]sched.Footprint, len(order))
+	waiting := make([]priority.Footprint, len(order))
 	for k, j := range order {
-		waiting[k] = sched.Footprint{RemainingTurns: e.ts[e.waitingIDs[j]].predTurns}
+		waiting[k] = priority.Footprint{RemainingTurns: e.ts[e.waitingIDs[j]].predTurns}
 	}
 	capacity := make(map[string]int, len(e.names))
 	for _, name := range e.names {
 		capacity[name] = e.cfg.Server.MaxTotalTokens
 	}
-	pools := sched.KVPools{Capacity: capacity, Budget: e.cfg.KVBudget, Slots: e.cfg.Slots}
+	pools := priority.KVPools{Capacity: capacity, Budget: e.cfg.KVBudget, Slots: e.cfg.Slots}
 	e.startAll(order, pools.Admit(e.names, active, waiting))
 }
 
@@ -506,9 +506,9 @@ func (e *engine) queueGen(i int) {
 	}
 	class := e.board.Class(e.names[t.replica], t.plan.ID)
 	if t.resumed {
-		class = sched.Resumed(class)
+		class = priority.Resumed(class)
 	}
-	e.ws[t.replica].queues[slices.Index(sched.DispatchOrder, class)].push(i)
+	e.ws[t.replica].queues[slices.Index(priority.DispatchOrder, class)].push(i)
 }
 
 // next pops the first step of w's queues in dispatch order (-1: none).
@@ -524,8 +524,8 @@ func (w *worker) next() int {
 // nextHigh pops the first step of w's high classes in dispatch order
 // (one waits).
 func (w *worker) nextHigh() int {
-	for k, class := range sched.DispatchOrder {
-		if sched.IsHigh(class) && w.queues[k].len() > 0 {
+	for k, class := range priority.DispatchOrder {
+		if priority.IsHigh(class) && w.queues[k].len() > 0 {
 			return w.queues[k].pop()
 		}
 	}
@@ -539,8 +539,8 @@ func (w *worker) waiting() bool {
 
 // highWaiting reports whether a step of a high class waits.
 func (w *worker) highWaiting() bool {
-	for k, class := range sched.DispatchOrder {
-		if sched.IsHigh(class) && w.queues[k].len() > 0 {
+	for k, class := range priority.DispatchOrder {
+		if priority.IsHigh(class) && w.queues[k].len() > 0 {
 			return true
 		}
 	}
@@ -548,7 +548,7 @@ func (w *worker) highWaiting() bool {
 }
 
 // dispatch starts queued gen steps while the gen-worker has room, in
-// sched.DispatchOrder, each low or high by the newest snapshot now, and,
+// priority.DispatchOrder, each low or high by the newest snapshot now, and,
 // with preemption, lets a waiting high step preempt the newest low
 // generation that may be preempted.
 func (e *engine) dispatch(r int) {
@@ -559,7 +559,7 @@ func (e *engine) dispatch(r int) {
 	for {
 		for w.waiting() && e.room(w) {
 			i := w.next()
-			e.start(r, i, !sched.IsHigh(e.board.Class(e.names[r], e.ts[i].plan.ID)))
+			e.start(r, i, !priority.IsHigh(e.board.Class(e.names[r], e.ts[i].plan.ID)))
 		}
 		if e.cfg.Kind != KindAction || !e.cfg.Preempt || !w.highWaiting() || len(w.low) == 0 {
 			break
@@ -568,7 +568,7 @@ func (e *engine) dispatch(r int) {
 		for k, g := range w.low {
 			notBefore[k] = e.instant(g.notBefore)
 		}
-		v := sched.Victim(notBefore, e.instant(e.now))
+		v := priority.Victim(notBefore, e.instant(e.now))
 		if v < 0 {
 			break
 		}
@@ -580,18 +580,18 @@ func (e *engine) dispatch(r int) {
 		// it the preempted one's slot; the interrupted rest waits in its
 		// resume class.
 		i := w.nextHigh()
-		e.start(r, i, !sched.IsHigh(e.board.Class(e.names[r], e.ts[i].plan.ID)))
+		e.start(r, i, !priority.IsHigh(e.board.Class(e.names[r], e.ts[i].plan.ID)))
 	}
 	e.kick(r)
 }
 
 // room reports whether worker w may start another generation now: within
-// its slots, or by KV as the gen-worker dispatches (sched.DispatchLimit).
+// its slots, or by KV as the gen-worker dispatches (priority.DispatchLimit).
 func (e *engine) room(w *worker) bool {
 	if e.cfg.Kind != KindAction || e.cfg.DispatchKVBudget == 0 {
 		return w.running < e.cfg.Slots
 	}
-	return w.running < sched.DispatchLimit(e.cfg.Slots, w.running, w.inflight, e.cfg.Server.MaxTotalTokens, e.cfg.DispatchKVBudget)
+	return w.running < priority.DispatchLimit(e.cfg.Slots, w.running, w.inflight, e.cfg.Server.MaxTotalTokens, e.cfg.DispatchKVBudget)
 }
 
 // start sends trajectory i's generation to replica r's server.
@@ -615,7 +615,7 @@ func (e *engine) start(r, i int, low bool) {
 	}
 	e.calls++
 	e.inputTokens += int64(g.input)
-	g.need = int64(g.input + sched.OutputReserve(e.cfg.MaxNew-t.partial))
+	g.need = int64(g.input + priority.OutputReserve(e.cfg.MaxNew-t.partial))
 	w.inflight += g.need
 	w.gens[g.id] = g
 	w.running++
@@ -689,7 +689,7 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 		return
 	}
 	w := e.ws[t.replica]
-	w.tokenS = sched.NextTokenS(w.tokenS, e.now-g.startedAt, d.Generated)
+	w.tokenS = priority.NextTokenS(w.tokenS, e.now-g.startedAt, d.Generated)
 	e.pace.SetTokenS(e.names[t.replica], w.tokenS)
 	reply := t.plan.Tokens[t.turn] + replyEndTokens
 	t.ctx = append(t.ctx, batching.Segment{Key: key(t.plan.ID, t.turn, 'r'), Tokens: reply})
@@ -749,16 +749,16 @@ func (e *engine) finish(i int) {
 // adapt moves the admission limit as the coordinator does, from the
 // gen-workers' counters over the interval.
 func (e *engine) adapt() {
-	var l sched.Load
+	var l priority.Load
 	for _, w := range e.ws {
 		l.Slots += e.cfg.Slots
 		l.Running += w.running
-		l.Generated += sched.Grown(w.generated, w.lastGenerated)
-		l.Reprefilled += sched.Grown(w.reprefilled, w.lastRe)
+		l.Generated += priority.Grown(w.generated, w.lastGenerated)
+		l.Reprefilled += priority.Grown(w.reprefilled, w.lastRe)
 		w.lastGenerated, w.lastRe = w.generated, w.reprefilled
 	}
 	binding := len(e.waitingIDs) > 0 && e.active >= e.limit
-	e.limit = sched.NextLimit(e.limit, e.cfg.floor(), e.cfg.ceiling(), l, binding, e.cfg.ReprefillLimit)
+	e.limit = priority.NextLimit(e.limit, e.cfg.floor(), e.cfg.ceiling(), l, binding, e.cfg.ReprefillLimit)
 	e.admit()
 }
 
@@ -769,7 +769,7 @@ func (e *engine) snapshot() {
 	facts := e.facts[:0]
 	for _, i := range e.activeIDs {
 		t := e.ts[i]
-		facts = append(facts, sched.Fact{TrajID: t.plan.ID, Replica: e.names[t.replica], GroupID: t.plan.GroupID,
+		facts = append(facts, priority.Fact{TrajID: t.plan.ID, Replica: e.names[t.replica], GroupID: t.plan.GroupID,
 			AdmittedAt: e.instant(t.admittedAt), Turns: t.calls, Tokens: t.genTokens, Predicted: e.rankValue(t, e.names[t.replica]),
 			WaitingSince: e.instant(t.updatedAt)})
 	}
@@ -784,11 +784,11 @@ func (e *engine) snapshot() {
 		ids[k] = e.activeIDs[j]
 	}
 	e.activeIDs = ids
-	snaps := sched.SnapshotsOf(facts, order, e.cfg.highSlots(), e.snapVer, now)
+	snaps := priority.SnapshotsOf(facts, order, e.cfg.highSlots(), e.snapVer, now)
 	for _, name := range e.names {
 		s := snaps[name]
 		if s == nil {
-			s = &sched.Snapshot{Replica: name, Version: e.snapVer, High: map[string]bool{}}
+			s = &priority.Snapshot{Replica: name, Version: e.snapVer, High: map[string]bool{}}
 		}
 		e.board.Set(s)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/genworker"
-	"github.com/actloop/actloop/internal/sched"
 	"github.com/actloop/actloop/internal/workload"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 // modes are the bench's kinds of run on a machine of replicas × slots for
@@ -193,7 +193,7 @@ func TestDefaultsAreTheServices(t *testing.T) {
 	if cc.ActiveFloor() != ec.floor() || cc.ActiveCeiling() != ec.ceiling() {
 		t.Errorf("admission floor/ceiling %d/%d, the coordinator's %d/%d", ec.floor(), ec.ceiling(), cc.ActiveFloor(), cc.ActiveCeiling())
 	}
-	cc.Scheduling, ec.Kind = sched.SchedulingTrajectory, KindTrajectory
+	cc.Scheduling, ec.Kind = priority.SchedulingTrajectory, KindTrajectory
 	if cc.ActiveFloor() != ec.floor() || cc.ActiveCeiling() != ec.ceiling() || ec.floor() != 24 {
 		t.Errorf("trajectory-level floor/ceiling %d/%d, the coordinator's %d/%d", ec.floor(), ec.ceiling(), cc.ActiveFloor(), cc.ActiveCeiling())
 	}

@@ -1,15 +1,15 @@
-package sched_test
+package priority_test
 
 import (
 	"math"
 	"testing"
 	"time"
 
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 func TestPaceSeconds(t *testing.T) {
-	var p sched.Pace
+	var p priority.Pace
 	p.SetTokenS("fast", 0.01)
 	p.SetTokenS("slow", 0.05)
 	p.SetTokenS("bad", math.Inf(1)) // ignored
@@ -21,7 +21,7 @@ func TestPaceSeconds(t *testing.T) {
 	}{
 		{"tokens at the replica's pace plus turns outside generation", "fast", 1000, 10, 1000*0.01 + 10*4},
 		{"a slower replica takes longer for the same work", "slow", 1000, 10, 1000*0.05 + 10*4},
-		{"a replica with no measure goes at the default", "bad", 1000, 0, 1000 * sched.DefaultTokenS},
+		{"a replica with no measure goes at the default", "bad", 1000, 0, 1000 * priority.DefaultTokenS},
 		{"unknown tokens: unknown time", "fast", 0, 10, 0},
 		{"negative turns count as none", "fast", 100, -3, 1},
 	}
@@ -38,7 +38,7 @@ func TestPaceSeconds(t *testing.T) {
 // left (each turn's command and a share of its eval) ranks longer under
 // lpt once its prediction is in seconds.
 func TestPaceReordersLPT(t *testing.T) {
-	var p sched.Pace
+	var p priority.Pace
 	p.SetTokenS("r", 0.03)
 	// Finished: 600 s over 20 turns, 3,000 tokens at 0.03 s: 90 s of
 	// generation, (600 - 90) / 20 = 25.5 s a turn outside it.
@@ -46,15 +46,15 @@ func TestPaceReordersLPT(t *testing.T) {
 	if math.Abs(p.TurnS-25.5) > 1e-9 {
 		t.Fatalf("TurnS = %v, want 25.5", p.TurnS)
 	}
-	manyTurns := sched.Fact{TrajID: "turns", Replica: "r", Predicted: p.Seconds("r", 500, 20)}
-	manyTokens := sched.Fact{TrajID: "tokens", Replica: "r", Predicted: p.Seconds("r", 5000, 2)}
-	got := sched.LPT{}.Rank([]sched.Fact{manyTokens, manyTurns}, time.Unix(0, 0))
+	manyTurns := priority.Fact{TrajID: "turns", Replica: "r", Predicted: p.Seconds("r", 500, 20)}
+	manyTokens := priority.Fact{TrajID: "tokens", Replica: "r", Predicted: p.Seconds("r", 5000, 2)}
+	got := priority.LPT{}.Rank([]priority.Fact{manyTokens, manyTurns}, time.Unix(0, 0))
 	if got[0].TrajID != "turns" {
 		t.Fatalf("lpt by time ranks %s first, want the one with 20 turns left (%.0f s against %.0f s)",
 			got[0].TrajID, manyTurns.Predicted, manyTokens.Predicted)
 	}
 	// By tokens it would have been the other way round.
-	byTokens := sched.LPT{}.Rank([]sched.Fact{{TrajID: "tokens", Predicted: 5000}, {TrajID: "turns", Predicted: 500}}, time.Unix(0, 0))
+	byTokens := priority.LPT{}.Rank([]priority.Fact{{TrajID: "tokens", Predicted: 5000}, {TrajID: "turns", Predicted: 500}}, time.Unix(0, 0))
 	if byTokens[0].TrajID != "tokens" {
 		t.Fatal("lpt by tokens: the control failed")
 	}

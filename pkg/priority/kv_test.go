@@ -1,73 +1,73 @@
-package sched_test
+package priority_test
 
 import (
 	"math"
 	"slices"
 	"testing"
 
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 func TestPerTurnAndFreshGrowth(t *testing.T) {
-	fs := []sched.Footprint{
+	fs := []priority.Footprint{
 		{Replica: "a", Context: 5000, Grown: 3000, Turns: 3, RemainingTurns: 7},
 		{Replica: "a", Context: 9000, Grown: 7000, Turns: 5, RemainingTurns: -1},
 		{Replica: "b", Context: 60000, Grown: 58000, Turns: 20, Finishing: true}, // left out
 		{Replica: "b", Context: 2000, RemainingTurns: -1},                        // no call yet: left out
 	}
-	if got := sched.PerTurn(fs); got != 10000.0/8 {
+	if got := priority.PerTurn(fs); got != 10000.0/8 {
 		t.Fatalf("PerTurn = %v, want 1250 (10,000 tokens over 8 calls)", got)
 	}
-	if got := sched.PerTurn(fs[2:]); got != 0 {
+	if got := priority.PerTurn(fs[2:]); got != 0 {
 		t.Fatalf("PerTurn with no running call = %v, want 0", got)
 	}
 	// Only the first has a prediction: 3,000 grown + 7 × 1,250.
-	if got := sched.FreshGrowth(fs, 1250, -1); got != 3000+7*1250 {
+	if got := priority.FreshGrowth(fs, 1250, -1); got != 3000+7*1250 {
 		t.Fatalf("FreshGrowth = %v, want %v", got, 3000+7*1250)
 	}
-	if got := sched.FreshGrowth(fs[1:], 1250, 42); got != 42 {
+	if got := priority.FreshGrowth(fs[1:], 1250, 42); got != 42 {
 		t.Fatalf("FreshGrowth without predictions = %v, want the prior 42", got)
 	}
 }
 
 func TestDemand(t *testing.T) {
-	g := sched.GrowthShare
+	g := priority.GrowthShare
 	tests := []struct {
 		name           string
-		f              sched.Footprint
+		f              priority.Footprint
 		perTurn, fresh float64
 		want           float64
 	}{
-		{"finishing: nothing", sched.Footprint{Context: 50000, Finishing: true}, 1000, 20000, 0},
-		{"predicted: context and a share of turns × per turn", sched.Footprint{Context: 10000, Grown: 8000, Turns: 4, RemainingTurns: 10}, 1000, 20000, 10000 + g*10*1000},
-		{"predicted to end: its context", sched.Footprint{Context: 10000, Grown: 8000, Turns: 4, RemainingTurns: 0}, 1000, 20000, 10000},
-		{"unknown: a share of the fresh growth it has not made", sched.Footprint{Context: 10000, Grown: 8000, Turns: 4, RemainingTurns: -1}, 1000, 20000, 10000 + g*12000},
-		{"unknown and past the fresh growth: its context", sched.Footprint{Context: 30000, Grown: 28000, Turns: 9, RemainingTurns: -1}, 1000, 20000, 30000},
-		{"waiting: a share of the fresh growth", sched.Footprint{RemainingTurns: -1}, 0, 20000, g * 20000},
-		{"NaN prediction is unknown", sched.Footprint{Context: 100, RemainingTurns: math.NaN()}, 1000, 400, 100 + g*400},
+		{"finishing: nothing", priority.Footprint{Context: 50000, Finishing: true}, 1000, 20000, 0},
+		{"predicted: context and a share of turns × per turn", priority.Footprint{Context: 10000, Grown: 8000, Turns: 4, RemainingTurns: 10}, 1000, 20000, 10000 + g*10*1000},
+		{"predicted to end: its context", priority.Footprint{Context: 10000, Grown: 8000, Turns: 4, RemainingTurns: 0}, 1000, 20000, 10000},
+		{"unknown: a share of the fresh growth it has not made", priority.Footprint{Context: 10000, Grown: 8000, Turns: 4, RemainingTurns: -1}, 1000, 20000, 10000 + g*12000},
+		{"unknown and past the fresh growth: its context", priority.Footprint{Context: 30000, Grown: 28000, Turns: 9, RemainingTurns: -1}, 1000, 20000, 30000},
+		{"waiting: a share of the fresh growth", priority.Footprint{RemainingTurns: -1}, 0, 20000, g * 20000},
+		{"NaN prediction is unknown", priority.Footprint{Context: 100, RemainingTurns: math.NaN()}, 1000, 400, 100 + g*400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := sched.Demand(tt.f, tt.perTurn, tt.fresh); math.Abs(got-tt.want) > 1e-9 {
+			if got := priority.Demand(tt.f, tt.perTurn, tt.fresh); math.Abs(got-tt.want) > 1e-9 {
 				t.Fatalf("Demand = %v, want %v", got, tt.want)
 			}
 		})
 	}
 }
 
-func waiting(n int) []sched.Footprint {
-	out := make([]sched.Footprint, n)
+func waiting(n int) []priority.Footprint {
+	out := make([]priority.Footprint, n)
 	for k := range out {
-		out[k] = sched.Footprint{RemainingTurns: -1}
+		out[k] = priority.Footprint{RemainingTurns: -1}
 	}
 	return out
 }
 
 func TestKVPoolsAdmit(t *testing.T) {
-	pools := sched.KVPools{Capacity: map[string]int{"a": 100000, "b": 100000}, Budget: 1, Slots: 4}
+	pools := priority.KVPools{Capacity: map[string]int{"a": 100000, "b": 100000}, Budget: 1, Slots: 4}
 	// Nothing known: a fresh trajectory grows by capacity / slots = 25,000,
 	// of which it counts GrowthShare.
-	need := sched.GrowthShare * 25000
+	need := priority.GrowthShare * 25000
 	per := int(100000 / need) // on each replica
 	got := pools.Admit([]string{"a", "b"}, nil, waiting(100))
 	if len(got) != 2*per {
@@ -78,7 +78,7 @@ func TestKVPoolsAdmit(t *testing.T) {
 	}
 
 	// Replica a is full with one large trajectory: all go to b.
-	active := []sched.Footprint{{Replica: "a", Context: 99000, Grown: 97000, Turns: 10, RemainingTurns: -1}}
+	active := []priority.Footprint{{Replica: "a", Context: 99000, Grown: 97000, Turns: 10, RemainingTurns: -1}}
 	got = pools.Admit([]string{"a", "b"}, active, waiting(10))
 	if len(got) != per || countOf(got, "a") != 0 {
 		t.Fatalf("with a full: %v, want %d on b", got, per)
@@ -91,7 +91,7 @@ func TestKVPoolsAdmit(t *testing.T) {
 	}
 
 	// A replica with nothing on it takes one whatever its demand.
-	small := sched.KVPools{Capacity: map[string]int{"a": 1000}, Budget: 1, Slots: 1}
+	small := priority.KVPools{Capacity: map[string]int{"a": 1000}, Budget: 1, Slots: 1}
 	if got = small.Admit([]string{"a"}, nil, waiting(3)); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("an empty replica too small for one: %v, want one admitted", got)
 	}
@@ -112,10 +112,10 @@ func TestKVPoolsAdmit(t *testing.T) {
 	// grown 4,000 in 4 calls and has 6 to go, so a fresh one grows 10,000.
 	active = nil
 	for range 4 {
-		active = append(active, sched.Footprint{Replica: "a", Context: 5000, Grown: 4000, Turns: 4, RemainingTurns: 6})
+		active = append(active, priority.Footprint{Replica: "a", Context: 5000, Grown: 4000, Turns: 4, RemainingTurns: 6})
 	}
-	used := 4 * (5000 + sched.GrowthShare*6*1000)
-	fresh := sched.GrowthShare * 10000.0
+	used := 4 * (5000 + priority.GrowthShare*6*1000)
+	fresh := priority.GrowthShare * 10000.0
 	want := int((100000-used)/fresh) + int(100000/fresh)
 	if got = pools.Admit([]string{"a", "b"}, active, waiting(100)); len(got) != want {
 		t.Fatalf("with history: admitted %d, want %d", len(got), want)
@@ -149,16 +149,16 @@ func TestDispatchLimit(t *testing.T) {
 		{"pool overfull: no more until the excess ends", 4, 12, 120000, 100000, 1, 10},
 		{"never below the slots", 4, 4, 200000, 100000, 1, 4},
 		{"half the pool", 4, 2, 20000, 100000, 0.5, 5},
-		{"at most DispatchCap", 1, 1, 10, 1 << 30, 1, sched.DispatchCap},
+		{"at most DispatchCap", 1, 1, 10, 1 << 30, 1, priority.DispatchCap},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := sched.DispatchLimit(tt.slots, tt.running, tt.inflight, tt.pool, tt.budget); got != tt.want {
+			if got := priority.DispatchLimit(tt.slots, tt.running, tt.inflight, tt.pool, tt.budget); got != tt.want {
 				t.Fatalf("DispatchLimit = %d, want %d", got, tt.want)
 			}
 		})
 	}
-	if sched.OutputReserve(8192) != 4096 || sched.OutputReserve(100) != 100 {
+	if priority.OutputReserve(8192) != 4096 || priority.OutputReserve(100) != 100 {
 		t.Fatal("OutputReserve: min(max_new_tokens, 4096)")
 	}
 }

@@ -1,4 +1,4 @@
-package sched
+package priority
 
 // Admission decisions: how many samples to admit, how the admission limit
 // adapts, and which replica each new trajectory goes to. Pure functions of

@@ -1,4 +1,4 @@
-package sched
+package priority
 
 import (
 	"errors"

@@ -1,11 +1,11 @@
-package sched_test
+package priority_test
 
 import (
 	"math"
 	"testing"
 	"time"
 
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -25,7 +25,7 @@ func TestVictim(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := sched.Victim(tt.notBefore, now); got != tt.want {
+			if got := priority.Victim(tt.notBefore, now); got != tt.want {
 				t.Fatalf("Victim = %d, want %d", got, tt.want)
 			}
 		})
@@ -48,15 +48,15 @@ func TestMustRestart(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := sched.MustRestart(tt.ctl, tt.oldest); got != tt.want {
+			if got := priority.MustRestart(tt.ctl, tt.oldest); got != tt.want {
 				t.Fatalf("MustRestart = %v, want %v", got, tt.want)
 			}
 		})
 	}
-	if got := sched.OldestVersion([]int8{0, 1, 1, 0}, []int32{-1, 7, 4, -1}); got != 4 {
+	if got := priority.OldestVersion([]int8{0, 1, 1, 0}, []int32{-1, 7, 4, -1}); got != 4 {
 		t.Fatalf("OldestVersion = %d, want 4", got)
 	}
-	if got := sched.OldestVersion(nil, nil); got != math.MaxInt64 {
+	if got := priority.OldestVersion(nil, nil); got != math.MaxInt64 {
 		t.Fatalf("OldestVersion(none) = %d", got)
 	}
 }

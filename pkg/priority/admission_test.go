@@ -1,11 +1,11 @@
-package sched_test
+package priority_test
 
 import (
 	"maps"
 	"slices"
 	"testing"
 
-	"github.com/actloop/actloop/internal/sched"
+	"github.com/actloop/actloop/pkg/priority"
 )
 
 func TestNextLimit(t *testing.T) {
@@ -13,22 +13,22 @@ func TestNextLimit(t *testing.T) {
 	tests := []struct {
 		name    string
 		limit   int
-		l       sched.Load
+		l       priority.Load
 		binding bool
 		want    int
 	}{
-		{"idle slots, samples waiting, no re-prefill: rise by the idle slots", 12, sched.Load{Slots: 8, Running: 5, Generated: 1000}, true, 15},
-		{"idle slots but nothing waiting: stay", 12, sched.Load{Slots: 8, Running: 5, Generated: 1000}, false, 12},
-		{"every slot busy: stay", 20, sched.Load{Slots: 8, Running: 8, Generated: 1000}, true, 20},
-		{"re-prefill above the bound: fall by a tenth", 30, sched.Load{Slots: 8, Running: 2, Generated: 1000, Reprefilled: 600}, true, 27},
-		{"re-prefill between half the bound and the bound: stay", 20, sched.Load{Slots: 8, Running: 2, Generated: 1000, Reprefilled: 300}, true, 20},
-		{"never below the floor", 12, sched.Load{Slots: 8, Running: 8, Generated: 100, Reprefilled: 1000}, true, floor},
-		{"never above the ceiling", 35, sched.Load{Slots: 64, Running: 0, Generated: 1000}, true, ceiling},
-		{"no tokens generated: re-prefill cannot lower it", 20, sched.Load{Slots: 8, Running: 8, Reprefilled: 50}, true, 20},
+		{"idle slots, samples waiting, no re-prefill: rise by the idle slots", 12, priority.Load{Slots: 8, Running: 5, Generated: 1000}, true, 15},
+		{"idle slots but nothing waiting: stay", 12, priority.Load{Slots: 8, Running: 5, Generated: 1000}, false, 12},
+		{"every slot busy: stay", 20, priority.Load{Slots: 8, Running: 8, Generated: 1000}, true, 20},
+		{"re-prefill above the bound: fall by a tenth", 30, priority.Load{Slots: 8, Running: 2, Generated: 1000, Reprefilled: 600}, true, 27},
+		{"re-prefill between half the bound and the bound: stay", 20, priority.Load{Slots: 8, Running: 2, Generated: 1000, Reprefilled: 300}, true, 20},
+		{"never below the floor", 12, priority.Load{Slots: 8, Running: 8, Generated: 100, Reprefilled: 1000}, true, floor},
+		{"never above the ceiling", 35, priority.Load{Slots: 64, Running: 0, Generated: 1000}, true, ceiling},
+		{"no tokens generated: re-prefill cannot lower it", 20, priority.Load{Slots: 8, Running: 8, Reprefilled: 50}, true, 20},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := sched.NextLimit(tt.limit, floor, ceiling, tt.l, tt.binding, 0.5); got != tt.want {
+			if got := priority.NextLimit(tt.limit, floor, ceiling, tt.l, tt.binding, 0.5); got != tt.want {
 				t.Fatalf("NextLimit = %d, want %d", got, tt.want)
 			}
 		})
@@ -36,7 +36,7 @@ func TestNextLimit(t *testing.T) {
 }
 
 func TestGrown(t *testing.T) {
-	if sched.Grown(5, 100) != 5 || sched.Grown(150, 100) != 50 || sched.Grown(7, 7) != 0 {
+	if priority.Grown(5, 100) != 5 || priority.Grown(150, 100) != 50 || priority.Grown(7, 7) != 0 {
 		t.Fatal("Grown: a counter that went back counts whole")
 	}
 }
@@ -59,11 +59,11 @@ func TestStalenessRoomAndAdmissible(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			room := sched.StalenessRoom(tt.maxStale, tt.version, tt.batch, tt.admitted)
+			room := priority.StalenessRoom(tt.maxStale, tt.version, tt.batch, tt.admitted)
 			if room != tt.wantRoom {
 				t.Fatalf("StalenessRoom = %d, want %d", room, tt.wantRoom)
 			}
-			if got := sched.Admissible(tt.limit, tt.active, room); got != tt.wantAdmitted {
+			if got := priority.Admissible(tt.limit, tt.active, room); got != tt.wantAdmitted {
 				t.Fatalf("Admissible = %d, want %d", got, tt.wantAdmitted)
 			}
 		})
@@ -86,12 +86,12 @@ func TestAssignReplicas(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			load := maps.Clone(tt.load)
-			if got := sched.AssignReplicas(tt.live, load, tt.n); !slices.Equal(got, tt.want) {
+			if got := priority.AssignReplicas(tt.live, load, tt.n); !slices.Equal(got, tt.want) {
 				t.Fatalf("AssignReplicas = %v, want %v", got, tt.want)
 			}
 		})
 	}
-	if got := sched.LeastLoaded(nil, nil); got != "" {
+	if got := priority.LeastLoaded(nil, nil); got != "" {
 		t.Fatalf("LeastLoaded(none live) = %q", got)
 	}
 }
@@ -103,14 +103,14 @@ func TestActiveBounds(t *testing.T) {
 		slots, replicas, maxActive, ceiling int
 		wantFloor, wantCeiling              int
 	}{
-		{"trajectory: the slots", sched.SchedulingTrajectory, 8, 2, 0, 0, 16, 16},
-		{"action: 1.5 x the slots, 3 x that", sched.SchedulingAction, 8, 2, 0, 0, 24, 72},
-		{"action: odd slots round up", sched.SchedulingAction, 3, 1, 0, 0, 5, 15},
-		{"action: MAX_ACTIVE", sched.SchedulingAction, 8, 2, 10, 0, 10, 30},
-		{"action: a ceiling below the floor is the floor", sched.SchedulingAction, 8, 2, 10, 4, 10, 10},
-		{"action: a ceiling", sched.SchedulingAction, 8, 2, 0, 100, 24, 100},
+		{"trajectory: the slots", priority.SchedulingTrajectory, 8, 2, 0, 0, 16, 16},
+		{"action: 1.5 x the slots, 3 x that", priority.SchedulingAction, 8, 2, 0, 0, 24, 72},
+		{"action: odd slots round up", priority.SchedulingAction, 3, 1, 0, 0, 5, 15},
+		{"action: MAX_ACTIVE", priority.SchedulingAction, 8, 2, 10, 0, 10, 30},
+		{"action: a ceiling below the floor is the floor", priority.SchedulingAction, 8, 2, 10, 4, 10, 10},
+		{"action: a ceiling", priority.SchedulingAction, 8, 2, 0, 100, 24, 100},
 	} {
-		f, x := sched.ActiveBounds(c.mode, c.slots, c.replicas, c.maxActive, c.ceiling)
+		f, x := priority.ActiveBounds(c.mode, c.slots, c.replicas, c.maxActive, c.ceiling)
 		if f != c.wantFloor || x != c.wantCeiling {
 			t.Errorf("%s: ActiveBounds = %d, %d; want %d, %d", c.name, f, x, c.wantFloor, c.wantCeiling)
 		}

@@ -1,4 +1,4 @@
-// Package sched is actloop's scheduling core: every scheduling decision as
+// Package priority is actloop's scheduling core: every scheduling decision as
 // plain functions and types with no I/O and no clock of their own, so the
 // coordinator, the gen-workers and a virtual-time simulator call the same
 // code. The decisions:
@@ -52,4 +52,4 @@
 // leaders (the KV revision or a clock reading, not a counter that restarts at
 // zero). A class is advice for ordering only: a stale or missing snapshot
 // (everything low) delays a generation but never loses or repeats one.
-package sched
+package priority
