@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,7 +44,13 @@ func TestSchedulingRunsEveryMode(t *testing.T) {
 	sc, _ := workload.Lookup("tool-fast")
 	charts := t.TempDir()
 	bound := virtual.LowerBound(sc.Generate(1, 8), virtual.Defaults(2, 8))
-	s := Scheduling{Scenarios: "tool-fast", Modes: strings.Join(ModeNames(), ","), Engine: EngineLive, Tasks: 8, Replicas: 2, Slots: 8,
+	var live []string
+	for _, m := range Modes {
+		if m.Tune == "" {
+			live = append(live, m.Name)
+		}
+	}
+	s := Scheduling{Scenarios: "tool-fast", Modes: strings.Join(live, ","), Engine: EngineLive, Tasks: 8, Replicas: 2, Slots: 8,
 		TimeScale: 0.002, SyncEvery: bound.S / 3, Seed: 1, JSON: true, Charts: charts}
 	var out, errOut bytes.Buffer
 	if err := RunScheduling(context.Background(), s, &out, &errOut); err != nil {
@@ -53,8 +60,8 @@ func TestSchedulingRunsEveryMode(t *testing.T) {
 	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &got); err != nil {
 		t.Fatalf("bench output %q: %v", out.String(), err)
 	}
-	if len(got) != len(Modes) {
-		t.Fatalf("%d modes reported, want %d", len(got), len(Modes))
+	if len(got) != len(live) {
+		t.Fatalf("%d modes reported, want %d", len(got), len(live))
 	}
 	for _, r := range got {
 		if r.Completed != 8 || r.MakespanS <= 0 || r.P99LatencyS < r.MeanLatencyS || r.MeanLatencyS <= 0 ||
@@ -78,9 +85,9 @@ func TestSchedulingRunsEveryMode(t *testing.T) {
 	}
 }
 
-// The virtual engine runs every mode and the clairvoyant reference on the
-// same batches, gives the same figures twice, and sets each row against the
-// baselines.
+// The virtual engine runs every mode on the same batches, gives the same
+// figures twice, sweeps each tuned mode's knob, and sets each row against
+// the baselines.
 func TestVirtualSchedulingIsReproducible(t *testing.T) {
 	s := Scheduling{Scenarios: "swe-longtail,tool-fast", Modes: strings.Join(ModeNames(), ","), Tasks: 24, Seeds: 2, Seed: 3,
 		SyncEvery: 30, JSON: true}
@@ -102,21 +109,78 @@ func TestVirtualSchedulingIsReproducible(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two runs of the virtual engine differ")
 	}
-	if len(a) != 2*(len(Modes)+1) {
-		t.Fatalf("%d rows, want every mode and the clairvoyant per scenario", len(a))
+	if len(a) != 2*len(Modes) {
+		t.Fatalf("%d rows, want every mode per scenario", len(a))
+	}
+	best := map[string]float64{}
+	for _, r := range a {
+		if slices.Contains(Baselines, r.Mode) && (best[r.Scenario] == 0 || r.MakespanS < best[r.Scenario]) {
+			best[r.Scenario] = r.MakespanS
+		}
 	}
 	for _, r := range a {
 		if r.Engine != EngineVirtual || r.Seeds != 2 || r.Completed != 24 || r.MakespanS <= 0 || r.VsBound < 1 ||
 			r.MakespanMinS > r.MakespanS || r.MakespanMaxS < r.MakespanS || r.SpeedupVsTrajectory <= 0 ||
-			r.SpeedupVsAsync <= 0 || r.VsClairvoyant <= 0 || len(r.KVUseSeries) == 0 {
+			r.SpeedupVsAsync <= 0 || len(r.KVUseSeries) == 0 {
 			t.Errorf("%s/%s: %+v", r.Scenario, r.Mode, r)
 		}
 		if r.Mode == "trajectory" && r.SpeedupVsTrajectory != 1 {
 			t.Errorf("trajectory against itself: %v", r.SpeedupVsTrajectory)
 		}
+		if got := best[r.Scenario] / r.MakespanS; math.Abs(r.SpeedupVsBestTuned-got) > 1e-9 || r.BestTuned == "" {
+			t.Errorf("%s/%s: %.3f × the best tuned (%s), want %.3f", r.Scenario, r.Mode, r.SpeedupVsBestTuned, r.BestTuned, got)
+		}
 		if strings.HasSuffix(r.Mode, "-sync") != (r.Syncs > 0) {
 			t.Errorf("%s: %d weight syncs", r.Mode, r.Syncs)
 		}
+		m, _ := lookupMode(r.Mode)
+		if m.Tune == "" {
+			if r.Cap != 0 || r.Sweep != nil {
+				t.Errorf("%s/%s: untuned with a setting %d, sweep %v", r.Scenario, r.Mode, r.Cap, r.Sweep)
+			}
+			continue
+		}
+		// The chosen setting is the sweep's best, and its row is its runs.
+		if len(r.Sweep) < 3 {
+			t.Errorf("%s/%s: swept %v", r.Scenario, r.Mode, r.Sweep)
+		}
+		for k, p := range r.Sweep {
+			if k > 0 && p[0] <= r.Sweep[k-1][0] || p[1] < r.MakespanS-1e-6 {
+				t.Errorf("%s/%s: sweep %v, chose %d at %.1f s", r.Scenario, r.Mode, r.Sweep, r.Cap, r.MakespanS)
+			}
+			if int(p[0]) == r.Cap && math.Abs(p[1]-r.MakespanS) > 1e-6 {
+				t.Errorf("%s/%s: row %.1f s, its setting %d swept at %.1f s", r.Scenario, r.Mode, r.MakespanS, r.Cap, p[1])
+			}
+		}
+	}
+}
+
+// The sweep climbs the ladder until the makespan has risen well past its
+// best, then tries the settings between the best's neighbours.
+func TestSweepFindsTheOptimumAndStopsPastTheCliff(t *testing.T) {
+	// A made-up makespan by setting: best at 21, a cliff after 28.
+	makespan := func(v int) float64 {
+		if v > 28 {
+			return 5000
+		}
+		return 1000 + 10*math.Abs(float64(v-21))
+	}
+	w := newSweep(0, 512)
+	var tried []int
+	for wave := w.wave(); wave != nil; wave = w.wave() {
+		for _, v := range wave {
+			tried = append(tried, v)
+			w.runs[v] = []*job{{res: virtual.Result{MakespanS: makespan(v)}}}
+		}
+	}
+	if w.best() != 21 {
+		t.Errorf("best %d, want 21 (tried %v)", w.best(), tried)
+	}
+	if slices.Max(tried) > 48 {
+		t.Errorf("climbed to %d past the cliff at 28: %v", slices.Max(tried), tried)
+	}
+	if want := []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48}; !reflect.DeepEqual(w.ladder[:len(want)], want) {
+		t.Errorf("ladder %v", w.ladder)
 	}
 }
 

@@ -6,8 +6,8 @@
 //
 //   - RunScheduling: seeded workloads per scenario under several scheduling
 //     modes, on the virtual-time engine (internal/virtual; means over
-//     seeds, against the lower bound, the baselines and the clairvoyant
-//     reference) or on the live engine: a fresh in-process stack
+//     seeds, against the lower bound and the baselines, the tuned ones
+//     with their concurrency swept per scenario) or on the live engine: a fresh in-process stack
 //     (internal/devstack) per mode, whose simulated servers run the same
 //     server model, failing if two modes produced other tokens for a
 //     trajectory.

@@ -45,6 +45,15 @@ type Mode struct {
 	// AblatePreemption (ACTLOOP_PREEMPT=false) or AblateRankByTime (lpt
 	// and sjf rank by tokens: ACTLOOP_RANK_BY=tokens).
 	Without string
+	// Tune names the knob the bench sweeps for this mode on every scenario,
+	// reporting the best setting (virtual engine only): TuneSlots (a
+	// trajectory-level loop's slots per replica) or TuneCap (an async
+	// loop's trajectories in flight per replica).
+	Tune string
+	// Shipped runs actloop exactly as it ships: the services' default
+	// settings (ACTLOOP_SLOTS, the admission floor and ceiling, the
+	// policy and the predictor), nothing set for the scenario.
+	Shipped bool
 }
 
 // Mechanisms a Mode may turn off.
@@ -55,25 +64,46 @@ const (
 	AblateRankByTime  = "rank-by-time"
 )
 
+// Knobs a tuned Mode sweeps.
+const (
+	// TuneSlots is a trajectory-level loop's concurrency: slime's
+	// sglang_server_concurrency, a verl user's max concurrent rollouts.
+	TuneSlots = "slots"
+	// TuneCap is an async loop's trajectories in flight per replica, each
+	// one coroutine sending its generations straight to its server
+	// (AReaL's max_concurrent_rollouts); no KV awareness.
+	TuneCap = "cap"
+)
+
+// Names of the rows the comparison is made against.
+const (
+	ModeDefault          = "default"
+	ModeTrajectoryTuned  = "trajectory-tuned"
+	ModeAsyncCappedTuned = "async-capped-tuned"
+)
+
 // Modes are every mode the scheduling bench knows.
 var Modes = []Mode{
-	{"trajectory", "trajectory", "fcfs", "", false, ""},
-	{"async", "async", "fcfs", "", false, ""},
-	{"action-fcfs", "action", "fcfs", "", false, ""},
-	{"action-lpt-history", "action", "lpt", predictor.BackendHistory, false, ""},
-	{"action-lpt-oracle", "action", "lpt", predictor.BackendOracle, false, ""},
-	{"action-lpt-learned", "action", "lpt", predictor.BackendLearned, false, ""},
-	{"action-sjf-learned", "action", "sjf", predictor.BackendLearned, false, ""},
-	{"action-sjf-history", "action", "sjf", predictor.BackendHistory, false, ""},
-	{"action-lpt-history-sync", "action", "lpt", predictor.BackendHistory, true, ""},
-	{"action-fcfs-no-kv-admission", "action", "fcfs", "", false, AblateKVAdmission},
-	{"action-fcfs-no-kv-dispatch", "action", "fcfs", "", false, AblateKVDispatch},
-	{"action-fcfs-no-preemption", "action", "fcfs", "", false, AblatePreemption},
-	{"action-lpt-history-by-tokens", "action", "lpt", predictor.BackendHistory, false, AblateRankByTime},
+	{Name: ModeDefault, Kind: "action", Policy: priority.NameFCFS, Predictor: predictor.BackendHistory, Shipped: true},
+	{Name: "trajectory", Kind: "trajectory", Policy: "fcfs"},
+	{Name: ModeTrajectoryTuned, Kind: "trajectory", Policy: "fcfs", Tune: TuneSlots},
+	{Name: "async", Kind: "async", Policy: "fcfs"},
+	{Name: ModeAsyncCappedTuned, Kind: "async", Policy: "fcfs", Tune: TuneCap},
+	{Name: "action-fcfs", Kind: "action", Policy: "fcfs"},
+	{Name: "action-lpt-history", Kind: "action", Policy: "lpt", Predictor: predictor.BackendHistory},
+	{Name: "action-lpt-oracle", Kind: "action", Policy: "lpt", Predictor: predictor.BackendOracle},
+	{Name: "action-lpt-learned", Kind: "action", Policy: "lpt", Predictor: predictor.BackendLearned},
+	{Name: "action-sjf-learned", Kind: "action", Policy: "sjf", Predictor: predictor.BackendLearned},
+	{Name: "action-sjf-history", Kind: "action", Policy: "sjf", Predictor: predictor.BackendHistory},
+	{Name: "action-lpt-history-sync", Kind: "action", Policy: "lpt", Predictor: predictor.BackendHistory, Sync: true},
+	{Name: "action-fcfs-no-kv-admission", Kind: "action", Policy: "fcfs", Without: AblateKVAdmission},
+	{Name: "action-fcfs-no-kv-dispatch", Kind: "action", Policy: "fcfs", Without: AblateKVDispatch},
+	{Name: "action-fcfs-no-preemption", Kind: "action", Policy: "fcfs", Without: AblatePreemption},
+	{Name: "action-lpt-history-by-tokens", Kind: "action", Policy: "lpt", Predictor: predictor.BackendHistory, Without: AblateRankByTime},
 }
 
 // DefaultModes are the modes `actloop bench` runs unless told otherwise.
-const DefaultModes = "trajectory,async,action-fcfs,action-lpt-history,action-lpt-oracle,action-lpt-history-sync"
+const DefaultModes = "default,trajectory,trajectory-tuned,async,async-capped-tuned,action-fcfs,action-lpt-oracle"
 
 // ModeNames are the names of Modes.
 func ModeNames() []string {
@@ -153,14 +183,20 @@ type Result struct {
 	BoundPathS          float64 `json:"bound_path_s,omitempty"`
 	SpeedupVsTrajectory float64 `json:"speedup_vs_trajectory,omitempty"` // trajectory's makespan over this one's
 	SpeedupVsAsync      float64 `json:"speedup_vs_async,omitempty"`
-	ClairvoyantS        float64 `json:"clairvoyant_s,omitempty"`
-	VsClairvoyant       float64 `json:"makespan_vs_clairvoyant,omitempty"`
-	// ClairvoyantReserve is the share of each trajectory's largest context
-	// the best clairvoyant run reserved (its row only).
-	ClairvoyantReserve float64 `json:"clairvoyant_reserve,omitempty"`
-	Retractions        int64   `json:"retractions"`
-	PrefilledTokens    int64   `json:"prefilled_tokens,omitempty"`
-	CachedTokens       int64   `json:"cached_tokens,omitempty"`
+	// SpeedupVsBestTuned is the best of the trajectory-tuned,
+	// async-capped-tuned and async rows (BestTuned names it) over this
+	// row's makespan: above 1, this row beats every baseline as its users
+	// would tune it.
+	SpeedupVsBestTuned float64 `json:"speedup_vs_best_tuned,omitempty"`
+	BestTuned          string  `json:"best_tuned,omitempty"`
+	// A tuned row's setting of its knob (Mode.Tune) with the least mean
+	// makespan over the seeds, and every setting tried as [setting, mean
+	// makespan s], in the order of the setting.
+	Cap             int          `json:"cap,omitempty"`
+	Sweep           [][2]float64 `json:"sweep,omitempty"`
+	Retractions     int64        `json:"retractions"`
+	PrefilledTokens int64        `json:"prefilled_tokens,omitempty"`
+	CachedTokens    int64        `json:"cached_tokens,omitempty"`
 	// KVUse is the mean share of the servers' token pools held by running
 	// requests (sglang:token_usage), KVUseSeries samples it every
 	// KVUseStepS; BusyShare is the share of the makespan the servers spent
@@ -246,6 +282,11 @@ func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
 	switch s.Engine {
 	case EngineVirtual, "":
 	case EngineLive:
+		for _, m := range modes {
+			if m.Tune != "" {
+				errs = append(errs, fmt.Errorf("--modes: %s sweeps its %s, which only the virtual engine does", m.Name, m.Tune))
+			}
+		}
 		for _, sc := range scs {
 			if sc.Tasks > 0 && s.Tasks == 0 {
 				errs = append(errs, fmt.Errorf("--scenarios: %s is RL-scale (%d trajectories): run it with --engine virtual, or give --tasks", sc.Name, sc.Tasks))
@@ -329,6 +370,14 @@ func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) 
 	return virtualTable(stdout, results)
 }
 
+// capOf is a tuned row's chosen setting, "-" for any other row.
+func capOf(r Result) string {
+	if r.Cap == 0 {
+		return "-"
+	}
+	return strconv.Itoa(r.Cap)
+}
+
 // liveTable prints the live engine's results.
 func liveTable(stdout io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -345,11 +394,11 @@ func liveTable(stdout io.Writer, results []Result) error {
 // virtualTable prints the virtual engine's results: means over the seeds.
 func virtualTable(stdout io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\tmin–max s\t× bound\t× trajectory\t× async\t÷ clairvoyant\tmean lat s\ttok/s\tKV use\tbusy\tpreempt\tre-prefill tok\tretract\tsyncs\tqueue/server/env s\tpred MAE tok\tpred rank ρ\twall s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\tmin–max s\t× bound\t× best tuned\t× trajectory\t× async\tcap\tmean lat s\ttok/s\tKV use\tbusy\tpreempt\tre-prefill tok\tretract\tsyncs\tqueue/server/env s\tpred MAE tok\tpred rank ρ\twall s\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.0f\t%.2f\t%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.0f\t%.2f\t%.1f\t\n",
 			r.Scenario, r.Mode, r.Completed, r.Trajectories, r.MakespanS, r.MakespanMinS, r.MakespanMaxS, r.VsBound,
-			r.SpeedupVsTrajectory, r.SpeedupVsAsync, r.VsClairvoyant, r.MeanLatencyS, r.TokensPerS, r.KVUse, r.BusyShare,
+			r.SpeedupVsBestTuned, r.SpeedupVsTrajectory, r.SpeedupVsAsync, capOf(r), r.MeanLatencyS, r.TokensPerS, r.KVUse, r.BusyShare,
 			r.Preemptions, r.Reprefilled, r.Retractions, r.Syncs, r.MeanGenQueueS, r.MeanServerS, r.MeanEnvS,
 			r.PredMAE, r.PredRankCorr, r.WallS)
 	}
@@ -446,7 +495,9 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	case "async":
 		cc.MaxActive, cc.MaxActiveCeiling = tasks, tasks
 	default: // adapts from the default floor up to the whole batch
-		cc.MaxActiveCeiling = tasks
+		if !m.Shipped {
+			cc.MaxActiveCeiling = tasks
+		}
 	}
 	if _, err := st.StartCoordinator(sctx, cc); err != nil {
 		return Result{}, nil, nil, err

@@ -4,11 +4,16 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"reflect"
 	"runtime"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/actloop/actloop/internal/genworker"
 	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/virtual"
 	"github.com/actloop/actloop/internal/workload"
@@ -21,16 +26,12 @@ const (
 	EngineLive    = "live"    // the in-process stack against the inference simulator
 )
 
-// ModeClairvoyant names the clairvoyant reference's rows.
-const ModeClairvoyant = "clairvoyant"
-
-// ClairvoyantReserves are the shares of each trajectory's largest context
-// the clairvoyant reference tries reserving; it reports the best.
-var ClairvoyantReserves = []float64{0.7, 0.5, 0.35}
-
 // virtualConfig is the engine configuration of mode m on scenario sc.
 func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtual.Config {
 	replicas, slots := s.machine(sc)
+	if m.Shipped {
+		slots = shippedSlots()
+	}
 	cfg := virtual.Defaults(replicas, slots)
 	cfg.Kind, cfg.Policy = m.Kind, m.Policy
 	switch m.Predictor {
@@ -41,9 +42,10 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 	case predictor.BackendLearned:
 		cfg.Predictor = virtual.PredictLearned
 	}
-	switch m.Kind {
-	case virtual.KindTrajectory: // ACTLOOP_SCHEDULING=trajectory
-	case virtual.KindAsync:
+	switch {
+	case m.Shipped: // the services' own floor and ceiling
+	case m.Kind == virtual.KindTrajectory: // ACTLOOP_SCHEDULING=trajectory
+	case m.Kind == virtual.KindAsync:
 		cfg.MaxActive, cfg.MaxActiveCeiling = tasks, tasks
 	default: // adapts from the default floor up to the whole batch
 		cfg.MaxActiveCeiling = tasks
@@ -62,6 +64,27 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		cfg.RankBy = priority.RankByTokens
 	}
 	return cfg
+}
+
+// withKnob is cfg with a tuned mode's knob set to v per replica.
+func withKnob(cfg virtual.Config, tune string, v int) virtual.Config {
+	switch tune {
+	case TuneSlots:
+		cfg.Slots = v // the admission limit is slots × replicas
+	case TuneCap:
+		cfg.MaxActive, cfg.MaxActiveCeiling = v*cfg.Replicas, v*cfg.Replicas
+	}
+	return cfg
+}
+
+// shippedSlots is the gen-workers' default ACTLOOP_SLOTS.
+func shippedSlots() int {
+	f, _ := reflect.TypeFor[genworker.Config]().FieldByName("Slots")
+	n, err := strconv.Atoi(f.Tag.Get("default"))
+	if err != nil {
+		panic(fmt.Sprintf("genworker.Config.Slots: default %q: %v", f.Tag.Get("default"), err))
+	}
+	return n
 }
 
 // machine is the replicas and slots of a scenario: its own unless the
@@ -87,43 +110,25 @@ func (s Scheduling) tasksOf(sc workload.Scenario) int {
 	return cmp.Or(s.Tasks, sc.Tasks, 96)
 }
 
-// runVirtual runs every chosen mode and the clairvoyant reference on sc
-// with the virtual engine, once per seed, the runs in parallel; the same
-// settings give the same figures whatever the machine.
-func (s Scheduling) runVirtual(sc workload.Scenario, modes []Mode, stderr io.Writer) ([]Result, error) {
-	tasks := s.tasksOf(sc)
-	seeds := max(s.Seeds, 1)
-	type job struct {
-		mode    int // index in modes; len(modes) + k: the clairvoyant with reserve k
-		seed    int
-		res     virtual.Result
-		err     error
-		elapsed time.Duration
-	}
-	plans := make([][]workload.Trajectory, seeds)
-	for k := range seeds {
-		plans[k] = sc.Generate(s.Seed+int64(k), tasks)
-	}
-	var jobs []*job
-	for k := range seeds {
-		for m := range len(modes) + len(ClairvoyantReserves) {
-			jobs = append(jobs, &job{mode: m, seed: k})
-		}
-	}
+// job is one run of the virtual engine.
+type job struct {
+	name    string // mode, and the knob's setting of a tuned mode
+	cfg     virtual.Config
+	seed    int // index into the plans
+	res     virtual.Result
+	err     error
+	elapsed time.Duration
+}
+
+// runJobs runs jobs on every core; the first error names its run.
+func (s Scheduling) runJobs(sc workload.Scenario, plans [][]workload.Trajectory, jobs []*job) error {
 	work := make(chan *job)
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := range work {
-				var cfg virtual.Config
-				if j.mode < len(modes) {
-					cfg = s.virtualConfig(modes[j.mode], sc, tasks)
-				} else {
-					cfg = s.virtualConfig(Mode{Kind: virtual.KindClairvoyant, Policy: "fcfs"}, sc, tasks)
-					cfg.Reserve = ClairvoyantReserves[j.mode-len(modes)]
-				}
 				start := time.Now()
-				j.res, j.err = virtual.Run(cfg, plans[j.seed])
+				j.res, j.err = virtual.Run(j.cfg, plans[j.seed])
 				j.elapsed = time.Since(start)
 			}
 		})
@@ -135,51 +140,200 @@ func (s Scheduling) runVirtual(sc workload.Scenario, modes []Mode, stderr io.Wri
 	wg.Wait()
 	for _, j := range jobs {
 		if j.err != nil {
-			name := ModeClairvoyant
-			if j.mode < len(modes) {
-				name = modes[j.mode].Name
-			}
-			return nil, fmt.Errorf("bench %s/%s seed %d: %w", sc.Name, name, s.Seed+int64(j.seed), j.err)
+			return fmt.Errorf("bench %s/%s seed %d: %w", sc.Name, j.name, s.Seed+int64(j.seed), j.err)
 		}
 	}
-	// Per seed: the bound, and the best clairvoyant run.
+	return nil
+}
+
+// runVirtual runs every chosen mode on sc with the virtual engine, once
+// per seed, and sweeps each tuned mode's knob, the runs in parallel; the
+// same settings give the same figures whatever the machine.
+func (s Scheduling) runVirtual(sc workload.Scenario, modes []Mode, stderr io.Writer) ([]Result, error) {
+	tasks := s.tasksOf(sc)
+	seeds := max(s.Seeds, 1)
+	replicas, slots := s.machine(sc)
+	plans := make([][]workload.Trajectory, seeds)
 	bounds := make([]virtual.Bound, seeds)
-	clair := make([]*job, seeds)
 	for k := range seeds {
-		replicas, slots := s.machine(sc)
+		plans[k] = sc.Generate(s.Seed+int64(k), tasks)
 		bounds[k] = virtual.LowerBound(plans[k], virtual.Defaults(replicas, slots))
 	}
-	for _, j := range jobs {
-		if j.mode >= len(modes) && (clair[j.seed] == nil || j.res.MakespanS < clair[j.seed].res.MakespanS) {
-			clair[j.seed] = j
+	perSeed := func(name string, cfg virtual.Config) []*job {
+		js := make([]*job, seeds)
+		for k := range js {
+			js[k] = &job{name: name, cfg: cfg, seed: k}
 		}
+		return js
 	}
-	rows := func(mode string, pick func(seed int) *job) Result {
-		var runs []virtual.Result
-		var wall float64
-		for k := range seeds {
-			j := pick(k)
-			runs = append(runs, j.res)
-			wall += j.elapsed.Seconds()
+	// The fixed modes and each sweep's first settings run together; each
+	// sweep then goes on while it finds better settings.
+	fixed := make([][]*job, len(modes))
+	var sweeps []*sweep
+	var jobs []*job
+	for i, m := range modes {
+		if m.Tune == "" {
+			fixed[i] = perSeed(m.Name, s.virtualConfig(m, sc, tasks))
+			jobs = append(jobs, fixed[i]...)
+			continue
+		}
+		sweeps = append(sweeps, newSweep(i, (tasks+replicas-1)/replicas))
+	}
+	for {
+		for _, w := range sweeps {
+			for _, v := range w.wave() {
+				m := modes[w.mode]
+				w.runs[v] = perSeed(fmt.Sprintf("%s@%d", m.Name, v), withKnob(s.virtualConfig(m, sc, tasks), m.Tune, v))
+				jobs = append(jobs, w.runs[v]...)
+			}
+		}
+		if len(jobs) == 0 {
+			break
+		}
+		if err := s.runJobs(sc, plans, jobs); err != nil {
+			return nil, err
+		}
+		jobs = nil
+	}
+	row := func(m Mode, js []*job) Result {
+		runs := make([]virtual.Result, len(js))
+		for k, j := range js {
+			runs[k] = j.res
 		}
 		r := aggregate(runs, bounds)
-		r.Scenario, r.Mode, r.Engine, r.WallS = sc.Name, mode, EngineVirtual, wall
+		r.Scenario, r.Mode, r.Engine = sc.Name, m.Name, EngineVirtual
 		return r
 	}
-	var out []Result
-	for m, mode := range modes {
-		out = append(out, rows(mode.Name, func(k int) *job { return jobs[k*(len(modes)+len(ClairvoyantReserves))+m] }))
+	out := make([]Result, len(modes))
+	for i, m := range modes {
+		if fixed[i] != nil {
+			out[i] = row(m, fixed[i])
+			out[i].WallS = wallOf(fixed[i])
+		}
 	}
-	cr := rows(ModeClairvoyant, func(k int) *job { return clair[k] })
-	for k := range seeds {
-		cr.ClairvoyantReserve += ClairvoyantReserves[clair[k].mode-len(modes)] / float64(seeds)
+	for _, w := range sweeps {
+		best := w.best()
+		r := row(modes[w.mode], w.runs[best])
+		r.Cap = best
+		for _, v := range slices.Sorted(maps.Keys(w.runs)) {
+			r.Sweep = append(r.Sweep, [2]float64{float64(v), w.mean(v)})
+			r.WallS += wallOf(w.runs[v])
+		}
+		out[w.mode] = r
 	}
-	out = append(out, cr)
 	ratios(out)
 	if !s.JSON {
-		fmt.Fprintf(stderr, "bench: %s: %d modes × %d seeds in %.1f s of CPU\n", sc.Name, len(modes)+1, seeds, sumWall(out))
+		fmt.Fprintf(stderr, "bench: %s: %d modes × %d seeds in %.1f s of CPU\n", sc.Name, len(modes), seeds, sumWall(out))
 	}
 	return out, nil
+}
+
+// wallOf is the seconds js took to run, summed.
+func wallOf(js []*job) float64 {
+	w := 0.0
+	for _, j := range js {
+		w += j.elapsed.Seconds()
+	}
+	return w
+}
+
+// sweep finds the setting of a tuned mode's knob with the least mean
+// makespan: first up a ladder of settings (1, 2, 3, 4, 6, 8, 12, 16, 24,
+// ..., up to the batch per replica), two at a time, until the makespan has
+// risen well past the best (the cliff); then at up to seven settings evenly
+// spaced between the best's neighbours, and again around the new best with
+// a finer step, down to a step of one.
+type sweep struct {
+	mode   int   // index in the modes
+	ladder []int // settings to try first, ascending
+	next   int   // index in ladder of the next setting to try
+	step   int   // the last refinement's step (0: none yet)
+	runs   map[int][]*job
+}
+
+// sweepCliff ends the climb up the ladder: a setting whose mean makespan is
+// this many times the best one's, on the far side of the best.
+const sweepCliff = 1.5
+
+func newSweep(mode, most int) *sweep {
+	w := &sweep{mode: mode, runs: map[int][]*job{}}
+	for v := 1; v < most; v = ladderNext(v) {
+		w.ladder = append(w.ladder, v)
+	}
+	w.ladder = append(w.ladder, most)
+	return w
+}
+
+// ladderNext is the ladder's step after v: 1, 2, 3, 4, 6, 8, 12, 16, 24, ...
+func ladderNext(v int) int {
+	if v < 4 {
+		return v + 1
+	}
+	if v&(v-1) == 0 { // a power of two
+		return v + v/2
+	}
+	return v + v/3
+}
+
+// mean is the mean makespan of setting v's runs.
+func (w *sweep) mean(v int) float64 {
+	sum := 0.0
+	for _, j := range w.runs[v] {
+		sum += j.res.MakespanS
+	}
+	return sum / float64(len(w.runs[v]))
+}
+
+// best is the setting tried with the least mean makespan (the smaller on
+// a tie).
+func (w *sweep) best() int {
+	best := -1
+	for _, v := range slices.Sorted(maps.Keys(w.runs)) {
+		if best < 0 || w.mean(v) < w.mean(best) {
+			best = v
+		}
+	}
+	return best
+}
+
+// wave is the settings to try next, none when the sweep is done.
+func (w *sweep) wave() []int {
+	if w.next > 0 && w.next < len(w.ladder) {
+		last := w.ladder[w.next-1]
+		if best := w.best(); last > best && w.mean(last) > sweepCliff*w.mean(best) {
+			w.next = len(w.ladder) // past the cliff
+		}
+	}
+	if w.next < len(w.ladder) {
+		wave := w.ladder[w.next:min(w.next+2, len(w.ladder))]
+		w.next += len(wave)
+		return wave
+	}
+	best := w.best()
+	var lo, hi int
+	switch w.step {
+	case 1:
+		return nil
+	case 0: // between the best's neighbours on the ladder, as far as tried
+		k := slices.Index(w.ladder, best)
+		lo, hi = w.ladder[max(k-1, 0)], best
+		if k+1 < len(w.ladder) && w.runs[w.ladder[k+1]] != nil {
+			hi = w.ladder[k+1]
+		}
+	default:
+		lo, hi = max(best-w.step, 1), min(best+w.step, w.ladder[len(w.ladder)-1])
+	}
+	w.step = max(1, (hi-lo+7)/8)
+	var wave []int
+	for v := lo + w.step; v < hi; v += w.step {
+		if w.runs[v] == nil {
+			wave = append(wave, v)
+		}
+	}
+	if len(wave) == 0 && w.step > 1 {
+		return w.wave()
+	}
+	return wave
 }
 
 func sumWall(rs []Result) float64 {
@@ -244,12 +398,20 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 	return r
 }
 
-// ratios sets each row's makespan against the trajectory, async and
-// clairvoyant rows of its scenario (0 when that row was not run).
+// Baselines is the rows a scenario's best tuned baseline is taken from.
+var Baselines = []string{ModeTrajectoryTuned, ModeAsyncCappedTuned, "async"}
+
+// ratios sets each row's makespan against the trajectory and async rows
+// of its scenario and the best of its Baselines (0 when that row was not
+// run).
 func ratios(rs []Result) {
 	ref := map[string]float64{}
+	best, bestName := 0.0, ""
 	for _, r := range rs {
 		ref[r.Mode] = r.MakespanS
+		if slices.Contains(Baselines, r.Mode) && (bestName == "" || r.MakespanS < best) {
+			best, bestName = r.MakespanS, r.Mode
+		}
 	}
 	for i := range rs {
 		r := &rs[i]
@@ -259,9 +421,8 @@ func ratios(rs []Result) {
 		if v := ref["async"]; v > 0 {
 			r.SpeedupVsAsync = v / r.MakespanS
 		}
-		if v := ref[ModeClairvoyant]; v > 0 {
-			r.VsClairvoyant = r.MakespanS / v
-			r.ClairvoyantS = v
+		if best > 0 {
+			r.SpeedupVsBestTuned, r.BestTuned = best/r.MakespanS, bestName
 		}
 	}
 }
