@@ -24,6 +24,13 @@ func TestCheckLimits(t *testing.T) {
 		{"steps reported first", Limits{StepLimit: 1, TokenBudget: 1, WallClock: 1}, Usage{Calls: 1, Tokens: 1, Elapsed: 1}, "limits exceeded: step_limit 1 reached"},
 		{"tokens before wall clock", Limits{StepLimit: 5, TokenBudget: 1, WallClock: 1}, Usage{Calls: 1, Tokens: 1, Elapsed: 1}, "limits exceeded: token_budget 1 reached"},
 		{"negative limit is unlimited, as in mini-swe-agent", Limits{StepLimit: -1}, Usage{Calls: 5}, ""},
+		{"room for two tokens", Limits{ContextLength: 4096}, Usage{Context: 4093}, ""},
+		{"room for one token", Limits{ContextLength: 4096}, Usage{Context: 4094}, ""},
+		{"no room: the last token is spared", Limits{ContextLength: 4096}, Usage{Context: 4095}, "limits exceeded: context_length 4096 reached"},
+		{"input past the context", Limits{ContextLength: 4096}, Usage{Context: 10914}, "limits exceeded: context_length 4096 reached"},
+		{"no context length is unbounded", Limits{}, Usage{Context: 1 << 30}, ""},
+		{"format errors before context", Limits{FormatErrorLimit: 1, ContextLength: 10}, Usage{FormatErrors: 1, Context: 10}, "limits exceeded: format_error_limit 1 reached"},
+		{"steps before context", Limits{StepLimit: 1, ContextLength: 10}, Usage{Calls: 1, Context: 10}, "limits exceeded: step_limit 1 reached"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,6 +66,21 @@ func TestMaxNewTokens(t *testing.T) {
 		{"one left", 1024, Limits{TokenBudget: 4096}, Usage{Tokens: 4095}, 1},
 		{"exactly at budget", 1024, Limits{TokenBudget: 4096}, Usage{Tokens: 4096}, 0},
 		{"past budget never negative", 1024, Limits{TokenBudget: 4096}, Usage{Tokens: 5000}, 0},
+		// The case: 1,040,000 new tokens asked of a 1,048,576-token
+		// context after 10,914 tokens of conversation.
+		{"capped at the context", 1040000, Limits{ContextLength: 1 << 20}, Usage{Context: 10914}, 1<<20 - 10914 - 1},
+		{"context has room for all", 1024, Limits{ContextLength: 1 << 20}, Usage{Context: 10914}, 1024},
+		{"exactly maxNew fits", 1024, Limits{ContextLength: 4096}, Usage{Context: 4096 - 1024 - 1}, 1024},
+		{"one token fits", 1024, Limits{ContextLength: 4096}, Usage{Context: 4094}, 1},
+		{"context full", 1024, Limits{ContextLength: 4096}, Usage{Context: 4095}, 0},
+		{"input past the context never negative", 1024, Limits{ContextLength: 4096}, Usage{Context: 5000}, 0},
+		{"the lower of budget and context", 1024, Limits{TokenBudget: 4096, ContextLength: 4096}, Usage{Tokens: 4000, Context: 3000}, 96},
+		{"the lower of context and budget", 1024, Limits{TokenBudget: 4096, ContextLength: 4096}, Usage{Tokens: 100, Context: 3995}, 100},
+		// A resumed turn: its output so far is in the context and spent
+		// from maxNew already.
+		{"resume within the context", 1000 - 600, Limits{ContextLength: 4096}, Usage{Context: 1800 + 600}, 400},
+		{"resume capped", 1000 - 600, Limits{ContextLength: 2600}, Usage{Context: 1800 + 600}, 199},
+		{"resume with no room", 1000 - 600, Limits{ContextLength: 2401}, Usage{Context: 1800 + 600}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,8 +99,8 @@ func TestLimitsValidate(t *testing.T) {
 	}{
 		{"zero", Limits{}, ""},
 		{"positive", Limits{StepLimit: 10, TokenBudget: 100, WallClock: time.Minute}, ""},
-		{"negative, all named", Limits{StepLimit: -1, TokenBudget: -1, WallClock: -1},
-			"step_limit: -1 is negative\ntoken_budget: -1 is negative\nwall_clock: -1ns is negative"},
+		{"negative, all named", Limits{StepLimit: -1, TokenBudget: -1, WallClock: -1, ContextLength: -1},
+			"step_limit: -1 is negative\ntoken_budget: -1 is negative\nwall_clock: -1ns is negative\ncontext_length: -1 is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

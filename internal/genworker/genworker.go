@@ -2,14 +2,16 @@
 // priority.DispatchOrder: resumed before new, high before low) only while it
 // has room (its SLOTS, or more while they fit in the server's KV pool:
 // priority.DispatchLimit), runs one LLM call per
-// step, appends the generated tokens, parses the action and publishes the
-// step that follows.
+// step, its max_new_tokens capped to fit the server's context length,
+// appends the generated tokens, parses the action and publishes the step
+// that follows.
 //
 // Acks: a step that ran (or was already committed) → ack; undecodable →
 // dead letter; inference unavailable or Redis/NATS errors → nak with
 // back-off; after MAX_DELIVER deliveries, or a request the server rejects,
 // the worker reports the step failed and the coordinator ends the trajectory
-// with a fallback.
+// with a fallback. A request the server rejects for the context length is
+// a limit instead: the trajectory ends limit_exceeded (context_length).
 package genworker
 
 import (
@@ -168,6 +170,7 @@ type Worker struct {
 	restarts  atomic.Int64 // trajectories started again because they went stale
 	health    *replicaHealth
 	load      atomic.Pointer[llm.Load] // the server's, at the last read (loadLoop)
+	ctxLen    serverContext            // the server's context length (contextLoop)
 	spans     *llmSpans
 
 	sources []jetstream.Consumer // one per class, in priority.DispatchOrder
@@ -234,7 +237,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("replica", w.cfg.Replica),
 		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout,
 		Preempt: w.tracker, PreemptFrom: highSources(),
-		Ready: func() bool { return !w.tracker.isPaused() && !w.health.isDown() }}
+		Ready: func() bool { return !w.tracker.isPaused() && !w.health.isDown() && w.ctxLen.ready() }}
 	if w.cfg.Steal {
 		r.Steal = w.stealer.Steal
 	}
@@ -246,6 +249,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return bus.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
 	g.Go(func() error { return w.heartbeat(ctx) })
 	g.Go(func() error { return w.loadLoop(ctx) })
+	g.Go(func() error { return w.contextLoop(ctx) })
 	g.Go(func() error { return w.health.run(ctx) })
 	g.Go(func() error { return w.watchControl(ctx) })
 	g.Go(func() error { return w.watchCancels(ctx) })
@@ -366,8 +370,11 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		return nil, bus.Fatal(err)
 	}
 	lim := agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, ag.Config.StepLimit), TokenBudget: s.Limits.TokenBudget,
-		WallClock: s.Limits.WallClock(), FormatErrorLimit: s.Limits.FormatErrorLimit}
-	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt), FormatErrors: t.FormatErrors}
+		WallClock: s.Limits.WallClock(), FormatErrorLimit: s.Limits.FormatErrorLimit, ContextLength: w.ctxLen.length()}
+	// The context is the call's input: the conversation, and a resumed
+	// turn's output so far.
+	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt), FormatErrors: t.FormatErrors,
+		Context: len(t.Tokens)}
 	// Loaded without its versions (the policy changed meanwhile), t has
 	// no oldest version: the next step checks. A validation rollout is
 	// not training data: staleness does not restart it.
@@ -448,6 +455,19 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		}
 		w.tracker.done(g)
 		switch {
+		case errors.Is(err, llm.ErrContextLength) && t.TurnGen == 0:
+			// The server holds a context shorter than it said (or said
+			// none): the trajectory ends at the turn before, as it would
+			// had it said.
+			return traj.LimitReached{Limit: schema.LimitContextLength,
+				Reason: fmt.Sprintf("%v: %s reached: the server refused the call: %v", agent.ErrLimitsExceeded,
+					schema.LimitContextLength, err),
+				Closing: traj.Closing(ag, w.tmpl, agent.EndingLimitsExceeded, "")}, nil
+		case errors.Is(err, llm.ErrContextLength):
+			// A resumed turn the server has no room for ends with what it
+			// has, as one capped to the room left would; the next call
+			// meets the limit.
+			res = llm.Result{}
 		case err != nil && (llm.Temporary(err) || duplicateRID(err)):
 			return nil, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
 		case err != nil:
@@ -468,8 +488,10 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 			w.tracker.wastedTokens.Add(int64(len(res.OutputIDs)))
 			return nil, fmt.Errorf("generation aborted by the server: %s", res.Finish.Message)
 		}
-		w.account(t, res)
-	} // else the turn spent its whole budget before it was interrupted: it ends here
+		if err == nil {
+			w.account(t, res)
+		}
+	} // else the turn spent its whole budget (or the context's room) before it was interrupted: it ends here
 	out := append(slices.Clone(partial), res.OutputIDs...)
 	turn := traj.Turn{Output: res.OutputIDs, Logprobs: res.Logprobs, Version: int32(g.version),
 		CloseTurn: w.tmpl.CloseTurn(out), Text: w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs())), RID: rid}

@@ -33,6 +33,12 @@ type Config struct {
 	// CheckTokenizer; without them /generate answers 500). Default
 	// tokenize.Bytes.
 	Tokenizer tokenize.Tokenizer
+	// ContextLength is the simulated model's context length: /generate
+	// and /v1/completions refuse (400, in SGLang's and vLLM's words) an
+	// input of that many tokens or more, or an input and max_new_tokens of
+	// more together; /v1/models reports it as max_model_len and
+	// /get_server_info as context_length. Default 1<<20.
+	ContextLength int
 	// WeightVersion is reported in meta_info.weight_version until
 	// /update_weight_version changes it. Default "0".
 	WeightVersion string
@@ -54,6 +60,7 @@ const (
 	DefaultMaxRunning          = 64
 	DefaultCacheTokens         = 1 << 20
 	DefaultMaxTurns            = 8
+	DefaultContextLength       = 1 << 20
 	DefaultWeightVersion       = "0"
 )
 
@@ -84,6 +91,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxTurns <= 0 {
 		c.MaxTurns = DefaultMaxTurns
+	}
+	if c.ContextLength <= 0 {
+		c.ContextLength = DefaultContextLength
 	}
 	if c.WeightVersion == "" {
 		c.WeightVersion = DefaultWeightVersion

@@ -35,6 +35,12 @@
 // recently used blocks, tails first; a prompt's blocks are inserted after its
 // prefill and its prompt plus output blocks when it ends.
 //
+// Context length. Config.ContextLength (default 1<<20) is reported as
+// /v1/models' max_model_len and /get_server_info's context_length, and
+// /generate and /v1/completions refuse a request that does not fit it with
+// a 400 in SGLang's and vLLM's words: an input of that many tokens or more,
+// or an input and max_new_tokens of more together.
+//
 // Control. /abort_request aborts by rid prefix (as SGLang's scheduler
 // matches) or all; /pause_generation pauses in abort, in_place or retract mode
 // until /continue_generation; /update_weight_version changes the version

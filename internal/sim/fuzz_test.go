@@ -16,7 +16,7 @@ func FuzzDecodeGenerateRequest(f *testing.F) {
 	f.Add([]byte(`{"input_ids":[1],"sampling_params":{"max_new_tokens":1048576}}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		req, err := decodeGenerateRequest(b)
+		req, err := decodeGenerateRequest(b, DefaultContextLength)
 		if err != nil {
 			var fe *fieldError
 			if !errors.As(err, &fe) {
@@ -24,7 +24,8 @@ func FuzzDecodeGenerateRequest(f *testing.F) {
 			}
 			return
 		}
-		if req.RID == "" || len(req.InputIDs) == 0 || req.MaxNewTokens < 0 || len(req.InputIDs)+req.MaxNewTokens > contextLen {
+		if req.RID == "" || len(req.InputIDs) == 0 || req.MaxNewTokens < 0 || len(req.InputIDs) >= DefaultContextLength ||
+			len(req.InputIDs)+req.MaxNewTokens > DefaultContextLength {
 			t.Fatalf("accepted invalid request %+v", req)
 		}
 		for _, id := range req.InputIDs {

@@ -319,3 +319,63 @@ func TestMethodsAndPaths(t *testing.T) {
 		t.Errorf("GET /health: %d", status)
 	}
 }
+
+// The context length (Config.ContextLength) is what /v1/models,
+// /get_server_info and /tokenize report, and what /generate and
+// /v1/completions hold a request to, refusing it with a 400 in SGLang's and
+// vLLM's words: an input of the context length or more, or an input and
+// max_new_tokens of more together.
+func TestContextLength(t *testing.T) {
+	const n = 100
+	h := newHarness(t, Config{ContextLength: n})
+	var models struct {
+		Data []struct {
+			MaxModelLen int `json:"max_model_len"`
+		} `json:"data"`
+	}
+	if status, b := h.do(http.MethodGet, "/v1/models", nil); status != 200 || json.Unmarshal(b, &models) != nil ||
+		len(models.Data) != 1 || models.Data[0].MaxModelLen != n {
+		t.Fatalf("/v1/models: %d %s", status, b)
+	}
+	var info struct {
+		ContextLength int `json:"context_length"`
+	}
+	if status, b := h.do(http.MethodGet, "/get_server_info", nil); status != 200 || json.Unmarshal(b, &info) != nil ||
+		info.ContextLength != n {
+		t.Fatalf("/get_server_info: %d %s", status, b)
+	}
+	ids := func(k int) []int32 { return slices.Repeat([]int32{'a'}, k) }
+	tests := []struct {
+		name, path  string
+		body        map[string]any
+		wantMessage string // "" for a 200
+	}{
+		{"generate fits", "/generate", map[string]any{"input_ids": ids(60), "sampling_params": map[string]any{"max_new_tokens": 40}}, ""},
+		{"generate one over", "/generate", map[string]any{"input_ids": ids(60), "sampling_params": map[string]any{"max_new_tokens": 41}},
+			"Requested token count exceeds the model's maximum context length of 100 tokens. You requested a total of 101 tokens: 60 tokens from the input messages and 41 tokens for the completion."},
+		{"generate input fills it", "/generate", map[string]any{"input_ids": ids(100), "sampling_params": map[string]any{"max_new_tokens": 0}},
+			"The input (100 tokens) is longer than the model's context length (100 tokens)."},
+		{"completions fit", "/v1/completions", map[string]any{"prompt": ids(60), "max_tokens": 40}, ""},
+		{"completions one over", "/v1/completions", map[string]any{"prompt": ids(60), "max_tokens": 41},
+			"'max_tokens' or 'max_completion_tokens' is too large: 41. This model's maximum context length is 100 tokens and your request has 60 input tokens (41 > 100 - 60)."},
+		{"completions prompt fills it", "/v1/completions", map[string]any{"prompt": ids(100), "max_tokens": 1},
+			"This model's maximum context length is 100 tokens. However, your request has 100 input tokens."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, b := h.do(http.MethodPost, tt.path, tt.body)
+			if tt.wantMessage == "" {
+				if status != 200 {
+					t.Fatalf("status %d: %s", status, b)
+				}
+				return
+			}
+			var e struct {
+				Error struct{ Message string } `json:"error"`
+			}
+			if status != 400 || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error.Message, tt.wantMessage) {
+				t.Fatalf("status %d: %s; want 400 with %q", status, b, tt.wantMessage)
+			}
+		})
+	}
+}

@@ -11,10 +11,12 @@ import (
 // (python/sglang/srt/entrypoints/http_server.py, get_server_info), the
 // fields a client reads: max_total_num_tokens (the KV pool),
 // max_running_requests, chunked_prefill_size, schedule_policy, page_size,
-// served_model_name and version.
+// context_length (as a server started with --context-length reports it;
+// null there without it), served_model_name and version.
 func (s *Server) handleServerInfo(w http.ResponseWriter, _ *http.Request) {
 	l := s.load()
 	writeJSON(w, http.StatusOK, map[string]any{
+		"context_length":       s.cfg.ContextLength,
 		"model_path":           modelName,
 		"served_model_name":    modelName,
 		"max_total_num_tokens": l.pool,

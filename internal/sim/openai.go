@@ -70,8 +70,9 @@ type completionOpts struct {
 }
 
 // decodeCompletionRequest parses and validates a /v1/completions body as
-// CompletionRequest's validators do.
-func decodeCompletionRequest(b []byte, headerRID string) (*genRequest, completionOpts, error) {
+// CompletionRequest's validators do, for a model whose context length
+// (max_model_len) is contextLen.
+func decodeCompletionRequest(b []byte, headerRID string, contextLen int) (*genRequest, completionOpts, error) {
 	var in completionInput
 	var o completionOpts
 	if err := decodeJSON(b, &in); err != nil {
@@ -158,9 +159,16 @@ func decodeCompletionRequest(b []byte, headerRID string) (*genRequest, completio
 		}
 		req.Reply = &reply
 	}
-	if total := len(req.InputIDs) + req.MaxNewTokens; total > contextLen {
-		return nil, o, errField("max_tokens", "%d prompt tokens plus %d new tokens exceed the context length of %d",
-			len(req.InputIDs), req.MaxNewTokens, contextLen)
+	// vLLM's words for a prompt that fills the context and for one whose
+	// max_tokens does not fit beside it.
+	switch in := len(req.InputIDs); {
+	case in >= contextLen:
+		return nil, o, errField("prompt", "This model's maximum context length is %d tokens. However, your request has "+
+			"%d input tokens. Please reduce the length of the input messages.", contextLen, in)
+	case in+req.MaxNewTokens > contextLen:
+		return nil, o, errField("max_tokens", "'max_tokens' or 'max_completion_tokens' is too large: %d. This model's "+
+			"maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			req.MaxNewTokens, contextLen, in, req.MaxNewTokens, contextLen, in)
 	}
 	o.logprobs = in.Logprobs
 	req.ReturnLogprob = in.Logprobs != nil
@@ -180,7 +188,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, o, err := decodeCompletionRequest(body, r.Header.Get("X-Request-Id"))
+	req, o, err := decodeCompletionRequest(body, r.Header.Get("X-Request-Id"), s.cfg.ContextLength)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
@@ -370,7 +378,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ids := s.voc.tok.Encode(*in.Prompt)
-	writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": contextLen})
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": s.cfg.ContextLength})
 }
 
 // detokenizeInput is vLLM's DetokenizeRequest (tokens) and SGLang's
@@ -408,6 +416,6 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{
-		map[string]any{"id": modelName, "object": "model", "owned_by": "actloop", "max_model_len": contextLen},
+		map[string]any{"id": modelName, "object": "model", "owned_by": "actloop", "max_model_len": s.cfg.ContextLength},
 	}})
 }

@@ -100,7 +100,7 @@ func FuzzDecodeCompletionRequest(f *testing.F) {
 	f.Add([]byte(`{"prompt":[1],"max_tokens":1048576}`))
 	f.Add([]byte(`{"prompt":null}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		req, _, err := decodeCompletionRequest(b, "")
+		req, _, err := decodeCompletionRequest(b, "", DefaultContextLength)
 		if err != nil {
 			var fe *fieldError
 			if !errors.As(err, &fe) {
@@ -108,7 +108,8 @@ func FuzzDecodeCompletionRequest(f *testing.F) {
 			}
 			return
 		}
-		if req.RID == "" || len(req.InputIDs) == 0 || req.MaxNewTokens < 1 || len(req.InputIDs)+req.MaxNewTokens > contextLen {
+		if req.RID == "" || len(req.InputIDs) == 0 || req.MaxNewTokens < 1 || len(req.InputIDs) >= DefaultContextLength ||
+			len(req.InputIDs)+req.MaxNewTokens > DefaultContextLength {
 			t.Fatalf("accepted invalid request %+v", req)
 		}
 		for _, id := range req.InputIDs {

@@ -175,7 +175,7 @@ func FuzzDecodePlanRequest(f *testing.F) {
 	f.Add([]byte(`{"input_ids":[[1]]}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ids, err := decodePlanRequest(b)
+		ids, err := decodePlanRequest(b, DefaultContextLength)
 		if err != nil {
 			if _, ok := err.(*fieldError); !ok {
 				t.Fatalf("error %v is not a fieldError", err)

@@ -194,7 +194,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, s.vocErr)
 		return
 	}
-	req, err := decodeGenerateRequest(body)
+	req, err := decodeGenerateRequest(body, s.cfg.ContextLength)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
@@ -372,7 +372,7 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ids, err := decodePlanRequest(body)
+	ids, err := decodePlanRequest(body, s.cfg.ContextLength)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return

@@ -24,10 +24,6 @@ import (
 // defaultMaxNewTokens is SamplingParams.max_new_tokens's default in SGLang.
 const defaultMaxNewTokens = 128
 
-// contextLen is the simulated model's context length: prompt plus
-// max_new_tokens may not exceed it.
-const contextLen = 1 << 20
-
 // replyParam is the custom_params key that scripts the reply.
 const replyParam = "actloop_reply"
 
@@ -164,8 +160,9 @@ func goTypeName(t string) string {
 	return t
 }
 
-// decodeGenerateRequest parses and validates the body of POST /generate.
-func decodeGenerateRequest(b []byte) (*genRequest, error) {
+// decodeGenerateRequest parses and validates the body of POST /generate
+// for a model whose context length is contextLen.
+func decodeGenerateRequest(b []byte, contextLen int) (*genRequest, error) {
 	var in generateInput
 	if err := decodeJSON(b, &in); err != nil {
 		return nil, err
@@ -204,11 +201,30 @@ func decodeGenerateRequest(b []byte) (*genRequest, error) {
 			return nil, err
 		}
 	}
-	if total := len(req.InputIDs) + req.MaxNewTokens; total > contextLen {
-		return nil, errField("sampling_params.max_new_tokens",
-			"%d input tokens plus %d new tokens exceed the context length of %d", len(req.InputIDs), req.MaxNewTokens, contextLen)
+	if err := fitContext(req, contextLen); err != nil {
+		return nil, err
 	}
 	return req, nil
+}
+
+// fitContext refuses a /generate request that does not fit the context
+// length as SGLang's TokenizerManager._validate_one_request does
+// (python/sglang/srt/managers/tokenizer_manager.py), in its words: an
+// input of contextLen tokens or more, or an input and max_new_tokens of
+// more than contextLen together (older SGLang versions refuse them equal
+// too).
+func fitContext(req *genRequest, contextLen int) error {
+	in := len(req.InputIDs)
+	if in >= contextLen {
+		return errField("input_ids", "The input (%d tokens) is longer than the model's context length (%d tokens).", in, contextLen)
+	}
+	if total := in + req.MaxNewTokens; total > contextLen {
+		return errField("sampling_params.max_new_tokens", "Requested token count exceeds the model's maximum context length "+
+			"of %d tokens. You requested a total of %d tokens: %d tokens from the input messages and %d tokens for the "+
+			"completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
+			contextLen, total, in, req.MaxNewTokens)
+	}
+	return nil
 }
 
 // inputIDs validates input_ids: not empty, no negative id (the decoder
@@ -231,8 +247,9 @@ type planInput struct {
 }
 
 // decodePlanRequest parses and validates the body of POST /actloop/plan:
-// the input ids of a generation about to start.
-func decodePlanRequest(b []byte) ([]int32, error) {
+// the input ids of a generation about to start on a model whose context
+// length is contextLen.
+func decodePlanRequest(b []byte, contextLen int) ([]int32, error) {
 	var in planInput
 	if err := decodeJSON(b, &in); err != nil {
 		return nil, err

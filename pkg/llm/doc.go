@@ -37,4 +37,10 @@
 //     /metrics (vllm:kv_cache_usage_perc, vllm:num_requests_running,
 //     vllm:num_requests_waiting, vllm:cache_config_info). One call, no
 //     retries; ErrNoMetrics when the names are missing.
+//   - ContextLength (ContextLengthReader, both backends) reads the model's
+//     context length: /v1/models' max_model_len (both servers), on SGLang
+//     failing that /get_server_info's context_length; 0 when the server
+//     does not say. A generation the server refuses because its input and
+//     max_new_tokens do not fit the context returns an error that matches
+//     ErrContextLength (errors.Is); it is not Temporary.
 package llm

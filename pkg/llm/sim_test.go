@@ -2,6 +2,7 @@ package llm_test
 
 import (
 	"context"
+	"errors"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -59,5 +60,35 @@ func TestSGLangPauseOnSimulator(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Both clients read the simulator's context length, and a generation that
+// does not fit it is refused with an error that matches
+// llm.ErrContextLength and is not temporary; one that fits to the last
+// token but one goes through.
+func TestContextLengthOnSimulator(t *testing.T) {
+	const n = 64
+	ts := httptest.NewServer(sim.New(sim.Config{ContextLength: n}))
+	t.Cleanup(ts.Close)
+	ctx := context.Background()
+	for _, g := range []interface {
+		llm.Generator
+		llm.ContextLengthReader
+	}{llm.NewSGLang(ts.URL, llm.SGLangOptions{}), llm.NewOpenAI(ts.URL, llm.OpenAIOptions{})} {
+		if got, err := g.ContextLength(ctx); got != n || err != nil {
+			t.Fatalf("%T: ContextLength = %d, %v; want %d", g, got, err, n)
+		}
+		input := make([]int32, 40)
+		req := llm.Request{RID: llm.NewRID(), InputIDs: input, Reply: "ok",
+			Sampling: llm.SamplingParams{MaxNewTokens: n - len(input) - 1, StopTokenIDs: []int32{tokenize.ImEnd}}}
+		if _, err := g.Generate(ctx, req); err != nil {
+			t.Fatalf("%T: a request that fits: %v", g, err)
+		}
+		req.RID, req.Sampling.MaxNewTokens = llm.NewRID(), 1_040_000
+		_, err := g.Generate(ctx, req)
+		if !errors.Is(err, llm.ErrContextLength) || llm.Temporary(err) {
+			t.Fatalf("%T: a request past the context: %v; want ErrContextLength, not temporary", g, err)
+		}
 	}
 }

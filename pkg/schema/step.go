@@ -145,12 +145,16 @@ func Trainable(status string) bool {
 	return status == StatusSubmitted || status == StatusLimitExceeded || status == StatusFormatErrorLimit
 }
 
-// Limits a trajectory can end on (ResultHead.Limit).
+// Limits a trajectory can end on (ResultHead.Limit). All but
+// LimitContextLength are the sample's (Limits); LimitContextLength is the
+// inference server's context length, reached when the next model call's
+// input leaves no room for a new token.
 const (
-	LimitStep        = "step_limit"
-	LimitTokenBudget = "token_budget"
-	LimitWallClock   = "wall_clock"
-	LimitFormatError = "format_error_limit"
+	LimitStep          = "step_limit"
+	LimitTokenBudget   = "token_budget"
+	LimitWallClock     = "wall_clock"
+	LimitFormatError   = "format_error_limit"
+	LimitContextLength = "context_length"
 )
 
 // Purposes of a sample (Sample.Purpose).

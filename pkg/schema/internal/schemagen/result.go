@@ -101,8 +101,10 @@ func extendResultHead(s *jsonschema.Schema) error {
 				"format_error_limit carry trainable tokens."
 		},
 		"limit": func(p *jsonschema.Schema) {
-			p.Enum = anys(schema.LimitStep, schema.LimitTokenBudget, schema.LimitWallClock, schema.LimitFormatError)
-			p.Description = "The limit that ended the trajectory (limit_exceeded, format_error_limit)."
+			p.Enum = anys(schema.LimitStep, schema.LimitTokenBudget, schema.LimitWallClock, schema.LimitFormatError,
+				schema.LimitContextLength)
+			p.Description = "The limit that ended the trajectory (limit_exceeded, format_error_limit): a sample's " +
+				"limit, or context_length: the next model call's input left no room in the inference server's context."
 		},
 		"reason": func(p *jsonschema.Schema) {
 			p.Description = "Why the trajectory ended, in words: submitted, the limit reached, or what went wrong, " +
