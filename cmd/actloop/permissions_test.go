@@ -31,6 +31,7 @@ import (
 	"github.com/actloop/actloop/internal/envworker"
 	"github.com/actloop/actloop/internal/gateway"
 	"github.com/actloop/actloop/internal/genworker"
+	"github.com/actloop/actloop/internal/metrics"
 	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/service/servicetest"
@@ -177,7 +178,9 @@ func (v *violations) get() []string {
 // and the server reports no permission violation: not in a batch, a weight
 // sync, nor in the recovery paths (a leader takeover, stealing a step from
 // a dead replica, publishing a step again, moving a dead replica's
-// trajectories).
+// trajectories), nor when every HTTP endpoint of every service is called and
+// every /metrics scraped (the CLI's status and top too), each of which
+// answers whole.
 func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	perms := documentedPermissions(t)
 	base := perms["every service"]
@@ -276,9 +279,11 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	defer shutdown()
 
 	// Two coordinators under the leader lease, as deployed; short timeouts,
-	// so that the recovery paths run (below).
+	// so that the recovery paths run (below). Every service serves its HTTP
+	// API, at an address it logs; the coordinator's read-only calls want
+	// the token too.
 	cc := st.CoordinatorConfig()
-	cc.Common, cc.Addr = as(cc.Common, "coordinator", service.NATSCoordinator), ""
+	cc.Common, cc.Addr, cc.StatusOpen = as(cc.Common, "coordinator", service.NATSCoordinator), "127.0.0.1:0", false
 	cc.ReplicaTimeout, cc.RepublishAfter = 2*time.Second, time.Second
 	c1Ctx, stopC1 := context.WithCancel(svcCtx)
 	defer stopC1()
@@ -305,7 +310,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	startGen := func(r string, steal bool) genRun {
 		t.Helper()
 		gc := st.GenWorkerConfig(r)
-		gc.Common = as(gc.Common, "gen-"+r, service.NATSGenWorker)
+		gc.Common, gc.Addr = as(gc.Common, "gen-"+r, service.NATSGenWorker), "127.0.0.1:0"
 		gc.Steal, gc.StealAfter, gc.HeartbeatInterval = steal, 300*time.Millisecond, 200*time.Millisecond
 		runCtx, stop := context.WithCancel(svcCtx)
 		g := genRun{stop: stop}
@@ -325,7 +330,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		defer gens[r].stop()
 	}
 	ec := st.EnvWorkerConfig("env-0")
-	ec.Common = as(ec.Common, "env-0", service.NATSEnvWorker)
+	ec.Common, ec.Addr = as(ec.Common, "env-0", service.NATSEnvWorker), "127.0.0.1:0"
 	ec.HeartbeatInterval = 200 * time.Millisecond
 	start(svcCtx, "env-worker", ec.Common, func(d *service.Deps) (func(context.Context) error, error) {
 		w, err := envworker.New(svcCtx, ec, d)
@@ -335,7 +340,7 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 		return w.Run, nil
 	})
 	pc := st.PredictorConfig()
-	pc.Common = as(pc.Common, "predictor-gw", service.NATSPredictor)
+	pc.Common, pc.Addr = as(pc.Common, "predictor-gw", service.NATSPredictor), "127.0.0.1:0"
 	start(svcCtx, "predictor-gw", pc.Common, func(d *service.Deps) (func(context.Context) error, error) {
 		return predictor.New(pc, d).Run, nil
 	})
@@ -376,14 +381,23 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 			fatalf("result %v: %s", err, l)
 		}
 	}
+	// urlOf is the base URL service serves its HTTP API at.
+	urlOf := func(service string) string {
+		t.Helper()
+		var addr string
+		if !testkit.Poll(ctx, time.Minute, func() bool { addr = serviceAddr(logs.String(), service); return addr != "" }) {
+			fatalf("%s serves no HTTP API", service)
+		}
+		return "http://" + addr
+	}
 	// The gateway, as its own user: a trainer over HTTP submits a batch,
 	// reads its results and acknowledges them.
 	gl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gcfg := gateway.Config{Common: as(common, "gateway", ""), Addr: gl.Addr().String(), APIToken: "gw-token",
-		MaxWait: time.Minute, MaxBatch: 64}
+	gcfg := gateway.Config{Common: as(common, "gateway", ""), Addr: gl.Addr().String(), APIToken: cc.APIToken,
+		CoordinatorURL: urlOf("coordinator-c1"), MaxWait: time.Minute, MaxBatch: 64}
 	wg.Go(func() {
 		if err := gateway.Serve(svcCtx, gcfg, gl, logger.With("service", "gateway")); err != nil && svcCtx.Err() == nil {
 			errc <- fmt.Errorf("gateway: %w", err)
@@ -432,6 +446,53 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	testkit.Eventually(t, time.Minute, "both gen-workers to dead-letter the malformed cancel", func() bool {
 		return strings.Count(logs.String(), `"msg":"malformed cancel dead-lettered"`) == len(replicas)
 	})
+
+	// Every HTTP call of every service, each /metrics scraped, and the
+	// CLI's status and top, under the same permissions: each answers 2xx
+	// with all it should hold (a call the permissions refuse in part would
+	// only time out, or leave out what it could not read).
+	token := cc.APIToken
+	callAll(ctx, fatalf, "coordinator-c1", urlOf("coordinator-c1"), token, coordinatorCalls(len(replicas), 2)...)
+	ok := contains([]string{"ok"})
+	callAll(ctx, fatalf, "coordinator-c2 (standing by)", urlOf("coordinator-c2"), token,
+		getCall("/healthz", ok), getCall("/metrics", scrapeHas(metrics.All)))
+	for _, r := range replicas {
+		callAll(ctx, fatalf, "gen-worker-"+r, urlOf("gen-worker-"+r), token, append(healthCalls(metrics.All, metrics.GenWorker),
+			getCall("/v1/stats", decoded[genworker.Stats](nil)))...)
+	}
+	callAll(ctx, fatalf, "env-worker", urlOf("env-worker"), token, healthCalls(metrics.All, metrics.EnvWorker)...)
+	callAll(ctx, fatalf, "predictor-gw", urlOf("predictor-gw"), token, healthCalls(metrics.All)...)
+	gwURL := "http://" + gl.Addr().String()
+	callAll(ctx, fatalf, "gateway", gwURL, token, gatewayCalls(len(replicas), 3)...)
+	callAll(ctx, fatalf, "gateway", gwURL, token, getCall("/metrics", gatewayAnswered(gatewayRoutes(t))))
+	t.Setenv("ACTLOOP_COORDINATOR_URL", urlOf("coordinator-c1"))
+	t.Setenv("ACTLOOP_API_TOKEN", token)
+	out.Reset()
+	if err := run(ctx, []string{"status", "--json"}, &out, &errOut); err != nil {
+		fatalf("status --json: %v", err)
+	}
+	if err := wholeStatus(len(replicas))(out.Bytes()); err != nil {
+		fatalf("status --json: %v\n%s", err, out.String())
+	}
+	// The status reads the components' state as last published (every
+	// 250 ms): the resume shows soon.
+	var statusErr error
+	if !testkit.Poll(ctx, time.Minute, func() bool {
+		out.Reset()
+		statusErr = run(ctx, []string{"status"}, &out, &errOut)
+		return statusErr == nil && strings.Contains(out.String(), "control     running, weight version 3")
+	}) {
+		fatalf("status: %v\n%s", statusErr, out.String())
+	}
+	topCtx, stopTop := context.WithCancel(ctx)
+	topOut := &syncBuffer{}
+	topDone := make(chan error, 1)
+	go func() { topDone <- run(topCtx, []string{"top", "--interval", "10ms"}, topOut, io.Discard) }()
+	framed := testkit.Poll(ctx, time.Minute, func() bool { return strings.Count(topOut.String(), "control     running") >= 2 })
+	stopTop()
+	if err := <-topDone; err != nil || !framed {
+		fatalf("top: %v\n%s", err, topOut.String())
+	}
 
 	// Recovery under the same permissions. The leader stops and the
 	// standby takes over (leader takeover). Gen-worker r1 dies (its
@@ -497,6 +558,18 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 			t.Errorf("the coordinator never logged %q", what)
 		}
 	}
+	// The new leader's read-only calls and scrape; the steps left on dead
+	// r1's queue are there, with their age (the oldest message, read).
+	callAll(ctx, fatalf, "coordinator-c2", urlOf("coordinator-c2"), token, append(slices.DeleteFunc(coordinatorCalls(len(replicas), 0),
+		func(c httpCall) bool { return c.method != http.MethodGet }),
+		getCall("/v1/status", decoded(func(st coordinator.Status) error {
+			for _, q := range st.Queues {
+				if strings.HasPrefix(q.Subject, "actloop.gen.r1.") && q.Depth > 0 && q.OldestAgeS > 0 {
+					return nil
+				}
+			}
+			return fmt.Errorf("no step waiting on r1's queues: %+v", st.Queues)
+		})))...)
 
 	// Stopped cleanly: heartbeats and the lease are removed, too.
 	shutdown()

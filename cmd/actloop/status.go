@@ -26,8 +26,9 @@ func newStatusCmd() *cobra.Command {
 ACTLOOP_API_TOKEN as the bearer token) as a compact table: the control state
 and weight version; active, waiting and finished trajectories and the
 admission limit; each replica's liveness, load and busy slots; each work
-subject's backlog and the age of its oldest message. --json prints the whole
-status.`,
+subject's backlog and the age of its oldest message. A source the coordinator
+could not read (NATS, Redis) is named first, and the rest shown. --json prints
+the whole status.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runStatus(cmd.Context(), asJSON, cmd.OutOrStdout())
@@ -118,7 +119,8 @@ func fetchStatus(ctx context.Context, c trainerConfig) ([]byte, coordinator.Stat
 	return body, st, nil
 }
 
-// writeStatus writes st as a few lines and a table of replicas.
+// writeStatus writes st as a few lines, first what the coordinator could
+// not read, and a table of replicas.
 func writeStatus(w io.Writer, st coordinator.Status) error {
 	ctl := "running"
 	if st.Control.Paused {
@@ -135,6 +137,10 @@ func writeStatus(w io.Writer, st coordinator.Status) error {
 	}
 	if len(finished) == 0 {
 		finished = []string{"none"}
+	}
+	// A source the coordinator could not read: the rest is shown.
+	for _, e := range st.Errors {
+		fmt.Fprintf(w, "NOT READ    %s\n", e)
 	}
 	fmt.Fprintf(w, "control     %s, weight version %d\n", ctl, st.Control.WeightVersion)
 	fmt.Fprintf(w, "trajectories %d active (limit %d, %d–%d), %d waiting; finished: %s\n",

@@ -39,3 +39,24 @@ func TestStatusSendsTheToken(t *testing.T) {
 		}
 	}
 }
+
+// A status the coordinator could read only in part shows the rest, and
+// names what it could not read first.
+func TestStatusShowsWhatWasNotRead(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(coordinator.Status{Active: 3, Replicas: []coordinator.ReplicaStatus{{Name: "r0", Slots: 4, Live: true}},
+			Errors: []string{"samples not yet taken in: context deadline exceeded"}})
+	}))
+	defer srv.Close()
+	t.Setenv("ACTLOOP_COORDINATOR_URL", srv.URL)
+	var out strings.Builder
+	if err := run(context.Background(), []string{"status"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(out.String(), "\n"); first != "NOT READ    samples not yet taken in: context deadline exceeded" {
+		t.Errorf("first line %q, want what was not read", first)
+	}
+	if !strings.Contains(out.String(), "3 active") || !strings.Contains(out.String(), "r0") {
+		t.Errorf("status lacks the rest:\n%s", out.String())
+	}
+}

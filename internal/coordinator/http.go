@@ -3,9 +3,12 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/actloop/actloop/pkg/schema"
@@ -46,6 +49,10 @@ type Status struct {
 	Control schema.Control `json:"control"`
 	// Queues is the backlog of each work subject.
 	Queues []QueueStatus `json:"queues"`
+	// Errors names each source of the status that could not be read (the
+	// samples not yet taken in, the finished counts, the queues), with
+	// why; what it would have told is missing: the rest is still shown.
+	Errors []string `json:"errors,omitempty"`
 }
 
 // QueueStatus is one work subject's backlog: messages not yet delivered or
@@ -54,6 +61,9 @@ type QueueStatus struct {
 	Subject    string  `json:"subject"`
 	Depth      int     `json:"depth"`
 	OldestAgeS float64 `json:"oldest_age_s"`
+	// ageUnknown: the oldest message could not be read (the status's
+	// errors say why), so OldestAgeS is not its age.
+	ageUnknown bool
 }
 
 // ReplicaStatus is one replica's share of the active trajectories.
@@ -67,10 +77,12 @@ type ReplicaStatus struct {
 	Live bool `json:"live"`
 }
 
-// Status reports admission and per-replica load, read fresh.
+// Status reports admission and per-replica load, read fresh. When a
+// source could not be read, the error joins why (st.Errors names them too)
+// and st holds the rest.
 func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	st := c.state()
-	return st, c.readStores(ctx, &st)
+	return st, c.readStores(ctx, &st).err()
 }
 
 // state is the part of the status the components hold in memory (each
@@ -111,21 +123,69 @@ func (c *Coordinator) state() Status {
 	return st
 }
 
+// storeReadTimeout bounds the reads of what NATS and Redis hold for one
+// status, page or scrape, so that a source that does not answer (a
+// JetStream call the server refuses is never answered) delays it at most
+// this long.
+const storeReadTimeout = 2 * time.Second
+
+// unread are the sources of a status that could not be read, and why
+// (nil: read).
+type unread struct {
+	samples, finished, queues error
+}
+
+// named are the reasons, each naming its source; none when every source
+// was read.
+func (u unread) named() []error {
+	var errs []error
+	for _, s := range []struct {
+		name string
+		err  error
+	}{{"samples not yet taken in", u.samples}, {"finished counts", u.finished}, {"queues", u.queues}} {
+		if s.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, s.err))
+		}
+	}
+	return errs
+}
+
+// err joins the reasons; nil when every source was read.
+func (u unread) err() error { return errors.Join(u.named()...) }
+
 // readStores adds to st what NATS and Redis hold: the samples not yet
-// taken in, the finished counts, the work queues.
-func (c *Coordinator) readStores(ctx context.Context, st *Status) error {
-	info, err := c.samples.Info(ctx)
-	if err != nil {
-		return err
+// taken in, the finished counts, the work queues. It reads them at once,
+// within storeReadTimeout; each source it could not read (or read in
+// part: the queues) is left out and named in st.Errors, and returned.
+func (c *Coordinator) readStores(ctx context.Context, st *Status) unread {
+	ctx, cancel := context.WithTimeout(ctx, storeReadTimeout)
+	defer cancel()
+	var (
+		u        unread
+		wg       sync.WaitGroup
+		pending  uint64
+		finished map[string]int64
+		queues   []queue
+	)
+	wg.Go(func() {
+		info, err := c.samples.Info(ctx)
+		if err == nil {
+			pending = info.NumPending
+		}
+		u.samples = err
+	})
+	wg.Go(func() { finished, u.finished = c.store.Counts(ctx) })
+	wg.Go(func() { queues, u.queues = c.queues(ctx) })
+	wg.Wait()
+	st.Queued += pending
+	st.Finished = finished
+	for _, q := range queues {
+		st.Queues = append(st.Queues, QueueStatus{Subject: q.subject, Depth: q.depth, OldestAgeS: q.age.Seconds(), ageUnknown: q.ageUnknown})
 	}
-	st.Queued += info.NumPending
-	if st.Finished, err = c.store.Counts(ctx); err != nil {
-		return err
+	for _, e := range u.named() {
+		st.Errors = append(st.Errors, e.Error())
 	}
-	for _, q := range c.queues(ctx) {
-		st.Queues = append(st.Queues, QueueStatus{Subject: q.subject, Depth: q.depth, OldestAgeS: q.age.Seconds()})
-	}
-	return nil
+	return u
 }
 
 // viewEvery is how often the view the HTTP API reads is published.
@@ -145,8 +205,8 @@ func (c *Coordinator) publishView() {
 }
 
 // viewed is the status from the published view and, read now, what NATS
-// and Redis hold.
-func (c *Coordinator) viewed(ctx context.Context) (Status, []utilSample, error) {
+// and Redis hold, with the sources it could not read.
+func (c *Coordinator) viewed(ctx context.Context) (Status, []utilSample, unread) {
 	v := c.view.Load()
 	st := v.state
 	st.Replicas = slices.Clone(st.Replicas)
@@ -165,12 +225,10 @@ func (c *Coordinator) Handler() http.Handler {
 		return service.Bearer(c.cfg.APIToken, h)
 	}
 	mux.Handle("GET /{$}", read(c.servePage))
+	// A source that cannot be read leaves the rest of the status to show:
+	// it is named in its errors.
 	mux.Handle("GET /v1/status", read(func(w http.ResponseWriter, r *http.Request) {
-		st, _, err := c.viewed(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
+		st, _, _ := c.viewed(r.Context())
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(st)
 	}))

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,7 +66,10 @@ func (c *Coordinator) observeResult(r schema.ResultHead) {
 }
 
 // collector reads the coordinator's state and the work queues at each
-// scrape, so the gauges are one consistent picture.
+// scrape, so the gauges are one consistent picture. A gauge whose source
+// cannot be read (NATS refusing or not answering) is sent as an invalid
+// metric, which the handler counts and leaves out (metrics.Handler): the
+// other gauges are scraped all the same.
 type collector struct{ c *Coordinator }
 
 func desc(name string) *prometheus.Desc {
@@ -98,16 +102,14 @@ func (k *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
-	defer cancel()
-	st, _, err := k.c.viewed(ctx)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(descActive, err)
-		return
-	}
+	st, _, u := k.c.viewed(context.Background())
 	gauge(descActive, float64(st.Active))
 	gauge(descLimit, float64(st.MaxActive))
-	gauge(descWaiting, float64(st.Queued))
+	if u.samples != nil { // the samples not yet taken in are unknown
+		ch <- prometheus.NewInvalidMetric(descWaiting, fmt.Errorf("samples not yet taken in: %w", u.samples))
+	} else {
+		gauge(descWaiting, float64(st.Queued))
+	}
 	for _, r := range st.Replicas {
 		gauge(descUp, metrics.Bool(r.Live), r.Name)
 		gauge(descReplica, float64(r.Active), r.Name)
@@ -118,30 +120,36 @@ func (k *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMoved, prometheus.CounterValue, float64(st.EnvMoved), "env_worker")
 	for _, q := range st.Queues {
 		gauge(descDepth, float64(q.Depth), q.Subject)
-		gauge(descAge, q.OldestAgeS, q.Subject)
+		if !q.ageUnknown {
+			gauge(descAge, q.OldestAgeS, q.Subject)
+		}
+	}
+	if u.queues != nil { // some subjects, or some ages, are missing
+		ch <- prometheus.NewInvalidMetric(descDepth, fmt.Errorf("queues: %w", u.queues))
 	}
 }
 
-// scrapeTimeout bounds the JetStream and Redis calls of one scrape.
-const scrapeTimeout = 5 * time.Second
-
 type queue struct {
-	subject string
-	depth   int
-	age     time.Duration
+	subject    string
+	depth      int
+	age        time.Duration
+	ageUnknown bool // its oldest message could not be read
 }
 
 // queues reads every work consumer's backlog: messages not yet delivered
 // and those delivered but not acknowledged, and the age of the oldest of
 // them (the first message after the consumer's ack floor). Consumers that
-// share a subject count once, with the larger backlog.
-func (c *Coordinator) queues(ctx context.Context) []queue {
+// share a subject count once, with the larger backlog. What it could not
+// read (a stream, its consumers, an oldest message) it leaves out, and the
+// error joins why.
+func (c *Coordinator) queues(ctx context.Context) ([]queue, error) {
 	var out []queue
+	var errs []error
 	at := map[string]int{} // subject -> index in out
 	for _, name := range queueStreams {
 		s, err := c.d.JS.Stream(ctx, name)
 		if err != nil {
-			c.d.Log.Debug("metrics: stream", "stream", name, "error", err)
+			errs = append(errs, fmt.Errorf("stream %s: %w", name, err))
 			continue
 		}
 		l := s.ListConsumers(ctx)
@@ -157,7 +165,8 @@ func (c *Coordinator) queues(ctx context.Context) []queue {
 				case err == nil:
 					q.age = max(c.d.Now().Sub(m.Time), 0)
 				case !errors.Is(err, jetstream.ErrMsgNotFound):
-					c.d.Log.Debug("metrics: oldest message", "subject", subject, "error", err)
+					q.ageUnknown = true
+					errs = append(errs, fmt.Errorf("oldest message on %s: %w", subject, err))
 				}
 			}
 			if i, seen := at[subject]; seen {
@@ -170,8 +179,8 @@ func (c *Coordinator) queues(ctx context.Context) []queue {
 			out = append(out, q)
 		}
 		if err := l.Err(); err != nil {
-			c.d.Log.Debug("metrics: consumers", "stream", name, "error", err)
+			errs = append(errs, fmt.Errorf("consumers of %s: %w", name, err))
 		}
 	}
-	return out
+	return out, errors.Join(errs...)
 }

@@ -2,6 +2,8 @@ package devstack_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/localredis"
@@ -20,8 +23,9 @@ import (
 // A stack's servers want the credentials it generated: its NATS refuses a
 // client without a user or with a wrong password, its Redis one without
 // the password, the coordinator's write calls one without the API token.
-// With LeastPrivilege each service logs in as its own user, and a batch
-// runs without a permission violation.
+// With LeastPrivilege each service logs in as its own user, a batch runs
+// without a permission violation, and the coordinator's status, page and
+// metrics are whole.
 func TestServersRefuseUnauthenticatedClients(t *testing.T) {
 	e := newEnvWith(t, 1, func(o *devstack.Options) { o.LeastPrivilege = true })
 	c, err := e.stack.StartAll(e.ctx)
@@ -73,6 +77,34 @@ func TestServersRefuseUnauthenticatedClients(t *testing.T) {
 	for id, r := range e.results(2) {
 		if r.Status != schema.StatusSubmitted {
 			t.Errorf("%s: %s %s", id, r.Status, r.Reason)
+		}
+	}
+	// The read-only views read NATS and Redis as the coordinator's users:
+	// whole.
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s %v: %.500s", path, resp.Status, err, b)
+		}
+		return string(b)
+	}
+	var st coordinator.Status
+	if err := json.Unmarshal([]byte(get("/v1/status")), &st); err != nil || len(st.Errors) > 0 || st.Finished[schema.StatusSubmitted] != 2 {
+		t.Errorf("GET /v1/status: %v %+v", err, st)
+	}
+	if page := get("/"); strings.Contains(page, `id="errors"`) {
+		t.Errorf("GET /: the page names sources it could not read:\n%s", page)
+	}
+	fams := scrape(t, srv.URL+"/metrics")
+	for _, name := range []string{"actloop_samples_waiting", "actloop_queue_depth", "actloop_trajectories_active"} {
+		if fams[name] == nil {
+			t.Errorf("GET /metrics lacks %s", name)
 		}
 	}
 	if v := e.stack.Violations(); len(v) > 0 {

@@ -36,7 +36,8 @@ const (
 	Gateway     = "gateway"
 )
 
-// Catalogue is every metric actloop exports besides Go's and the process's.
+// Catalogue is every metric actloop exports besides Go's, the process's and
+// the handler's count of failed scrapes (Handler).
 var Catalogue = []Metric{
 	{"actloop_dlq_total", "Messages sent to the dead-letter subject.", "counter", []string{All}, nil},
 
@@ -119,12 +120,16 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // Handler serves reg in Prometheus's text format; nil serves nothing but
-// an empty page.
+// an empty page. A collector that fails (one that sends an invalid metric,
+// such as a gauge whose source could not be read) does not fail the
+// scrape: the metrics gathered are served all the same, and the failure is
+// counted in promhttp_metric_handler_errors_total{cause="gathering"}, which
+// the handler registers on reg.
 func Handler(reg *prometheus.Registry) http.Handler {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Registry: reg})
 }
 
 // Buckets of the latency histograms, in seconds: 5 ms to about 20 minutes.

@@ -2,6 +2,9 @@ package metrics
 
 import (
 	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strings"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
@@ -146,5 +150,54 @@ func TestHistogramQuantile(t *testing.T) {
 	h.Observe(1e6) // past the last bucket
 	if got, last := HistogramQuantile(h, 1), DispatchBuckets[len(DispatchBuckets)-1]; got != last {
 		t.Errorf("q1 past the buckets = %g, want the last bound %g", got, last)
+	}
+}
+
+// failing is a collector whose source failed: it sends an invalid metric,
+// as the coordinator's does for a gauge it could not read.
+type failing struct{ desc *prometheus.Desc }
+
+func (f failing) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
+func (f failing) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.NewInvalidMetric(f.desc, errors.New("nats: permissions violation"))
+}
+
+// A collector that fails does not fail the scrape: each scrape answers
+// 200 with every other metric, and the failures are counted
+// (promhttp_metric_handler_errors_total, after the scrape that had one).
+func TestHandlerServesPastAFailingCollector(t *testing.T) {
+	reg := NewRegistry()
+	GaugeFunc(reg, "actloop_paused", nil, func() float64 { return 1 })
+	reg.MustRegister(failing{prometheus.NewDesc("actloop_trajectories_active", lookup("actloop_trajectories_active").Help, nil, nil)})
+	h := Handler(reg)
+	for scrape := range 3 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("scrape %d: %d %s", scrape, rec.Code, rec.Body)
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := p.TextToMetricFamilies(rec.Body)
+		if err != nil {
+			t.Fatalf("scrape %d: %v", scrape, err)
+		}
+		if f := fams["actloop_paused"]; f == nil || f.GetMetric()[0].GetGauge().GetValue() != 1 {
+			t.Errorf("scrape %d: actloop_paused %v, want 1", scrape, f)
+		}
+		if fams["go_goroutines"] == nil {
+			t.Errorf("scrape %d lacks Go's metrics", scrape)
+		}
+		if fams["actloop_trajectories_active"] != nil {
+			t.Errorf("scrape %d has the failed metric", scrape)
+		}
+		var errs float64 = -1
+		for _, m := range fams["promhttp_metric_handler_errors_total"].GetMetric() {
+			if m.GetLabel()[0].GetValue() == "gathering" {
+				errs = m.GetCounter().GetValue()
+			}
+		}
+		if errs != float64(scrape) {
+			t.Errorf("scrape %d: %g gathering errors counted, want %d", scrape, errs, scrape)
+		}
 	}
 }

@@ -57,7 +57,9 @@ var NATSTable = map[string]NATSPermissions{
 			pull("ACTLOOP_EVENTS", "coordinator-predictions", "actloop.predictions"),
 			pull("ACTLOOP_RESULTS", resultsConsumers[NATSCoordinator], "actloop.results.>"),
 			[]string{
-				// The status's and the metrics' queues.
+				// The status's and the metrics' samples not yet taken in
+				// (its samples consumer's info) and queues.
+				"$JS.API.CONSUMER.INFO.ACTLOOP_SAMPLES.coordinator-samples",
 				"$JS.API.CONSUMER.LIST.ACTLOOP_SAMPLES", "$JS.API.CONSUMER.LIST.ACTLOOP_GEN", "$JS.API.CONSUMER.LIST.ACTLOOP_ENV",
 				"$JS.API.STREAM.MSG.GET.ACTLOOP_SAMPLES", "$JS.API.STREAM.MSG.GET.ACTLOOP_GEN", "$JS.API.STREAM.MSG.GET.ACTLOOP_ENV",
 			},
