@@ -257,10 +257,7 @@ func (s *activeSet) predicted(p schema.Prediction) {
 	if p.Source != "" || p.Finishing {
 		a.fact.Predicted, a.fact.RemainingTurns, remaining = p.RemainingTokens, p.RemainingTurns, p.RemainingTurns
 	}
-	a.kv = priority.Footprint{Context: p.ContextTokens, Turns: p.Turns, RemainingTurns: remaining, Finishing: p.Finishing}
-	if p.Turns > 0 {
-		a.kv.Grown = p.ContextTokens - p.PromptTokens
-	}
+	a.kv = priority.Reported(p, remaining)
 	s.dirty = true
 }
 

@@ -195,7 +195,7 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 	if free == 0 || c.waiting.count() == 0 || len(live) == 0 {
 		return nil, nil // full, nothing waiting, or no live replica
 	}
-	batch := c.waiting.ranked(c.policy, now, free, room)
+	batch := c.waiting.ranked(c.policy, free, room)
 	if len(batch) == 0 {
 		return nil, nil // only training samples wait, and the staleness bound is reached
 	}

@@ -43,8 +43,10 @@ type Config struct {
 	// are admitted), siiRL-agentic's enable_action_level_scheduling; the
 	// gen-workers' ACTLOOP_SCHEDULING must say the same.
 	Scheduling string `envconfig:"SCHEDULING" default:"action"`
-	// AgeLimit: a trajectory waiting this long ranks first whatever the
-	// policy, so nothing starves.
+	// AgeLimit: a trajectory waiting this long for a generation ranks first
+	// whatever the policy, so nothing starves; a waiting sample does once a
+	// sample arrived this long after it (a batch that arrives together is
+	// admitted in policy order).
 	AgeLimit time.Duration `envconfig:"AGE_LIMIT" default:"2m"`
 	// HighSlots is the size of each replica's high class; 0 = SLOTS.
 	HighSlots int `envconfig:"HIGH_SLOTS" default:"0"`

@@ -125,11 +125,12 @@ func (s *waitingSet) predicted(w *waitingSample, remaining, turns float64) ([]by
 	return json.Marshal(w)
 }
 
-// ranked returns copies of the best n waiting samples by policy at now
-// (a prediction may update the entries meanwhile), of which at most room
-// training samples when room >= 0 (validation samples are outside the
-// staleness bound).
-func (s *waitingSet) ranked(policy priority.Policy, now time.Time, n, room int) []*waitingSample {
+// ranked returns copies of the best n waiting samples in policy's
+// admission order (priority.AdmissionOrder: ageing by arrival against the
+// newest arrival, not the clock; a prediction may update the entries
+// meanwhile), of which at most room training samples when room >= 0
+// (validation samples are outside the staleness bound).
+func (s *waitingSet) ranked(policy priority.Policy, n, room int) []*waitingSample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	facts := make([]priority.Fact, 0, len(s.m))
@@ -137,13 +138,13 @@ func (s *waitingSet) ranked(policy priority.Policy, now time.Time, n, room int) 
 		facts = append(facts, priority.Fact{TrajID: id, GroupID: w.Sample.GroupID, Family: w.Sample.Family,
 			AdmittedAt: w.ArrivedAt, WaitingSince: w.ArrivedAt, Predicted: w.Predicted})
 	}
-	ranked := policy.Rank(facts, now)
-	out := make([]*waitingSample, 0, min(n, len(ranked)))
-	for _, f := range ranked {
+	order := priority.AdmissionOrder(policy, facts)
+	out := make([]*waitingSample, 0, min(n, len(order)))
+	for _, i := range order {
 		if len(out) == n {
 			break
 		}
-		w := *s.m[f.TrajID]
+		w := *s.m[facts[i].TrajID]
 		if !w.Sample.Validation() {
 			if room == 0 {
 				continue

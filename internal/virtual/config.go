@@ -45,9 +45,14 @@ type Config struct {
 	Server   batching.Config
 	// Slots is each gen-worker's generation slots (ACTLOOP_SLOTS); an
 	// async run has as many as trajectories.
-	Slots     int
-	Kind      string
-	Policy    string // priority policy name
+	Slots  int
+	Kind   string
+	Policy string // priority policy name
+	// Custom, when set, is the policy instead of Policy's: a user's own
+	// (see pkg/priority's doc for the contract). It ranks admission and
+	// the per-replica high classes as a named policy does; AgeLimit does not
+	// apply to it unless it ages by itself.
+	Custom    priority.Policy
 	Predictor string
 	// SyncEvery is the seconds between weight syncs (0: none): the trainer
 	// pauses generation (abort mode), the servers' caches are flushed,
@@ -140,7 +145,12 @@ func (c Config) Validate() error {
 	default:
 		bad("kind", c.Kind)
 	}
-	if _, err := priority.New(c.Policy, priority.Config{AgeLimit: c.AgeLimit}); err != nil {
+	pc := priority.Config{AgeLimit: c.AgeLimit}
+	if c.Custom != nil {
+		if err := pc.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	} else if _, err := priority.New(c.Policy, pc); err != nil {
 		errs = append(errs, err)
 	}
 	switch c.Predictor {

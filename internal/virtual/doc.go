@@ -1,7 +1,7 @@
 // Package virtual is actloop's virtual-time scheduling engine: a
 // discrete-event simulation of a batch of agent trajectories on a set of
 // inference replicas, for `actloop bench`. It calls the services' own
-// scheduling decisions (internal/sched: admission rank, limit and its
+// scheduling decisions (pkg/priority: admission rank, limit and its
 // adaptation, the staleness bound, replica choice, priority snapshots and
 // dispatch classes, KV admission and dispatch, the preemption victim;
 // internal/predict's history decision) with the services' default
@@ -21,5 +21,6 @@
 //
 // Beside the modes the services run, it has a clairvoyant reference
 // (KindClairvoyant) and a lower bound (LowerBound), so that a makespan can
-// be read against the best achievable.
+// be read against the best achievable. A user's own priority.Policy runs in
+// place of a named one (Config.Custom).
 package virtual

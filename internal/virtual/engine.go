@@ -41,8 +41,9 @@ type traj struct {
 	genCtx    int // context plus output of its last generation (0: none yet)
 	genTokens int
 	calls     int
-	versions  [2]int64      // min and max weight version of its tokens; min > max: none
-	asks      []predict.Ask // what the learned predictor was asked of it
+	kv        priority.Footprint // from its newest progress report, as the coordinator knows it
+	versions  [2]int64           // min and max weight version of its tokens; min > max: none
+	asks      []predict.Ask      // what the learned predictor was asked of it
 
 	// Where its time went, in seconds.
 	genQueueS, serverS, envS float64
@@ -122,13 +123,31 @@ type engine struct {
 // Run plays plans under cfg and reports what happened. The same plans and
 // cfg give the same Result, bit for bit.
 func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
-	if err := cfg.Validate(); err != nil {
+	e, err := newEngine(cfg, plans)
+	if err != nil {
 		return Result{}, err
 	}
-	if len(plans) == 0 {
-		return Result{}, fmt.Errorf("no trajectories")
+	for e.done < len(e.ts) {
+		if err := e.step(); err != nil {
+			return Result{}, err
+		}
 	}
-	policy, _ := priority.New(cfg.Policy, priority.Config{AgeLimit: cfg.AgeLimit})
+	return e.result(), nil
+}
+
+// newEngine is a run of plans under cfg at time 0: the batch has arrived
+// and the first admissions are made.
+func newEngine(cfg Config, plans []workload.Trajectory) (*engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(plans) == 0 {
+		return nil, fmt.Errorf("no trajectories")
+	}
+	policy := cfg.Custom
+	if policy == nil {
+		policy, _ = priority.New(cfg.Policy, priority.Config{AgeLimit: cfg.AgeLimit})
+	}
 	e := &engine{cfg: cfg, policy: policy, load: map[string]int{}, limit: cfg.floor(), replicaOf: map[string]int{}}
 	if cfg.Kind == KindAsync || cfg.Kind == KindClairvoyant {
 		e.cfg.Slots = len(plans)
@@ -137,7 +156,7 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 	for r := range cfg.Replicas {
 		srv, err := batching.New(cfg.Server)
 		if err != nil {
-			return Result{}, err
+			return nil, err
 		}
 		e.ws = append(e.ws, &worker{srv: srv, gens: map[int64]*generation{}, queues: make([]fifo, len(priority.DispatchOrder))})
 		e.names = append(e.names, fmt.Sprintf("r%d", r))
@@ -146,7 +165,7 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 	for i := range plans {
 		p := &plans[i]
 		if err := e.fits(p); err != nil {
-			return Result{}, err
+			return nil, err
 		}
 		t := &traj{plan: p, replica: -1, predTurns: -1, preemptedAt: math.Inf(-1), versions: [2]int64{math.MaxInt64, math.MinInt64}}
 		t.ctx = []batching.Segment{{Key: key(p.GroupID, -1, 'p'), Tokens: p.Prompt}}
@@ -160,20 +179,23 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 	}
 	e.q.push(0, evSample, 0)
 	e.admit()
-	for e.done < len(e.ts) {
-		if e.q.len() == 0 {
-			return Result{}, fmt.Errorf("virtual engine stalled at %.1f s with %d of %d trajectories finished", e.now, e.done, len(e.ts))
-		}
-		ev := e.q.pop()
-		e.now = ev.at
-		e.handle(ev)
-		if e.active == 0 && e.done < len(e.ts) && (e.cfg.SyncEvery == 0 || e.now > stallAfterS) {
-			// Nothing runs and nothing can be admitted: only a weight sync
-			// could make room (under a staleness bound), and none comes.
-			return Result{}, fmt.Errorf("virtual engine stalled at %.1f s with %d of %d trajectories finished and none admitted", e.now, e.done, len(e.ts))
-		}
+	return e, nil
+}
+
+// step handles the next event; it fails when the run can go no further.
+func (e *engine) step() error {
+	if e.q.len() == 0 {
+		return fmt.Errorf("virtual engine stalled at %.1f s with %d of %d trajectories finished", e.now, e.done, len(e.ts))
 	}
-	return e.result(), nil
+	ev := e.q.pop()
+	e.now = ev.at
+	e.handle(ev)
+	if e.active == 0 && e.done < len(e.ts) && (e.cfg.SyncEvery == 0 || e.now > stallAfterS) {
+		// Nothing runs and nothing can be admitted: only a weight sync
+		// could make room (under a staleness bound), and none comes.
+		return fmt.Errorf("virtual engine stalled at %.1f s with %d of %d trajectories finished and none admitted", e.now, e.done, len(e.ts))
+	}
+	return nil
 }
 
 // stallAfterS ends a run that has had nothing to run for this long even
@@ -279,6 +301,15 @@ func (e *engine) request(t *traj) schema.PredictRequest {
 	return r
 }
 
+// report is t's progress report after a model call, as its gen-worker
+// sends it to the coordinator (traj.ProgressReport with the prediction):
+// what KV admission knows of t until its next call.
+func (e *engine) report(t *traj) {
+	p := schema.Prediction{Turns: t.calls, GenTokens: t.genTokens, ContextTokens: t.genCtx,
+		PromptTokens: min(t.plan.Prompt, t.genCtx), Finishing: t.inEval}
+	t.kv = priority.Reported(p, t.predTurns)
+}
+
 // rankValue is what policies rank t by on replica (a waiting sample: ""):
 // its predicted remaining time (priority.Pace), or tokens under RankByTokens.
 func (e *engine) rankValue(t *traj, replica string) float64 {
@@ -349,7 +380,7 @@ func (e *engine) admit() {
 	if free == 0 || len(e.waitingIDs) == 0 {
 		return
 	}
-	order := e.policy.Order(e.waitingFacts(), e.instant(e.now))
+	order := priority.AdmissionOrder(e.policy, e.waitingFacts())
 	batch := order[:min(free, len(order))]
 	e.startAll(batch, priority.AssignReplicas(e.names, maps.Clone(e.load), len(batch)))
 }
@@ -392,16 +423,13 @@ func (e *engine) admitKV() {
 	if free == 0 || len(e.waitingIDs) == 0 {
 		return
 	}
-	order := e.policy.Order(e.waitingFacts(), e.instant(e.now))
+	order := priority.AdmissionOrder(e.policy, e.waitingFacts())
 	order = order[:min(free, len(order))]
 	active := make([]priority.Footprint, len(e.activeIDs))
 	for k, i := range e.activeIDs {
 		t := e.ts[i]
-		active[k] = priority.Footprint{Replica: e.names[t.replica], Context: t.genCtx, Turns: t.calls,
-			RemainingTurns: t.predTurns, Finishing: t.inEval}
-		if t.calls > 0 {
-			active[k].Grown = t.genCtx - t.plan.Prompt
-		}
+		active[k] = t.kv
+		active[k].Replica = e.names[t.replica]
 	}
 	waiting := make([]priority.Footprint, len(order))
 	for k, j := range order {
@@ -469,6 +497,7 @@ func (e *engine) start0(i, r int) {
 	t := e.ts[i]
 	t.replica = r
 	t.admittedAt, t.updatedAt, t.since = e.now, e.now, e.now
+	t.kv = priority.Footprint{RemainingTurns: t.predTurns} // no progress report yet
 	e.active++
 	e.admitted++
 	e.res.PeakActive = max(e.res.PeakActive, e.active)
@@ -698,6 +727,7 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	t.partial, t.resumed = 0, false
 	if t.turn == len(t.plan.Tokens)-1 {
 		t.inEval = true
+		e.report(t)
 		e.admit() // it needs no more KV
 		t.since = e.now
 		e.q.push(e.now+t.plan.Startup+t.plan.Eval, evResult, g.t)
@@ -708,6 +738,7 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	t.ctxLen += obs
 	t.turn++
 	e.predict(t)
+	e.report(t)
 	t.since = e.now
 	e.q.push(e.now+t.plan.Exec[t.turn-1], evEnvDone, g.t)
 }

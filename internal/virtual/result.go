@@ -194,7 +194,9 @@ func Path(t *workload.Trajectory, c batching.Cost) float64 {
 // are at least N / max_running_requests and K / max_total_num_tokens (an
 // iteration reads no more KV than the pool holds). Prefill: every new token
 // is prefilled at least once, in chunks of at most chunked_prefill_size,
-// and its attention covers its context whatever the chunking. Prefill and
+// and its attention covers its context whatever the chunking; a group's
+// shared prompt is new once for the whole group (its other rollouts find it
+// in the radix cache, at best on the same replica). Prefill and
 // decode run in separate iterations (SGLang's default), so their times add.
 // Re-prefill, queueing and the iteration a request waits to join are left
 // out, so the bound is below any schedule's makespan.
@@ -207,10 +209,15 @@ func LowerBound(plans []workload.Trajectory, cfg Config) Bound {
 	c, srv := cfg.Server.Cost, cfg.Server
 	var b Bound
 	var decoded, kv, fresh, pairs float64
+	prompted := map[string]bool{} // groups whose shared prompt is counted
 	for i := range plans {
 		t := &plans[i]
 		b.PathS = max(b.PathS, Path(t, c))
 		ctx, f := 0.0, float64(t.Prompt)
+		if prompted[t.GroupID] {
+			ctx, f = f, 0 // cached: only what follows the prompt is new
+		}
+		prompted[t.GroupID] = true
 		for k, n := range t.Tokens {
 			pairs += f * (ctx + (f+1)/2)
 			fresh += f

@@ -1,5 +1,7 @@
 package priority
 
+import "github.com/actloop/actloop/pkg/schema"
+
 // Admission decisions: how many samples to admit, how the admission limit
 // adapts, and which replica each new trajectory goes to. Pure functions of
 // their inputs, so the coordinator and a virtual-time simulator call the
@@ -135,12 +137,17 @@ func AssignReplicas(live []string, load map[string]int, n int) []string {
 const GrowthShare = 0.75
 
 // Footprint is what admission knows of a trajectory's use of its replica's
-// KV pool.
+// KV pool: what its gen-worker reported after its newest model call
+// (Reported), so the coordinator and the virtual engine count alike.
 type Footprint struct {
 	Replica string // "" for a waiting sample
 	// Context is its tokens of context after its last reply (0: none yet),
-	// Grown how many of them came after the prompt, over Turns model calls.
-	Context, Grown, Turns int
+	// Grown how many of them came after the prompt, over Turns model calls,
+	// of which Generated are its replies. The rest of Grown is what came
+	// between replies (each command's observation and the templates around
+	// it): Turns − 1 of those, since the last reply's observation is not in
+	// yet when the reply is reported.
+	Context, Grown, Generated, Turns int
 	// RemainingTurns is the predicted model calls still to come; negative
 	// (or NaN) when unknown.
 	RemainingTurns float64
@@ -149,27 +156,55 @@ type Footprint struct {
 	Finishing bool
 }
 
+// Reported is the footprint a gen-worker's progress report p gives (sent
+// after each model call: schema.Prediction's context, prompt, generated
+// tokens and turns), with remaining the predicted model calls to come
+// (negative: unknown).
+func Reported(p schema.Prediction, remaining float64) Footprint {
+	f := Footprint{Context: p.ContextTokens, Turns: p.Turns, RemainingTurns: remaining, Finishing: p.Finishing}
+	if p.Turns > 0 {
+		f.Grown = max(p.ContextTokens-p.PromptTokens, 0)
+		f.Generated = min(p.GenTokens, f.Grown)
+	}
+	return f
+}
+
 // PerTurn is the context tokens a model call adds, on average over the
-// running trajectories of fs (each reply and the observation after it);
-// 0 before any has made a call.
+// running trajectories of fs: a reply and the observation that follows it.
+// Replies are averaged over the calls made, observations over the calls
+// whose observation is in (each trajectory's calls but its last), so that a
+// trajectory reported after k calls, with k replies and k − 1 observations
+// in its context, counts each at its own rate. 0 (unknown) before any
+// running trajectory has an observation in: replies alone would be a
+// fraction of a turn's growth.
 func PerTurn(fs []Footprint) float64 {
-	grown, turns := 0, 0
+	perTurn, _ := perTurnOf(fs)
+	return perTurn
+}
+
+// perTurnOf is PerTurn and the number of observations it rests on.
+func perTurnOf(fs []Footprint) (perTurn float64, observed int) {
+	replies, calls, between := 0, 0, 0
 	for _, f := range fs {
-		if !f.Finishing && f.Turns > 0 {
-			grown += f.Grown
-			turns += f.Turns
+		if f.Finishing || f.Turns <= 0 {
+			continue
 		}
+		replies += f.Generated
+		calls += f.Turns
+		between += max(f.Grown-f.Generated, 0)
+		observed += f.Turns - 1
 	}
-	if turns == 0 {
-		return 0
+	if observed == 0 {
+		return 0, 0
 	}
-	return float64(grown) / float64(turns)
+	return float64(replies)/float64(calls) + float64(between)/float64(observed), observed
 }
 
 // Demand is the KV f is expected to hold: nothing while finishing; else its
 // context and GrowthShare of the growth still to come, predicted as its
-// remaining turns × perTurn, or, without a prediction, fresh tokens less
-// what it has grown.
+// remaining turns × perTurn (each call to come adds the observation before
+// it, the first being the one not yet in Context, and its reply), or,
+// without a prediction, fresh tokens less what it has grown.
 func Demand(f Footprint, perTurn, fresh float64) float64 {
 	if f.Finishing {
 		return 0
@@ -205,11 +240,25 @@ type KVPools struct {
 	// Budget is the share of each pool the active trajectories' demand may
 	// fill (ACTLOOP_KV_BUDGET).
 	Budget float64
-	// Slots is each gen-worker's generation slots: before any trajectory
-	// has a prediction, one is expected to grow by its replica's capacity /
-	// Slots.
+	// Slots is each gen-worker's generation slots. Before any trajectory
+	// has a prediction, a trajectory is expected to grow by its replica's
+	// capacity / Slots (a slot's share of the pool, all that is known at
+	// the start), and, once the growth per turn is measured over at least
+	// Slots observations per live replica, by no more than PriorTurns
+	// turns of it.
 	Slots int
 }
+
+// PriorTurns is the model calls a trajectory is expected to make before
+// any prediction of its length, when that gives less than a slot's share
+// of the pool: the step cap of agentic RL recipes (DeepSWE's
+// max_steps=50, SkyRL-Agent's max_iterations 50), above the median of
+// SWE-agent runs on SWE-Bench Pro for most models. It lets a batch whose
+// turns add little KV in (a few hundred tokens a turn: 50 turns are a
+// fraction of a slot's share) before its first results, and changes
+// nothing where 50 turns fill a slot's share or more (the RL-scale
+// benchmark scenarios).
+const PriorTurns = 50
 
 // Admit returns the replicas of the first waiting samples to admit, in
 // waiting's (rank) order, beside the active trajectories: each goes to the
@@ -219,8 +268,11 @@ type KVPools struct {
 // over for ever. A replica with nothing on it takes one whatever its
 // demand. live orders replicas of equal room.
 func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
-	perTurn := PerTurn(active)
-	fresh := FreshGrowth(active, perTurn, -1)
+	perTurn, observed := perTurnOf(active)
+	fresh, prior := FreshGrowth(active, perTurn, -1), -1.0
+	if perTurn > 0 && observed >= p.Slots*len(live) {
+		prior = PriorTurns * perTurn
+	}
 	full := make(map[string]float64, len(live))
 	room := make(map[string]float64, len(live))
 	for _, r := range live {
@@ -229,7 +281,7 @@ func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
 	}
 	for _, f := range active {
 		if _, ok := room[f.Replica]; ok {
-			room[f.Replica] -= Demand(f, perTurn, p.fresh(fresh, f.Replica))
+			room[f.Replica] -= Demand(f, perTurn, p.fresh(fresh, prior, f.Replica))
 		}
 	}
 	var out []string
@@ -243,7 +295,7 @@ func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
 		if best == "" {
 			break
 		}
-		need := Demand(f, perTurn, p.fresh(fresh, best))
+		need := Demand(f, perTurn, p.fresh(fresh, prior, best))
 		if need > room[best] && room[best] < full[best] {
 			break
 		}
@@ -254,12 +306,17 @@ func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
 }
 
 // fresh is the expected growth of a trajectory on replica: fresh when
-// known (not negative), else the replica's capacity / Slots.
-func (p KVPools) fresh(fresh float64, replica string) float64 {
+// known (not negative), else the replica's capacity / Slots, or prior
+// turns' growth when that is known (not negative) and less.
+func (p KVPools) fresh(fresh, prior float64, replica string) float64 {
 	if fresh >= 0 {
 		return fresh
 	}
-	return float64(p.Capacity[replica]) / float64(max(p.Slots, 1))
+	share := float64(p.Capacity[replica]) / float64(max(p.Slots, 1))
+	if prior >= 0 {
+		return min(share, prior)
+	}
+	return share
 }
 
 // DispatchCap bounds the generations a gen-worker runs at once when it

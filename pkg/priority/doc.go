@@ -37,8 +37,42 @@
 // that has aged is only ever behind trajectories that were waiting before it,
 // and with K generations started per round it is started within
 // ceil((B+1)/K) rounds of ageing, B being the number ahead of it when it aged
-// (see starvation_test.go). The same ranking orders the admission of waiting
-// samples; for those, WaitingSince is when the sample arrived.
+// (see starvation_test.go). That is what ageing is for: no active trajectory
+// waits for ever for a generation.
+//
+// The same ranking orders the admission of waiting samples
+// (AdmissionOrder), where WaitingSince is when a sample arrived, but a
+// sample's wait runs to the newest arrival, not to now. A batch that
+// arrives together therefore never ages and is admitted in the policy's
+// order however long it waits; by the clock, the whole batch would age at
+// once after AgeLimit and admission would fall back to TrajID order,
+// whatever the policy. Under a stream of arrivals the guarantee is the one
+// above with arrivals for ticks: a sample ages once a sample arrives
+// AgeLimit or more after it, and from then on only samples that arrived
+// before it are admitted ahead of it, so no sample is passed over by
+// samples that arrived more than AgeLimit after it.
+//
+// A user's own policy plugs in by implementing Policy: the virtual engine
+// takes it (internal/virtual's Config.Custom) in place of a named one, and
+// everything that ranks there (admission, the per-replica high classes
+// through Snapshots) calls only its Order. The contract, which the named
+// policies keep (property_test.go checks them):
+//
+//   - pure: the order depends only on facts and now; no I/O, no clock, no
+//     randomness, no state carried from one call to the next, and facts
+//     are left as they are;
+//   - total: every tie is broken (the named policies fall back to
+//     AdmittedAt, then TrajID, then position), so the same facts give the
+//     same order whatever order they come in;
+//   - Rank(facts, now)[k] is facts[Order(facts, now)[k]];
+//   - cheap: it runs over every active trajectory (thousands) at each
+//     snapshot, up to every ACTLOOP_SNAPSHOT_INTERVAL.
+//
+// A user's policy that wants the no-starvation guarantee ranks Aged facts
+// first, longest wait first, as the named ones do; an unknown prediction
+// is 0 (or not finite). The services choose a named policy
+// (ACTLOOP_POLICY); example_test.go runs a user's policy in the virtual
+// engine.
 //
 // The coordinator turns a ranking into one Snapshot per replica (Snapshots):
 // the replica's first HighSlots trajectories are in the high class. Snapshots

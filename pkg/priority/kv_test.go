@@ -6,27 +6,90 @@ import (
 	"testing"
 
 	"github.com/actloop/actloop/pkg/priority"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 func TestPerTurnAndFreshGrowth(t *testing.T) {
 	fs := []priority.Footprint{
-		{Replica: "a", Context: 5000, Grown: 3000, Turns: 3, RemainingTurns: 7},
-		{Replica: "a", Context: 9000, Grown: 7000, Turns: 5, RemainingTurns: -1},
-		{Replica: "b", Context: 60000, Grown: 58000, Turns: 20, Finishing: true}, // left out
-		{Replica: "b", Context: 2000, RemainingTurns: -1},                        // no call yet: left out
+		// 3 replies of 200 and the 2 observations in: 1,200 each.
+		{Replica: "a", Context: 5000, Grown: 3000, Generated: 600, Turns: 3, RemainingTurns: 7},
+		// 5 replies of 200 and 4 observations of 1,500.
+		{Replica: "a", Context: 9000, Grown: 7000, Generated: 1000, Turns: 5, RemainingTurns: -1},
+		{Replica: "b", Context: 60000, Grown: 58000, Generated: 9000, Turns: 20, Finishing: true}, // left out
+		{Replica: "b", Context: 2000, RemainingTurns: -1},                                         // no call yet: left out
 	}
-	if got := priority.PerTurn(fs); got != 10000.0/8 {
-		t.Fatalf("PerTurn = %v, want 1250 (10,000 tokens over 8 calls)", got)
+	// Replies: 1,600 over 8 calls; observations: 8,400 over 6.
+	if got := priority.PerTurn(fs); got != 200+1400 {
+		t.Fatalf("PerTurn = %v, want 1,600 (200 a reply, 1,400 an observation)", got)
 	}
 	if got := priority.PerTurn(fs[2:]); got != 0 {
 		t.Fatalf("PerTurn with no running call = %v, want 0", got)
 	}
-	// Only the first has a prediction: 3,000 grown + 7 × 1,250.
-	if got := priority.FreshGrowth(fs, 1250, -1); got != 3000+7*1250 {
-		t.Fatalf("FreshGrowth = %v, want %v", got, 3000+7*1250)
+	first := []priority.Footprint{{Context: 2300, Grown: 300, Generated: 300, Turns: 1, RemainingTurns: -1}}
+	if got := priority.PerTurn(first); got != 0 {
+		t.Fatalf("PerTurn with no observation in = %v, want 0 (unknown)", got)
 	}
-	if got := priority.FreshGrowth(fs[1:], 1250, 42); got != 42 {
+	// Only the first has a prediction: 3,000 grown + 7 × 1,600.
+	if got := priority.FreshGrowth(fs, 1600, -1); got != 3000+7*1600 {
+		t.Fatalf("FreshGrowth = %v, want %v", got, 3000+7*1600)
+	}
+	if got := priority.FreshGrowth(fs[1:], 1600, 42); got != 42 {
 		t.Fatalf("FreshGrowth without predictions = %v, want the prior 42", got)
+	}
+}
+
+// A progress report comes after a model call: the context holds k replies
+// and k − 1 observations. PerTurn counts each at its own rate, so on a plan
+// whose turns add a reply and an observation it is the plan's growth per
+// turn from the second call on, where the context's tokens over the calls
+// made were a fraction of it early on (150 at the first call, 500 at the
+// second, against 850).
+func TestPerTurnMatchesAPlan(t *testing.T) {
+	type plan struct{ prompt, reply, obs int }
+	plans := []plan{{2000, 100, 500}, {3000, 200, 900}} // 150 + 700 = 850 a turn
+	const truth = 850.0
+	for k := 1; k <= 10; k++ {
+		var fs []priority.Footprint
+		for _, p := range plans {
+			p := schema.Prediction{Turns: k, GenTokens: k * p.reply, PromptTokens: p.prompt,
+				ContextTokens: p.prompt + k*p.reply + (k-1)*p.obs}
+			fs = append(fs, priority.Reported(p, -1))
+		}
+		got := priority.PerTurn(fs)
+		if k == 1 {
+			if got != 0 {
+				t.Fatalf("after the first call: %v, want 0 (no observation in yet)", got)
+			}
+			continue
+		}
+		if math.Abs(got-truth) > 1e-9 {
+			t.Fatalf("after %d calls: %v tokens a turn, want the plan's %v", k, got, truth)
+		}
+		// Each plan alone: what its context still grows by over the n − k
+		// calls to come (the observation not yet in, then replies and
+		// observations, the last reply last) is n − k turns of its own.
+		const n = 20
+		for i, p := range plans {
+			f := fs[i]
+			f.RemainingTurns = float64(n - k)
+			want := float64(f.Context) + priority.GrowthShare*float64((n-k)*(p.reply+p.obs))
+			if got := priority.Demand(f, priority.PerTurn(fs[i:i+1]), 0); math.Abs(got-want) > 1e-9 {
+				t.Fatalf("plan %d after %d calls: demand %v, want %v", i, k, got, want)
+			}
+		}
+	}
+}
+
+// Reported reads a progress report: the context past the prompt, of which
+// the generated tokens are replies; nothing grown before the first call.
+func TestReported(t *testing.T) {
+	p := schema.Prediction{Turns: 3, GenTokens: 600, ContextTokens: 5000, PromptTokens: 2000, Finishing: true}
+	want := priority.Footprint{Context: 5000, Grown: 3000, Generated: 600, Turns: 3, RemainingTurns: 4, Finishing: true}
+	if got := priority.Reported(p, 4); got != want {
+		t.Fatalf("Reported = %+v, want %+v", got, want)
+	}
+	if got := priority.Reported(schema.Prediction{ContextTokens: 2000, PromptTokens: 2000}, -1); got.Grown != 0 || got.Generated != 0 || got.RemainingTurns != -1 {
+		t.Fatalf("before a call: %+v", got)
 	}
 }
 
@@ -109,16 +172,59 @@ func TestKVPoolsAdmit(t *testing.T) {
 	}
 
 	// Active trajectories with predictions set the fresh growth: each has
-	// grown 4,000 in 4 calls and has 6 to go, so a fresh one grows 10,000.
+	// grown 4,000 in 4 calls (4 replies of 250, 3 observations of 1,000:
+	// 1,250 a turn) and has 6 to go, so a fresh one grows 4,000 + 6 × 1,250.
 	active = nil
 	for range 4 {
-		active = append(active, priority.Footprint{Replica: "a", Context: 5000, Grown: 4000, Turns: 4, RemainingTurns: 6})
+		active = append(active, priority.Footprint{Replica: "a", Context: 5000, Grown: 4000, Generated: 1000, Turns: 4, RemainingTurns: 6})
 	}
-	used := 4 * (5000 + priority.GrowthShare*6*1000)
-	fresh := priority.GrowthShare * 10000.0
+	used := 4 * (5000 + priority.GrowthShare*6*1250)
+	fresh := priority.GrowthShare * (4000 + 6*1250.0)
 	want := int((100000-used)/fresh) + int(100000/fresh)
 	if got = pools.Admit([]string{"a", "b"}, active, waiting(100)); len(got) != want {
 		t.Fatalf("with history: admitted %d, want %d", len(got), want)
+	}
+}
+
+// Before any prediction, a fresh trajectory is expected to grow by a
+// slot's share of the pool, or by PriorTurns turns of the growth per turn
+// once it is measured over at least one observation per slot, when that is
+// less.
+func TestKVPoolsPrior(t *testing.T) {
+	pools := priority.KVPools{Capacity: map[string]int{"a": 100000, "b": 100000}, Budget: 1, Slots: 4}
+	running := func(n, reply, obs int) []priority.Footprint { // on a, 3 calls each, no prediction
+		var fs []priority.Footprint
+		for range n {
+			grown := 3*reply + 2*obs
+			fs = append(fs, priority.Footprint{Replica: "a", Context: 1000 + grown, Grown: grown, Generated: 3 * reply,
+				Turns: 3, RemainingTurns: -1})
+		}
+		return fs
+	}
+	admitted := func(active []priority.Footprint, fresh float64) int {
+		room := 100000.0
+		for _, f := range active {
+			room -= priority.Demand(f, priority.PerTurn(active), fresh)
+		}
+		need := priority.GrowthShare * fresh
+		return int(room/need) + int(100000/need)
+	}
+	tests := []struct {
+		name   string
+		active []priority.Footprint
+		fresh  float64
+	}{
+		{"100 tokens a reply and an observation, 8 observations: 50 turns of 200", running(4, 100, 100), 50 * 200},
+		{"6 observations, fewer than the 8 slots: a slot's share", running(3, 100, 100), 25000},
+		{"50 turns of 700 are more than a slot's share", running(4, 200, 500), 25000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := admitted(tt.active, tt.fresh)
+			if got := pools.Admit([]string{"a", "b"}, tt.active, waiting(100)); len(got) != want {
+				t.Fatalf("admitted %d, want %d (a fresh one growing by %v)", len(got), want, tt.fresh)
+			}
+		})
 	}
 }
 

@@ -55,7 +55,8 @@ type Config struct {
 	// AgeLimit bounds waiting: a trajectory that has waited at least AgeLimit
 	// (now - WaitingSince) ranks ahead of every trajectory that has waited
 	// less, oldest wait first, whatever the policy says. 0 = no ageing (only
-	// for tests).
+	// for tests). For admission, AdmissionOrder passes the newest arrival as
+	// now.
 	AgeLimit time.Duration
 }
 
@@ -200,6 +201,23 @@ func rank(facts []Fact, now time.Time, ageLimit time.Duration, prefer func(a, b 
 		return cmp.Compare(i, j)
 	})
 	return order
+}
+
+// AdmissionOrder is p's order of waiting samples for admission: p.Order
+// over facts whose WaitingSince is when each sample arrived, at the newest
+// of those arrivals rather than the clock. A sample thus ages once a
+// sample arrived AgeLimit or more after it, and is never passed over by
+// one that arrived that much later; a batch that arrived together keeps
+// p's order however long it waits (by the clock, the whole batch would age
+// together and fall back to admission order, then TrajID).
+func AdmissionOrder(p Policy, facts []Fact) []int {
+	var newest time.Time
+	for _, f := range facts {
+		if f.WaitingSince.After(newest) {
+			newest = f.WaitingSince
+		}
+	}
+	return p.Order(facts, newest)
 }
 
 // gather is facts in order.

@@ -2,6 +2,7 @@ package priority
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -282,5 +283,41 @@ func TestRank(t *testing.T) {
 				t.Fatal("Rank returned its input slice")
 			}
 		})
+	}
+}
+
+// Admission ranks a batch that arrived together in the policy's order
+// however long it has waited: waits run to the newest arrival, not to now.
+// By the clock the whole batch would have aged after AgeLimit and fallen
+// back to TrajID order. A sample that arrived AgeLimit before a later one
+// still ages, and goes first.
+func TestAdmissionOrderDoesNotAgeABatch(t *testing.T) {
+	lpt := mustNew(t, NameLPT, Config{AgeLimit: DefaultAgeLimit})
+	var batch []Fact
+	for i, pred := range []float64{300, 900, 100, 700, 500} {
+		batch = append(batch, Fact{TrajID: fmt.Sprintf("s%d", i), AdmittedAt: t0, WaitingSince: t0, Predicted: pred})
+	}
+	want := []string{"s1", "s3", "s4", "s0", "s2"}
+	if got := ids(gather(batch, AdmissionOrder(lpt, batch))); !slices.Equal(got, want) {
+		t.Fatalf("a batch that has waited: %v, want lpt order %v", got, want)
+	}
+	// Ranked at the clock, 10 minutes on, the batch has aged: TrajID order.
+	if got := ids(lpt.Rank(batch, t0.Add(10*time.Minute))); !slices.Equal(got, []string{"s0", "s1", "s2", "s3", "s4"}) {
+		t.Fatalf("by the clock: %v", got)
+	}
+	// A stream: s2 arrived AgeLimit before the newest arrival, so it has
+	// aged and goes first; the rest keep lpt order.
+	stream := slices.Clone(batch)
+	for i := range stream {
+		if stream[i].TrajID != "s2" {
+			stream[i].AdmittedAt, stream[i].WaitingSince = sec(150), sec(150)
+		}
+	}
+	want = []string{"s2", "s1", "s3", "s4", "s0"}
+	if got := ids(gather(stream, AdmissionOrder(lpt, stream))); !slices.Equal(got, want) {
+		t.Fatalf("a stream: %v, want the aged sample first, %v", got, want)
+	}
+	if got := AdmissionOrder(lpt, nil); len(got) != 0 {
+		t.Fatalf("nothing waiting: %v", got)
 	}
 }
