@@ -171,7 +171,8 @@ func (c *Coordinator) admitLoop(ctx context.Context) error {
 // admissible returns the waiting samples to admit now, best first, and
 // the replica of each; none while generation is paused. While every live
 // replica reports its KV pool (and ACTLOOP_KV_BUDGET > 0) admission goes by
-// KV (priority.KVPools) under the count ceiling; otherwise by the adaptive
+// KV (priority.KVPools), under ACTLOOP_MAX_ACTIVE_CEILING when it is set
+// (priority.KVCeiling); otherwise by the adaptive
 // count limit, each on the replica with the fewest trajectories.
 func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 	if c.controlState().Paused { // a weight sync: no new sample until it resumes
@@ -189,7 +190,7 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 	}
 	limit := c.waiting.currentLimit()
 	if byKV {
-		limit = c.cfg.ActiveCeiling()
+		limit = priority.KVCeiling(c.cfg.MaxActiveCeiling)
 	}
 	free, room := priority.Admissible(limit, c.active.count(), -1), c.stalenessRoom()
 	if free == 0 || c.waiting.count() == 0 || len(live) == 0 {

@@ -18,7 +18,9 @@ type Config struct {
 	Slots     int      `envconfig:"SLOTS" default:"4"`
 	MaxActive int      `envconfig:"MAX_ACTIVE" default:"0"`
 	// MaxActiveCeiling bounds how far admission may adapt above MAX_ACTIVE
-	// (the floor); 0 = 3 x the floor.
+	// (the floor); 0 = 3 x the floor. Admission by KV (while the servers
+	// report their pools) counts against it only when it is set: 0 = no
+	// count ceiling, the pools bound it.
 	MaxActiveCeiling int `envconfig:"MAX_ACTIVE_CEILING" default:"0"`
 	// AdaptInterval is how often the admission limit is reconsidered.
 	AdaptInterval time.Duration `envconfig:"ADAPT_INTERVAL" default:"5s"`

@@ -75,3 +75,29 @@ func TestCustomPolicy(t *testing.T) {
 		t.Errorf("a custom lpt: makespan %.1f s, lpt by name %.1f s", got.MakespanS, want.MakespanS)
 	}
 }
+
+// Admission by KV has no count ceiling unless one is set: on the services'
+// defaults a replica whose pool holds the whole batch takes it, beyond the
+// 3 × floor that the count limit would stop at; a ceiling set is kept.
+func TestAdmissionByKVHasNoCountCeilingByDefault(t *testing.T) {
+	sc, _ := workload.Lookup("tool-fast")
+	plans := sc.Generate(1, 40)
+	cfg := Defaults(1, 2) // floor 3, count ceiling 9
+	if cfg.ceiling() != 9 {
+		t.Fatalf("count ceiling %d, want 9", cfg.ceiling())
+	}
+	res, err := Run(cfg, plans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PeakActive <= cfg.ceiling() {
+		t.Fatalf("at most %d active at once: the count ceiling %d bound admission by KV", res.PeakActive, cfg.ceiling())
+	}
+	cfg.MaxActiveCeiling = 5
+	if res, err = Run(cfg, plans); err != nil {
+		t.Fatal(err)
+	}
+	if res.PeakActive > 5 {
+		t.Fatalf("%d active at once under ACTLOOP_MAX_ACTIVE_CEILING=5", res.PeakActive)
+	}
+}

@@ -69,7 +69,7 @@ type Config struct {
 
 	// The coordinator's and gen-workers' settings, as their ACTLOOP_
 	// settings name them; Defaults has their defaults.
-	MaxActive, MaxActiveCeiling int // 0: 1.5 × slots, and 3 × that
+	MaxActive, MaxActiveCeiling int // 0: 1.5 × slots, and 3 × that (by KV: no count ceiling, priority.KVCeiling)
 	HighSlots                   int // 0: Slots
 	AdaptInterval               time.Duration
 	SnapshotInterval            time.Duration

@@ -419,7 +419,7 @@ func (e *engine) startAll(order []int, replicas []string) {
 // coordinator does when its gen-workers report their servers' pools.
 func (e *engine) admitKV() {
 	room := priority.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
-	free := priority.Admissible(e.cfg.ceiling(), e.active, room)
+	free := priority.Admissible(priority.KVCeiling(e.cfg.MaxActiveCeiling), e.active, room)
 	if free == 0 || len(e.waitingIDs) == 0 {
 		return
 	}

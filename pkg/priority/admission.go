@@ -1,6 +1,10 @@
 package priority
 
-import "github.com/actloop/actloop/pkg/schema"
+import (
+	"math"
+
+	"github.com/actloop/actloop/pkg/schema"
+)
 
 // Admission decisions: how many samples to admit, how the admission limit
 // adapts, and which replica each new trajectory goes to. Pure functions of
@@ -38,6 +42,19 @@ func ActiveBounds(scheduling string, slots, replicas, maxActive, maxActiveCeilin
 		return floor, max(maxActiveCeiling, floor)
 	}
 	return floor, 3 * floor
+}
+
+// KVCeiling is the count ceiling of admission by KV (KVPools.Admit):
+// maxActiveCeiling when set, else none (math.MaxInt), since the pools bound admission by what the trajectories are expected to hold.
+// A count ceiling derived from the slots would bind before the pools on a
+// server whose pool holds more trajectories than 4.5 × its slots (on the
+// benchmark's swe-rl-64k, 18 a replica against the 25 a tuned
+// trajectory-level loop runs).
+func KVCeiling(maxActiveCeiling int) int {
+	if maxActiveCeiling > 0 {
+		return maxActiveCeiling
+	}
+	return math.MaxInt
 }
 
 // Load is what the gen-workers reported over one adaptation interval.

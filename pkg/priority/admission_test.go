@@ -2,6 +2,7 @@ package priority_test
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"testing"
 
@@ -114,5 +115,15 @@ func TestActiveBounds(t *testing.T) {
 		if f != c.wantFloor || x != c.wantCeiling {
 			t.Errorf("%s: ActiveBounds = %d, %d; want %d, %d", c.name, f, x, c.wantFloor, c.wantCeiling)
 		}
+	}
+}
+
+// Admission by KV counts against a ceiling only when one is set.
+func TestKVCeiling(t *testing.T) {
+	if got := priority.KVCeiling(0); got != math.MaxInt {
+		t.Errorf("unset: %d, want no ceiling", got)
+	}
+	if got := priority.KVCeiling(40); got != 40 {
+		t.Errorf("set to 40: %d", got)
 	}
 }
