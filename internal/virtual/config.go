@@ -20,15 +20,6 @@ const (
 	KindAsync = "async"
 	// KindAction: actloop's action-level scheduling.
 	KindAction = "action"
-	// KindClairvoyant: the reference that knows every length in advance:
-	// trajectories admitted longest critical path first, each on the
-	// replica with the most room, only while every admitted trajectory's
-	// reserve (Reserve of its largest context, plus the output reserve a
-	// request needs) fits in its replica's pool, so that with the whole
-	// context nothing is evicted or retracted; every generation goes to the
-	// server at once, and a finished trajectory's context is dropped from
-	// the cache.
-	KindClairvoyant = "clairvoyant"
 )
 
 // Predictors.
@@ -92,10 +83,6 @@ type Config struct {
 	// priority.RankByTokens (ACTLOOP_RANK_BY).
 	RankBy string
 
-	// Reserve is the share of each trajectory's largest context the
-	// clairvoyant reference reserves (0: 1, all of it).
-	Reserve float64
-
 	// SampleEveryS is the step of the KV-use series, in seconds.
 	SampleEveryS float64
 }
@@ -141,7 +128,7 @@ func (c Config) Validate() error {
 		bad("slots", c.Slots)
 	}
 	switch c.Kind {
-	case KindTrajectory, KindAsync, KindAction, KindClairvoyant:
+	case KindTrajectory, KindAsync, KindAction:
 	default:
 		bad("kind", c.Kind)
 	}

@@ -19,8 +19,7 @@
 // the pipeline's own latency (NATS, Redis, HTTP), which the live engine
 // (the in-process stack) measures.
 //
-// Beside the modes the services run, it has a clairvoyant reference
-// (KindClairvoyant) and a lower bound (LowerBound), so that a makespan can
-// be read against the best achievable. A user's own priority.Policy runs in
+// Beside the modes the services run, it has a lower bound (LowerBound), so
+// that a makespan can be read against what no schedule beats. A user's own priority.Policy runs in
 // place of a named one (Config.Custom).
 package virtual

@@ -1,7 +1,6 @@
 package virtual
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -111,10 +110,6 @@ type engine struct {
 	asked    int
 	pace     priority.Pace
 	res      Result
-	// reserved is, per replica, the pool the clairvoyant reference has
-	// promised its admitted trajectories.
-	reserved []int
-	paths    []float64
 	// calls and inputTokens count the generation requests and their
 	// input tokens.
 	calls, inputTokens int64
@@ -149,10 +144,9 @@ func newEngine(cfg Config, plans []workload.Trajectory) (*engine, error) {
 		policy, _ = priority.New(cfg.Policy, priority.Config{AgeLimit: cfg.AgeLimit})
 	}
 	e := &engine{cfg: cfg, policy: policy, load: map[string]int{}, limit: cfg.floor(), replicaOf: map[string]int{}}
-	if cfg.Kind == KindAsync || cfg.Kind == KindClairvoyant {
+	if cfg.Kind == KindAsync {
 		e.cfg.Slots = len(plans)
 	}
-	e.reserved = make([]int, cfg.Replicas)
 	for r := range cfg.Replicas {
 		srv, err := batching.New(cfg.Server)
 		if err != nil {
@@ -367,10 +361,6 @@ func (e *engine) admit() {
 	if e.paused { // as the coordinator: no admission during a weight sync
 		return
 	}
-	if e.cfg.Kind == KindClairvoyant {
-		e.admitClairvoyant()
-		return
-	}
 	if e.cfg.Kind == KindAction && e.cfg.KVBudget > 0 {
 		e.admitKV()
 		return
@@ -441,55 +431,6 @@ func (e *engine) admitKV() {
 	}
 	pools := priority.KVPools{Capacity: capacity, Budget: e.cfg.KVBudget, Slots: e.cfg.Slots}
 	e.startAll(order, pools.Admit(e.names, active, waiting))
-}
-
-// admitClairvoyant admits, longest critical path first, every waiting
-// trajectory whose peak context fits on the replica with the most room.
-func (e *engine) admitClairvoyant() {
-	if e.paths == nil {
-		e.paths = make([]float64, len(e.ts))
-		for i, t := range e.ts {
-			e.paths[i] = Path(t.plan, e.cfg.Server.Cost)
-		}
-		slices.SortStableFunc(e.waitingIDs, func(a, b int) int { return cmp.Compare(e.paths[b], e.paths[a]) })
-	}
-	admitted := false
-	e.waitingIDs = slices.DeleteFunc(e.waitingIDs, func(i int) bool {
-		r := 0
-		for k := range e.reserved {
-			if e.reserved[k] < e.reserved[r] {
-				r = k
-			}
-		}
-		need := e.peak(e.ts[i])
-		if e.reserved[r]+need > e.cfg.Server.MaxTotalTokens {
-			return false
-		}
-		e.reserved[r] += need
-		e.load[e.names[r]]++
-		e.start0(i, r)
-		admitted = true
-		return true
-	})
-	if admitted {
-		e.dirty = true
-	}
-}
-
-// peak is the most of a replica's pool t can hold at once: its largest
-// context and the output reserve of a request.
-func (e *engine) peak(t *traj) int {
-	n := t.plan.Prompt
-	for k, r := range t.plan.Tokens {
-		n += r + replyEndTokens
-		if k < len(t.plan.Obs) {
-			n += t.plan.Obs[k] + obsTemplateTokens
-		}
-	}
-	if e.cfg.Reserve > 0 {
-		n = int(e.cfg.Reserve * float64(n))
-	}
-	return n + min(e.cfg.MaxNew, e.cfg.Server.ClipMaxNew)
 }
 
 // start0 admits trajectory i on replica r: its sandbox starts.
@@ -763,10 +704,6 @@ func (e *engine) finish(i int) {
 	e.active--
 	e.activeIDs = slices.DeleteFunc(e.activeIDs, func(j int) bool { return j == i })
 	e.load[e.names[t.replica]]--
-	if e.cfg.Kind == KindClairvoyant {
-		e.reserved[t.replica] -= e.peak(t)
-		e.ws[t.replica].srv.Drop(t.ctx, e.now)
-	}
 	e.history.observe(t.plan.GroupID, t.genTokens, t.calls)
 	if e.cfg.Predictor == PredictLearned {
 		e.learned.observe(t.asks, predict.Total{Tokens: t.genTokens, Turns: t.calls})

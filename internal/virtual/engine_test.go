@@ -31,9 +31,7 @@ func modes(replicas, slots, tasks int) map[string]Config {
 	hist.Policy, hist.Predictor = "lpt", PredictHistory
 	sync := hist
 	sync.SyncEvery, sync.SyncPauseS = 40, 2
-	clair := base
-	clair.Kind, clair.Reserve = KindClairvoyant, 0.5
-	return map[string]Config{"clairvoyant": clair, "trajectory": traj, "async": async, "action-fcfs": fcfs,
+	return map[string]Config{"trajectory": traj, "async": async, "action-fcfs": fcfs,
 		"action-lpt-oracle": lpt, "action-lpt-history": hist, "action-lpt-history-sync": sync}
 }
 
