@@ -7,8 +7,10 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults applied by Sample.Normalize to fields left at zero.
@@ -311,10 +313,45 @@ func (s *Sample) Validate() error {
 	if v := s.Sampling.MinP; v < 0 || v > 1 {
 		p.add("sampling.min_p", "must be in [0, 1], got %g", v)
 	}
-	if len(s.Metadata) > 0 && !json.Valid(s.Metadata) {
+	s.validText(&p)
+	switch {
+	case len(s.Metadata) == 0:
+	case !utf8.Valid(s.Metadata):
+		p.add("metadata", "invalid UTF-8 at byte %d", invalidAt(s.Metadata))
+	case !json.Valid(s.Metadata):
 		p.add("metadata", "not valid JSON")
+	default:
+		metadataDepth(&p, "metadata", s.Metadata)
 	}
 	return p.err()
+}
+
+// validText refuses invalid UTF-8 in s's free text, as a sample built in
+// Go may hold: json.Marshal would send U+FFFD in its place. (Ids, enums
+// and the backend are checked against ASCII patterns and lists.)
+func (s *Sample) validText(p *problems) {
+	text := func(field, v string) {
+		if !utf8.ValidString(v) {
+			p.add(field, "invalid UTF-8 at byte %d", invalidAt([]byte(v)))
+		}
+	}
+	list := func(field string, vs []string) {
+		for i, v := range vs {
+			text(field+"["+strconv.Itoa(i)+"]", v)
+		}
+	}
+	text("family", s.Family)
+	text("task", s.Task)
+	text("env.image", s.Env.Image)
+	text("env.workspace", s.Env.Workspace)
+	list("env.setup", s.Env.Setup)
+	text("env.eval", s.Env.Eval)
+	if ts := s.Env.Tests; ts != nil {
+		list("env.tests.fail_to_pass", ts.FailToPass)
+		list("env.tests.pass_to_pass", ts.PassToPass)
+	}
+	list("sampling.stop", s.Sampling.Stop)
+	list("script", s.Script)
 }
 
 func nonNegative(p *problems, field string, v int64) {
@@ -356,10 +393,15 @@ func clip(s string) string {
 // DecodeSample decodes, validates and normalizes a sample. It refuses a
 // field the Sample type does not have (at any depth but inside metadata),
 // naming it by its JSON path: a misspelt field would otherwise be ignored
-// and its default used.
+// and its default used. It refuses invalid UTF-8 anywhere in b, naming the
+// field, which encoding/json would replace with U+FFFD silently, and
+// metadata nested deeper than MaxMetadataDepth.
 func DecodeSample(b []byte) (Sample, error) {
 	if len(b) > MaxSampleBytes {
 		return Sample{}, fieldErr("(message)", "%d bytes exceeds the sample limit of %d", len(b), MaxSampleBytes)
+	}
+	if err := checkUTF8(b); err != nil {
+		return Sample{}, err
 	}
 	var s Sample
 	if err := decode(b, &s); err != nil {

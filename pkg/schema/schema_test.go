@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 const validSample = `{"v":1,"id":"s-1","group_index":0,"task":"fix it",
@@ -224,6 +225,9 @@ func FuzzDecodeSample(f *testing.F) {
 	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim","step_timeot_ms":5,"tests":{"fail_to_pass":["x"],"Format":"pytest"}}}`))
 	f.Add([]byte(`{"v":1,"id":"a","Task":"t","task":"t","task":"u","env":{"backend":"sim"},"metadata":{"x":{"y":[1,{"z":null}]}}}`))
 	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim","tests":null},"limits":null,"extra":{"a":[{"b":1}]}}`))
+	// Invalid UTF-8 and deep metadata (TestDecodeInvalidUTF8, TestDecodeSampleMetadataDepth).
+	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"script":["x` + "\xff" + `"],"metadata":{"k":"` + "\xe2\x98" + `"}}`))
+	f.Add([]byte(sampleWith(`"metadata":` + nested(MaxMetadataDepth+1))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeSample(b)
 		if err != nil {
@@ -231,6 +235,12 @@ func FuzzDecodeSample(f *testing.F) {
 				t.Fatalf("error does not wrap ErrInvalid: %v", err)
 			}
 			return
+		}
+		if !utf8.Valid(b) {
+			t.Fatalf("accepted invalid UTF-8: %q", b)
+		}
+		if d := jsonDepth(s.Metadata, MaxMetadataDepth); d > MaxMetadataDepth {
+			t.Fatalf("accepted metadata %d deep", d)
 		}
 		if err := s.Validate(); err != nil {
 			t.Fatalf("decoded sample does not validate: %v", err)
@@ -279,6 +289,7 @@ func FuzzDecodeControlMessages(f *testing.F) {
 	f.Add([]byte(`{"weight_version":2147483647}`))
 	f.Add([]byte(`{"v":1,"worker":"w","replica":"r0","epoch":1,"paused":true,"aborted":3,"kept_tokens":40}`))
 	f.Add([]byte(`{"v":1,"group_id":"g","size":1,"traj_ids":["a"]}`))
+	f.Add([]byte(`{"traj_ids":["a"],"reason":"r` + "\xff" + `"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := Decode[Control](b)
 		check(t, err, &c)
@@ -288,6 +299,13 @@ func FuzzDecodeControlMessages(f *testing.F) {
 		check(t, err, &pq)
 		rq, err := DecodeRequest[ResumeRequest](b)
 		check(t, err, &rq)
+		// An empty abort request decodes (as every empty request) and then
+		// fails validation, so only its errors are checked here.
+		if _, err := DecodeRequest[AbortRequest](b); err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("error does not wrap ErrInvalid: %v", err)
+		} else if err == nil && !utf8.Valid(b) {
+			t.Fatalf("abort request of invalid UTF-8 accepted: %q", b)
+		}
 		g, err := Decode[GroupDone](b)
 		check(t, err, &g)
 	})

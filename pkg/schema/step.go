@@ -851,7 +851,7 @@ func Decode[T any, PT interface {
 // optional. An empty body is an empty request. As a sample, a request is
 // read strictly: a field its type lacks, or one given twice, is refused by
 // name, for a misspelt "weight_version" would resume without changing the
-// version.
+// version; so is invalid UTF-8 (an abort's reason).
 func DecodeRequest[T any, PT interface {
 	*T
 	validator
@@ -862,6 +862,9 @@ func DecodeRequest[T any, PT interface {
 	}
 	if len(b) > MaxMessageBytes {
 		return v, fieldErr("(message)", "%d bytes exceeds the limit of %d", len(b), MaxMessageBytes)
+	}
+	if err := checkUTF8(b); err != nil {
+		return v, err
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return v, jsonErr(err)

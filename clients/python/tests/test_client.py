@@ -17,11 +17,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "examples"))
 
-from actloop import ActloopError, Client, SubmitError  # noqa: E402
+from actloop import ActloopError, Client, Result, SubmitError  # noqa: E402
 
 URL = os.environ.get("ACTLOOP_GATEWAY_URL")
 TOKEN = os.environ.get("ACTLOOP_API_TOKEN")
 SUBMIT = "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
+
+
+# schema.MaxMetadataDepth: the deepest nesting of arrays and objects a
+# sample's metadata may have, so that a result carrying it back decodes
+# here (json recurses once per level; the gateway accepted 10,000).
+MAX_METADATA_DEPTH = 128
+
+
+def nested(depth):
+    """A JSON value of depth nested objects and arrays, alternating."""
+    v = 1
+    for i in reversed(range(depth)):
+        v = {"a": v} if i % 2 == 0 else [v]
+    return v
 
 
 def sample(sid, **kw):
@@ -108,6 +122,22 @@ class ClientTest(unittest.TestCase):
             self.assertAlmostEqual(sum(m["advantage"] for m in members), 0.0, places=6)
             self.assertEqual(sorted(m["reward"] for m in members), [0.0, 1.0])
 
+    def test_metadata_nesting_is_capped_at_what_the_client_decodes(self):
+        sid = self.prefix + "-deep"
+        meta = nested(MAX_METADATA_DEPTH)
+        with self.assertRaises(SubmitError) as cm:
+            self.client.submit([sample(sid, metadata=nested(MAX_METADATA_DEPTH + 1))])
+        self.assertEqual(len(cm.exception.errors), 1)
+        self.assertIn("metadata", cm.exception.errors[0].error)
+        self.assertIn(str(MAX_METADATA_DEPTH), cm.exception.errors[0].error)
+        self.assertEqual(self.client.submit([sample(sid, metadata=meta)]), 1)
+        deadline = time.monotonic() + 120
+        for r in self.client.results(self.prefix + "-deep", wait=2):
+            if r.traj_id == sid:
+                self.assertEqual(r.metadata, meta)
+                return
+            self.assertLess(time.monotonic(), deadline, "no result")
+
     def test_control_calls_and_errors(self):
         self.assertIn("control", self.client.control())
         with self.assertRaises(ActloopError) as cm:
@@ -126,6 +156,16 @@ class OfflineTest(unittest.TestCase):
         self.assertAlmostEqual(sum(adv), 0.0)
         self.assertAlmostEqual(adv[0], 1.0, places=4)
         self.assertEqual(grpo_loop.advantages([1.0, 1.0]), [0.0, 0.0])
+
+    def test_result_with_metadata_at_the_depth_limit_decodes(self):
+        # A poll answer as the gateway writes it: the metadata sits a few
+        # levels below the top, under the default recursion limit.
+        answer = {"deliveries": [{"ack": "a", "result": {"traj_id": "t", "status": "submitted",
+                                                         "metadata": nested(MAX_METADATA_DEPTH)}}]}
+        text = json.dumps(answer)
+        self.assertEqual(text.count("["), MAX_METADATA_DEPTH // 2 + 1)
+        r = Result.from_json(json.loads(text)["deliveries"][0]["result"])
+        self.assertEqual(r.metadata, nested(MAX_METADATA_DEPTH))
 
     def test_unreachable_gateway_raises(self):
         c = Client("http://127.0.0.1:9", timeout=2)

@@ -24,7 +24,8 @@ func extendSample(s *jsonschema.Schema) error {
 	s.ID = "https://actloop.dev/schema/v1/sample.schema.json"
 	s.Title = fmt.Sprintf("actloop sample (v%d)", schema.Version)
 	s.Description = "One rollout request a trainer publishes on actloop.samples. " +
-		"A field not listed here is refused, at any depth but inside metadata."
+		"A field not listed here is refused, at any depth but inside metadata. Every string must be valid UTF-8 " +
+		"(the decoder refuses invalid bytes, which JSON Schema validators see only after their parser replaced them)."
 	return props(s, map[string]func(p *jsonschema.Schema){
 		"v": func(p *jsonschema.Schema) {
 			p.Const = schema.Version
@@ -71,7 +72,9 @@ func extendSample(s *jsonschema.Schema) error {
 			p.Description = "Scripted model replies, one per turn (simulator only)."
 		},
 		"metadata": func(p *jsonschema.Schema) {
-			p.Description = "Any JSON; passed through to the result. A trainer's own data goes here."
+			p.Description = fmt.Sprintf("Any JSON, arrays and objects nested at most %d deep (a limit "+
+				"JSON Schema cannot express; the decoder refuses deeper); passed through to the result. "+
+				"A trainer's own data goes here.", schema.MaxMetadataDepth)
 		},
 	})
 }
