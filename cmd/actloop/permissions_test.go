@@ -863,6 +863,17 @@ func TestTrainerRefusedServiceConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	services := map[string]*held{}
+	// The coordinator creates the trainers' consumers on their behalf.
+	cnc, cjs, _ := connect("coordinator")
+	serveCtx, stopServing := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- coordinator.ServeTrainerConsumers(serveCtx, cnc, cjs, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() {
+		stopServing()
+		if err := <-served; err != nil {
+			t.Errorf("ServeTrainerConsumers: %v", err)
+		}
+	})
 	for _, c := range []struct{ user, consumer string }{{"coordinator", "coordinator-results"}, {"predictor-gw", predictor.HistoryConsumer}} {
 		if !schema.ServiceConsumer(c.consumer) {
 			t.Errorf("schema.ServiceConsumer(%q) = false", c.consumer)
@@ -923,9 +934,26 @@ func TestTrainerRefusedServiceConsumers(t *testing.T) {
 			}
 		}
 
-		// Its own consumer: created, inspected, pulled from, acknowledged on.
+		// Nor may it have the coordinator make one of them.
+		for _, name := range slices.Sorted(maps.Keys(services)) {
+			req, err := json.Marshal(client.ConsumerRequest{V: 1, Name: name, Subject: schema.SubjectGroups})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := nc.RequestWithContext(ctx, client.SubjectConsumerCreate, req)
+			if err != nil {
+				t.Fatalf("%s: ask for %s: %v", user, name, err)
+			}
+			var reply client.ConsumerReply
+			if err := json.Unmarshal(m.Data, &reply); err != nil || reply.Error == "" {
+				t.Errorf("%s: the coordinator made it %s: %s (%v)", user, name, m.Data, err)
+			}
+		}
+
+		// Its own consumer: created (by the coordinator), inspected,
+		// pulled from, acknowledged on.
 		own := "own-" + user
-		cons, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, client.ConsumerConfig(own, schema.SubjectResults))
+		cons, err := client.EnsureConsumer(ctx, nc, js, own, schema.SubjectResults)
 		if err != nil {
 			t.Fatalf("%s: its consumer: %v", user, err)
 		}

@@ -199,6 +199,7 @@ func (c *Coordinator) runTerm(ctx context.Context) error {
 	g.Go(func() error { return c.members.watch(ctx, c.d.JS, c.d.Log, c.d.Now, c.poke) })
 	g.Go(func() error { return c.watchReports(ctx) })
 	g.Go(func() error { return c.serveControlNATS(ctx) })
+	g.Go(func() error { return ServeTrainerConsumers(ctx, c.d.NC, c.d.JS, c.d.Log) })
 	g.Go(func() error { return every(ctx, c.cfg.AdaptInterval, c.adaptLimit) })
 	g.Go(func() error { return every(ctx, utilEvery, c.sampleUtil) })
 	g.Go(func() error { return every(ctx, viewEvery, c.publishView) })

@@ -368,7 +368,7 @@ func (g *Gateway) consumer(ctx context.Context, name, subject string) (jetstream
 	if c, ok := g.consumers.Load(key); ok {
 		return c.(jetstream.Consumer), nil
 	}
-	c, err := g.d.JS.CreateOrUpdateConsumer(ctx, schema.StreamResults, client.ConsumerConfig(name, subject))
+	c, err := client.EnsureConsumer(ctx, g.d.NC, g.d.JS, name, subject)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)
 	}

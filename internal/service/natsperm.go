@@ -57,6 +57,10 @@ var NATSTable = map[string]NATSPermissions{
 			pull("ACTLOOP_EVENTS", "coordinator-predictions", "actloop.predictions"),
 			pull("ACTLOOP_RESULTS", resultsConsumers[NATSCoordinator], "actloop.results.>"),
 			[]string{
+				// The trainers' consumers of results and groups, made on
+				// their behalf (actloop.consumers.create): pull consumers
+				// only, which the trainer's user cannot be held to.
+				"$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>",
 				// The status's and the metrics' samples not yet taken in
 				// (its samples consumer's info) and queues.
 				"$JS.API.CONSUMER.INFO.ACTLOOP_SAMPLES.coordinator-samples",
@@ -69,7 +73,7 @@ var NATSTable = map[string]NATSPermissions{
 			objectWrite,
 			[]string{"actloop.env.>", "actloop.gen.>", "actloop.results.>", "actloop.groups.>", "actloop.predict", "actloop.events",
 				"actloop.cancel", "$KV.actloop_priority.>", "$KV.actloop_control.state", "$KV.actloop_leader.coordinator", "$KV.actloop_admitted.>"}),
-		Subscribe: []string{"actloop.control.*"},
+		Subscribe: []string{"actloop.control.*", "actloop.consumers.create"},
 		Responses: true,
 	},
 	NATSGenWorker: {
@@ -112,22 +116,30 @@ var NATSTable = map[string]NATSPermissions{
 }
 
 // trainerPermissions are the trainer's: creating the streams it uses (not
-// updating them: their settings are the services'), submitting samples, its
-// consumers of results and groups and their bodies, acknowledging, and the
-// control calls. The CLI and the gateway
+// updating them: their settings are the services'), submitting samples,
+// asking for, pulling from and acknowledging on its consumers of results
+// and groups, reading their bodies, and the control calls; no consumer
+// create call at all. The CLI and the gateway
 // have them, without NATSEveryService's.
 var trainerPermissions = NATSPermissions{
 	Publish: slices.Concat(
 		create("ACTLOOP_SAMPLES", "ACTLOOP_EVENTS", "ACTLOOP_GEN", "ACTLOOP_ENV", "ACTLOOP_RESULTS", "ACTLOOP_DLQ"),
 		[]string{
-			// Its consumers of results and groups, by names of its choosing.
-			"$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.results.>", "$JS.API.CONSUMER.CREATE.ACTLOOP_RESULTS.*.actloop.groups.>",
+			// Its consumers of results and groups, by names of its choosing,
+			// which the coordinator creates (actloop.consumers.create): it
+			// may create no consumer itself, since permissions cannot look
+			// into a create request, and one with a deliver subject would
+			// have the server publish on any subject of the account, the
+			// services' work streams included (issue 31).
+			"actloop.consumers.create",
 			"$JS.API.CONSUMER.MSG.NEXT.ACTLOOP_RESULTS.*", "$JS.API.CONSUMER.INFO.ACTLOOP_RESULTS.*",
-			// Result bodies.
+			// Result bodies: an object's metadata and its chunks, by direct
+			// gets (pkg/client's Bodies), not through a consumer: one with a
+			// deliver subject would have the server publish the chunks on
+			// any subject of the account (issue 31).
 			"$JS.API.STREAM.INFO.OBJ_ACTLOOP_RESULT_BODIES",
 			"$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES.$O.ACTLOOP_RESULT_BODIES.M.>",
-			"$JS.API.CONSUMER.CREATE.OBJ_ACTLOOP_RESULT_BODIES.*.$O.ACTLOOP_RESULT_BODIES.C.*",
-			"$JS.API.CONSUMER.DELETE.OBJ_ACTLOOP_RESULT_BODIES.*",
+			"$JS.API.DIRECT.GET.OBJ_ACTLOOP_RESULT_BODIES",
 			"$JS.FC.>", "actloop.samples", "actloop.control.*",
 			// Acknowledgements on its consumers, of any name.
 			"$JS.ACK.ACTLOOP_RESULTS.>",

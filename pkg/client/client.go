@@ -15,6 +15,7 @@ import (
 // Client is a trainer's connection to actloop over NATS. It is safe for
 // concurrent use.
 type Client struct {
+	nc     *nats.Conn
 	js     jetstream.JetStream
 	ctl    control.Client
 	bodies *Bodies
@@ -30,7 +31,7 @@ func New(nc *nats.Conn) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &Client{js: js, ctl: control.Client{NC: nc}, bodies: NewBodies(js), seen: map[string]*dedupe{}}, nil
+	return &Client{nc: nc, js: js, ctl: control.Client{NC: nc}, bodies: NewBodies(js), seen: map[string]*dedupe{}}, nil
 }
 
 // Pause pauses generation for a weight update and returns once every live

@@ -52,7 +52,7 @@ func (c *Client) consumer(ctx context.Context, name, subject string, key func([]
 	if schema.ServiceConsumer(name) {
 		return nil, fmt.Errorf("consumer %s: a service's consumer of %s; name one of your own", name, schema.StreamResults)
 	}
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, schema.StreamResults, ConsumerConfig(name, subject))
+	cons, err := EnsureConsumer(ctx, c.nc, c.js, name, subject)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)
 	}
