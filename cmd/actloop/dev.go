@@ -211,20 +211,24 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 		defer cancel()
 		_ = shutdownTel(sctx)
 	}()
-	coordAddr := o.addr
-	if l, err := net.Listen("tcp", coordAddr); err != nil {
-		coordAddr = "127.0.0.1:0"
-	} else {
-		_ = l.Close()
+	// Bound here, not probed and bound again later, so that actloop.env
+	// names the address the coordinator serves on: --addr, or a free port
+	// when that is taken (by anything, which must not get the API token).
+	coordLn, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		if coordLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return fmt.Errorf("dev: coordinator: %w", err)
+		}
 	}
+	defer coordLn.Close() // closed already once served on
 
 	start := time.Now()
 	svcCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	st, err := devstack.StartInfra(svcCtx, devstack.Options{Dir: o.dir, RedisKind: kind, Replicas: o.replicas,
 		Slots: o.slots, EnvSlots: o.envSlots, Sim: sim.Config{TimeScale: o.timeScale}, Common: common,
-		CoordinatorAddr: coordAddr, AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log,
-		LeastPrivilege: true})
+		CoordinatorAddr: coordLn.Addr().String(), CoordinatorListener: coordLn,
+		AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log, LeastPrivilege: true})
 	if err != nil {
 		return err
 	}
@@ -242,7 +246,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	if err != nil {
 		return err
 	}
-	envPath, err := writeDevEnv(o.dir, st.TrainerEnv())
+	envPath, err := writeDevEnv(o.dir, st.TrainerEnv(), devEnvRequired...)
 	if err != nil {
 		return err
 	}
@@ -338,24 +342,26 @@ func serveDev(ctx context.Context, o devOptions, st *devstack.Stack, log *slog.L
 	l, err := net.Listen("tcp", o.gatewayAddr)
 	if err != nil {
 		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return err
+			return fmt.Errorf("dev: gateway: %w", err)
 		}
 	}
-	env := st.TrainerEnv()
-	var coordURL string
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "ACTLOOP_COORDINATOR_URL="); ok {
-			coordURL = v
-		}
+	coordURL := st.CoordinatorURL()
+	if coordURL == "" {
+		_ = l.Close()
+		return errors.New("dev: the coordinator serves no HTTP API: the gateway and actloop.env would lack ACTLOOP_COORDINATOR_URL")
 	}
 	gcfg := gateway.Config{Common: st.GatewayCommon(), APIToken: st.Creds.APIToken, CoordinatorURL: coordURL,
 		MaxWait: time.Minute, MaxBatch: 256}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
 	served := make(chan error, 1)
-	go func() { served <- gateway.Serve(ctx, gcfg, l, log.With("service", gateway.Name)) }()
-	url := "http://" + l.Addr().String()
-	envPath, err := writeDevEnv(o.dir, append(env, "ACTLOOP_GATEWAY_URL="+url))
+	go func() { served <- gateway.Serve(sctx, gcfg, l, log.With("service", gateway.Name)) }()
+	url := devstack.URLOf(l.Addr())
+	envPath, err := writeDevEnv(o.dir, append(st.TrainerEnv(), "ACTLOOP_GATEWAY_URL="+url),
+		append(devEnvRequired, "ACTLOOP_GATEWAY_URL")...)
 	if err != nil {
-		return err
+		stop()
+		return errors.Join(err, <-served)
 	}
 	fmt.Fprintf(stderr, "actloop dev: serving until interrupted (Ctrl-C); the HTTP trainer API (gateway) at %s\n"+
 		"actloop dev: its token and the CLI's settings (ACTLOOP_GATEWAY_URL, ACTLOOP_API_TOKEN, ...):\n"+
@@ -372,14 +378,32 @@ func serveDev(ctx context.Context, o devOptions, st *devstack.Stack, log *slog.L
 // the CLI's settings for the running stack.
 const devEnvFile = "actloop.env"
 
+// devEnvRequired are the settings actloop.env always holds: without
+// ACTLOOP_COORDINATOR_URL the CLI would ask its default address, where any
+// program may listen, so `actloop dev` fails rather than write a file
+// without it.
+var devEnvRequired = []string{"ACTLOOP_NATS_URL", "ACTLOOP_COORDINATOR_URL", "ACTLOOP_API_TOKEN"}
+
 // writeDevEnv writes env (KEY=value lines) under dir as a shell script of
-// export lines that only the user can read, and returns its path.
-func writeDevEnv(dir string, env []string) (string, error) {
+// export lines that only the user can read, and returns its path. It
+// writes nothing if a required key is missing or empty.
+func writeDevEnv(dir string, env []string, required ...string) (string, error) {
 	var b strings.Builder
 	b.WriteString("# The actloop CLI's settings for the running `actloop dev` (secrets: generated for this run).\n")
+	set := map[string]bool{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
+		set[k] = v != ""
 		fmt.Fprintf(&b, "export %s='%s'\n", k, strings.ReplaceAll(v, "'", `'\''`))
+	}
+	var missing []string
+	for _, k := range required {
+		if !set[k] {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("dev: %s not known: not writing %s without it", strings.Join(missing, ", "), devEnvFile)
 	}
 	path := filepath.Join(dir, devEnvFile)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)

@@ -26,16 +26,26 @@ import (
 // besides the NATS connection settings (service.Common: ACTLOOP_NATS_URL,
 // the credentials and TLS), which connect reads.
 type trainerConfig struct {
+	// CoordinatorURL must be set when APIToken is (errTokenWithoutURL).
 	CoordinatorURL string `envconfig:"COORDINATOR_URL" default:"http://127.0.0.1:8080"`
 	// APIToken is sent as the bearer token to the coordinator's HTTP API
 	// (its ACTLOOP_API_TOKEN with ACTLOOP_STATUS_OPEN=false).
 	APIToken string `envconfig:"API_TOKEN"`
 }
 
+// errTokenWithoutURL: the CLI sends its API token only to a coordinator it
+// was pointed at, never to the default address, where any program may
+// listen (an `actloop dev` that fell back to another port, say).
+var errTokenWithoutURL = errors.New("settings: ACTLOOP_API_TOKEN is set but ACTLOOP_COORDINATOR_URL is not: " +
+	"set ACTLOOP_COORDINATOR_URL to the coordinator's HTTP address (the token is not sent to the default, http://127.0.0.1:8080)")
+
 func loadTrainerConfig() (trainerConfig, error) {
 	var c trainerConfig
 	if err := envconfig.Process("ACTLOOP", &c); err != nil {
 		return c, fmt.Errorf("settings: %w", err)
+	}
+	if c.APIToken != "" && os.Getenv("ACTLOOP_COORDINATOR_URL") == "" {
+		return c, errTokenWithoutURL
 	}
 	return c, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/envworker"
@@ -51,6 +52,12 @@ type Options struct {
 	Common                  service.Common
 	// CoordinatorAddr is where the coordinator serves /v1/status ("" = none).
 	CoordinatorAddr string
+	// CoordinatorListener, when set, is the open listener the first
+	// coordinator that serves HTTP (StartCoordinator with an Addr) serves
+	// on instead of listening on its Addr: `actloop dev` binds it itself,
+	// falling back to a free port, so that the address it reports is the
+	// one bound. The stack closes it.
+	CoordinatorListener net.Listener
 	// AgentConfig is the workers' mini-swe-agent configuration file ("" =
 	// the built-in default), as ACTLOOP_AGENT_CONFIG.
 	AgentConfig string
@@ -137,6 +144,7 @@ type Stack struct {
 	clients    []redis.UniversalClient
 	gens       map[string]*genworker.Worker
 	closing    []func()
+	coordURL   string // the bound address of the coordinator's HTTP API
 }
 
 // StartInfra starts NATS, Redis and the simulators; no services yet.
@@ -353,17 +361,62 @@ func (s *Stack) GatewayCommon() service.Common {
 
 // TrainerEnv is the environment with which the actloop CLI drives the
 // stack as its trainer: its NATS URL, user and password and the
-// coordinator's API token (and address, when it serves one).
+// coordinator's API token (and URL, once a coordinator serves HTTP).
 func (s *Stack) TrainerEnv() []string {
 	c := s.TrainerCommon()
 	env := []string{"ACTLOOP_NATS_URL=" + c.NATSURL}
 	if c.NATSUser != "" {
 		env = append(env, "ACTLOOP_NATS_USER="+c.NATSUser, "ACTLOOP_NATS_PASSWORD="+c.NATSPassword)
 	}
-	if a := s.Opts.CoordinatorAddr; a != "" && !strings.HasSuffix(a, ":0") {
-		env = append(env, "ACTLOOP_COORDINATOR_URL=http://"+s.Opts.CoordinatorAddr)
+	if u := s.CoordinatorURL(); u != "" {
+		env = append(env, "ACTLOOP_COORDINATOR_URL="+u)
 	}
 	return append(env, "ACTLOOP_API_TOKEN="+s.Creds.APIToken)
+}
+
+// CoordinatorURL is the base URL of the coordinator's HTTP API at the
+// address its listener is bound to, not the one asked for (which may have
+// been port 0, or taken); "" until StartCoordinator has started one that
+// serves HTTP.
+func (s *Stack) CoordinatorURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.coordURL
+}
+
+// URLOf is the http:// base URL a client on this host dials to reach the
+// listener at addr: an unspecified host (0.0.0.0, ::) becomes the loopback
+// address of its family.
+func URLOf(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// coordinatorListener is the listener the coordinator of cfg serves its
+// HTTP API on: Options.CoordinatorListener the first time, else a new one
+// on addr.
+func (s *Stack) coordinatorListener(addr string) (net.Listener, error) {
+	s.mu.Lock()
+	l := s.Opts.CoordinatorListener
+	s.Opts.CoordinatorListener = nil
+	s.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: listen %s: %w", addr, err)
+	}
+	return l, nil
 }
 
 // Deps connects a new NATS connection and Redis client for one service or
@@ -451,8 +504,18 @@ func (s *Stack) CoordinatorConfig() coordinator.Config {
 	return c
 }
 
-// StartCoordinator runs the coordinator.
+// StartCoordinator runs the coordinator. With an Addr it serves its HTTP
+// API on a listener the stack binds before it returns, whose address
+// CoordinatorURL (and TrainerEnv) then report.
 func (s *Stack) StartCoordinator(ctx context.Context, cfg coordinator.Config) (*coordinator.Coordinator, error) {
+	var l net.Listener
+	if cfg.Addr != "" {
+		var err error
+		if l, err = s.coordinatorListener(cfg.Addr); err != nil {
+			return nil, err
+		}
+		cfg.Addr = "" // served below, on l
+	}
 	var c *coordinator.Coordinator
 	_, err := s.goAs(ctx, "coordinator", cfg.Common, func(ctx context.Context, d *service.Deps) (func(context.Context) error, error) {
 		var err error
@@ -460,9 +523,29 @@ func (s *Stack) StartCoordinator(ctx context.Context, cfg coordinator.Config) (*
 		if err != nil {
 			return nil, err
 		}
-		return c.Run, nil
+		if l == nil {
+			return c.Run, nil
+		}
+		h := c.Handler()
+		return func(ctx context.Context) error {
+			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return c.Run(ctx) })
+			g.Go(func() error { return service.ServeListener(ctx, l, h, d.Log) })
+			return g.Wait()
+		}, nil
 	})
-	return c, err
+	if err != nil {
+		if l != nil {
+			_ = l.Close()
+		}
+		return nil, err
+	}
+	if l != nil {
+		s.mu.Lock()
+		s.coordURL = URLOf(l.Addr())
+		s.mu.Unlock()
+	}
+	return c, nil
 }
 
 // StartElectedCoordinator runs a coordinator that leads only while it holds
@@ -599,6 +682,11 @@ func (s *Stack) Wait() error {
 // Close stops the simulators, Redis and NATS. Stop the services first
 // (cancel their ctx, then Wait).
 func (s *Stack) Close() {
+	s.mu.Lock()
+	if l := s.Opts.CoordinatorListener; l != nil { // never served on
+		_ = l.Close()
+	}
+	s.mu.Unlock()
 	for _, c := range s.clients {
 		_ = c.Close()
 	}

@@ -152,7 +152,9 @@ var sections = []section{
 	{title: "CLI", file: "cmd/actloop/trainer.go", typ: "trainerConfig", readBy: []string{"CLI"},
 		intro: "What `actloop status` and `top` read, besides the NATS settings above.",
 		notes: map[string]string{
-			"COORDINATOR_URL": "where `actloop status` and `top` ask (the coordinator's HTTP address)",
+			"COORDINATOR_URL": "where `actloop status` and `top` ask (the coordinator's HTTP address). " +
+				"With `ACTLOOP_API_TOKEN` set it must be set too: the CLI refuses to send the token to the default address, " +
+				"where any program may listen",
 		}},
 }
 
