@@ -34,9 +34,11 @@ type SyncReport struct {
 	PauseMS         []float64 `json:"pause_ms"` // trainer side: call to answer
 	PauseP50MS      float64   `json:"pause_p50_ms"`
 	PauseP99MS      float64   `json:"pause_p99_ms"`
-	// PauseOwnMS is each pause less its server share (PauseReply's
-	// server_ms: the abort call until the aborted answers were in), what
-	// actloop's own code spent.
+	// PauseOwnMS is each pause less the servers' share on its path, what
+	// actloop's own code spent: the server_ms (its abort call until the
+	// last aborted answer came in) of the worker whose report came last,
+	// the one the pause waited for. (The other workers' waits for their
+	// servers overlap it; PauseReply's server_ms is the largest of all.)
 	PauseOwnMS    []float64 `json:"pause_own_ms"`
 	PauseOwnP50MS float64   `json:"pause_own_p50_ms"`
 	PauseOwnP99MS float64   `json:"pause_own_p99_ms"`
@@ -123,6 +125,12 @@ func RunSync(ctx context.Context, s Sync, stdout, stderr io.Writer) error {
 	if b.WithoutSyncs, err = run(0, nil); err != nil {
 		return err
 	}
+	if len(b.PauseMS) < s.Pauses {
+		// Too little CPU for the pipeline to keep that many generations
+		// running: a larger --time-scale slows the simulated servers down.
+		fmt.Fprintf(stderr, "bench-sync: %d of %d pauses: fewer than %d generations were in flight the rest of the run\n",
+			len(b.PauseMS), s.Pauses, s.InFlight)
+	}
 	if len(b.PauseMS) > 0 {
 		b.PauseP50MS, b.PauseP99MS = p50p99(b.PauseMS)
 		b.PauseOwnP50MS, b.PauseOwnP99MS = p50p99(b.PauseOwnMS)
@@ -180,6 +188,12 @@ func syncOnce(ctx context.Context, cfg Sync, syncs int, log *slog.Logger, out *S
 		return SyncRun{}, err
 	}
 	defer d.Close()
+	// The trainer's own connection: d's carries the results.
+	td, err := st.Deps(ctx, "trainer")
+	if err != nil {
+		return SyncRun{}, err
+	}
+	defer td.Close()
 	running := func() int {
 		n := 0
 		for _, r := range st.Replicas {
@@ -202,7 +216,7 @@ func syncOnce(ctx context.Context, cfg Sync, syncs int, log *slog.Logger, out *S
 	}
 	syncErr := make(chan error, 1)
 	go func() {
-		c := control.Client{NC: d.NC}
+		c := control.Client{NC: td.NC}
 		for v := int64(1); v <= int64(syncs); v++ {
 			for running() < inFlight {
 				if sctx.Err() != nil {
@@ -219,6 +233,11 @@ func syncOnce(ctx context.Context, cfg Sync, syncs int, log *slog.Logger, out *S
 				syncErr <- err
 				return
 			}
+			server, err := serverShare(sctx, &c, reply)
+			if err != nil {
+				syncErr <- err
+				return
+			}
 			for _, url := range st.SimURLs {
 				if err := FlushCache(sctx, url); err != nil {
 					syncErr <- err
@@ -231,7 +250,7 @@ func syncOnce(ctx context.Context, cfg Sync, syncs int, log *slog.Logger, out *S
 			}
 			out.InFlightAtPause = append(out.InFlightAtPause, n)
 			out.PauseMS = append(out.PauseMS, float64(took.Microseconds())/1000)
-			out.PauseOwnMS = append(out.PauseOwnMS, max(float64(took.Microseconds())/1000-reply.ServerMS, 0))
+			out.PauseOwnMS = append(out.PauseOwnMS, max(float64(took.Microseconds())/1000-server, 0))
 			out.Aborted += reply.Aborted
 			out.KeptTokens += reply.KeptTokens
 		}
@@ -272,6 +291,23 @@ func syncOnce(ctx context.Context, cfg Sync, syncs int, log *slog.Logger, out *S
 		}
 	}
 	return r, nil
+}
+
+// serverShare is the servers' share of the pause reply answered: the
+// server_ms of the worker whose report came last, the one the pause
+// waited for.
+func serverShare(ctx context.Context, c *control.Client, reply schema.PauseReply) (float64, error) {
+	st, err := c.Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var last schema.PauseReport
+	for _, r := range st.Workers {
+		if r.Paused && r.Epoch == reply.Epoch && !r.At.Before(last.At) {
+			last = r
+		}
+	}
+	return last.ServerMS, nil
 }
 
 // p50p99 returns the median and 99th percentile of xs (not empty).

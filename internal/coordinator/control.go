@@ -26,11 +26,16 @@ type control struct {
 	kv jetstream.KeyValue
 
 	write sync.Mutex // serialises changes of the state
+	// rev is the revision of the state this coordinator last wrote, under
+	// write: the next write replaces it without reading it first (one KV
+	// round trip on the pause's path). 0: not known, read it.
+	rev uint64
 
 	mu      sync.Mutex
 	state   schema.Control
 	reports map[string]schema.PauseReport // by key "gen.<replica>.<worker>"
 	changed chan struct{}                 // closed and replaced when reports change
+	audited chan struct{}                 // closed once the audit of the call answered last is published
 }
 
 // PauseError is a pause that did not complete: the workers named did not
@@ -62,7 +67,9 @@ func (c *Coordinator) initControl(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kv %s: %w", bus.BucketControl, err)
 	}
-	c.ctl = &control{kv: kv, reports: map[string]schema.PauseReport{}, changed: make(chan struct{})}
+	audited := make(chan struct{})
+	close(audited)
+	c.ctl = &control{kv: kv, reports: map[string]schema.PauseReport{}, changed: make(chan struct{}), audited: audited}
 	st := schema.DefaultControl()
 	if e, err := kv.Get(ctx, bus.KeyControl); err == nil {
 		if s, err := schema.Decode[schema.Control](e.Value()); err == nil {
@@ -78,32 +85,29 @@ func (c *Coordinator) initControl(ctx context.Context) error {
 }
 
 // putControl writes st; callers hold c.ctl.write (or are starting). The
-// write is fenced: it replaces only the revision it read, and is refused
-// (ending the term) when that revision was written by a later term.
+// write is fenced: it replaces only the revision this coordinator last
+// wrote, or read, and is refused (ending the term) when the revision there
+// was written by a later term. Usually it is one round trip: an update of
+// the revision this coordinator wrote last; when another wrote since (the
+// update is refused), or none is known, it reads the state first.
 func (c *Coordinator) putControl(ctx context.Context, st schema.Control) error {
 	st.V, st.At, st.Term = schema.Version, c.d.Now().UTC(), c.term
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
+	rev := c.ctl.rev
+	c.ctl.rev = 0 // unknown until this write is known to have landed
 	for {
-		var rev uint64
-		e, err := c.ctl.kv.Get(ctx, bus.KeyControl)
-		switch {
-		case err == nil:
-			rev = e.Revision()
-			if cur, derr := schema.Decode[schema.Control](e.Value()); derr == nil && c.term > 0 && cur.Term > c.term {
-				err := fmt.Errorf("write control state: %w (written by term %d, this is term %d)", ErrFenced, cur.Term, c.term)
-				c.fenced(err)
+		if rev == 0 {
+			if rev, err = c.readControlRev(ctx); err != nil {
 				return err
 			}
-		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			return fmt.Errorf("write control state: %w", err)
 		}
 		if rev == 0 {
-			_, err = c.ctl.kv.Create(ctx, bus.KeyControl, b)
+			rev, err = c.ctl.kv.Create(ctx, bus.KeyControl, b)
 		} else {
-			_, err = c.ctl.kv.Update(ctx, bus.KeyControl, b, rev)
+			rev, err = c.ctl.kv.Update(ctx, bus.KeyControl, b, rev)
 		}
 		if err == nil {
 			break
@@ -111,14 +115,33 @@ func (c *Coordinator) putControl(ctx context.Context, st schema.Control) error {
 		if !isRefused(err) {
 			return fmt.Errorf("write control state: %w", err)
 		}
-		// Written in between (by another term): read it again.
+		rev = 0 // written in between (by another term): read it again
 	}
+	c.ctl.rev = rev
 	c.ctl.mu.Lock()
 	c.ctl.state = st
 	c.ctl.notifyLocked()
 	c.ctl.mu.Unlock()
 	c.poke() // a new weight version may make room for admission
 	return nil
+}
+
+// readControlRev returns the revision of the control state in NATS KV (0:
+// none), ending the term when a later one wrote it.
+func (c *Coordinator) readControlRev(ctx context.Context) (uint64, error) {
+	e, err := c.ctl.kv.Get(ctx, bus.KeyControl)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("write control state: %w", err)
+	}
+	if cur, derr := schema.Decode[schema.Control](e.Value()); derr == nil && c.term > 0 && cur.Term > c.term {
+		err := fmt.Errorf("write control state: %w (written by term %d, this is term %d)", ErrFenced, cur.Term, c.term)
+		c.fenced(err)
+		return 0, err
+	}
+	return e.Revision(), nil
 }
 
 func (k *control) notifyLocked() {
@@ -279,32 +302,48 @@ type caller struct{ Via, From string }
 func (w caller) String() string { return w.Via + " " + w.From }
 
 // controlCall runs the trainer call named op ("pause", "resume", "abort",
-// "get") on body and returns the HTTP status and the JSON answer. Every
-// call is audited: logged with who made it, the request and how it ended,
-// and but for get published as an EventControl on actloop.events.
-func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte, who caller) (int, any) {
-	status, answer := c.runControl(ctx, op, body)
+// "get") on body and passes answer the HTTP status and the JSON answer.
+// Every call is audited: logged with who made it, the request and how it
+// ended, and but for get published as an EventControl on actloop.events.
+// The audit is published once the call is answered (its round trip is
+// not the trainer's to wait for), in the order the calls were answered.
+func (c *Coordinator) controlCall(ctx context.Context, op string, body []byte, who caller, answer func(int, any)) {
+	status, reply := c.runControl(ctx, op, body)
 	outcome := http.StatusText(status)
-	if e, ok := answer.(schema.APIError); ok {
+	if e, ok := reply.(schema.APIError); ok {
 		outcome += ": " + e.Error
 	}
+	if op == "get" { // read-only, and polled: logged only
+		answer(status, reply)
+		c.d.Log.DebugContext(ctx, "control call", "op", op, "from", who.String(), "status", status, "outcome", outcome)
+		return
+	}
+	prev, mine := c.ctl.auditTurn()
+	defer close(mine)
+	answer(status, reply)
 	detail := string(body)
 	if len(detail) > maxAuditDetail {
 		detail = detail[:maxAuditDetail] + "…"
-	}
-	if op == "get" { // read-only, and polled: logged only
-		c.d.Log.DebugContext(ctx, "control call", "op", op, "from", who.String(), "status", status, "outcome", outcome)
-		return status, answer
 	}
 	c.d.Log.InfoContext(ctx, "control call", "op", op, "from", who.String(), "request", detail, "status", status,
 		"outcome", outcome)
 	e := schema.Event{V: schema.Version, Type: schema.EventControl, Op: op, From: who.String(), Detail: detail,
 		Reason: outcome, Worker: c.cfg.CoordinatorID, At: c.d.Now().UTC()}
 	id := fmt.Sprintf("control:%s:%s:%d", c.cfg.CoordinatorID, op, e.At.UnixNano())
+	<-prev
 	if err := c.d.Pub.Publish(context.WithoutCancel(ctx), bus.SubjectEvents, id, e); err != nil {
 		c.d.Log.Warn("control call not audited on actloop.events", "op", op, "error", err)
 	}
-	return status, answer
+}
+
+// auditTurn returns a channel closed once the audit of the call answered
+// before is published, and this call's own, to close once its audit is.
+func (k *control) auditTurn() (prev <-chan struct{}, mine chan struct{}) {
+	mine = make(chan struct{})
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	prev, k.audited = k.audited, mine
+	return prev, mine
 }
 
 // maxAuditDetail bounds the request body an audit record keeps.
@@ -381,9 +420,10 @@ func (c *Coordinator) serveControlNATS(ctx context.Context) error {
 			if from == "" {
 				from = "(unnamed client)"
 			}
-			_, answer := c.controlCall(ctx, op, m.Data, caller{Via: "nats", From: from})
-			b, _ := json.Marshal(answer)
-			_ = m.Respond(b)
+			c.controlCall(ctx, op, m.Data, caller{Via: "nats", From: from}, func(_ int, answer any) {
+				b, _ := json.Marshal(answer)
+				_ = m.Respond(b)
+			})
 		})
 	})
 	if err != nil {
@@ -402,8 +442,10 @@ func (c *Coordinator) handleControl(op string) http.HandlerFunc {
 			writeJSON(w, http.StatusBadRequest, schema.APIError{Error: err.Error()})
 			return
 		}
-		status, answer := c.controlCall(r.Context(), op, body, caller{Via: "http", From: r.RemoteAddr})
-		writeJSON(w, status, answer)
+		c.controlCall(r.Context(), op, body, caller{Via: "http", From: r.RemoteAddr}, func(status int, answer any) {
+			writeJSON(w, status, answer)
+			_ = http.NewResponseController(w).Flush() // before the audit: see controlCall
+		})
 	}
 }
 

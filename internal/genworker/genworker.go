@@ -300,6 +300,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	if w.control.Get().StalePolicy == schema.StaleRestart {
 		parts = traj.WithTokens
 	}
+	defer w.tracker.committed(g)
 	return w.driver.Do(ctx, step.TrajID, step.Seq, traj.Step{
 		Parts: parts, Want: traj.StatusNeedsGeneration,
 		Run: func(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
@@ -426,7 +427,8 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		}
 		var err error
 		lctx, lspan := w.spans.start(ctx, req)
-		res, err = w.generate(lctx, req, g)
+		res, err = w.generate(g.traceAnswer(lctx), req, g)
+		g.answered.CompareAndSwap(0, time.Now().UnixNano()) // a generator that is not over HTTP
 		w.spans.end(lspan, req, res, err)
 		w.m.step.Observe(time.Since(started).Seconds())
 		if err == nil && res.Finish.Type != llm.FinishAbort {
@@ -453,7 +455,9 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		if err == nil && res.Finish.Type == llm.FinishAbort && g.paused.Load() {
 			g.kept.Store(int64(len(res.OutputIDs))) // before done: a pause reads it then
 		}
-		w.tracker.done(g)
+		if hold := w.tracker.done(g); hold != nil {
+			w.tracker.afterPause(ctx, g, hold)
+		}
 		switch {
 		case errors.Is(err, llm.ErrContextLength) && t.TurnGen == 0:
 			// The server holds a context shorter than it said (or said

@@ -3,6 +3,7 @@ package genworker
 import (
 	"container/list"
 	"context"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,10 +27,27 @@ type generation struct {
 	cancelled atomic.Bool   // aborted because its trajectory ended (schema.Cancel)
 	kept      atomic.Int64  // tokens a pause abort left to keep; -1 when not aborted by a pause
 	returned  chan struct{} // closed when the call returned
-	queuedAt  time.Time     // when its gen step was published (zero: unknown)
+	// answered is when the server's answer came in (unix ns; the first
+	// byte of its last attempt's, else when the call returned): the end of
+	// the server's share of a pause.
+	answered atomic.Int64
+	// hold, set by a pause that aborts it (under tracker.mu), is closed
+	// once the worker has reported paused: the generation's commit waits
+	// for it.
+	hold chan struct{}
+	// slot: its commit holds one of tracker.held (the handler's own).
+	slot     bool
+	queuedAt time.Time // when its gen step was published (zero: unknown)
 	// need is what it is counted to hold in the server's pool: its input
 	// and its output reserve (priority.OutputReserve).
 	need int64
+}
+
+// traceAnswer returns ctx stamping g.answered when an answer to an HTTP
+// call made under it starts coming in.
+func (g *generation) traceAnswer(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotFirstResponseByte: func() { g.answered.Store(time.Now().UnixNano()) }})
 }
 
 func newGeneration() *generation {
@@ -56,6 +74,10 @@ type tracker struct {
 	version int64         // weight version of generations started now
 	tokenS  float64       // seconds per output token (priority.NextTokenS)
 
+	// held admits the commits a pause held (see pause) heldCommits at a
+	// time.
+	held chan struct{}
+
 	preemptions   atomic.Int64
 	cancelled     atomic.Int64
 	resumedTokens atomic.Int64
@@ -73,7 +95,7 @@ var _ bus.Preemptor = (*tracker)(nil)
 // starts paused).
 func newTracker(enabled bool, abort func(context.Context, string) error, now func() time.Time) *tracker {
 	return &tracker{enabled: enabled, abort: abort, now: now, low: list.New(),
-		running: map[*generation]struct{}{}, paused: true, open: make(chan struct{})}
+		running: map[*generation]struct{}{}, paused: true, open: make(chan struct{}), held: make(chan struct{}, heldCommits)}
 }
 
 // start waits while paused, then registers g as running under the current
@@ -116,7 +138,9 @@ func (k *tracker) tokenSeconds() float64 {
 	return k.tokenS
 }
 
-func (k *tracker) done(g *generation) {
+// done records that g's call returned, and returns the channel its
+// commit waits for (nil: none): see pause.
+func (k *tracker) done(g *generation) <-chan struct{} {
 	k.inFlight.Add(-1)
 	k.inFlightKV.Add(-g.need)
 	k.mu.Lock()
@@ -125,14 +149,49 @@ func (k *tracker) done(g *generation) {
 		k.low.Remove(g.elem)
 		g.elem = nil
 	}
+	hold := g.hold
 	k.mu.Unlock()
 	close(g.returned)
+	return hold
+}
+
+// heldCommits is how many commits held by a pause run at once once it has
+// reported: a thousand of them at once would compete for the CPU, Redis
+// and NATS with the pause's answer to the trainer, and with the resume.
+const heldCommits = 8
+
+// afterPause waits until g's commit may go on: once the pause that aborted
+// it has reported (hold is closed), and one of the held slots is free.
+func (k *tracker) afterPause(ctx context.Context, g *generation, hold <-chan struct{}) {
+	select {
+	case <-hold:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case k.held <- struct{}{}:
+		g.slot = true
+	case <-ctx.Done():
+	}
+}
+
+// committed frees the held slot g's commit took, if any; its handler calls
+// it once the step is done.
+func (k *tracker) committed(g *generation) {
+	if g.slot {
+		g.slot = false
+		<-k.held
+	}
 }
 
 // pause closes the gate and returns the generations running now; with
 // abort each is marked for a pause abort (its handler then keeps the
-// partial output), and no longer preemptible.
-func (k *tracker) pause(abort bool) []*generation {
+// partial output), and no longer preemptible, and its commit waits until
+// hold is closed, once the worker has reported paused, then goes on a few
+// at a time (afterPause): a thousand commits of partial outputs would
+// otherwise compete for the CPU, Redis and NATS with the last answers'
+// arrival and the report itself.
+func (k *tracker) pause(abort bool, hold chan struct{}) []*generation {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !k.paused {
@@ -144,6 +203,9 @@ func (k *tracker) pause(abort bool) []*generation {
 		gens = append(gens, g)
 		if abort {
 			g.paused.Store(true)
+			if g.hold == nil { // else an earlier pause's holds it
+				g.hold = hold
+			}
 			if g.elem != nil {
 				k.low.Remove(g.elem)
 				g.elem = nil
