@@ -20,10 +20,11 @@ import json
 import os
 import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python"))
 
-from actloop import Client  # noqa: E402
+from actloop import Client, SubmitError  # noqa: E402
 
 
 def make_samples(prompts, rollouts, prefix):
@@ -75,10 +76,21 @@ def main():
     ap.add_argument("--token", default=os.environ.get("ACTLOOP_API_TOKEN"))
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--rollouts", type=int, default=4)
-    ap.add_argument("--prefix", default="grpo", help="sample ids start with it; make it new for each run")
+    # A sample id names one run: ids an earlier run used are refused. The
+    # default prefix is new for each run; one given must be too.
+    ap.add_argument("--prefix", default=f"grpo-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                    help="sample ids start with it (default: new for each run); an id used before is refused")
     ap.add_argument("--out", default="records.jsonl")
     a = ap.parse_args()
-    n = run(a.url, a.token, a.prompts, a.rollouts, a.out, a.prefix, consumer=a.prefix)
+    try:
+        n = run(a.url, a.token, a.prompts, a.rollouts, a.out, a.prefix, consumer=a.prefix)
+    except SubmitError as e:
+        print(f"submit refused: {e}", file=sys.stderr)
+        for le in e.errors:
+            print(f"  line {le.line} ({le.id}): {le.error}", file=sys.stderr)
+        if e.omitted:
+            print(f"  ... and {e.omitted} more", file=sys.stderr)
+        sys.exit(1)
     print(f"{n} training records in {a.out}")
 
 

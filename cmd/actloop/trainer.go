@@ -90,9 +90,12 @@ func newSubmitCmd() *cobra.Command {
 
 Validates every sample first (a line holds at most 512 KiB, schema.MaxSampleBytes;
 a field the sample format lacks is refused by name); publishes nothing if any
-line is invalid, and names every bad line. Each
-sample is published with its id as Nats-Msg-Id, so submitting a file again is
-harmless. With --format swebench the lines are SWE-bench rows, turned into
+line is invalid (two members of a group sharing a group_index or disagreeing
+on group_size included), and names every bad line (the first 100). Each sample
+is published with its id as Nats-Msg-Id. A sample id names one run: an id an
+earlier run used (its result is on the results stream, or its sample was
+stored within the last 2 minutes) is refused, naming the earlier run; when the
+results stream shows it, nothing is submitted. With --format swebench the lines are SWE-bench rows, turned into
 samples with the swebench flags.`,
 		Example: "  actloop submit samples.jsonl\n  actloop submit --format swebench --workspace /repos/{repo} swe.jsonl",
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -160,6 +163,7 @@ func readSamples(r io.Reader) ([]schema.Sample, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var out []schema.Sample
 	var errs []error
+	var groups schema.GroupCheck
 	ids := map[string]int{}
 	for n := 1; ; n++ {
 		raw, size, err := readLine(br, schema.MaxSampleBytes+lineSlack)
@@ -182,6 +186,10 @@ func readSamples(r io.Reader) ([]schema.Sample, error) {
 				errs = append(errs, fmt.Errorf("line %d: id: %q repeats line %d", n, s.ID, prev))
 			default:
 				ids[s.ID] = n
+				if gerr := groups.Add(&s); gerr != nil {
+					errs = append(errs, fmt.Errorf("line %d (%s): %w", n, s.ID, gerr))
+					continue
+				}
 				out = append(out, s)
 			}
 		}
@@ -189,11 +197,18 @@ func readSamples(r io.Reader) ([]schema.Sample, error) {
 			break
 		}
 	}
+	if len(errs) > maxLineErrors {
+		errs = append(errs[:maxLineErrors], fmt.Errorf("%d more bad lines left out", len(errs)-maxLineErrors))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("nothing submitted:\n%w", errors.Join(errs...))
 	}
 	return out, nil
 }
+
+// maxLineErrors bounds the bad lines submit lists: a large file that is
+// wrong throughout would otherwise print as much as it holds.
+const maxLineErrors = 100
 
 // lineSlack is room past schema.MaxSampleBytes for a line's end ("\r") and
 // blanks around a sample of the largest size.

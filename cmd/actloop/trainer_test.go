@@ -71,3 +71,27 @@ func TestReadSamplesLineLimit(t *testing.T) {
 		})
 	}
 }
+
+// submit refuses group members at odds by line, and lists at most
+// maxLineErrors bad lines, saying how many more it left out (issue 31,
+// items 8 and 12).
+func TestReadSamplesGroupsAndErrorCap(t *testing.T) {
+	line := func(id string, index, size int) string {
+		return fmt.Sprintf(`{"v":1,"id":%q,"task":"t","env":{"backend":"sim"},"group_id":"g1","group_index":%d,"group_size":%d}`, id, index, size)
+	}
+	_, err := readSamples(strings.NewReader(line("a", 0, 2) + "\n" + line("b", 0, 2) + "\n" + line("c", 1, 3) + "\n"))
+	for _, w := range []string{"line 2 (b): group_index: 0 of group g1 is held by sample a", "line 3 (c): group_size: 3, but sample a of group g1 says 2"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("error %v lacks %q", err, w)
+		}
+	}
+	var bad strings.Builder
+	for i := range maxLineErrors + 50 {
+		fmt.Fprintf(&bad, `{"v":1,"id":"x-%d"}`+"\n", i)
+	}
+	_, err = readSamples(strings.NewReader(bad.String()))
+	if err == nil || !strings.Contains(err.Error(), "50 more bad lines left out") || strings.Count(err.Error(), "\nline ") != maxLineErrors {
+		t.Fatalf("error for %d bad lines: want %d listed and 50 left out, got %d lines listed", maxLineErrors+50, maxLineErrors,
+			strings.Count(fmt.Sprint(err), "\nline "))
+	}
+}

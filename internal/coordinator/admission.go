@@ -81,8 +81,24 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 		}
 		return bus.Malformed(err)
 	}
-	if c.waiting.has(s.ID) || c.active.has(s.ID) {
+	if redelivered(m) && (c.waiting.has(s.ID) || c.active.has(s.ID)) {
 		return nil // a redelivery of a sample already waiting or admitted
+	}
+	// One sample at a time from here to the waiting set, so that two
+	// members of a group (or two samples of an id) are checked against
+	// each other.
+	c.intakeMu.Lock()
+	defer c.intakeMu.Unlock()
+	switch h, err := c.idHolder(ctx, s.ID); {
+	case err != nil:
+		return err
+	case h != nil && redelivered(m):
+		return nil // taken in before: its acknowledgement was lost
+	case h != nil:
+		return c.refuseTaken(ctx, s, h)
+	}
+	if err := c.groupConflict(s); err != nil {
+		return c.refuseGroupConflict(ctx, s, m.Data(), err)
 	}
 	w := &waitingSample{Sample: s, ArrivedAt: c.d.Now()}
 	b, err := json.Marshal(w)

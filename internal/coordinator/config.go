@@ -112,6 +112,13 @@ type Config struct {
 	// admitted than the trainer can consume before they go stale. 0: no
 	// such bound.
 	TrainBatchSize int `envconfig:"TRAIN_BATCH_SIZE" default:"0"`
+	// TrainerConsumerInactive: a trainer's consumer of results or groups
+	// (made on actloop.consumers.create, or by GET /v1/results of the
+	// gateway) that nobody pulls from for this long is deleted by the
+	// server, so names used once do not pile up; the trainer's user cannot
+	// delete consumers. A trainer that comes back later under the name
+	// starts again from the oldest result kept.
+	TrainerConsumerInactive time.Duration `envconfig:"TRAINER_CONSUMER_INACTIVE" default:"168h"`
 }
 
 // Unauthenticated is what Common.Unauthenticated names, and the API token
@@ -217,6 +224,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StallTimeout < time.Second {
 		errs = append(errs, errors.New("ACTLOOP_STALL_TIMEOUT: must be >= 1s"))
+	}
+	if c.TrainerConsumerInactive < time.Minute {
+		errs = append(errs, fmt.Errorf("ACTLOOP_TRAINER_CONSUMER_INACTIVE: must be >= 1m, got %v", c.TrainerConsumerInactive))
 	}
 	if c.ResultGrace < time.Second {
 		errs = append(errs, errors.New("ACTLOOP_RESULT_GRACE: must be >= 1s"))

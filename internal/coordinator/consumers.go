@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,11 +22,18 @@ import (
 // permissions cannot look into a create request, and a push consumer's
 // deliveries would land on any subject of the account (issue 31).
 // Creating is idempotent, so any coordinator of the queue group may
-// answer.
+// answer. Each consumer is deleted by the server after
+// client.ConsumerInactive without a pull.
 func ServeTrainerConsumers(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) error {
+	return serveTrainerConsumers(ctx, nc, js, log, client.ConsumerInactive)
+}
+
+// serveTrainerConsumers is ServeTrainerConsumers with the consumers'
+// inactive threshold (ACTLOOP_TRAINER_CONSUMER_INACTIVE).
+func serveTrainerConsumers(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger, inactive time.Duration) error {
 	sub, err := nc.QueueSubscribe(client.SubjectConsumerCreate, "coordinator", func(m *nats.Msg) {
 		reply := client.ConsumerReply{V: 1}
-		if err := createTrainerConsumer(ctx, js, m.Data); err != nil {
+		if err := createTrainerConsumer(ctx, js, m.Data, inactive); err != nil {
 			reply.Error = err.Error()
 			log.Warn("trainer consumer refused", "subject", m.Subject, "error", err)
 		}
@@ -39,7 +47,7 @@ func ServeTrainerConsumers(ctx context.Context, nc *nats.Conn, js jetstream.JetS
 	return sub.Unsubscribe()
 }
 
-func createTrainerConsumer(ctx context.Context, js jetstream.JetStream, data []byte) error {
+func createTrainerConsumer(ctx context.Context, js jetstream.JetStream, data []byte, inactive time.Duration) error {
 	var req client.ConsumerRequest
 	if err := json.Unmarshal(data, &req); err != nil {
 		return fmt.Errorf("decode consumer request: %w", err)
@@ -47,7 +55,9 @@ func createTrainerConsumer(ctx context.Context, js jetstream.JetStream, data []b
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, client.ConsumerConfig(req.Name, req.Subject)); err != nil {
+	cfg := client.ConsumerConfig(req.Name, req.Subject)
+	cfg.InactiveThreshold = inactive
+	if _, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, cfg); err != nil {
 		return fmt.Errorf("consumer %s of %s: %w", req.Name, req.Subject, err)
 	}
 	return nil

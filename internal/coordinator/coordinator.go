@@ -6,7 +6,8 @@
 // and trainer APIs.
 //
 // Consumers and their acks: samples (taken in to the waiting set while it has
-// room; undecodable → dead letter; taken in or duplicate → ack); results
+// room; undecodable, an id an earlier run holds, a member at odds with its
+// group → dead letter and term; taken in, or a redelivery of one → ack); results
 // (forget the trajectory, count it towards its group, announce the group
 // when complete → ack); events (a failed step → fallback or repair
 // → ack); predictions (update the live view → ack). The coordinator's work
@@ -69,6 +70,9 @@ type Coordinator struct {
 	// admitMu is held by an admission round and by Abort, so that a sample
 	// being aborted is not admitted meanwhile.
 	admitMu sync.Mutex
+	// intakeMu makes the samples' intake one at a time from the check of
+	// its id and group to the waiting set (handleSample).
+	intakeMu sync.Mutex
 
 	members *membership
 	pace    paceView
@@ -199,7 +203,9 @@ func (c *Coordinator) runTerm(ctx context.Context) error {
 	g.Go(func() error { return c.members.watch(ctx, c.d.JS, c.d.Log, c.d.Now, c.poke) })
 	g.Go(func() error { return c.watchReports(ctx) })
 	g.Go(func() error { return c.serveControlNATS(ctx) })
-	g.Go(func() error { return ServeTrainerConsumers(ctx, c.d.NC, c.d.JS, c.d.Log) })
+	g.Go(func() error {
+		return serveTrainerConsumers(ctx, c.d.NC, c.d.JS, c.d.Log, c.cfg.TrainerConsumerInactive)
+	})
 	g.Go(func() error { return every(ctx, c.cfg.AdaptInterval, c.adaptLimit) })
 	g.Go(func() error { return every(ctx, utilEvery, c.sampleUtil) })
 	g.Go(func() error { return every(ctx, viewEvery, c.publishView) })

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/actloop/actloop/internal/traj"
 	"github.com/actloop/actloop/pkg/schema"
@@ -30,8 +32,10 @@ const groupMinTTL = 24 * time.Hour
 // publish and the mark with the coordinator away longer than the duplicate
 // window: then the GroupDone is sent twice (at least once, never lost).
 //
-// A result whose group fields are unusable, or whose index another
-// trajectory holds, is logged and counted as nothing: retrying cannot fix it.
+// A result whose group fields are unusable is logged and counted as
+// nothing: retrying cannot fix it. One whose index another trajectory
+// holds means the group can never complete as its members say: the group
+// is ended (endGroup), naming both.
 func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) error {
 	if r.GroupID == "" || r.GroupSize < 1 || r.Purpose == schema.PurposeValidation {
 		return nil
@@ -44,8 +48,8 @@ func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) erro
 	ttl := max(c.d.Common.ResultTTL, groupMinTTL)
 	ids, err := c.store.GroupResult(ctx, r.GroupID, r.GroupIndex, r.TrajID, r.GroupSize, ttl)
 	if errors.Is(err, traj.ErrGroupConflict) {
-		c.d.Log.Warn("group member conflict", "traj_id", r.TrajID, "group_id", r.GroupID, "error", err)
-		return nil
+		c.d.Log.Warn("group member conflict: group ended", "traj_id", r.TrajID, "group_id", r.GroupID, "error", err)
+		return c.endGroup(ctx, r.GroupID, r.GroupSize, fmt.Sprintf("trajectory %s: %v", r.TrajID, err))
 	}
 	if err != nil || ids == nil {
 		return err
@@ -60,4 +64,48 @@ func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) erro
 		return err
 	}
 	return c.store.GroupPublished(ctx, r.GroupID, ttl)
+}
+
+// endGroup ends group id, which can never complete as its members say (one
+// was refused, or two hold one index), with a GroupDone of the group's
+// size whose Reason says why and which lists no member, so that a trainer
+// waiting for the group is not left waiting; the members admitted still
+// run and each has its result. A group that already has its GroupDone
+// (complete, or ended before) keeps it: the stream stores one per group.
+// Once stored, the group is marked published, so no later result of it
+// publishes another.
+func (c *Coordinator) endGroup(ctx context.Context, id string, size int, reason string) error {
+	if !schema.ValidID(id) || size < 1 {
+		return nil
+	}
+	ttl := max(c.d.Common.ResultTTL, groupMinTTL)
+	done := schema.GroupDone{V: schema.Version, GroupID: id, Size: size, TrajIDs: []string{},
+		Reason: clipReason("ended incomplete: " + reason), At: c.d.Now().UTC()}
+	b, err := json.Marshal(done)
+	if err != nil {
+		return err
+	}
+	stored, err := c.d.Pub.PublishFirst(ctx, schema.SubjectGroup(id), "group:"+id, b)
+	if err != nil {
+		return err
+	}
+	if stored {
+		c.d.Log.Warn("group ended incomplete", "group_id", id, "reason", done.Reason)
+	}
+	return c.store.GroupPublished(ctx, id, ttl)
+}
+
+// maxGroupReason bounds a GroupDone's reason, as a result's is bounded.
+const maxGroupReason = 4 << 10
+
+// clipReason cuts s to maxGroupReason bytes, on a rune boundary.
+func clipReason(s string) string {
+	if len(s) <= maxGroupReason {
+		return s
+	}
+	cut := maxGroupReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }

@@ -29,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -155,18 +156,67 @@ type LineError struct {
 	Error string `json:"error"`
 }
 
+// MaxLineErrors bounds the errors a refused POST /v1/samples lists, and
+// MaxLineErrorBytes each one's text: a large batch that is wrong
+// throughout would otherwise get an answer as large as itself.
+// SubmitReply.Omitted counts the errors left out.
+const (
+	MaxLineErrors     = 100
+	MaxLineErrorBytes = 1024
+)
+
 // SubmitReply answers POST /v1/samples.
 type SubmitReply struct {
 	Accepted int         `json:"accepted"`
 	Errors   []LineError `json:"errors,omitempty"`
-	Error    string      `json:"error,omitempty"`
+	// Omitted counts the bad lines beyond the first MaxLineErrors, which
+	// Errors leaves out.
+	Omitted int    `json:"omitted,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// lineErrors collects a batch's LineErrors, keeping the first
+// MaxLineErrors, each cut to MaxLineErrorBytes, and counting the rest.
+type lineErrors struct {
+	list    []LineError
+	omitted int
+}
+
+func (e *lineErrors) add(line int, id, msg string) {
+	if len(e.list) >= MaxLineErrors {
+		e.omitted++
+		return
+	}
+	if len(msg) > MaxLineErrorBytes {
+		cut := MaxLineErrorBytes
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + fmt.Sprintf("… (%d bytes more)", len(msg)-cut)
+	}
+	e.list = append(e.list, LineError{Line: line, ID: id, Error: msg})
+}
+
+func (e *lineErrors) count() int { return len(e.list) + e.omitted }
+
+// reply is the answer that lists the errors, with what of them it left
+// out.
+func (e *lineErrors) reply(summary string) SubmitReply {
+	if e.omitted > 0 {
+		summary += fmt.Sprintf(" (the first %d listed, %d more left out)", len(e.list), e.omitted)
+	}
+	return SubmitReply{Errors: e.list, Omitted: e.omitted, Error: summary}
 }
 
 // submit validates every sample of the body (one JSON object, a JSON
-// array, or JSON lines) and, if all are valid and their ids distinct,
-// publishes them in order, each with Nats-Msg-Id = its id (so a retry of
-// the same batch stores nothing twice). Otherwise it publishes nothing and
-// answers 400 with each bad line.
+// array, or JSON lines) and, if all are valid, their ids distinct and
+// their groups consistent, answers 400 listing each bad line (the first
+// MaxLineErrors). It then looks up each id (client.CheckIDs) and answers
+// 409, listing each, if a result of an earlier run holds one; else it
+// publishes the samples in order, each with Nats-Msg-Id = its id, and
+// answers 409 for a sample the stream answers as a duplicate of one
+// stored within its duplicate window (client.PublishSample: the samples
+// before it are stored, it and the rest are not).
 func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxSubmitBytes+1))
 	switch {
@@ -182,7 +232,8 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, err)
 		return
 	}
-	var errs []LineError
+	var errs lineErrors
+	var groups schema.GroupCheck
 	ids := make([]string, len(lines))
 	first := map[string]int{}
 	for i, l := range lines {
@@ -192,23 +243,48 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 			if json.Unmarshal(l, &named) != nil || !schema.ValidID(named.ID) { // name the sample when it can be read
 				named.ID = ""
 			}
-			errs = append(errs, LineError{Line: i + 1, ID: named.ID, Error: err.Error()})
+			errs.add(i+1, named.ID, err.Error())
 			continue
 		}
 		if prev, dup := first[s.ID]; dup {
-			errs = append(errs, LineError{Line: i + 1, ID: s.ID, Error: fmt.Sprintf("id: %q repeats line %d", s.ID, prev)})
+			errs.add(i+1, s.ID, fmt.Sprintf("id: %q repeats line %d", s.ID, prev))
 			continue
 		}
 		first[s.ID], ids[i] = i+1, s.ID
+		if err := groups.Add(&s); err != nil {
+			errs.add(i+1, s.ID, err.Error())
+		}
 	}
-	if len(errs) > 0 {
-		writeJSON(w, http.StatusBadRequest, SubmitReply{Errors: errs, Error: fmt.Sprintf("%d of %d samples are invalid; none was submitted", len(errs), len(lines))})
+	if errs.count() > 0 {
+		writeJSON(w, http.StatusBadRequest, errs.reply(fmt.Sprintf("%d of %d samples are invalid; none was submitted", errs.count(), len(lines))))
+		return
+	}
+	taken, err := client.CheckIDs(r.Context(), g.d.JS, ids)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, SubmitReply{Error: fmt.Sprintf("%v; none was submitted", err)})
+		return
+	}
+	for i, err := range taken {
+		if err != nil {
+			errs.add(i+1, ids[i], err.Error())
+		}
+	}
+	if errs.count() > 0 {
+		writeJSON(w, http.StatusConflict, errs.reply(fmt.Sprintf("%d of %d sample ids are taken by earlier runs; none was submitted", errs.count(), len(lines))))
 		return
 	}
 	for i, l := range lines {
-		if err := client.Publish(r.Context(), g.d.JS, schema.SubjectSamples, ids[i], l); err != nil {
+		err := client.PublishSample(r.Context(), g.d.JS, ids[i], l)
+		switch {
+		case errors.Is(err, client.ErrIDTaken):
+			errs.add(i+1, ids[i], err.Error())
+			rep := errs.reply(fmt.Sprintf("sample %s (line %d): its id is taken; the first %d are stored, it and the rest are not", ids[i], i+1, i))
+			rep.Accepted = i
+			writeJSON(w, http.StatusConflict, rep)
+			return
+		case err != nil:
 			writeJSON(w, http.StatusServiceUnavailable, SubmitReply{Accepted: i,
-				Error: fmt.Sprintf("sample %s (line %d): %v; the first %d are stored, and submitting the batch again is safe", ids[i], i+1, err, i)})
+				Error: fmt.Sprintf("sample %s (line %d): %v; the first %d are stored: submit the samples from line %d on again", ids[i], i+1, err, i, i+1)})
 			return
 		}
 	}

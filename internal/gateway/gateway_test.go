@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
@@ -192,6 +193,65 @@ func TestSubmitReadAcknowledge(t *testing.T) {
 		a.call("GET", "/v1/results?consumer=other&max=64&wait_ms=1000", nil, &rr)
 		return len(rr.Deliveries) == 6
 	})
+
+	// A sample id names one run: submitted again, it is refused naming the
+	// id and the earlier run, not dropped in silence (issue 31, items 5
+	// and 6).
+	var again SubmitReply
+	if st := a.call("POST", "/v1/samples", sampleLine(t, "h-new")+"\n"+sampleLine(t, "h-2"), &again); st != http.StatusConflict ||
+		again.Accepted != 0 || len(again.Errors) != 1 || again.Errors[0].Line != 2 || again.Errors[0].ID != "h-2" ||
+		!strings.Contains(again.Errors[0].Error, "id h-2: already used by an earlier run, whose result "+schema.SubjectResult("h-2")+" holds") {
+		t.Fatalf("a batch with an id of a finished run: %d %+v", st, again)
+	}
+	if st := a.call("POST", "/v1/samples", sampleLine(t, "h-new"), &again); st != http.StatusOK || again.Accepted != 1 {
+		t.Fatalf("a new id after a refused batch: %d %+v", st, again)
+	}
+	if st := a.call("POST", "/v1/samples", sampleLine(t, "h-new"), &again); st != http.StatusConflict || again.Accepted != 0 ||
+		len(again.Errors) != 1 || !strings.Contains(again.Errors[0].Error, "id h-new: already used by a sample submitted within the last 2 minutes") {
+		t.Fatalf("an id submitted just before: %d %+v", st, again)
+	}
+}
+
+// A batch that is wrong throughout gets a bounded answer: the first
+// MaxLineErrors errors, each cut to MaxLineErrorBytes, and how many more
+// were left out (issue 31, item 12); members of a group at odds are
+// refused by line (item 8).
+func TestSubmitErrorsBounded(t *testing.T) {
+	a := newAPI(t)
+	const n = 3 * MaxLineErrors
+	long := strings.Repeat("x", 4*MaxLineErrorBytes)
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"v":1,"id":"b-%d","task":"t","%s":1}`, i, long))
+	}
+	var bad SubmitReply
+	if st := a.call("POST", "/v1/samples", strings.Join(lines, "\n"), &bad); st != http.StatusBadRequest ||
+		len(bad.Errors) != MaxLineErrors || bad.Omitted != n-MaxLineErrors ||
+		!strings.Contains(bad.Error, fmt.Sprintf("%d more left out", n-MaxLineErrors)) {
+		t.Fatalf("a batch wrong throughout: %d, %d errors, %d omitted, %q", st, len(bad.Errors), bad.Omitted, bad.Error)
+	}
+	for _, e := range bad.Errors {
+		if len(e.Error) > MaxLineErrorBytes+64 {
+			t.Fatalf("line %d: error of %d bytes, want at most about %d", e.Line, len(e.Error), MaxLineErrorBytes)
+		}
+	}
+	group := func(id string, index, size int) string {
+		var s schema.Sample
+		if err := json.Unmarshal([]byte(sampleLine(t, id)), &s); err != nil {
+			t.Fatal(err)
+		}
+		s.GroupID, s.GroupIndex, s.GroupSize = "g1", index, size
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if st := a.call("POST", "/v1/samples", group("g-0", 0, 2)+"\n"+group("g-1", 0, 2)+"\n"+group("g-2", 1, 3), &bad); st != http.StatusBadRequest ||
+		len(bad.Errors) != 2 || bad.Errors[0].Line != 2 || !strings.Contains(bad.Errors[0].Error, "group_index: 0 of group g1 is held by sample g-0") ||
+		bad.Errors[1].Line != 3 || !strings.Contains(bad.Errors[1].Error, "group_size: 3, but sample g-0 of group g1 says 2") {
+		t.Fatalf("a group at odds: %d %+v", st, bad)
+	}
 }
 
 // Bad requests are refused naming what is wrong, and every call but the
@@ -235,16 +295,20 @@ func TestRefusals(t *testing.T) {
 	want[[2]string{"GET /v1/control", "401"}]++
 	want[[2]string{"GET /v1/openapi.yaml", "200"}]++
 	want[[2]string{"POST /v1/ack", "200"}] = 0 // made at 0
-	// Each answer is counted by route and code, and timed by route.
-	resp, err := http.Get(a.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
+	// Each answer is counted by route and code, and timed by route. A
+	// request is counted once its handler has returned, which may be just
+	// after its client has the answer: scrape until the counts are in.
+	var fams map[string]*dto.MetricFamily
+	scrape := func() {
+		resp, err := http.Get(a.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		if fams, err = p.TextToMetricFamilies(resp.Body); err != nil {
+			t.Fatal(err)
+		}
 	}
 	count := func(route, code string) float64 {
 		for _, m := range fams["actloop_gateway_requests_total"].GetMetric() {
@@ -258,6 +322,15 @@ func TestRefusals(t *testing.T) {
 		}
 		return -1
 	}
+	counted := func() bool {
+		for k, n := range want {
+			if count(k[0], k[1]) < n {
+				return false
+			}
+		}
+		return true
+	}
+	testkit.Poll(context.Background(), time.Minute, func() bool { scrape(); return counted() }) // the counts say what is missing
 	for k, n := range want {
 		if got := count(k[0], k[1]); got != n {
 			t.Errorf("actloop_gateway_requests_total{route=%q,code=%q} = %g, want %g", k[0], k[1], got, n)

@@ -97,15 +97,24 @@ func (e *env) streamed(t *testing.T, stream string) []jetstream.RawStreamMsg {
 	return out
 }
 
-// Submit publishes each sample with its id as Nats-Msg-Id, so submitting
-// the same samples again stores nothing new.
-func TestSubmitIsIdempotent(t *testing.T) {
+// Submit publishes each sample with its id as Nats-Msg-Id; submitting a
+// sample again under an id the stream stored is refused, naming the id
+// and the earlier message, not answered with silence (issue 31, item 6),
+// and stores nothing new.
+func TestSubmitTwiceIsRefused(t *testing.T) {
 	e := newEnv(t)
 	samples := []schema.Sample{sample("a"), sample("b"), sample("c")}
-	for range 2 {
-		if err := e.c.Submit(e.ctx, samples...); err != nil {
-			t.Fatal(err)
-		}
+	if err := e.c.Submit(e.ctx, samples...); err != nil {
+		t.Fatal(err)
+	}
+	err := e.c.Submit(e.ctx, samples...)
+	var se *client.SubmitError
+	var taken *client.IDTakenError
+	if !errors.As(err, &se) || se.Submitted != 0 || se.ID != "a" || !errors.As(err, &taken) || !errors.Is(err, client.ErrIDTaken) {
+		t.Fatalf("second submit: %v, want a SubmitError at sample a wrapping an IDTakenError", err)
+	}
+	if !strings.Contains(err.Error(), "id a: already used by a sample submitted") || !strings.Contains(err.Error(), "message 1 of "+schema.StreamSamples) {
+		t.Errorf("error %q does not name the id and the earlier message", err)
 	}
 	got := e.streamed(t, schema.StreamSamples)
 	if len(got) != len(samples) {
@@ -120,6 +129,77 @@ func TestSubmitIsIdempotent(t *testing.T) {
 		if err != nil || s.ID != samples[i].ID {
 			t.Errorf("message %d: %v, id %q", i, err, s.ID)
 		}
+	}
+}
+
+// An id whose result an earlier run left on the results stream is refused
+// before anything is published, naming the id and where its result is
+// (issue 31, item 5): the run would go to its end, and its result be
+// refused.
+func TestSubmitRefusesIDOfAnEarlierRun(t *testing.T) {
+	e := newEnv(t)
+	e.publish(t, "x.1:9:result", result("x.1"))
+	err := e.c.Submit(e.ctx, sample("fresh"), sample("x.1"))
+	if !errors.Is(err, client.ErrIDTaken) {
+		t.Fatalf("submit: %v, want ErrIDTaken", err)
+	}
+	for _, w := range []string{"nothing submitted", "sample 1", "id x.1: already used by an earlier run", schema.SubjectResult("x.1")} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	if strings.Contains(err.Error(), "fresh") {
+		t.Errorf("error %q names a free id", err)
+	}
+	if got := e.streamed(t, schema.StreamSamples); len(got) != 0 {
+		t.Fatalf("stream holds %d samples, want 0", len(got))
+	}
+	if err := e.c.Submit(e.ctx, sample("fresh")); err != nil {
+		t.Fatalf("a free id: %v", err)
+	}
+}
+
+// Members of a group that share a group_index or disagree on group_size
+// are refused at submit, naming the field and the other sample (issue 31,
+// item 8); validation rollouts belong to no group.
+func TestSubmitRefusesInconsistentGroups(t *testing.T) {
+	member := func(id, group string, index, size int) schema.Sample {
+		s := sample(id)
+		s.GroupID, s.GroupIndex, s.GroupSize = group, index, size
+		return s
+	}
+	validation := member("v", "g", 0, 2)
+	validation.Purpose = schema.PurposeValidation
+	tests := []struct {
+		name    string
+		samples []schema.Sample
+		want    []string
+	}{
+		{"index twice", []schema.Sample{member("a", "g", 0, 2), member("b", "g", 0, 2)},
+			[]string{"sample 1 (b)", "group_index: 0 of group g is held by sample a"}},
+		{"sizes disagree", []schema.Sample{member("a", "g", 0, 2), member("b", "g", 1, 3)},
+			[]string{"sample 1 (b)", "group_size: 3, but sample a of group g says 2"}},
+		{"index not below size", []schema.Sample{member("a", "g", 2, 2)}, []string{"sample 0 (a)", "group_index: must be < group_size 2"}},
+	}
+	e := newEnv(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := e.c.Submit(e.ctx, tt.samples...)
+			if !errors.Is(err, schema.ErrInvalid) {
+				t.Fatalf("error %v, want one wrapping schema.ErrInvalid", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	if got := e.streamed(t, schema.StreamSamples); len(got) != 0 {
+		t.Fatalf("stream holds %d samples after refused submits, want 0", len(got))
+	}
+	if err := e.c.Submit(e.ctx, member("a", "g", 0, 2), member("b", "g", 1, 2), validation); err != nil {
+		t.Fatalf("a consistent group: %v", err)
 	}
 }
 
@@ -559,5 +639,27 @@ func TestLateDuplicatesNeverReachTheTrainer(t *testing.T) {
 				t.Fatalf("delivered %v, want %s once each", got, tc.want)
 			}
 		})
+	}
+}
+
+// A trainer's consumer is deleted by the server once nobody pulls from it
+// for client.ConsumerInactive: the trainer's user cannot delete
+// consumers, and names used once would pile up (issue 31, item 12).
+func TestConsumersExpireWhenUnused(t *testing.T) {
+	e := newEnv(t)
+	for _, open := range []func(context.Context, string) (*client.Consumer, error){e.c.Results, e.c.Groups} {
+		if _, err := open(e.ctx, "once"); err != nil {
+			t.Fatal(err)
+		}
+		cons, err := e.js.Consumer(e.ctx, schema.StreamResults, "once")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cons.CachedInfo().Config.InactiveThreshold; got != client.ConsumerInactive {
+			t.Fatalf("consumer's inactive threshold %v, want %v", got, client.ConsumerInactive)
+		}
+		if err := e.js.DeleteConsumer(e.ctx, schema.StreamResults, "once"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

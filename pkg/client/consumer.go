@@ -39,13 +39,20 @@ func (c *Client) Groups(ctx context.Context, name string) (*Consumer, error) {
 	return c.consumer(ctx, name, schema.SubjectGroups, groupKey)
 }
 
+// ConsumerInactive is how long a trainer's consumer may go without a pull
+// before the server deletes it, by default (the coordinator's
+// ACTLOOP_TRAINER_CONSUMER_INACTIVE sets it for the consumers it makes):
+// a trainer cannot delete consumers, and names used once would pile up.
+const ConsumerInactive = 7 * 24 * time.Hour
+
 // ConsumerConfig is the durable consumer name of subject's messages
 // (schema.SubjectResults, schema.SubjectGroups) on the results stream, as
 // Results and Groups make it: explicit acks, from the oldest message kept,
-// AckWait.
+// AckWait, deleted by the server after ConsumerInactive without a pull.
 func ConsumerConfig(name, subject string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy, FilterSubject: subject, AckWait: AckWait}
+		DeliverPolicy: jetstream.DeliverAllPolicy, FilterSubject: subject, AckWait: AckWait,
+		InactiveThreshold: ConsumerInactive}
 }
 
 func (c *Client) consumer(ctx context.Context, name, subject string, key func([]byte) string) (*Consumer, error) {

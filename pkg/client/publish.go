@@ -26,6 +26,14 @@ const PublishAttempt = 3 * time.Second
 // It is how Submit publishes, and how actloop's services do. opts add to
 // the publish (an expected last sequence, say).
 func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, data []byte, opts ...jetstream.PublishOpt) error {
+	_, _, err := publish(ctx, js, subject, msgID, data, opts...)
+	return err
+}
+
+// publish is Publish, returning the stream's acknowledgement and whether
+// it answered an attempt made again (so a duplicate may be the first
+// attempt's own message).
+func publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, bool, error) {
 	m := nats.NewMsg(subject)
 	m.Data = data
 	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(m.Header))
@@ -35,19 +43,19 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 		defer cancel()
 	}
 	wait := 20 * time.Millisecond
-	for {
+	for retried := false; ; retried = true {
 		actx, cancel := context.WithTimeout(ctx, PublishAttempt)
-		_, err := js.PublishMsg(actx, m, append([]jetstream.PublishOpt{jetstream.WithMsgID(msgID)}, opts...)...)
+		ack, err := js.PublishMsg(actx, m, append([]jetstream.PublishOpt{jetstream.WithMsgID(msgID)}, opts...)...)
 		cancel()
 		if err == nil {
-			return nil
+			return ack, retried, nil
 		}
 		if ctx.Err() != nil || !Unanswered(err) {
-			return fmt.Errorf("publish %s: %w", subject, err)
+			return nil, retried, fmt.Errorf("publish %s: %w", subject, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("publish %s: %w", subject, err)
+			return nil, retried, fmt.Errorf("publish %s: %w", subject, err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)

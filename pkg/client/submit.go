@@ -10,8 +10,9 @@ import (
 )
 
 // SubmitError is a Submit that stopped part-way: the first Submitted
-// samples are stored; the one with ID may or may not be, and the rest are
-// not. Submitting the same samples again is safe.
+// samples are stored; the one with ID may or may not be (it is not when
+// Err is an IDTakenError), and the rest are not. Submit the samples from
+// the one with ID on again: each stored one would be refused as taken.
 type SubmitError struct {
 	Submitted int
 	ID        string
@@ -24,20 +25,43 @@ func (e *SubmitError) Error() string {
 
 func (e *SubmitError) Unwrap() error { return e.Err }
 
-// Submit checks every sample and, if all are valid and their ids distinct,
-// publishes them in order on actloop.samples, each with Nats-Msg-Id set to
-// its id, returning once the stream has stored the last. A publish the
-// stream does not answer (a leader election, a restarting server) is tried
-// again under the same id until ctx ends, or for 30 s a sample when ctx
-// has no deadline. Samples are sent as given; the coordinator fills defaults
-// (schema.Sample.Normalize).
+// Submit checks every sample and, if all are valid, their ids distinct
+// and not taken, and their groups consistent, publishes them in order on
+// actloop.samples, each with Nats-Msg-Id set to its id, returning once
+// the stream has stored the last. An id is taken when the results stream
+// holds a result under it (CheckIDs) or a sample under it was stored
+// within the stream's duplicate window (PublishSample): a sample id names
+// one run, and a second sample under it would never have a result of its
+// own, so it is refused as an IDTakenError naming the earlier run (before
+// anything is published, when the results stream shows it; otherwise in a
+// SubmitError). A publish the stream does not answer (a leader election,
+// a restarting server) is tried again under the same id until ctx ends, or
+// for 30 s a sample when ctx has no deadline. Samples are sent as given;
+// the coordinator fills defaults (schema.Sample.Normalize).
 func (c *Client) Submit(ctx context.Context, samples ...schema.Sample) error {
 	data, err := encodeSamples(samples)
 	if err != nil {
 		return err
 	}
+	ids := make([]string, len(samples))
+	for i := range samples {
+		ids[i] = samples[i].ID
+	}
+	taken, err := CheckIDs(ctx, c.js, ids)
+	if err != nil {
+		return fmt.Errorf("nothing submitted: %w", err)
+	}
+	var errs []error
+	for i, err := range taken {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sample %d: %w", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("nothing submitted:\n%w", errors.Join(errs...))
+	}
 	for i, b := range data {
-		if err := Publish(ctx, c.js, schema.SubjectSamples, samples[i].ID, b); err != nil {
+		if err := PublishSample(ctx, c.js, samples[i].ID, b); err != nil {
 			return &SubmitError{Submitted: i, ID: samples[i].ID, Err: err}
 		}
 	}
@@ -50,6 +74,7 @@ func encodeSamples(samples []schema.Sample) ([][]byte, error) {
 	var errs []error
 	out := make([][]byte, len(samples))
 	seen := make(map[string]int, len(samples))
+	var groups schema.GroupCheck
 	for i := range samples {
 		s := &samples[i]
 		if err := s.Validate(); err != nil {
@@ -62,6 +87,10 @@ func encodeSamples(samples []schema.Sample) ([][]byte, error) {
 			continue
 		}
 		seen[s.ID] = i
+		if err := groups.Add(s); err != nil {
+			errs = append(errs, fmt.Errorf("sample %d (%s): %w", i, s.ID, err))
+			continue
+		}
 		b, err := json.Marshal(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sample %d (%s): %w", i, s.ID, err))

@@ -614,14 +614,23 @@ type APIError struct {
 }
 
 // GroupDone says every rollout of a group has a result (fallbacks
-// included), on actloop.groups.
+// included), on actloop.groups; or, with Reason set, that the group ended
+// without that and never will (a member was refused: its index taken, its
+// group_size another member's, its id used before).
 type GroupDone struct {
-	V       int       `json:"v"`
-	GroupID string    `json:"group_id"`
-	Size    int       `json:"size"`
-	TrajIDs []string  `json:"traj_ids"` // in group_index order
-	At      time.Time `json:"at"`
+	V       int      `json:"v"`
+	GroupID string   `json:"group_id"`
+	Size    int      `json:"size"`
+	TrajIDs []string `json:"traj_ids"` // in group_index order; empty when Reason is set
+	// Reason says why the group ended incomplete; "" for a complete group.
+	// The members admitted still run, and each has its result.
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
 }
+
+// Complete reports whether every member of the group has a result
+// (TrajIDs lists them), as opposed to a group ended incomplete.
+func (g *GroupDone) Complete() bool { return g.Reason == "" }
 
 // DLQEntry is a message no consumer could take, on actloop.dlq.
 type DLQEntry struct {
@@ -783,8 +792,13 @@ func (g *GroupDone) Validate() error {
 	if g.GroupID == "" {
 		p.add("group_id", "missing")
 	}
-	if g.Size < 1 || len(g.TrajIDs) != g.Size {
+	switch {
+	case g.Size < 1:
+		p.add("size", "must be >= 1, got %d", g.Size)
+	case g.Reason == "" && len(g.TrajIDs) != g.Size:
 		p.add("traj_ids", "want size (%d) ids, got %d", g.Size, len(g.TrajIDs))
+	case len(g.TrajIDs) > g.Size:
+		p.add("traj_ids", "want at most size (%d) ids, got %d", g.Size, len(g.TrajIDs))
 	}
 	return p.err()
 }

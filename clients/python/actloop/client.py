@@ -49,14 +49,18 @@ class LineError:
 
 
 class SubmitError(ActloopError):
-    """A submit refused: nothing was stored (errors names each bad line), or
-    the stream failed part-way (accepted says how many were stored;
-    submitting the same batch again is safe)."""
+    """A submit refused: invalid samples (400: nothing was stored; errors
+    names each bad line, the first 100, and omitted counts the rest), ids
+    taken by earlier runs (409: errors names each id and the earlier run; a
+    sample id names one run, so give the samples new ids), or the stream
+    failed part-way (503). accepted says how many of the batch, in order,
+    were stored."""
 
-    def __init__(self, status: int, reason: str, errors: Sequence[LineError], accepted: int):
+    def __init__(self, status: int, reason: str, errors: Sequence[LineError], accepted: int, omitted: int = 0):
         super().__init__(status, reason)
         self.errors = list(errors)
         self.accepted = accepted
+        self.omitted = omitted
 
 
 @dataclass(frozen=True)
@@ -119,15 +123,24 @@ class Result:
 
 @dataclass(frozen=True)
 class GroupDone:
-    """Every rollout of a group has its result."""
+    """Every rollout of a group has its result; or, with reason set, the
+    group ended without that and never will (a member was refused), and
+    traj_ids is empty."""
 
     group_id: str
     size: int
     traj_ids: list[str]
+    reason: str = ""
+
+    @property
+    def complete(self) -> bool:
+        """Whether every member has its result (traj_ids lists them)."""
+        return not self.reason
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "GroupDone":
-        return cls(group_id=d["group_id"], size=d["size"], traj_ids=list(d["traj_ids"]))
+        return cls(group_id=d["group_id"], size=d["size"], traj_ids=list(d.get("traj_ids") or []),
+                   reason=d.get("reason", ""))
 
 
 class Client:
@@ -173,7 +186,8 @@ class Client:
             if path == "/v1/samples" and isinstance(answer, dict) and "accepted" in answer:
                 errs = [LineError(line=x["line"], error=x["error"], id=x.get("id", ""))
                         for x in answer.get("errors") or []]
-                raise SubmitError(e.code, answer.get("error", ""), errs, answer["accepted"]) from None
+                raise SubmitError(e.code, answer.get("error", ""), errs, answer["accepted"],
+                                  answer.get("omitted", 0)) from None
             reason = answer.get("error", "") if isinstance(answer, dict) else str(answer)
             raise ActloopError(e.code, reason, answer if isinstance(answer, dict) else None) from None
 

@@ -112,6 +112,14 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(n, 4)
             with open(out) as f:
                 records = [json.loads(line) for line in f]
+            # Run again under the same ids: refused, naming each id and the
+            # earlier run, instead of waiting for results that never come.
+            with self.assertRaises(SubmitError) as cm:
+                grpo_loop.run(URL, TOKEN, prompts=2, rollouts=2, out=out, prefix=self.prefix, consumer=self.prefix)
+            self.assertEqual(cm.exception.status, 409)
+            self.assertEqual(cm.exception.accepted, 0)
+            self.assertEqual(sorted(x.id for x in cm.exception.errors), sorted(r["traj_id"] for r in records))
+            self.assertIn("already used by an earlier run", cm.exception.errors[0].error)
         by_group = {}
         for r in records:
             self.assertEqual(len(r["tokens"]), len(r["loss_mask"]))
