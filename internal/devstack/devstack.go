@@ -34,6 +34,7 @@ import (
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/llm"
+	"github.com/actloop/actloop/pkg/sandbox"
 )
 
 // Options configure a Stack.
@@ -611,6 +612,10 @@ func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
 	c.SimEnvTimeScale = s.Opts.Sim.TimeScale
 	c.Addr, c.AgentConfig = "", s.Opts.AgentConfig
 	c.WorkspaceRoots = []string{s.Opts.Dir} // the demo's workspaces are under it
+	// The sandboxes live under the state dir, which goes at exit (and a
+	// test removes a sandbox to lose it): the watcher enforces the disk
+	// caps here, not a tmpfs mount per sandbox, which would outlive them.
+	c.Disk = sandbox.DiskWatch
 	// A development stack must run on a machine with only Go: bubblewrap
 	// where it works, else unisolated, which the env-worker logs loudly.
 	c.AllowUnisolated = true

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
@@ -32,9 +33,10 @@ type Config struct {
 	// the worker no more than this.
 	OutputLimit int `envconfig:"OUTPUT_LIMIT" default:"10000"`
 	// MaxDiffBytes bounds a trajectory's diff: a larger one is not
-	// evaluated but scores 0, with a reason, and is kept cut to this size
-	// (a result carries its diff and must fit the NATS server's
-	// max_payload). The local backend reads the diff only this far (git is
+	// evaluated but scores 0, with a reason, and is kept cut to this size.
+	// The diff is kept in the trajectory's state (Redis) and in its
+	// result's body (the object store), so no NATS message has to hold
+	// it: this bounds what one trajectory costs there. The local backend reads the diff only this far (git is
 	// stopped past it), so a huge file in a sandbox costs the worker no
 	// more than this.
 	MaxDiffBytes int `envconfig:"MAX_DIFF_BYTES" default:"1048576"`
@@ -70,14 +72,29 @@ type Config struct {
 	// (SIGXFSZ); the observation names the limit. 0: no limit.
 	FileSizeMB int `envconfig:"SANDBOX_FILE_SIZE_MB" default:"1024"`
 	// DiskMB bounds what one local sandbox holds on disk, its working copy
-	// and its private /tmp together: the env-worker measures the sandbox
-	// while a command runs (every 250ms, less often for a large tree) and
-	// kills the command once it is over; the observation names the limit
-	// and the agent can delete files to go on. It is a measured limit, not
-	// a filesystem quota: a command can overshoot it by what it writes
-	// between two measurements (each file within SANDBOX_FILE_SIZE_MB).
-	// 0: no limit.
-	DiskMB        int      `envconfig:"SANDBOX_DISK_MB" default:"4096"`
+	// and its private /tmp together, enforced as ACTLOOP_SANDBOX_DISK says;
+	// the observation of a command that reached it names the limit, and
+	// the agent can delete files to go on. 0: no limit.
+	DiskMB int `envconfig:"SANDBOX_DISK_MB" default:"4096"`
+	// Files bounds the files and directories (inodes) one local sandbox
+	// holds, its working copy and its private /tmp together, enforced as
+	// ACTLOOP_SANDBOX_DISK says (empty files take no bytes: without it a
+	// sandbox could hold millions). 0: no limit.
+	Files int `envconfig:"SANDBOX_FILES" default:"262144"`
+	// Disk says how the local backend enforces ACTLOOP_SANDBOX_DISK_MB and
+	// ACTLOOP_SANDBOX_FILES: `tmpfs` (each sandbox on a tmpfs of its own,
+	// size- and inode-capped, mounted by the worker, which needs root or
+	// CAP_SYS_ADMIN: the kernel refuses a write or a file past a cap with
+	// "No space left on device"; the sandbox lives in memory and swap, up
+	// to its cap), `watch` (the sandbox measured while a command runs, at
+	// least every 2s, and the command killed once it is over a cap: no
+	// privilege needed, but a command can overshoot a cap by what it
+	// writes between two measurements) or `auto` (tmpfs where the worker
+	// can mount, else watch). The worker logs at start which is in force,
+	// and why not tmpfs; GET /v1/status on ACTLOOP_ENV_WORKER_ADDR says
+	// it too. actloop dev uses `watch`: its sandboxes live under its state
+	// directory, which goes when it exits.
+	Disk          string   `envconfig:"SANDBOX_DISK" default:"auto"`
 	SandboxUID    int      `envconfig:"SANDBOX_UID" default:"65534"`
 	ReadOnlyBinds []string `envconfig:"SANDBOX_RO_BINDS"`
 	// WorkspaceRoots are the directories (comma-separated) whose
@@ -88,8 +105,28 @@ type Config struct {
 	// default, allows no workspace at all: a workspace is copied with the
 	// worker's privileges, so the operator says where they may come from
 	// (for example /workspaces, where they are mounted). The development
-	// stack (actloop dev) sets its own.
+	// stack (actloop dev) sets its own. A root inside ACTLOOP_SANDBOX_ROOT
+	// is refused at start; a workspace that overlaps ACTLOOP_SANDBOX_ROOT
+	// (another trajectory's sandbox, or a directory holding them all) is
+	// refused whatever the roots.
 	WorkspaceRoots []string `envconfig:"WORKSPACE_ROOTS"`
+	// PrivateDirs are directories (comma-separated) besides the sandbox
+	// root that no workspace root may lie in and no workspace may
+	// overlap: where the host keeps credentials and state a sandbox must
+	// not see (a workspace is copied with the worker's privileges).
+	PrivateDirs []string `envconfig:"PRIVATE_DIRS"`
+	// SetupMaxCommands bounds the setup commands (env.setup) a sample may
+	// list: one with more ends failed at its start, naming this setting,
+	// before any runs.
+	SetupMaxCommands int `envconfig:"SETUP_MAX_COMMANDS" default:"256"`
+	// SetupTotalTimeout bounds a sandbox's setup commands together (each
+	// is also bounded by the sample's env.setup_timeout_ms): setup still
+	// running then is stopped and the trajectory ends failed, naming this
+	// setting (an eval sandbox's: scored 0). A sample's
+	// limits.wall_clock_ms covers its setup too: setup still running when
+	// it runs out is stopped the same way, the reason naming it. 0: no
+	// total bound.
+	SetupTotalTimeout time.Duration `envconfig:"SETUP_TOTAL_TIMEOUT" default:"1h"`
 	// SandboxBackend runs samples with env.backend "local": BackendLocal
 	// (bash on this host) or BackendDocker (a container per trajectory).
 	SandboxBackend string `envconfig:"SANDBOX_BACKEND" default:"local"`
@@ -190,7 +227,17 @@ func (c *Config) Validate() error {
 	for _, r := range c.WorkspaceRoots {
 		if !filepath.IsAbs(r) {
 			errs = append(errs, fmt.Errorf("ACTLOOP_WORKSPACE_ROOTS: %q is not an absolute path", r))
+			continue
 		}
+		if dir, name, ok := c.privateHolding(r); ok {
+			errs = append(errs, fmt.Errorf("ACTLOOP_WORKSPACE_ROOTS: %q lies inside %s (%s), where no workspace may come from", r, name, dir))
+		}
+	}
+	if c.SetupMaxCommands < 1 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_SETUP_MAX_COMMANDS: must be >= 1, got %d", c.SetupMaxCommands))
+	}
+	if c.SetupTotalTimeout < 0 {
+		errs = append(errs, fmt.Errorf("ACTLOOP_SETUP_TOTAL_TIMEOUT: must be >= 0, got %v", c.SetupTotalTimeout))
 	}
 	if c.SimEnvTimeScale < 0 {
 		errs = append(errs, errors.New("ACTLOOP_SIM_ENV_TIME_SCALE: must be >= 0"))
@@ -211,14 +258,70 @@ func (c *Config) Validate() error {
 func (c *Config) local() sandbox.LocalConfig {
 	return sandbox.LocalConfig{Root: c.SandboxRoot, OutputLimit: c.OutputLimit, Isolation: c.Isolation,
 		AllowUnisolated: c.AllowUnisolated, Network: c.Network, SandboxUID: c.SandboxUID, ReadOnlyBinds: c.ReadOnlyBinds,
-		CPUs: c.CPUs, Limits: c.limits()}
+		CPUs: c.CPUs, Disk: c.Disk, Limits: c.limits()}
 }
 
 // limits are the per-sandbox limits, the same for either backend (Docker
-// ignores the file size and disk limits).
+// ignores the file size, disk and file limits).
 func (c *Config) limits() sandbox.Limits {
 	return sandbox.Limits{MaxProcs: c.MaxProcs, MemoryMB: c.MemoryMB, CPUTime: c.CPUTime,
-		FileSizeMB: c.FileSizeMB, DiskMB: c.DiskMB}
+		FileSizeMB: c.FileSizeMB, DiskMB: c.DiskMB, Files: c.Files}
+}
+
+// privateDirs are the directories no workspace may overlap: the sandbox
+// root and PrivateDirs, each with the setting that names it.
+func (c *Config) privateDirs() (dirs, names []string) {
+	dirs, names = []string{c.SandboxRoot}, []string{"ACTLOOP_SANDBOX_ROOT"}
+	for _, d := range c.PrivateDirs {
+		dirs, names = append(dirs, d), append(names, "ACTLOOP_PRIVATE_DIRS")
+	}
+	return dirs, names
+}
+
+// privateHolding returns the private directory (and its name) that root
+// lies in, if any; paths are compared with their symlinks evaluated where
+// they exist.
+func (c *Config) privateHolding(root string) (dir, name string, ok bool) {
+	dirs, names := c.privateDirs()
+	r := realPath(root)
+	for i, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if p := realPath(d); p == r || strings.HasPrefix(r, p+string(filepath.Separator)) {
+			return d, names[i], true
+		}
+	}
+	return "", "", false
+}
+
+// rootsHolding lists the workspace roots that hold a private directory:
+// allowed, but every workspace overlapping that directory is refused.
+func (c *Config) rootsHolding() []string {
+	dirs, _ := c.privateDirs()
+	var out []string
+	for _, r := range c.WorkspaceRoots {
+		for _, d := range dirs {
+			if d != "" && sandbox.Overlap(realPath(r), realPath(d)) {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// realPath is p, absolute and clean, with its symlinks evaluated as far as
+// it exists.
+func realPath(p string) string {
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
 }
 
 // docker is the Docker backend's configuration; the engine's address

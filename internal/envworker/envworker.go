@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,7 @@ type Worker struct {
 	own, start jetstream.Consumer
 	driver     *traj.Driver
 
+	local   *sandbox.Local // the local backend, nil with Docker: for the status
 	mu      sync.Mutex
 	boxes   map[string]sandbox.Sandbox // by trajectory id
 	evals   atomic.Int64
@@ -87,6 +89,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agents: agents, board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
 		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics()}
+	w.local, _ = runner.(*sandbox.Local)
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log, Lease: d.Common.StepLease}
 	if w.own, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-"+cfg.ID, bus.SubjectEnv(cfg.ID)); err != nil {
 		return nil, err
@@ -110,7 +113,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return bus.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
 	g.Go(func() error { return bus.WatchControl(ctx, w.d.JS, w.d.Log, w.control.Set) })
 	g.Go(func() error { return w.heartbeat(ctx) })
-	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, service.HealthMux(w.d), w.d.Log) })
+	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, w.mux(), w.d.Log) })
 	err := g.Wait()
 	for _, b := range w.backends {
 		if c, ok := b.(io.Closer); ok { // the Docker backend's idle connections
@@ -162,6 +165,19 @@ func realBackend(ctx context.Context, cfg Config, d *service.Deps) (sandbox.Back
 			"per-process rlimits alone bound memory (address space), processes "+
 			"(under bwrap) and CPU time, and there is no CPU share; cgroup_error says what a cgroup needs",
 			"cgroup_error", fmt.Sprint(local.CgroupError()))
+	}
+	if local.Disk() == sandbox.DiskTmpfs {
+		d.Log.Info("sandbox disk and file limits enforced by the kernel: each sandbox on a tmpfs of its own",
+			"disk", local.Disk(), "disk_mb", cfg.DiskMB, "files", cfg.Files)
+	} else if cfg.DiskMB > 0 || cfg.Files > 0 {
+		d.Log.Warn("sandbox disk and file limits measured while a command runs, not enforced by the kernel: "+
+			"a command can overshoot them by what it writes between two measurements; disk_error says why not a tmpfs",
+			"disk", local.Disk(), "disk_mb", cfg.DiskMB, "files", cfg.Files, "setting", "ACTLOOP_SANDBOX_DISK="+cfg.Disk,
+			"disk_error", fmt.Sprint(local.DiskError()))
+	}
+	if roots := cfg.rootsHolding(); len(roots) > 0 {
+		d.Log.Warn("ACTLOOP_WORKSPACE_ROOTS holds ACTLOOP_SANDBOX_ROOT (or the worker's state): every workspace that overlaps it is refused",
+			"roots", roots, "sandbox_root", cfg.SandboxRoot)
 	}
 	if local.Isolation() == sandbox.IsolationNone {
 		d.Log.Warn("SANDBOXES ARE NOT ISOLATED: agents' commands run on this host with the worker's privileges, "+
@@ -267,15 +283,81 @@ func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Transi
 	if err != nil {
 		return traj.Failed{Reason: "prompt: " + err.Error()}, nil
 	}
-	sb, err := w.newSandbox(ctx, b, t)
+	// Setup runs within the sample's wall clock, and stops when the
+	// trajectory ends meanwhile (the trainer aborted it).
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	watched := w.watchEnd(sctx, t, stop)
+	sb, err := w.startFresh(sctx, b, t, true)
+	stop(nil)
+	<-watched
+	if errors.Is(context.Cause(sctx), errEnded) && ctx.Err() == nil {
+		if sb != nil {
+			_ = sb.Close(context.WithoutCancel(ctx))
+		}
+		w.d.Log.InfoContext(ctx, "sandbox start stopped: the trajectory ended meanwhile", "traj_id", t.ID, "seq", t.Seq)
+		return nil, traj.ErrSkip
+	}
 	if bus.IsFatal(err) && permanentStartError(err) && !errors.Is(err, sandbox.ErrUnisolated) { // the host's doing, not the sample's
-		return traj.Failed{Reason: "sandbox set-up: " + err.Error()}, nil
+		return traj.Failed{Reason: "sandbox set-up: " + setupReason(err, t.Sample.Limits.WallClockMS)}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	w.remember(t.ID, sb)
 	return traj.Started{Owner: w.cfg.ID, Handle: sb.Handle(), Messages: msgs, Prompt: prompt}, nil
+}
+
+// errEnded stops a sandbox start whose trajectory ended meanwhile.
+var errEnded = errors.New("the trajectory ended")
+
+// endPoll is how often a sandbox start looks whether its trajectory ended.
+const endPoll = time.Second
+
+// watchEnd calls stop(errEnded) once t has ended or moved past t.Seq (an
+// abort, or another delivery's commit), looking every endPoll until ctx
+// ends; the returned channel closes when it returns.
+func (w *Worker) watchEnd(ctx context.Context, t *traj.Trajectory, stop context.CancelCauseFunc) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(endPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			now, err := w.d.Store.Load(ctx, t.ID, 0)
+			switch {
+			case errors.Is(err, traj.ErrNotFound):
+			case err != nil:
+				continue // Redis trouble: look again
+			case !now.Status.Terminal() && now.Seq == t.Seq:
+				continue
+			}
+			stop(errEnded)
+			return
+		}
+	}()
+	return done
+}
+
+// setupReason is the reason of a trajectory whose sandbox could not be
+// set up, naming the setting or limit that stopped its setup, if one did.
+func setupReason(err error, wallClockMS int64) string {
+	var se *sandbox.SetupError
+	if !errors.As(err, &se) {
+		return err.Error()
+	}
+	switch se.Stopped {
+	case sandbox.SetupStoppedDeadline:
+		return fmt.Sprintf("setup did not finish within limits.wall_clock_ms (%d ms), which covers setup: %v", wallClockMS, err)
+	case sandbox.SetupStoppedTotal:
+		return fmt.Sprintf("setup did not finish within ACTLOOP_SETUP_TOTAL_TIMEOUT: %v", err)
+	}
+	return err.Error()
 }
 
 // execStep runs the pending action and appends its observation, or moves
@@ -436,14 +518,15 @@ func (w *Worker) runEval(ctx context.Context, step trace.Span, b sandbox.Backend
 	env := t.Sample.Env
 	// A fresh name per delivery: two deliveries of one finish may overlap.
 	sb, err := w.startSandbox(ctx, b, fmt.Sprintf("%s-eval-%d", t.ID, w.evals.Add(1)), sandbox.Spec{Workspace: env.Workspace,
-		Patch: diff, Setup: env.Setup, SetupTimeout: env.SetupTimeout(), Image: env.Image}, func() {})
+		Patch: diff, Setup: env.Setup, SetupTimeout: env.SetupTimeout(), SetupTotalTimeout: w.cfg.SetupTotalTimeout,
+		Image: env.Image}, func() {})
 	switch {
 	case err == nil:
 	case ctx.Err() != nil || !bus.IsFatal(err):
 		return evaluation{}, err
 	case permanentStartError(err):
 		// The agent's diff does not apply, or setup fails with it: scored 0.
-		return evaluation{note: "eval sandbox: " + err.Error(), tests: missingTests(env.Tests)}, nil
+		return evaluation{note: "eval sandbox: " + setupReason(err, 0), tests: missingTests(env.Tests)}, nil
 	default:
 		// No verdict: a fallback, not a reward of 0 for the agent.
 		return evaluation{}, fmt.Errorf("eval: %w", err)
@@ -527,17 +610,24 @@ func (w *Worker) sandbox(ctx context.Context, t *traj.Trajectory) (sandbox.Sandb
 	return sb, traj.Replay{}, nil
 }
 
-// newSandbox starts a fresh sandbox for t from its sample's spec, after
+// startFresh starts a fresh sandbox for t from its sample's spec, after
 // closing any that this process or t.Handle still holds (a leftover of an
 // earlier attempt, or one rebuilt before whose commit did not land). A
 // creation that fails for a reason a retry may fix (quota, image pull, the
 // container API) is tried again after a back-off, up to
 // SandboxStartAttempts times in all; then, or at once for a failure no
 // retry can fix (a setup command that fails, a bad spec), the error is
-// Fatal: the trajectory ends with a fallback naming it.
-func (w *Worker) newSandbox(ctx context.Context, b sandbox.Backend, t *traj.Trajectory) (sandbox.Sandbox, error) {
+// Fatal: the trajectory ends with a fallback naming it. Setup runs within
+// ACTLOOP_SETUP_TOTAL_TIMEOUT and, at the trajectory's first start
+// (first), within its wall clock (limits.wall_clock_ms, from admission): a
+// replay rebuilds what the trajectory had, whatever the time.
+func (w *Worker) startFresh(ctx context.Context, b sandbox.Backend, t *traj.Trajectory, first bool) (sandbox.Sandbox, error) {
 	env := t.Sample.Env
-	spec := sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(), Image: env.Image}
+	spec := sandbox.Spec{Workspace: env.Workspace, Setup: env.Setup, SetupTimeout: env.SetupTimeout(),
+		SetupTotalTimeout: w.cfg.SetupTotalTimeout, Image: env.Image}
+	if wc := t.Sample.Limits.WallClock(); first && wc > 0 && !t.AdmittedAt.IsZero() {
+		spec.SetupDeadline = t.AdmittedAt.Add(wc)
+	}
 	return w.startSandbox(ctx, b, t.ID, spec, func() { w.closeSandbox(ctx, t.ID, t.Handle) })
 }
 
@@ -556,11 +646,18 @@ func (w *Worker) startSandbox(ctx context.Context, b sandbox.Backend, id string,
 
 // tryStart is startSandbox's work; it returns the creations it tried.
 func (w *Worker) tryStart(ctx context.Context, b sandbox.Backend, id string, spec sandbox.Spec, before func()) (sandbox.Sandbox, int, error) {
+	if n := len(spec.Setup); n > w.cfg.SetupMaxCommands {
+		w.m.startFailures.Inc()
+		return nil, 0, bus.Fatal(fmt.Errorf("%w: env.setup lists %d commands, ACTLOOP_SETUP_MAX_COMMANDS allows %d",
+			errSetupCount, n, w.cfg.SetupMaxCommands))
+	}
 	if spec.Workspace != "" && b != w.backends[schema.BackendSim] {
-		ws, err := sandbox.ResolveWorkspace(w.cfg.WorkspaceRoots, spec.Workspace)
+		private, names := w.cfg.privateDirs()
+		ws, err := sandbox.ResolveWorkspace(w.cfg.WorkspaceRoots, spec.Workspace, private...)
 		if err != nil {
 			w.m.startFailures.Inc()
-			return nil, 0, bus.Fatal(fmt.Errorf("env.workspace (allowed by ACTLOOP_WORKSPACE_ROOTS): %w", err))
+			return nil, 0, bus.Fatal(fmt.Errorf("env.workspace (allowed by ACTLOOP_WORKSPACE_ROOTS, never overlapping %s): %w",
+				strings.Join(names, " or "), err))
 		}
 		spec.Workspace = ws
 	}
@@ -598,10 +695,14 @@ func (w *Worker) tryStart(ctx context.Context, b sandbox.Backend, id string, spe
 // workspace refused.
 func permanentStartError(err error) bool {
 	var se *sandbox.SetupError
-	return errors.As(err, &se) || errors.Is(err, sandbox.ErrInvalidID) || errors.Is(err, sandbox.ErrPatch) ||
+	return errors.As(err, &se) || errors.Is(err, errSetupCount) || errors.Is(err, sandbox.ErrInvalidID) || errors.Is(err, sandbox.ErrPatch) ||
 		errors.Is(err, sandbox.ErrUnisolated) || errors.Is(err, sandbox.ErrWorkspaceRefused) ||
 		errors.Is(err, sandbox.ErrImageNotAllowed)
 }
+
+// errSetupCount is a sample with more setup commands than
+// ACTLOOP_SETUP_MAX_COMMANDS allows.
+var errSetupCount = errors.New("too many setup commands")
 
 // owns returns traj.ErrSkip for a step of a trajectory that another
 // env-worker owns now (the coordinator moved it while this one was gone):
@@ -643,7 +744,7 @@ func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *traj.Trajecto
 		return nil, traj.Replay{}, bus.Fatal(fmt.Errorf("sandbox %s lost, and only %d of its %d commands can be found to replay",
 			t.Handle, len(actions), t.Commands))
 	}
-	sb, err := w.newSandbox(ctx, b, t)
+	sb, err := w.startFresh(ctx, b, t, false)
 	if err != nil {
 		return nil, traj.Replay{}, fmt.Errorf("sandbox %s lost, and a new one: %w", t.Handle, err)
 	}

@@ -26,6 +26,15 @@ func TestLocalBwrapConformance(t *testing.T) {
 	}, sandboxtest.Options{OutputLimit: conformanceLimit, Shell: true})
 }
 
+// TestLocalTmpfsConformance runs the suite on sandboxes each on a tmpfs of
+// its own (DiskTmpfs), where this host lets the worker mount.
+func TestLocalTmpfsConformance(t *testing.T) {
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
+		cfg := sandbox.LocalConfig{OutputLimit: conformanceLimit, Limits: sandbox.DefaultLimits()}
+		return newDiskLocal(t, cfg, sandbox.DiskTmpfs, false)
+	}, sandboxtest.Options{OutputLimit: conformanceLimit, Shell: true})
+}
+
 func TestSimConformance(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
 		return sandbox.NewSim(sandbox.SimConfig{

@@ -14,8 +14,10 @@
 //     read-only system directories, nothing else of the host, a seccomp
 //     filter denying DeniedSyscalls), or unisolated where that is
 //     explicitly allowed (LocalConfig.AllowUnisolated; ErrUnisolated
-//     otherwise). Its limits: file size (RLIMIT_FSIZE), disk (the sandbox
-//     measured while a command runs), CPU time (RLIMIT_CPU), and memory,
+//     otherwise). Its limits: file size (RLIMIT_FSIZE), disk and files (a
+//     size- and inode-capped tmpfs per sandbox where the worker may mount,
+//     DiskTmpfs; else the sandbox measured while a command runs,
+//     DiskWatch), CPU time (RLIMIT_CPU), and memory,
 //     processes and CPU share in a cgroup v2 per command where the worker
 //     has a delegated one (Local.Cgroups); as a fallback where it has
 //     none, in a cgroup per command in each of the cgroup v1 memory, pids
@@ -41,8 +43,11 @@
 //   - Start with an id that is already live in the same Backend value fails
 //     with ErrExists; ids must match [A-Za-z0-9][A-Za-z0-9._-]{0,191}
 //     (ValidateID), else ErrInvalidID.
-//   - A failing setup command fails Start with a *SetupError and leaves
-//     nothing behind.
+//   - A failing setup command, or setup past Spec.SetupTotalTimeout or
+//     Spec.SetupDeadline, fails Start with a *SetupError and leaves
+//     nothing behind; so does ctx ending during setup, with ctx's error.
+//   - Output that is not valid UTF-8 is returned with U+FFFD in its place
+//     and ExecResult.Replaced set (Local and Docker add ReplacedNote).
 //   - Close is idempotent and removes everything; afterwards Attach, Exec and
 //     Diff report ErrNotFound.
 //   - Output is capped (the head and tail kept) while it is read, and
@@ -51,9 +56,11 @@
 //     its cap whatever the sandbox holds.
 //
 // Only Local checks these, in its own tests: a command stopped by a limit
-// has ExecResult.Limit set and its output ends with a line naming the
-// limit (file size, disk, memory and processes where a cgroup tells, CPU
-// time); the seccomp filter; symlinks in a workspace copied as links.
+// (or, under DiskTmpfs, that filled the sandbox to one) has
+// ExecResult.Limit set and its output ends with a line naming the limit
+// (file size, disk, files, memory and processes where a cgroup tells, CPU
+// time); the seccomp filter; symlinks in a workspace copied as links,
+// never followed.
 // ResolveWorkspace is the check a caller makes before Start on a
 // workspace named by untrusted input.
 //

@@ -460,7 +460,8 @@ func (s *dockerSandbox) Exec(ctx context.Context, cmd string, timeout time.Durat
 	out := newHeadTail(s.d.cfg.OutputLimit)
 	start := time.Now()
 	code, err := s.execRaw(execCtx, argv, out, out)
-	res := ExecResult{Output: out.String(), ReturnCode: code, Truncated: out.truncated(), Duration: time.Since(start)}
+	res := ExecResult{ReturnCode: code, Duration: time.Since(start)}
+	res.Output, res.Truncated, res.Replaced = out.output()
 	select {
 	case <-timedOut:
 		res.TimedOut, res.ReturnCode = true, -1

@@ -22,23 +22,42 @@ var (
 	ErrUnisolated = errors.New("sandbox: commands would run UNISOLATED on the host, with the worker's privileges, and that is not allowed")
 )
 
+// What stopped a setup that had not failed by itself (SetupError.Stopped).
+const (
+	// SetupStoppedTotal: Spec.SetupTotalTimeout ran out.
+	SetupStoppedTotal = "total_timeout"
+	// SetupStoppedDeadline: Spec.SetupDeadline passed.
+	SetupStoppedDeadline = "deadline"
+)
+
 // SetupError reports the setup command that failed Start.
 type SetupError struct {
 	// Index is the command's position in Spec.Setup.
 	Index int
+	// Of is how many setup commands there were.
+	Of int
 	// Command is the command itself.
 	Command string
 	// Result holds its exit status and the tail of its output.
 	Result ExecResult
+	// Stopped is SetupStoppedTotal or SetupStoppedDeadline when setup as
+	// a whole ran out of time in (or before) this command, "" when the
+	// command failed or ran past its own timeout.
+	Stopped string
 }
 
 func (e *SetupError) Error() string {
 	status := fmt.Sprintf("exited with code %d", e.Result.ReturnCode)
-	if e.Result.TimedOut {
+	switch {
+	case e.Stopped == SetupStoppedTotal:
+		status = "was stopped: setup's total time ran out"
+	case e.Stopped == SetupStoppedDeadline:
+		status = "was stopped: setup's deadline passed"
+	case e.Result.TimedOut:
 		status = fmt.Sprintf("timed out after %s", e.Result.Duration)
 	}
-	return fmt.Sprintf("sandbox: setup command %d %q %s; output tail:\n%s",
-		e.Index, e.Command, status, tail(e.Result.Output, setupTailBytes))
+	return fmt.Sprintf("sandbox: setup command %d %q (of %d, from 0) %s; output tail:\n%s",
+		e.Index, e.Command, e.Of, status, tail(e.Result.Output, setupTailBytes))
 }
 
 const setupTailBytes = 2000

@@ -20,8 +20,11 @@ import (
 //
 // Besides the sandbox directories, Root holds "+meta" (each sandbox's
 // environment, so Attach works after a restart), "+tmp" (each sandbox's
-// private /tmp under bwrap, its TMPDIR otherwise) and "+trash" (directories
-// being removed). '+' cannot occur in an id, so these never clash with one.
+// private /tmp under bwrap, its TMPDIR otherwise), "+disk" (each sandbox's
+// tmpfs under DiskTmpfs, holding its working copy, bound at Root/<id>, and
+// its private /tmp instead), "+git" (scratch object stores for the diff)
+// and "+trash" (directories being removed). '+' cannot occur in an id, so
+// these never clash with one.
 //
 // Every command, including the git commands Local runs itself, runs in its
 // own session and process group with stdin from /dev/null and a minimal
@@ -48,6 +51,8 @@ type Local struct {
 	seccomp       []byte // the compiled seccomp filter bwrap loads; nil without bwrap
 	disableUserns bool   // bwrap has --disable-userns (0.8.0 and later)
 	diskBytes     int64  // Limits.DiskMB in bytes; 0: no disk limit
+	disk          string // DiskTmpfs or DiskWatch, after DiskAuto is resolved
+	diskErr       error  // why DiskAuto did not pick DiskTmpfs
 	cg            *cgroups
 	cgErr         error  // why no cgroup is used
 	limitsCfg     Limits // for the notes that name a limit
@@ -65,6 +70,7 @@ const (
 	metaDirName       = "+meta"
 	tmpDirName        = "+tmp"
 	trashDirName      = "+trash"
+	gitDirName        = "+git"
 	defaultPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	bwrapProbeTimeout = 30 * time.Second
 )
@@ -104,7 +110,7 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if l.path == "" {
 		l.path = defaultPath
 	}
-	for _, d := range []string{l.metaDir(), l.tmpRoot(), l.trashDir()} {
+	for _, d := range []string{l.metaDir(), l.tmpRoot(), l.trashDir(), l.gitScratchRoot()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("local sandbox root: %w", err)
 		}
@@ -147,8 +153,19 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	}
 	l.limits = limitPrelude(rl, nproc, true)
 	l.gitLimits = limitPrelude(rl, nproc, false)
+	if err := l.initDisk(cfg); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
+
+// Disk returns how the disk and file limits are enforced: DiskTmpfs (by
+// the kernel) or DiskWatch (measured while a command runs).
+func (l *Local) Disk() string { return l.disk }
+
+// DiskError says why DiskAuto measures instead of using a tmpfs; nil when
+// it uses one, or was not asked to (DiskWatch, or no disk limit).
+func (l *Local) DiskError() error { return l.diskErr }
 
 // Isolation returns the isolation in force: IsolationBwrap or
 // IsolationNone.
@@ -331,18 +348,29 @@ func (l *Local) start(ctx context.Context, id string, spec Spec) (_ *localSandbo
 		}
 	}()
 	// The metadata goes first: a directory at Root/<id> always has it.
-	if err := l.writeMeta(localMeta{V: 1, ID: id, Env: spec.Env}); err != nil {
+	meta := localMeta{V: 1, ID: id, Env: spec.Env}
+	if l.disk == DiskTmpfs {
+		meta.Disk = DiskTmpfs
+	}
+	if err := l.writeMeta(meta); err != nil {
 		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
-	sb := l.newSandbox(id, spec.Env)
-	if err := os.Mkdir(sb.tmpDir, 0o700); err != nil {
-		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
-	}
+	sb := l.newSandbox(id, meta)
 	if err := os.Mkdir(sb.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+	}
+	if sb.tmpfs {
+		if err := l.mountTmpfsFor(id); err != nil {
+			return nil, fmt.Errorf("start sandbox %s: %w", id, err)
+		}
+	} else if err := os.Mkdir(sb.tmpDir, 0o700); err != nil {
 		return nil, fmt.Errorf("start sandbox %s: %w", id, err)
 	}
 	if src != "" {
 		if err := copyTree(ctx, src, sb.dir, l.root); err != nil {
+			if full := l.fullOf(sb); full != "" {
+				err = fmt.Errorf("%w (the workspace does not fit the sandbox's %s)", err, l.limitName(full))
+			}
 			return nil, fmt.Errorf("start sandbox %s: copy workspace: %w", id, err)
 		}
 	}
@@ -387,7 +415,16 @@ func (l *Local) Attach(ctx context.Context, handle string) (Sandbox, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("attach sandbox %s: %w", id, err)
 	}
-	sb := l.newSandbox(id, meta.Env)
+	sb := l.newSandbox(id, meta)
+	if sb.tmpfs {
+		// Its tmpfs went with the host (or container) it was mounted on:
+		// what is left is an empty mount point.
+		if m, err := mounted(sb.dir); err != nil {
+			return nil, fmt.Errorf("attach sandbox %s: %w", id, err)
+		} else if !m {
+			return nil, fmt.Errorf("attach sandbox %s: its tmpfs is gone (the host restarted): %w", id, ErrNotFound)
+		}
+	}
 	// The private /tmp is the bwrap bind source; recreate it if it was lost.
 	if err := os.MkdirAll(sb.tmpDir, 0o700); err != nil {
 		return nil, fmt.Errorf("attach sandbox %s: %w", id, err)
@@ -410,12 +447,15 @@ func (l *Local) metaPath(id string) string { return filepath.Join(l.metaDir(), i
 func (l *Local) tmpRoot() string           { return filepath.Join(l.root, tmpDirName) }
 func (l *Local) tmpOf(id string) string    { return filepath.Join(l.tmpRoot(), id) }
 func (l *Local) trashDir() string          { return filepath.Join(l.root, trashDirName) }
+func (l *Local) gitScratchRoot() string    { return filepath.Join(l.root, gitDirName) }
 
 // localMeta is what Attach needs to rebuild a sandbox after a restart.
 type localMeta struct {
 	V   int               `json:"v"`
 	ID  string            `json:"id"`
 	Env map[string]string `json:"env,omitempty"`
+	// Disk is DiskTmpfs for a sandbox on a tmpfs of its own, "" otherwise.
+	Disk string `json:"disk,omitempty"`
 }
 
 func (l *Local) writeMeta(m localMeta) error {
@@ -450,6 +490,11 @@ func (l *Local) readMeta(id string) (localMeta, error) {
 // does. The directory is first renamed into +trash so that Attach fails at
 // once even if removing a large tree fails half way.
 func (l *Local) remove(id string) error {
+	// A mount point cannot be renamed; unmounting its tmpfs drops what it
+	// holds at once.
+	if err := l.unmountFor(id); err != nil {
+		return fmt.Errorf("remove sandbox %s: %w", id, err)
+	}
 	var errs []error
 	trash, err := os.MkdirTemp(l.trashDir(), id+"-")
 	if err != nil {
@@ -464,6 +509,9 @@ func (l *Local) remove(id string) error {
 		}
 	}
 	if err := removeAll(l.tmpOf(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeAll(l.diskOf(id)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeAll(trash); err != nil {

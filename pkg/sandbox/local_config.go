@@ -34,6 +34,10 @@ const (
 	DefaultFileSizeMB = 1024
 	// DefaultDiskMB bounds what a sandbox holds on disk.
 	DefaultDiskMB = 4096
+	// DefaultFiles bounds the files (inodes: files, directories, links) a
+	// sandbox holds: a large repository with its dependencies installed
+	// has tens of thousands.
+	DefaultFiles = 262144
 	// DefaultSandboxUID is the user commands run as under bwrap when the
 	// worker runs as root.
 	DefaultSandboxUID = 65534
@@ -61,16 +65,23 @@ type Limits struct {
 	// so a diff can still be taken. Docker ignores it.
 	FileSizeMB int
 	// DiskMB bounds what one sandbox holds on disk, its working copy and
-	// its private /tmp together. Local measures the sandbox while a command
-	// runs and stops the command once it is over (see LocalConfig); Docker
-	// ignores it.
+	// its private /tmp together: Local's tmpfs size under DiskTmpfs (a
+	// write past it fails with ENOSPC), else measured while a command runs
+	// and the command stopped once it is over (DiskWatch; see
+	// LocalConfig.Disk); Docker ignores it.
 	DiskMB int
+	// Files bounds the files (inodes: regular files, directories, links)
+	// one sandbox holds, counted as DiskMB is: the tmpfs's nr_inodes under
+	// DiskTmpfs (creating one more fails with ENOSPC), else measured while
+	// a command runs. Empty files take no bytes, so without it a sandbox
+	// could hold millions. Docker ignores it.
+	Files int
 }
 
 // DefaultLimits returns the default limits.
 func DefaultLimits() Limits {
 	return Limits{MaxProcs: DefaultMaxProcs, MemoryMB: DefaultMemoryMB, CPUTime: DefaultCPUTime,
-		FileSizeMB: DefaultFileSizeMB, DiskMB: DefaultDiskMB}
+		FileSizeMB: DefaultFileSizeMB, DiskMB: DefaultDiskMB, Files: DefaultFiles}
 }
 
 // Validate reports every problem with the limits.
@@ -90,6 +101,9 @@ func (l Limits) Validate() error {
 	}
 	if l.DiskMB < 0 {
 		errs = append(errs, fmt.Errorf("disk %d MB is negative", l.DiskMB))
+	}
+	if l.Files < 0 {
+		errs = append(errs, fmt.Errorf("files %d is negative", l.Files))
 	}
 	return errors.Join(errs...)
 }
@@ -123,6 +137,10 @@ type LocalConfig struct {
 	// CPUs bounds the CPU share of each command (cpu.max of its cgroup, or
 	// cpu.cfs_quota_us on cgroup v1, in cores); 0 means no limit. It needs a cgroup (see Local.Cgroups).
 	CPUs float64
+	// Disk is how the disk and file limits are enforced: DiskAuto (the
+	// default when ""), DiskTmpfs or DiskWatch; Local.Disk tells which is
+	// in force.
+	Disk string
 	// ReadOnlyBinds are extra host paths mounted read-only at the same
 	// place under bwrap, for toolchains outside /usr (for example /opt/go).
 	ReadOnlyBinds []string
@@ -143,6 +161,11 @@ func (c LocalConfig) Validate() error {
 	case "", IsolationAuto, IsolationNone, IsolationBwrap:
 	default:
 		errs = append(errs, fmt.Errorf("isolation %q is not %q, %q or %q", c.Isolation, IsolationAuto, IsolationBwrap, IsolationNone))
+	}
+	switch c.Disk {
+	case "", DiskAuto, DiskTmpfs, DiskWatch:
+	default:
+		errs = append(errs, fmt.Errorf("disk %q is not %q, %q or %q", c.Disk, DiskAuto, DiskTmpfs, DiskWatch))
 	}
 	if err := c.Limits.Validate(); err != nil {
 		errs = append(errs, err)

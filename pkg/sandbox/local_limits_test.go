@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,25 +60,111 @@ func TestLocalFileSizeLimit(t *testing.T) {
 	})
 }
 
+// newDiskLocal returns a Local enforcing its disk and file limits as disk
+// says, skipping the test where a tmpfs cannot be mounted here.
+func newDiskLocal(t *testing.T, cfg sandbox.LocalConfig, disk string, bwrap bool) *sandbox.Local {
+	t.Helper()
+	cfg.Disk = disk
+	if disk == sandbox.DiskTmpfs {
+		probe := cfg
+		probe.Root, probe.Isolation, probe.AllowUnisolated = t.TempDir(), sandbox.IsolationNone, true
+		if _, err := sandbox.NewLocal(probe); err != nil {
+			t.Skipf("no tmpfs per sandbox here (the worker needs root or CAP_SYS_ADMIN to mount): %v", err)
+		}
+	}
+	var l *sandbox.Local
+	if bwrap {
+		l = newBwrap(t, cfg)
+	} else {
+		l = newLocal(t, cfg)
+	}
+	if l.Disk() != disk {
+		t.Fatalf("Disk() = %q, want %q", l.Disk(), disk)
+	}
+	return l
+}
+
+// forEachDisk runs fn on Locals with cfg enforcing their disk and file
+// limits each way (the kernel's tmpfs where this host allows it, the
+// watcher), unisolated and, where bubblewrap works, under bwrap.
+func forEachDisk(t *testing.T, cfg sandbox.LocalConfig, fn func(t *testing.T, l *sandbox.Local)) {
+	for _, disk := range []string{sandbox.DiskTmpfs, sandbox.DiskWatch} {
+		t.Run(disk+"/none", func(t *testing.T) { fn(t, newDiskLocal(t, cfg, disk, false)) })
+		t.Run(disk+"/bwrap", func(t *testing.T) { fn(t, newDiskLocal(t, cfg, disk, true)) })
+	}
+}
+
+// A sandbox may not hold more than its disk limit, its working copy and
+// its private /tmp together: the kernel refuses the write past it (tmpfs),
+// or the watcher kills the command that went past it. Either way the
+// output names the limit, the sandbox stays usable once the agent deletes
+// files, and its diff can still be taken while it is full.
 func TestLocalDiskLimit(t *testing.T) {
-	forEachIsolation(t, sandbox.LocalConfig{Limits: sandbox.Limits{DiskMB: 8}}, func(t *testing.T, l *sandbox.Local) {
+	forEachDisk(t, sandbox.LocalConfig{Limits: sandbox.Limits{DiskMB: 8}}, func(t *testing.T, l *sandbox.Local) {
 		sb := sandboxtest.Start(t, l, "disk", sandbox.Spec{Workspace: gitRepo(t)})
 		const note = "sandbox limit: disk: the sandbox may hold at most 8 MiB"
-		for _, cmd := range []string{
+		for i, cmd := range []string{
 			// Many files, each small: no file size limit helps here.
 			"for i in $(seq 64); do head -c 1M /dev/zero > f$i; sleep 0.05; done; echo finished",
 			// The private /tmp counts too.
 			`head -c 16M /dev/zero > "$TMPDIR/t"; sleep 10; echo finished`,
 		} {
 			res := sandboxtest.Exec(t, sb, cmd)
-			wantLimit(t, cmd, res, sandbox.LimitDisk, note)
-			if strings.Contains(res.Output, "finished") || res.ReturnCode != 128+9 {
-				t.Fatalf("%s = %+v, want it killed (137) before it finished", cmd, res)
+			if l.Disk() == sandbox.DiskTmpfs {
+				// Not stopped: its writes failed, and it went on.
+				if res.Limit != sandbox.LimitDisk || !strings.Contains(res.Output, "No space left on device") ||
+					!strings.Contains(lastLine(res.Output), note) {
+					t.Fatalf("%s = %+v, want its writes refused and the disk limit named", cmd, res)
+				}
+				sandboxtest.WantOutput(t, sb, `du -sk --apparent-size . "$TMPDIR" | awk '{n += $1} END {print (n <= 8192)}'`, "1\n")
+			} else {
+				wantLimit(t, cmd, res, sandbox.LimitDisk, note)
+				if strings.Contains(res.Output, "finished") || res.ReturnCode != 128+9 {
+					t.Fatalf("%s = %+v, want it killed (137) before it finished", cmd, res)
+				}
+			}
+			if d, err := sb.Diff(context.Background()); err != nil || (i == 0 && !strings.Contains(d, "b/f1")) {
+				t.Fatalf("Diff of a sandbox at its disk limit: %v, %.200q", err, d)
 			}
 			// The sandbox stays usable: the agent can clean up, however long
 			// it takes (measured past the limit, but not growing).
 			sandboxtest.WantOutput(t, sb, `sleep 0.6; rm -f f* "$TMPDIR/t" && echo clean`, "clean\n")
 		}
+		sandboxtest.WantOutput(t, sb, "head -c 1M /dev/zero > again && echo ok", "ok\n")
+	})
+}
+
+// Empty files take no bytes: the file limit bounds how many a sandbox
+// holds (the reproduction: a million touched files, then gigabytes).
+func TestLocalFileLimit(t *testing.T) {
+	forEachDisk(t, sandbox.LocalConfig{Limits: sandbox.Limits{DiskMB: 64, Files: 200}}, func(t *testing.T, l *sandbox.Local) {
+		sb := sandboxtest.Start(t, l, "files", sandbox.Spec{Workspace: gitRepo(t)})
+		const note = "sandbox limit: files: the sandbox may hold at most 200 files and directories"
+		cmd := "mkdir d && cd d && for i in $(seq 20000); do : > f$i || break; sleep 0.001; done; echo finished"
+		res := sandboxtest.Exec(t, sb, cmd)
+		if res.Limit != sandbox.LimitFiles || !strings.Contains(lastLine(res.Output), note) {
+			t.Fatalf("%s = %+v, want it stopped by the file limit", cmd, res)
+		}
+		if l.Disk() == sandbox.DiskTmpfs && !strings.Contains(res.Output, "No space left on device") {
+			t.Fatalf("%s: %q; want the file past the limit refused", cmd, res.Output)
+		}
+		if l.Disk() == sandbox.DiskWatch && res.ReturnCode != 128+9 {
+			t.Fatalf("%s = %+v, want it killed (137)", cmd, res)
+		}
+		// The kernel allows not one more; the watcher stops the command
+		// within a measurement or two, far before it finishes.
+		most := 200
+		if l.Disk() == sandbox.DiskWatch {
+			most = 5000
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(sandboxtest.Exec(t, sb, `ls d | wc -l`).Output))
+		if err != nil || n > most {
+			t.Fatalf("the command made %d files (%v), want at most %d (limit 200)", n, err, most)
+		}
+		if d, err := sb.Diff(context.Background()); err != nil || !strings.Contains(d, "b/d/f1") {
+			t.Fatalf("Diff of a sandbox at its file limit: %v, %.200q", err, d)
+		}
+		sandboxtest.WantOutput(t, sb, "rm -rf d && touch again && echo ok", "ok\n")
 	})
 }
 
@@ -196,25 +283,34 @@ func TestResolveWorkspace(t *testing.T) {
 		roots     []string
 		workspace string
 		want      string // "" means refused
+		private   []string
 	}{
-		{"inside", []string{root}, ws, ws},
-		{"the root itself", []string{root}, root, root},
-		{"second root", []string{outside, root}, ws, ws},
-		{"root given by a symlink", []string{rootLink}, ws, ws},
-		{"symlink from outside into a root", []string{root}, into, ws},
-		{"everything under /", []string{"/"}, outside, outside},
-		{"outside", []string{root}, outside, ""},
-		{"symlink in a root leading out", []string{root}, escape, ""},
-		{"dot-dot out", []string{root}, ws + "/../../outside", ""},
-		{"sibling with the root as prefix", []string{root}, root + "x", ""},
-		{"no roots", nil, ws, ""},
-		{"relative", []string{root}, "ws", ""},
-		{"not a directory", []string{root}, filepath.Join(root, "file"), ""},
-		{"missing", []string{root}, filepath.Join(root, "nope"), ""},
+		{"inside", []string{root}, ws, ws, nil},
+		{"the root itself", []string{root}, root, root, nil},
+		{"second root", []string{outside, root}, ws, ws, nil},
+		{"root given by a symlink", []string{rootLink}, ws, ws, nil},
+		{"symlink from outside into a root", []string{root}, into, ws, nil},
+		{"everything under /", []string{"/"}, outside, outside, nil},
+		{"outside", []string{root}, outside, "", nil},
+		{"symlink in a root leading out", []string{root}, escape, "", nil},
+		{"dot-dot out", []string{root}, ws + "/../../outside", "", nil},
+		{"sibling with the root as prefix", []string{root}, root + "x", "", nil},
+		{"no roots", nil, ws, "", nil},
+		{"relative", []string{root}, "ws", "", nil},
+		{"not a directory", []string{root}, filepath.Join(root, "file"), "", nil},
+		{"missing", []string{root}, filepath.Join(root, "nope"), "", nil},
+		// A root holding the sandbox root (or the state dir): workspaces
+		// that overlap it are refused, others are not.
+		{"inside a private dir", []string{root}, ws, "", []string{ws}},
+		{"inside a private dir below it", []string{root}, ws, "", []string{root}},
+		{"holding a private dir", []string{base}, root, "", []string{ws}},
+		{"private dir by a symlink", []string{root}, ws, "", []string{into}},
+		{"beside a private dir", []string{base}, outside, outside, []string{ws}},
+		{"beside a private dir with its name as prefix", []string{base}, root + "x", root + "x", []string{root}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := sandbox.ResolveWorkspace(tt.roots, tt.workspace)
+			got, err := sandbox.ResolveWorkspace(tt.roots, tt.workspace, tt.private...)
 			if tt.want == "" {
 				if !errors.Is(err, sandbox.ErrWorkspaceRefused) {
 					t.Fatalf("ResolveWorkspace(%q, %q) = %q, %v; want ErrWorkspaceRefused", tt.roots, tt.workspace, got, err)

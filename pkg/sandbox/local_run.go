@@ -29,9 +29,18 @@ type runOpts struct {
 	// it outside any (the bwrap probe).
 	id string
 	// internal marks the git commands Local runs itself: exempt from the
-	// file size limit and the disk watch.
+	// file size limit.
 	internal bool
+	// watch measures the sandbox's disk and files while it runs and stops
+	// it past a limit (DiskWatch; a tmpfs caps itself).
+	watch bool
+	// bind is a host directory mounted read-write at bwrapScratch under
+	// bwrap ("" for none): the diff's scratch.
+	bind string
 }
+
+// bwrapScratch is where the diff's scratch directory is mounted under bwrap.
+const bwrapScratch = "/actloop-git"
 
 // runResult is how a process ended.
 type runResult struct {
@@ -178,12 +187,12 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 			return runResult{}, err
 		}
 	}
-	if l.diskBytes > 0 && !o.internal && o.id != "" {
+	if lim := l.watchLimits(); o.watch && !o.internal && o.id != "" && lim.any() {
 		watchCtx, stopWatch := context.WithCancel(runCtx)
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			watchDisk(watchCtx, l.diskBytes, func() { stopRun(errDiskLimit) }, o.dir, o.tmpDir)
+			watchDisk(watchCtx, lim, stopRun, o.dir, o.tmpDir)
 		}()
 		defer func() { stopWatch(); <-watched }()
 	}
@@ -226,6 +235,10 @@ func (l *Local) run(ctx context.Context, o runOpts) (runResult, error) {
 		}
 		if errors.Is(context.Cause(runCtx), errDiskLimit) {
 			res.limit = LimitDisk // killed: 128+SIGKILL
+			return res, nil
+		}
+		if errors.Is(context.Cause(runCtx), errFilesLimit) {
+			res.limit = LimitFiles
 			return res, nil
 		}
 		res.code = -1
@@ -303,6 +316,11 @@ func (l *Local) command(o runOpts) []string {
 		// /tmp before the sandbox dir: Root may lie under /tmp.
 		"--bind", o.tmpDir, "/tmp",
 		"--bind", o.dir, o.dir,
+	)
+	if o.bind != "" {
+		args = append(args, "--bind", o.bind, bwrapScratch)
+	}
+	args = append(args,
 		"--chdir", o.dir,
 		"--",
 	)

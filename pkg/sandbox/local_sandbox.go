@@ -24,6 +24,7 @@ type localSandbox struct {
 	tmpDir string
 	env    []string // for agent and setup commands
 	gitEnv []string // for the git commands Local runs itself
+	tmpfs  bool     // on a tmpfs of its own (DiskTmpfs): the kernel caps it
 
 	mu       sync.Mutex
 	closed   bool
@@ -42,8 +43,12 @@ var errClosed = errors.New("sandbox closed")
 
 const gitTimeout = 10 * time.Minute
 
-func (l *Local) newSandbox(id string, extra map[string]string) *localSandbox {
+func (l *Local) newSandbox(id string, meta localMeta) *localSandbox {
 	dir, tmpDir := l.dirOf(id), l.tmpOf(id)
+	tmpfs := meta.Disk == DiskTmpfs
+	if tmpfs {
+		tmpDir = l.diskTmp(id)
+	}
 	base := map[string]string{
 		"PATH": l.path,
 		// HOME is the sandbox's private temp dir, not the workspace, so what
@@ -71,8 +76,9 @@ func (l *Local) newSandbox(id string, extra map[string]string) *localSandbox {
 		id:      id,
 		dir:     dir,
 		tmpDir:  tmpDir,
-		env:     envList(base, extra),
+		env:     envList(base, meta.Env),
 		gitEnv:  envList(base, git),
+		tmpfs:   tmpfs,
 		running: make(map[uint64]context.CancelCauseFunc),
 	}
 }
@@ -138,28 +144,35 @@ func (s *localSandbox) Exec(ctx context.Context, cmd string, timeout time.Durati
 		return ExecResult{}, err
 	}
 	defer end()
+	fullBefore := s.l.fullOf(s)
 	out := newHeadTail(s.l.outputLimit)
 	res, err := s.l.run(ctx, runOpts{
 		dir: s.dir, tmpDir: s.tmpDir, env: s.env,
 		argv:   []string{"bash", "-c", cmd},
 		stdout: out, combined: true, timeout: timeout, id: s.id,
+		watch: !s.tmpfs,
 	})
 	r := ExecResult{
-		Output:     out.String(),
 		ReturnCode: res.code,
 		TimedOut:   res.timedOut,
-		Truncated:  out.truncated(),
 		Duration:   res.duration,
 		Limit:      res.limit,
 	}
+	r.Output, r.Truncated, r.Replaced = out.output()
 	if r.Limit == "" && !r.TimedOut {
 		r.Limit = limitFromExit(r.ReturnCode)
 	}
-	if note := s.l.limitNote(r.Limit); note != "" {
-		if r.Output != "" && !strings.HasSuffix(r.Output, "\n") {
-			r.Output += "\n"
+	if r.Limit == "" {
+		// The command filled the tmpfs to a cap: the kernel refused what
+		// went past it (ENOSPC), which did not stop the command. (A
+		// sandbox full before the command is not its doing: its writes
+		// fail, and it reports so itself.)
+		if full := s.l.fullOf(s); full != fullBefore {
+			r.Limit = full
 		}
-		r.Output += note + "\n"
+	}
+	if note := s.l.limitNote(r.Limit); note != "" {
+		r.Output = appendLine(r.Output, note)
 	}
 	if err != nil {
 		return r, s.opErr(ctx, err)
@@ -202,29 +215,51 @@ func (s *localSandbox) diff(ctx context.Context, max int) (string, bool, error) 
 	case !fi.IsDir():
 		return "", false, fmt.Errorf("diff sandbox %s: .git is not a directory (linked worktrees and submodules are not supported)", s.id)
 	}
-	index, err := tempIndex(gitDir)
+	// The index and the objects git add writes go to a scratch dir outside
+	// the sandbox: a sandbox full to its disk or file limit still has its
+	// diff taken, and the agent's own index and object store are left
+	// alone.
+	scratch, err := os.MkdirTemp(s.l.gitScratchRoot(), s.id+"-")
 	if err != nil {
 		return "", false, fmt.Errorf("diff sandbox %s: %w", s.id, err)
 	}
-	defer func() { _ = os.Remove(index) }()
-	if err := s.l.own(index); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	defer func() { _ = removeAll(scratch) }()
+	index, err := tempIndex(gitDir, scratch)
+	if err != nil {
 		return "", false, fmt.Errorf("diff sandbox %s: %w", s.id, err)
 	}
-	env := append(slices.Clone(s.gitEnv), "GIT_INDEX_FILE="+index)
+	objects := filepath.Join(scratch, "objects")
+	if err := os.Mkdir(objects, 0o700); err != nil {
+		return "", false, fmt.Errorf("diff sandbox %s: %w", s.id, err)
+	}
+	if err := s.l.own(scratch); err != nil {
+		return "", false, fmt.Errorf("diff sandbox %s: %w", s.id, err)
+	}
+	// Under bwrap the scratch is mounted at a fixed path of its own, not
+	// at its host path: that may lie under /tmp (as Root by default does),
+	// and bwrap would make its mount point in the sandbox's /tmp, which
+	// may be full.
+	at := scratch
+	if s.l.bwrap != "" {
+		at = bwrapScratch
+		index, objects = filepath.Join(at, filepath.Base(index)), filepath.Join(at, "objects")
+	}
+	env := append(slices.Clone(s.gitEnv), "GIT_INDEX_FILE="+index, "GIT_OBJECT_DIRECTORY="+objects,
+		"GIT_ALTERNATE_OBJECT_DIRECTORIES="+filepath.Join(gitDir, "objects"))
 
-	if _, err := s.git(ctx, env, nil, "add", "--all"); err != nil {
+	if _, err := s.git(ctx, env, scratch, nil, "add", "--all"); err != nil {
 		return "", false, s.diffErr(ctx, err)
 	}
 	args := []string{"diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
 		"--src-prefix=a/", "--dst-prefix=b/"}
 	// An unborn HEAD (no commit yet): diff against the empty tree.
-	if _, err := s.git(ctx, env, nil, "rev-parse", "--verify", "--quiet", "HEAD^{commit}"); err == nil {
+	if _, err := s.git(ctx, env, scratch, nil, "rev-parse", "--verify", "--quiet", "HEAD^{commit}"); err == nil {
 		args = append(args, "HEAD")
 	} else if ctx.Err() != nil {
 		return "", false, s.opErr(ctx, ctx.Err())
 	}
 	if max < 0 {
-		out, err := s.git(ctx, env, nil, args...)
+		out, err := s.git(ctx, env, scratch, nil, args...)
 		if err != nil {
 			return "", false, s.diffErr(ctx, err)
 		}
@@ -233,7 +268,7 @@ func (s *localSandbox) diff(ctx context.Context, max int) (string, bool, error) 
 	gctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	w := &capWriter{max: max, full: func() { stop(errDiffFull) }}
-	err = s.gitTo(gctx, env, nil, w, args...)
+	err = s.gitTo(gctx, env, scratch, nil, w, args...)
 	if w.over {
 		if err := ctx.Err(); err != nil {
 			return "", false, s.opErr(ctx, err)
@@ -279,11 +314,11 @@ func (s *localSandbox) diffErr(ctx context.Context, err error) error {
 	return fmt.Errorf("diff sandbox %s: %w", s.id, err)
 }
 
-// tempIndex returns the path of a copy of gitDir's index (kept inside
-// gitDir, which bwrap leaves writable); starting from the real index lets
-// git reuse its cached file stats instead of hashing every file.
-func tempIndex(gitDir string) (string, error) {
-	f, err := os.CreateTemp(gitDir, "actloop-diff-*.index")
+// tempIndex returns the path of a copy of gitDir's index in dir; starting
+// from the real index lets git reuse its cached file stats instead of
+// hashing every file.
+func tempIndex(gitDir, dir string) (string, error) {
+	f, err := os.CreateTemp(dir, "actloop-diff-*.index")
 	if err != nil {
 		return "", fmt.Errorf("temporary index: %w", err)
 	}
@@ -315,7 +350,7 @@ func (s *localSandbox) apply(ctx context.Context, patch string) error {
 		return err
 	}
 	defer end()
-	_, err = s.git(ctx, s.gitEnv, strings.NewReader(patch), "apply", "--whitespace=nowarn")
+	_, err = s.git(ctx, s.gitEnv, "", strings.NewReader(patch), "apply", "--whitespace=nowarn")
 	if ge := (*gitError)(nil); errors.As(err, &ge) {
 		return fmt.Errorf("%w: %v", ErrPatch, err)
 	}
@@ -338,17 +373,18 @@ func (e *gitError) Error() string {
 
 // git runs a git command in the sandbox (under the same isolation as the
 // agent's commands: repository config and .gitattributes in the sandbox are
-// the agent's to write) and returns its stdout.
-func (s *localSandbox) git(ctx context.Context, env []string, stdin io.Reader, args ...string) (string, error) {
+// the agent's to write) and returns its stdout. bind, when not "", is a
+// directory outside the sandbox it may write (the diff's scratch).
+func (s *localSandbox) git(ctx context.Context, env []string, bind string, stdin io.Reader, args ...string) (string, error) {
 	var stdout bytes.Buffer
-	if err := s.gitTo(ctx, env, stdin, &stdout, args...); err != nil {
+	if err := s.gitTo(ctx, env, bind, stdin, &stdout, args...); err != nil {
 		return "", err
 	}
 	return stdout.String(), nil
 }
 
 // gitTo is git writing its stdout to stdout.
-func (s *localSandbox) gitTo(ctx context.Context, env []string, stdin io.Reader, stdout io.Writer, args ...string) error {
+func (s *localSandbox) gitTo(ctx context.Context, env []string, bind string, stdin io.Reader, stdout io.Writer, args ...string) error {
 	argv := append([]string{"git",
 		"-c", "user.name=actloop", "-c", "user.email=actloop@localhost",
 		"-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.pager=cat",
@@ -360,7 +396,7 @@ func (s *localSandbox) gitTo(ctx context.Context, env []string, stdin io.Reader,
 	stderr := newHeadTail(4000)
 	res, err := s.l.run(ctx, runOpts{
 		dir: s.dir, tmpDir: s.tmpDir, env: env, argv: argv, stdin: stdin,
-		stdout: stdout, stderr: stderr, timeout: timeout, id: s.id, internal: true,
+		stdout: stdout, stderr: stderr, timeout: timeout, id: s.id, internal: true, bind: bind,
 	})
 	if err != nil {
 		return err

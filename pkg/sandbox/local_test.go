@@ -140,6 +140,95 @@ func TestLocalSetupFailure(t *testing.T) {
 	}
 }
 
+// Setup is bounded as a whole, by its total timeout and by its deadline
+// (a trajectory's wall clock), not only command by command; each stop
+// says which bound it was, and leaves nothing behind.
+func TestLocalSetupBounded(t *testing.T) {
+	root := t.TempDir()
+	l := newLocal(t, sandbox.LocalConfig{Root: root})
+	sleeps := []string{"sleep 5", "sleep 5", "sleep 5", "sleep 5"}
+	tests := []struct {
+		name      string
+		spec      sandbox.Spec
+		index     int
+		stopped   string
+		inMessage string
+	}{
+		{"total", sandbox.Spec{Setup: sleeps, SetupTotalTimeout: time.Second}, 0, sandbox.SetupStoppedTotal, "total time ran out"},
+		{"deadline", sandbox.Spec{Setup: sleeps, SetupDeadline: time.Now().Add(time.Second)}, 0, sandbox.SetupStoppedDeadline, "deadline passed"},
+		{"deadline before the total", sandbox.Spec{Setup: sleeps, SetupTotalTimeout: time.Hour,
+			SetupDeadline: time.Now().Add(time.Second)}, 0, sandbox.SetupStoppedDeadline, "deadline passed"},
+		{"deadline passed already", sandbox.Spec{Setup: []string{"touch ran"}, SetupDeadline: time.Now().Add(-time.Second)},
+			0, sandbox.SetupStoppedDeadline, "deadline passed"},
+		{"the first commands fit", sandbox.Spec{Setup: []string{"true", "true", "sleep 5"}, SetupTotalTimeout: 2 * time.Second},
+			2, sandbox.SetupStoppedTotal, "setup command 2 \"sleep 5\" (of 3, from 0)"},
+		{"own timeout first", sandbox.Spec{Setup: sleeps, SetupTimeout: 500 * time.Millisecond, SetupTotalTimeout: time.Hour},
+			0, "", "timed out"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sb, err := l.Start(context.Background(), "bounded", tt.spec)
+			var se *sandbox.SetupError
+			if sb != nil || !errors.As(err, &se) || se.Index != tt.index || se.Stopped != tt.stopped {
+				t.Fatalf("Start = %v, %v; want a *SetupError at command %d, stopped %q", sb, err, tt.index, tt.stopped)
+			}
+			if !strings.Contains(err.Error(), tt.inMessage) {
+				t.Errorf("error %q does not say %q", err, tt.inMessage)
+			}
+			if _, err := os.Stat(filepath.Join(root, "bounded")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("sandbox dir after a stopped setup: %v, want it gone", err)
+			}
+		})
+	}
+}
+
+// A Start whose ctx ends (its trajectory was aborted) stops its setup and
+// leaves nothing behind.
+func TestLocalSetupStopsWithCtx(t *testing.T) {
+	root := t.TempDir()
+	l := newLocal(t, sandbox.LocalConfig{Root: root})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Start(ctx, "aborted", sandbox.Spec{Setup: []string{"touch started; sleep 60", "sleep 60"}})
+		done <- err
+	}()
+	waitFor(t, "the setup to start", func() bool {
+		_, err := os.Stat(filepath.Join(root, "aborted", "started"))
+		return err == nil
+	})
+	cancel()
+	var err error
+	waitFor(t, "Start to return", func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start after its ctx ended: %v, want context.Canceled", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "aborted")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("sandbox dir after a stopped setup: %v, want it gone", err)
+	}
+}
+
+// Output that is not valid UTF-8 reads with U+FFFD in its place, and says
+// so: Replaced is set and a line names it.
+func TestLocalInvalidUTF8(t *testing.T) {
+	sb := sandboxtest.Start(t, newLocal(t, sandbox.LocalConfig{}), "utf8", sandbox.Spec{})
+	res := sandboxtest.Exec(t, sb, `printf 'a\377b\n'`)
+	if want := "a\uFFFDb\n" + sandbox.ReplacedNote + "\n"; res.Output != want || !res.Replaced {
+		t.Fatalf("invalid UTF-8: %+v, want output %q and Replaced", res, want)
+	}
+	res = sandboxtest.Exec(t, sb, `printf 'h\303\251\n'`)
+	if res.Output != "hé\n" || res.Replaced {
+		t.Fatalf("valid UTF-8: %+v, want it as is, not Replaced", res)
+	}
+}
+
 func TestLocalPatch(t *testing.T) {
 	ctx := context.Background()
 	repo := gitRepo(t)

@@ -60,6 +60,31 @@ func (b *headTail) String() string {
 	return strings.ToValidUTF8(b.string(), "\uFFFD")
 }
 
+// ReplacedNote is the line a backend appends to a command's output whose
+// invalid UTF-8 was replaced (see ExecResult.Replaced), so that the model,
+// and whoever reads the trajectory, knows the U+FFFD it sees are not the
+// command's own.
+const ReplacedNote = "[sandbox: the output held bytes that are not valid UTF-8; each invalid sequence was replaced with U+FFFD]"
+
+// output is String for a command's result: the text with ReplacedNote
+// appended when invalid UTF-8 was replaced, whether it was truncated, and
+// whether it was replaced.
+func (b *headTail) output() (text string, truncated, replaced bool) {
+	raw := b.string()
+	if utf8.ValidString(raw) {
+		return raw, b.truncated(), false
+	}
+	return appendLine(strings.ToValidUTF8(raw, "\uFFFD"), ReplacedNote), b.truncated(), true
+}
+
+// appendLine appends line to out on a line of its own.
+func appendLine(out, line string) string {
+	if out != "" && !strings.HasSuffix(out, "\n") {
+		out += "\n"
+	}
+	return out + line + "\n"
+}
+
 func (b *headTail) string() string {
 	if !b.truncated() {
 		return string(b.head) + string(b.tail)

@@ -21,6 +21,16 @@ type Spec struct {
 	Setup []string
 	// SetupTimeout bounds each setup command; 0 means DefaultSetupTimeout.
 	SetupTimeout time.Duration
+	// SetupTotalTimeout bounds the setup commands together; 0 means no
+	// bound beyond each command's. Setup still running when it runs out
+	// is stopped: Start fails with a *SetupError whose Stopped is
+	// SetupStoppedTotal.
+	SetupTotalTimeout time.Duration
+	// SetupDeadline is when setup must have ended (a trajectory's wall
+	// clock); the zero time means none. Setup still running then is
+	// stopped: Start fails with a *SetupError whose Stopped is
+	// SetupStoppedDeadline.
+	SetupDeadline time.Time
 	// Env holds extra environment variables for every command.
 	Env map[string]string
 	// Image is the container image for the Docker backend ("" means its
@@ -43,12 +53,18 @@ type ExecResult struct {
 	TimedOut bool
 	// Truncated is set when Output lost bytes in the middle.
 	Truncated bool
+	// Replaced is set when the output held invalid UTF-8, which Output
+	// holds as U+FFFD; Local and Docker then end Output with ReplacedNote
+	// (before a limit's note), so the observation says so too.
+	Replaced bool
 	// Duration is how long the command ran: wall time for Local, simulated
 	// time for Sim.
 	Duration time.Duration
 	// Limit names the resource limit that stopped the command, where the
-	// backend can tell (LimitFileSize, LimitDisk, LimitMemory,
-	// LimitCPUTime, LimitProcs); "" otherwise. A timeout is TimedOut, a
+	// backend can tell (LimitFileSize, LimitDisk, LimitFiles, LimitMemory,
+	// LimitCPUTime, LimitProcs; under DiskTmpfs, LimitDisk or LimitFiles
+	// also for a command the kernel did not stop but that filled the
+	// sandbox to the cap); "" otherwise. A timeout is TimedOut, a
 	// cut output Truncated. Local also ends Output with a line naming the
 	// limit, for the model to read.
 	Limit string
@@ -124,21 +140,44 @@ func ValidateID(id string) error {
 }
 
 // runSetup runs spec's setup commands in sb in order, each within the
-// setup timeout (DefaultSetupTimeout when unset): the one every backend
-// runs after its sandbox is up. The first command that fails or times out
-// is a *SetupError.
+// setup timeout (DefaultSetupTimeout when unset) and all of them within
+// the total timeout and before the deadline, where set: the one every
+// backend runs after its sandbox is up. The first command that fails,
+// times out or is stopped by the total or the deadline is a *SetupError.
 func runSetup(ctx context.Context, sb Sandbox, spec Spec) error {
 	timeout := spec.SetupTimeout
 	if timeout <= 0 {
 		timeout = DefaultSetupTimeout
 	}
+	var end time.Time // when setup must have ended, zero for never
+	var by string     // what end is
+	if spec.SetupTotalTimeout > 0 {
+		end, by = time.Now().Add(spec.SetupTotalTimeout), SetupStoppedTotal
+	}
+	if d := spec.SetupDeadline; !d.IsZero() && (end.IsZero() || d.Before(end)) {
+		end, by = d, SetupStoppedDeadline
+	}
 	for i, cmd := range spec.Setup {
-		res, err := sb.Exec(ctx, cmd, timeout)
+		t, cut := timeout, false
+		if !end.IsZero() {
+			left := time.Until(end)
+			if left <= 0 {
+				return &SetupError{Index: i, Command: cmd, Of: len(spec.Setup), Stopped: by, Result: ExecResult{ReturnCode: -1}}
+			}
+			if left < t {
+				t, cut = left, true
+			}
+		}
+		res, err := sb.Exec(ctx, cmd, t)
 		if err != nil {
 			return fmt.Errorf("setup command %d: %w", i, err)
 		}
 		if res.TimedOut || res.ReturnCode != 0 {
-			return &SetupError{Index: i, Command: cmd, Result: res}
+			se := &SetupError{Index: i, Command: cmd, Of: len(spec.Setup), Result: res}
+			if res.TimedOut && cut {
+				se.Stopped = by
+			}
+			return se
 		}
 	}
 	return nil

@@ -228,7 +228,7 @@ func (s *simSandbox) Exec(ctx context.Context, cmd string, timeout time.Duration
 	if limit := cmp.Or(max(s.sim.cfg.OutputLimit, 0), DefaultOutputLimit); len(res.Output) > limit {
 		out := newHeadTail(limit)
 		_, _ = out.Write([]byte(res.Output))
-		res.Output, res.Truncated = out.String(), true
+		res.Output, res.Truncated, res.Replaced = out.output()
 	}
 	res.Duration = s.sim.latency(s.sim.cfg.ExecLatency, s.id, cmd) + busy
 	if timeout > 0 && res.Duration > timeout {
