@@ -30,19 +30,20 @@ docs:
 	$(GO) run ./cmd/actloop bench-calibration > docs/calibration.md
 	cd deploy && $(GO) run ./seccompgen
 
-# The scheduling benchmark on every scenario (virtual engine, 3 seeds), the
-# cross-check of a small scenario on both engines, the weight-sync one, and
+# The weight-sync benchmark (first: swe-rl-steady takes its pause from it),
+# the scheduling benchmark on every scenario (virtual engine, 3 seeds), the
+# cross-check of a small scenario on both engines, and
 # the pipeline's own cost with 1, 2 and 4 workers of each kind (one JSON
 # object or array a line); figures in bench/ (see docs/benchmarks.md). They
 # report; they do not fail on a number.
-BENCH_MODES = default,trajectory,trajectory-tuned,async,async-capped-tuned,action-fcfs,action-lpt-history,action-lpt-learned,action-lpt-oracle,action-sjf-history,action-sjf-learned,action-lpt-history-sync,action-fcfs-no-kv-admission,action-fcfs-no-kv-dispatch,action-fcfs-no-preemption,action-lpt-history-by-tokens
+BENCH_MODES = default,trajectory,trajectory-tuned,trajectory-first-batch,async,async-capped-tuned,action-fcfs,action-lpt-history,action-lpt-learned,action-lpt-oracle,action-sjf-history,action-sjf-learned,action-lpt-history-sync,action-fcfs-no-kv-admission,action-fcfs-no-kv-dispatch,action-fcfs-no-preemption,action-lpt-history-by-tokens
 
 bench:
 	@mkdir -p bench
 	$(GO) build -o bench/actloop ./cmd/actloop
+	bench/actloop bench-sync --json > bench/sync.json
 	bench/actloop bench --scenarios all --seeds 3 --modes $(BENCH_MODES) --json --charts bench > bench/results.json
 	bench/actloop bench-crosscheck --scenarios tool-fast --modes trajectory,async,action-fcfs --time-scale 0.2 --json > bench/crosscheck.json
-	bench/actloop bench-sync --json > bench/sync.json
 	for n in 1 2 4; do bench/actloop bench-pipeline --gen-workers $$n --env-workers $$n --json || exit 1; done > bench/pipeline.json
 	@rm -f bench/actloop
 	@cat bench/results.json bench/crosscheck.json bench/sync.json bench/pipeline.json

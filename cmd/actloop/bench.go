@@ -67,6 +67,8 @@ per scenario (KV-pool or slot use over time, makespan by mode).`,
 	f.Float64Var(&s.TimeScale, "time-scale", 0.02, "live engine: wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
 	f.Int64Var(&s.Seed, "seed", 1, "workload and simulator seed: same seed, same batch")
 	f.Float64Var(&s.SyncEvery, "sync-every", 0, "simulated seconds between weight syncs in the -sync modes (0: the scenario's own, 60 for the small ones)")
+	f.Float64Var(&s.PauseMS, "pause-ms", 0, "steady-state scenarios: a weight sync's pause in milliseconds (0: --sync-json's pause_p50_ms)")
+	f.StringVar(&s.SyncJSON, "sync-json", bench.DefaultSyncJSON, "steady-state scenarios: bench-sync's JSON report to take the pause from")
 	f.BoolVar(&s.JSON, "json", false, "print one JSON array instead of a table")
 	f.StringVar(&s.Charts, "charts", "", "write a PNG chart per scenario (KV-pool or slot use over time, makespan by mode) into this directory")
 	outputFlags(f, &s.Outputs, "the whole bench")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image/png"
 	"math"
@@ -109,8 +110,13 @@ func TestVirtualSchedulingIsReproducible(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two runs of the virtual engine differ")
 	}
-	if len(a) != 2*len(Modes) {
-		t.Fatalf("%d rows, want every mode per scenario", len(a))
+	if len(a) != 2*(len(Modes)-1) {
+		t.Fatalf("%d rows, want every mode per scenario but trajectory-first-batch (drifting scenarios only)", len(a))
+	}
+	for _, r := range a {
+		if r.Mode == ModeTrajectoryFirst {
+			t.Fatalf("%s: a %s row on a scenario of one batch", r.Scenario, r.Mode)
+		}
 	}
 	best := map[string]float64{}
 	for _, r := range a {
@@ -327,6 +333,81 @@ func TestCrossCheckReportsBothEngines(t *testing.T) {
 		if c.LiveS <= 0 || c.VirtualS <= 0 || c.Ratio != c.LiveS/c.VirtualS || c.Agree != (math.Abs(c.Ratio-1) <= CrossCheckTolerance) ||
 			(c.Why == "") != c.Agree || c.LiveInputPerCall <= 0 || c.VirtualInputPerCall <= 0 {
 			t.Errorf("%+v", c)
+		}
+	}
+}
+
+// On a drifting scenario, trajectory-first-batch is swept on the first
+// batch only and runs every batch at that setting, while trajectory-tuned
+// is swept again on every batch; both rows sum the batches.
+func TestFirstBatchCapIsChosenOnBatchOneAndHeld(t *testing.T) {
+	s := Scheduling{Scenarios: "swe-rl-drift", Modes: "trajectory-first-batch,trajectory-tuned,trajectory", Tasks: 24, Replicas: 1, Slots: 2,
+		Seeds: 1, Seed: 2, JSON: true}
+	var out, errOut bytes.Buffer
+	if err := RunScheduling(context.Background(), s, &out, &errOut); err != nil {
+		t.Fatalf("bench: %v\n%s", err, errOut.String())
+	}
+	var got []Result
+	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &got); err != nil {
+		t.Fatal(err)
+	}
+	first, tuned, fixed := got[0], got[1], got[2]
+	for _, r := range got {
+		if r.Batches != 4 || r.Trajectories != 4*24 || r.Completed != 4*24 {
+			t.Fatalf("%s: %d batches, %d of %d trajectories; want 4 batches of 24", r.Mode, r.Batches, r.Completed, r.Trajectories)
+		}
+	}
+	if len(first.BatchCaps) != 4 || slices.ContainsFunc(first.BatchCaps, func(c int) bool { return c != first.Cap }) {
+		t.Errorf("first batch: caps %v, want %d held on every batch", first.BatchCaps, first.Cap)
+	}
+	if len(tuned.BatchCaps) != 4 || tuned.BatchCaps[0] != first.Cap || !reflect.DeepEqual(tuned.Sweep, first.Sweep) {
+		t.Errorf("the first batch's sweep differs: tuned caps %v sweep %v, first-batch cap %d sweep %v", tuned.BatchCaps, tuned.Sweep, first.Cap, first.Sweep)
+	}
+	if fixed.Cap != 0 || fixed.BatchCaps != nil || fixed.BoundS <= 0 {
+		t.Errorf("trajectory: cap %d, caps %v, bound %.0f", fixed.Cap, fixed.BatchCaps, fixed.BoundS)
+	}
+}
+
+// On a steady-state scenario rows are compared by trainable trajectories
+// per GPU-hour, the best tuned baseline being the one with the most.
+func TestSteadyRowsCompareByTrainableThroughput(t *testing.T) {
+	rs := []Result{
+		{Mode: ModeDefault, MakespanS: 900, TrainablePerGPUHour: 150, TrainerBatches: 8},
+		{Mode: ModeTrajectoryTuned, MakespanS: 1000, TrainablePerGPUHour: 120, TrainerBatches: 8},
+		{Mode: "async", MakespanS: 800, TrainablePerGPUHour: 100, TrainerBatches: 8},
+		{Mode: "trajectory", MakespanS: 700, TrainablePerGPUHour: 0, TrainerBatches: 8},
+	}
+	ratios(rs)
+	if rs[0].BestTuned != ModeTrajectoryTuned || math.Abs(rs[0].SpeedupVsBestTuned-1.25) > 1e-9 || math.Abs(rs[0].SpeedupVsAsync-1.5) > 1e-9 {
+		t.Errorf("default: %s %.3f×, %.3f× async; want trajectory-tuned 1.25×, 1.5×", rs[0].BestTuned, rs[0].SpeedupVsBestTuned, rs[0].SpeedupVsAsync)
+	}
+	if rs[3].SpeedupVsBestTuned != 0 || rs[0].SpeedupVsTrajectory != 0 {
+		t.Errorf("a row with nothing trainable: %.3f×, and against it %.3f×; want 0", rs[3].SpeedupVsBestTuned, rs[0].SpeedupVsTrajectory)
+	}
+}
+
+// The steady-state scenario takes its pause from bench-sync's report, or
+// says what is missing.
+func TestPauseFromBenchSync(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "sync.json"), filepath.Join(dir, "bad.json")
+	if err := errors.Join(os.WriteFile(good, []byte(`{"pause_p50_ms":131.5,"pause_p99_ms":170}`), 0o600),
+		os.WriteFile(bad, []byte(`{"pause_p99_ms":170}`), 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := pauseFrom(good); err != nil || ms != 131.5 {
+		t.Errorf("good: %v ms, %v", ms, err)
+	}
+	for _, p := range []string{bad, filepath.Join(dir, "none.json")} {
+		if _, err := pauseFrom(p); err == nil || !strings.Contains(err.Error(), "--sync-json") || !strings.Contains(err.Error(), "--pause-ms") && p == bad {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	s := Scheduling{Scenarios: "swe-rl-steady,swe-rl-drift", Modes: "default", Engine: EngineLive, Tasks: 4, TimeScale: 1, PauseMS: -1}
+	err := s.Validate()
+	for _, want := range []string{"swe-rl-steady is steady-state", "swe-rl-drift drifts", "--pause-ms"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate: %v, want %q", err, want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +56,12 @@ type Mode struct {
 	// settings (ACTLOOP_SLOTS, the admission floor and ceiling, the
 	// policy and the predictor), nothing set for the scenario.
 	Shipped bool
+	// FirstBatch tunes the knob on a drifting scenario's first batch only
+	// and holds that setting for the others, as a user sets it once at the
+	// start of a training run (without it a tuned mode is re-tuned on every
+	// batch). The bench runs it on drifting scenarios only: on one batch
+	// it is the tuned mode.
+	FirstBatch bool
 }
 
 // Mechanisms a Mode may turn off.
@@ -80,6 +88,7 @@ const (
 	ModeDefault          = "default"
 	ModeTrajectoryTuned  = "trajectory-tuned"
 	ModeAsyncCappedTuned = "async-capped-tuned"
+	ModeTrajectoryFirst  = "trajectory-first-batch"
 )
 
 // Modes are every mode the scheduling bench knows.
@@ -87,6 +96,7 @@ var Modes = []Mode{
 	{Name: ModeDefault, Kind: "action", Policy: priority.NameFCFS, Predictor: predictor.BackendHistory, Shipped: true},
 	{Name: "trajectory", Kind: "trajectory", Policy: "fcfs"},
 	{Name: ModeTrajectoryTuned, Kind: "trajectory", Policy: "fcfs", Tune: TuneSlots},
+	{Name: ModeTrajectoryFirst, Kind: "trajectory", Policy: "fcfs", Tune: TuneSlots, FirstBatch: true},
 	{Name: "async", Kind: "async", Policy: "fcfs"},
 	{Name: ModeAsyncCappedTuned, Kind: "async", Policy: "fcfs", Tune: TuneCap},
 	{Name: "action-fcfs", Kind: "action", Policy: "fcfs"},
@@ -185,18 +195,35 @@ type Result struct {
 	SpeedupVsAsync      float64 `json:"speedup_vs_async,omitempty"`
 	// SpeedupVsBestTuned is the best of the trajectory-tuned,
 	// async-capped-tuned and async rows (BestTuned names it) over this
-	// row's makespan: above 1, this row beats every baseline as its users
-	// would tune it.
+	// row's makespan (on a steady-state scenario, this row's trainable
+	// trajectories per GPU-hour over the best's): above 1, this row beats
+	// every baseline as its users would tune it.
 	SpeedupVsBestTuned float64 `json:"speedup_vs_best_tuned,omitempty"`
 	BestTuned          string  `json:"best_tuned,omitempty"`
 	// A tuned row's setting of its knob (Mode.Tune) with the least mean
 	// makespan over the seeds, and every setting tried as [setting, mean
-	// makespan s], in the order of the setting.
+	// makespan s], in the order of the setting; on a steady-state scenario
+	// the score is GPU-seconds per trainable trajectory instead of the
+	// makespan; on a drifting one Cap and Sweep are the first batch's and
+	// BatchCaps the setting each batch ran at.
 	Cap             int          `json:"cap,omitempty"`
 	Sweep           [][2]float64 `json:"sweep,omitempty"`
+	BatchCaps       []int        `json:"batch_caps,omitempty"`
 	Retractions     int64        `json:"retractions"`
 	PrefilledTokens int64        `json:"prefilled_tokens,omitempty"`
 	CachedTokens    int64        `json:"cached_tokens,omitempty"`
+	// Batches is a drifting scenario's batches, run one after the other:
+	// the makespan, the bound and the counters are their sums.
+	Batches int `json:"batches,omitempty"`
+	// A steady-state scenario's trainer (virtual engine): trainable
+	// trajectories per GPU-hour after the warm-up, their mean staleness
+	// (weight versions behind when taken), the trajectories dropped as
+	// stale per run, and the batches taken. The makespan is then when the
+	// last batch was taken.
+	TrainablePerGPUHour float64 `json:"trainable_per_gpu_hour,omitempty"`
+	MeanStaleness       float64 `json:"mean_staleness,omitempty"`
+	DroppedStale        int     `json:"dropped_stale,omitempty"`
+	TrainerBatches      int     `json:"trainer_batches,omitempty"`
 	// KVUse is the mean share of the servers' token pools held by running
 	// requests (sglang:token_usage), KVUseSeries samples it every
 	// KVUseStepS; BusyShare is the share of the makespan the servers spent
@@ -244,10 +271,15 @@ type Scheduling struct {
 	// SyncEvery is simulated seconds between weight syncs in the -sync
 	// modes (0: the scenario's own, else 60).
 	SyncEvery float64
-	Seed      int64  // workload and simulator seed: same seed, same batch
-	JSON      bool   // one JSON array instead of a table
-	Charts    string // a directory for a PNG chart per scenario ("": none)
-	Outputs   Outputs
+	// PauseMS is a weight sync's pause on a steady-state scenario, trainer
+	// side, in milliseconds; 0: SyncJSON's pause_p50_ms (what bench-sync
+	// measured), SyncJSON "" meaning bench/sync.json.
+	PauseMS  float64
+	SyncJSON string
+	Seed     int64  // workload and simulator seed: same seed, same batch
+	JSON     bool   // one JSON array instead of a table
+	Charts   string // a directory for a PNG chart per scenario ("": none)
+	Outputs  Outputs
 }
 
 // plan resolves the modes and scenarios named, and checks the numbers.
@@ -303,6 +335,17 @@ func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
 			errs = append(errs, fmt.Errorf("%s: must be >= 0 (0: the default), got %d", c.flag, c.v))
 		}
 	}
+	for _, sc := range scs {
+		if sc.Steady != nil && s.Engine == EngineLive {
+			errs = append(errs, fmt.Errorf("--scenarios: %s is steady-state RL, which only the virtual engine runs", sc.Name))
+		}
+		if len(sc.Drift) > 0 && s.Engine == EngineLive {
+			errs = append(errs, fmt.Errorf("--scenarios: %s drifts over %d batches, which only the virtual engine runs", sc.Name, len(sc.Drift)))
+		}
+	}
+	if s.PauseMS < 0 {
+		errs = append(errs, fmt.Errorf("--pause-ms: must be >= 0 (0: --sync-json's pause_p50_ms), got %g", s.PauseMS))
+	}
 	if s.Engine == EngineLive && s.TimeScale <= 0 {
 		errs = append(errs, errors.New("--time-scale: must be positive"))
 	}
@@ -324,6 +367,12 @@ func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	if slices.ContainsFunc(scs, func(sc workload.Scenario) bool { return sc.Steady != nil }) && s.PauseMS == 0 {
+		if s.PauseMS, err = pauseFrom(cmp.Or(s.SyncJSON, DefaultSyncJSON)); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "bench: a weight sync pauses generation %.0f ms (pause_p50_ms of %s)\n", s.PauseMS, cmp.Or(s.SyncJSON, DefaultSyncJSON))
+	}
 	o := runOpts{timeScale: s.TimeScale, seed: s.Seed}
 	log, closeLog, err := s.Outputs.logger()
 	if err != nil {
@@ -340,10 +389,14 @@ func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) 
 	for _, sc := range scs {
 		var rs []Result
 		var err error
+		modes := chosen
+		if sc.Batches() == 1 { // one batch: trajectory-first-batch is trajectory-tuned
+			modes = slices.DeleteFunc(slices.Clone(chosen), func(m Mode) bool { return m.FirstBatch })
+		}
 		if s.Engine == EngineLive {
-			rs, err = s.runLive(ctx, sc, chosen, o, stderr)
+			rs, err = s.runLive(ctx, sc, modes, o, stderr)
 		} else {
-			rs, err = s.runVirtual(sc, chosen, stderr)
+			rs, err = s.runVirtual(sc, modes, stderr)
 		}
 		if err != nil {
 			return err
@@ -370,12 +423,46 @@ func RunScheduling(ctx context.Context, s Scheduling, stdout, stderr io.Writer) 
 	return virtualTable(stdout, results)
 }
 
+// DefaultSyncJSON is where `make bench` writes bench-sync's figures.
+const DefaultSyncJSON = "bench/sync.json"
+
+// pauseFrom reads the median pause (pause_p50_ms) from a bench-sync JSON
+// report.
+func pauseFrom(path string) (float64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("--sync-json: the steady-state scenario takes its pause from bench-sync's report: %w (or give --pause-ms)", err)
+	}
+	var rep struct {
+		P50 float64 `json:"pause_p50_ms"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return 0, fmt.Errorf("--sync-json: %s: %w", path, err)
+	}
+	if rep.P50 <= 0 {
+		return 0, fmt.Errorf("--sync-json: %s has no positive pause_p50_ms (got %g): give --pause-ms", path, rep.P50)
+	}
+	return rep.P50, nil
+}
+
 // capOf is a tuned row's chosen setting, "-" for any other row.
 func capOf(r Result) string {
 	if r.Cap == 0 {
 		return "-"
 	}
 	return strconv.Itoa(r.Cap)
+}
+
+// capsOf is capOf, with the setting of each batch of a drifting scenario.
+func capsOf(r Result) string {
+	if len(r.BatchCaps) == 0 {
+		return capOf(r)
+	}
+	parts := make([]string, len(r.BatchCaps))
+	for i, c := range r.BatchCaps {
+		parts[i] = strconv.Itoa(c)
+	}
+	return strings.Join(parts, "/")
 }
 
 // liveTable prints the live engine's results.
@@ -394,11 +481,12 @@ func liveTable(stdout io.Writer, results []Result) error {
 // virtualTable prints the virtual engine's results: means over the seeds.
 func virtualTable(stdout io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\tmin–max s\t× bound\t× best tuned\t× trajectory\t× async\tcap\tmean lat s\ttok/s\tKV use\tbusy\tpreempt\tre-prefill tok\tretract\tsyncs\tqueue/server/env s\tpred MAE tok\tpred rank ρ\twall s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\tmin–max s\t× bound\t× best tuned\t× trajectory\t× async\tcap\ttrainable/GPU-h\tstaleness\tdropped\tmean lat s\ttok/s\tKV use\tbusy\tpreempt\tre-prefill tok\tretract\tsyncs\tqueue/server/env s\tpred MAE tok\tpred rank ρ\twall s\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.0f\t%.2f\t%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.0f\t%.2f\t%.1f\t\n",
 			r.Scenario, r.Mode, r.Completed, r.Trajectories, r.MakespanS, r.MakespanMinS, r.MakespanMaxS, r.VsBound,
-			r.SpeedupVsBestTuned, r.SpeedupVsTrajectory, r.SpeedupVsAsync, capOf(r), r.MeanLatencyS, r.TokensPerS, r.KVUse, r.BusyShare,
+			r.SpeedupVsBestTuned, r.SpeedupVsTrajectory, r.SpeedupVsAsync, capsOf(r), r.TrainablePerGPUHour, r.MeanStaleness, r.DroppedStale,
+			r.MeanLatencyS, r.TokensPerS, r.KVUse, r.BusyShare,
 			r.Preemptions, r.Reprefilled, r.Retractions, r.Syncs, r.MeanGenQueueS, r.MeanServerS, r.MeanEnvS,
 			r.PredMAE, r.PredRankCorr, r.WallS)
 	}

@@ -50,7 +50,11 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 	default: // adapts from the default floor up to the whole batch
 		cfg.MaxActiveCeiling = tasks
 	}
-	if m.Sync {
+	if st := sc.Steady; st != nil { // the trainer's syncs, the same for every mode
+		cfg.Trainer = &virtual.Trainer{BatchSize: st.BatchSize, Batches: st.Batches, WarmupBatches: st.WarmupBatches,
+			MaxStaleness: st.MaxStaleness}
+		cfg.SyncPauseS = s.PauseMS / 1000
+	} else if m.Sync {
 		cfg.SyncEvery = s.syncEveryOf(sc)
 	}
 	switch m.Without {
@@ -114,6 +118,7 @@ func (s Scheduling) tasksOf(sc workload.Scenario) int {
 type job struct {
 	name    string // mode, and the knob's setting of a tuned mode
 	cfg     virtual.Config
+	batch   int // the scenario's batch (0 unless it drifts)
 	seed    int // index into the plans
 	res     virtual.Result
 	err     error
@@ -121,14 +126,14 @@ type job struct {
 }
 
 // runJobs runs jobs on every core; the first error names its run.
-func (s Scheduling) runJobs(sc workload.Scenario, plans [][]workload.Trajectory, jobs []*job) error {
+func (s Scheduling) runJobs(sc workload.Scenario, plans [][][]workload.Trajectory, jobs []*job) error {
 	work := make(chan *job)
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for j := range work {
 				start := time.Now()
-				j.res, j.err = virtual.Run(j.cfg, plans[j.seed])
+				j.res, j.err = virtual.Run(j.cfg, plans[j.batch][j.seed])
 				j.elapsed = time.Since(start)
 			}
 		})
@@ -140,50 +145,86 @@ func (s Scheduling) runJobs(sc workload.Scenario, plans [][]workload.Trajectory,
 	wg.Wait()
 	for _, j := range jobs {
 		if j.err != nil {
-			return fmt.Errorf("bench %s/%s seed %d: %w", sc.Name, j.name, s.Seed+int64(j.seed), j.err)
+			return fmt.Errorf("bench %s/%s batch %d seed %d: %w", sc.Name, j.name, j.batch+1, s.Seed+int64(j.seed), j.err)
 		}
 	}
 	return nil
 }
 
+// score is what a tuned mode's sweep minimises on sc: the makespan, or on
+// a steady-state scenario the GPU-seconds per trainable trajectory.
+func score(sc workload.Scenario) func(virtual.Result) float64 {
+	if sc.Steady == nil {
+		return func(r virtual.Result) float64 { return r.MakespanS }
+	}
+	return func(r virtual.Result) float64 {
+		if r.Trainer == nil || r.Trainer.TrainablePerGPUHour <= 0 {
+			return math.MaxFloat64
+		}
+		return 3600 / r.Trainer.TrainablePerGPUHour
+	}
+}
+
 // runVirtual runs every chosen mode on sc with the virtual engine, once
-// per seed, and sweeps each tuned mode's knob, the runs in parallel; the
-// same settings give the same figures whatever the machine.
+// per seed (and per batch of a drifting scenario), and sweeps each tuned
+// mode's knob, the runs in parallel; the same settings give the same
+// figures whatever the machine. A tuned mode is swept on every batch
+// (re-tuned as the workload drifts), or with Mode.FirstBatch on the first
+// batch only, its setting then held for the others.
 func (s Scheduling) runVirtual(sc workload.Scenario, modes []Mode, stderr io.Writer) ([]Result, error) {
 	tasks := s.tasksOf(sc)
 	seeds := max(s.Seeds, 1)
 	replicas, slots := s.machine(sc)
-	plans := make([][]workload.Trajectory, seeds)
-	bounds := make([]virtual.Bound, seeds)
-	for k := range seeds {
-		plans[k] = sc.Generate(s.Seed+int64(k), tasks)
-		bounds[k] = virtual.LowerBound(plans[k], virtual.Defaults(replicas, slots))
+	nb := sc.Batches()
+	plans := make([][][]workload.Trajectory, nb) // [batch][seed]
+	bounds := make([][]virtual.Bound, nb)
+	for b := range nb {
+		bs := sc.Batch(b)
+		for k := range seeds {
+			p := bs.Generate(workload.BatchSeed(s.Seed+int64(k), b), tasks)
+			plans[b] = append(plans[b], p)
+			if sc.Steady == nil { // a steady run stops before its supply is done: no bound
+				bounds[b] = append(bounds[b], virtual.LowerBound(p, virtual.Defaults(replicas, slots)))
+			} else {
+				bounds[b] = append(bounds[b], virtual.Bound{})
+			}
+		}
 	}
-	perSeed := func(name string, cfg virtual.Config) []*job {
+	perSeed := func(name string, cfg virtual.Config, b int) []*job {
 		js := make([]*job, seeds)
 		for k := range js {
-			js[k] = &job{name: name, cfg: cfg, seed: k}
+			js[k] = &job{name: name, cfg: cfg, batch: b, seed: k}
 		}
 		return js
 	}
 	// The fixed modes and each sweep's first settings run together; each
 	// sweep then goes on while it finds better settings.
-	fixed := make([][]*job, len(modes))
+	fixed := make([][][]*job, len(modes)) // [mode][batch][seed]
 	var sweeps []*sweep
 	var jobs []*job
 	for i, m := range modes {
 		if m.Tune == "" {
-			fixed[i] = perSeed(m.Name, s.virtualConfig(m, sc, tasks))
-			jobs = append(jobs, fixed[i]...)
+			for b := range nb {
+				js := perSeed(m.Name, s.virtualConfig(m, sc, tasks), b)
+				fixed[i] = append(fixed[i], js)
+				jobs = append(jobs, js...)
+			}
 			continue
 		}
-		sweeps = append(sweeps, newSweep(i, (tasks+replicas-1)/replicas))
+		for b := range nb {
+			if b > 0 && m.FirstBatch {
+				break
+			}
+			w := newSweep(i, (tasks+replicas-1)/replicas)
+			w.batch, w.score = b, score(sc)
+			sweeps = append(sweeps, w)
+		}
 	}
 	for {
 		for _, w := range sweeps {
 			for _, v := range w.wave() {
 				m := modes[w.mode]
-				w.runs[v] = perSeed(fmt.Sprintf("%s@%d", m.Name, v), withKnob(s.virtualConfig(m, sc, tasks), m.Tune, v))
+				w.runs[v] = perSeed(fmt.Sprintf("%s@%d", m.Name, v), withKnob(s.virtualConfig(m, sc, tasks), m.Tune, v), w.batch)
 				jobs = append(jobs, w.runs[v]...)
 			}
 		}
@@ -195,37 +236,150 @@ func (s Scheduling) runVirtual(sc workload.Scenario, modes []Mode, stderr io.Wri
 		}
 		jobs = nil
 	}
-	row := func(m Mode, js []*job) Result {
-		runs := make([]virtual.Result, len(js))
-		for k, j := range js {
-			runs[k] = j.res
+	// A mode tuned on the first batch runs the others at its setting.
+	held := map[int][][]*job{} // mode → [batch][seed], batch 0 the sweep's
+	for _, w := range sweeps {
+		m := modes[w.mode]
+		if !m.FirstBatch {
+			continue
 		}
-		r := aggregate(runs, bounds)
+		best := w.best()
+		held[w.mode] = [][]*job{w.runs[best]}
+		for b := 1; b < nb; b++ {
+			js := perSeed(fmt.Sprintf("%s@%d", m.Name, best), withKnob(s.virtualConfig(m, sc, tasks), m.Tune, best), b)
+			held[w.mode] = append(held[w.mode], js)
+			jobs = append(jobs, js...)
+		}
+	}
+	if err := s.runJobs(sc, plans, jobs); err != nil {
+		return nil, err
+	}
+	// row is the mean over the seeds of each seed's batches run one after
+	// the other (byBatch: [batch][seed]).
+	row := func(m Mode, byBatch [][]*job) Result {
+		runs := make([]virtual.Result, seeds)
+		bs := make([]virtual.Bound, seeds)
+		for k := range seeds {
+			parts := make([]virtual.Result, nb)
+			for b := range nb {
+				parts[b] = byBatch[b][k].res
+				bs[k] = addBounds(bs[k], bounds[b][k])
+			}
+			runs[k] = inSequence(parts)
+		}
+		r := aggregate(runs, bs)
 		r.Scenario, r.Mode, r.Engine = sc.Name, m.Name, EngineVirtual
+		if nb > 1 {
+			r.Batches = nb
+		}
+		for _, js := range byBatch {
+			r.WallS += wallOf(js)
+		}
 		return r
 	}
 	out := make([]Result, len(modes))
 	for i, m := range modes {
 		if fixed[i] != nil {
 			out[i] = row(m, fixed[i])
-			out[i].WallS = wallOf(fixed[i])
 		}
 	}
+	bySweepMode := map[int][]*sweep{}
 	for _, w := range sweeps {
-		best := w.best()
-		r := row(modes[w.mode], w.runs[best])
-		r.Cap = best
-		for _, v := range slices.Sorted(maps.Keys(w.runs)) {
-			r.Sweep = append(r.Sweep, [2]float64{float64(v), w.mean(v)})
-			r.WallS += wallOf(w.runs[v])
+		bySweepMode[w.mode] = append(bySweepMode[w.mode], w)
+	}
+	for i, ws := range bySweepMode {
+		var byBatch [][]*job
+		if js, ok := held[i]; ok {
+			byBatch = js
+		} else {
+			for _, w := range ws {
+				byBatch = append(byBatch, w.runs[w.best()])
+			}
 		}
-		out[w.mode] = r
+		r := row(modes[i], byBatch)
+		r.Cap = ws[0].best()
+		for _, v := range slices.Sorted(maps.Keys(ws[0].runs)) {
+			r.Sweep = append(r.Sweep, [2]float64{float64(v), ws[0].mean(v)})
+		}
+		for b := 0; nb > 1 && b < nb; b++ {
+			if held[i] != nil { // the first batch's, held
+				r.BatchCaps = append(r.BatchCaps, r.Cap)
+			} else {
+				r.BatchCaps = append(r.BatchCaps, ws[b].best())
+			}
+		}
+		for _, w := range ws {
+			for v, js := range w.runs {
+				if v != w.best() { // the best's are in the row's already
+					r.WallS += wallOf(js)
+				}
+			}
+		}
+		out[i] = r
 	}
 	ratios(out)
 	if !s.JSON {
-		fmt.Fprintf(stderr, "bench: %s: %d modes × %d seeds in %.1f s of CPU\n", sc.Name, len(modes), seeds, sumWall(out))
+		fmt.Fprintf(stderr, "bench: %s: %d modes × %d seeds × %d batches in %.1f s of CPU\n", sc.Name, len(modes), seeds, nb, sumWall(out))
 	}
 	return out, nil
+}
+
+// addBounds is the bound of two batches run one after the other.
+func addBounds(a, b virtual.Bound) virtual.Bound {
+	return virtual.Bound{DecodeS: a.DecodeS + b.DecodeS, PrefillS: a.PrefillS + b.PrefillS, WorkS: a.WorkS + b.WorkS,
+		PathS: a.PathS + b.PathS, S: a.S + b.S}
+}
+
+// inSequence is the result of batches run one after the other: makespans
+// and counters add up, means are weighted by trajectories (per-trajectory
+// figures) or by makespan (shares of time), the last batch says what
+// finished last.
+func inSequence(parts []virtual.Result) virtual.Result {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	var r virtual.Result
+	var trajs float64
+	for _, p := range parts {
+		trajs += float64(p.Completed)
+		r.MakespanS += p.MakespanS
+	}
+	for _, p := range parts {
+		wn, wt := float64(p.Completed)/trajs, p.MakespanS/r.MakespanS
+		r.Trajectories += p.Trajectories
+		r.Completed += p.Completed
+		r.GeneratedTokens += p.GeneratedTokens
+		r.Preemptions += p.Preemptions
+		r.ResumedTokens += p.ResumedTokens
+		r.Reprefilled += p.Reprefilled
+		r.Retractions += p.Retractions
+		r.Prefilled += p.Prefilled
+		r.Cached += p.Cached
+		r.Evicted += p.Evicted
+		r.Iterations += p.Iterations
+		r.Syncs += p.Syncs
+		r.PeakActive = max(r.PeakActive, p.PeakActive)
+		r.VersionSpreadX = max(r.VersionSpreadX, p.VersionSpreadX)
+		r.VersionSpread += wn * p.VersionSpread
+		r.MeanLatencyS += wn * p.MeanLatencyS
+		r.P99LatencyS += wn * p.P99LatencyS
+		r.MeanAdmitWaitS += wn * p.MeanAdmitWaitS
+		r.MeanStretch += wn * p.MeanStretch
+		r.MeanGenQueueS += wn * p.MeanGenQueueS
+		r.MeanServerS += wn * p.MeanServerS
+		r.MeanEnvS += wn * p.MeanEnvS
+		r.InputPerCall += wn * p.InputPerCall
+		r.PredCoverage += wn * p.PredCoverage
+		r.PredMAE += wn * p.PredMAE
+		r.PredRankCorr += wn * p.PredRankCorr
+		r.KVUse += wt * p.KVUse
+		r.BusyShare += wt * p.BusyShare
+		r.KVUseStepS = p.KVUseStepS
+		r.KVUseSeries = append(r.KVUseSeries, p.KVUseSeries...)
+		r.LastAdmitS, r.LastRunS, r.LastPathS = p.LastAdmitS, p.LastRunS, p.LastPathS
+	}
+	r.TokensPerS = float64(r.GeneratedTokens) / r.MakespanS
+	return r
 }
 
 // wallOf is the seconds js took to run, summed.
@@ -244,10 +398,12 @@ func wallOf(js []*job) float64 {
 // spaced between the best's neighbours, and again around the new best with
 // a finer step, down to a step of one.
 type sweep struct {
-	mode   int   // index in the modes
-	ladder []int // settings to try first, ascending
-	next   int   // index in ladder of the next setting to try
-	step   int   // the last refinement's step (0: none yet)
+	mode   int                          // index in the modes
+	batch  int                          // the scenario's batch it is swept on
+	score  func(virtual.Result) float64 // what it minimises (nil: the makespan)
+	ladder []int                        // settings to try first, ascending
+	next   int                          // index in ladder of the next setting to try
+	step   int                          // the last refinement's step (0: none yet)
 	runs   map[int][]*job
 }
 
@@ -275,11 +431,15 @@ func ladderNext(v int) int {
 	return v + v/3
 }
 
-// mean is the mean makespan of setting v's runs.
+// mean is the mean score (makespan) of setting v's runs.
 func (w *sweep) mean(v int) float64 {
 	sum := 0.0
 	for _, j := range w.runs[v] {
-		sum += j.res.MakespanS
+		if w.score != nil {
+			sum += w.score(j.res)
+		} else {
+			sum += j.res.MakespanS
+		}
 	}
 	return sum / float64(len(w.runs[v]))
 }
@@ -354,10 +514,18 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 		r.MakespanS += v.MakespanS / n
 		r.MakespanMinS = min(r.MakespanMinS, v.MakespanS)
 		r.MakespanMaxS = max(r.MakespanMaxS, v.MakespanS)
-		r.BoundS += bounds[k].S / n
-		r.BoundWorkS += bounds[k].WorkS / n
-		r.BoundPathS += bounds[k].PathS / n
-		r.VsBound += v.MakespanS / bounds[k].S / n
+		if bounds[k].S > 0 {
+			r.BoundS += bounds[k].S / n
+			r.BoundWorkS += bounds[k].WorkS / n
+			r.BoundPathS += bounds[k].PathS / n
+			r.VsBound += v.MakespanS / bounds[k].S / n
+		}
+		if tr := v.Trainer; tr != nil {
+			r.TrainablePerGPUHour += tr.TrainablePerGPUHour / n
+			r.MeanStaleness += tr.MeanStaleness / n
+			r.DroppedStale += tr.Dropped
+			r.TrainerBatches = len(tr.Batches)
+		}
 		r.MeanLatencyS += v.MeanLatencyS / n
 		r.P99LatencyS += v.P99LatencyS / n
 		r.TokensPerS += v.TokensPerS / n
@@ -394,6 +562,7 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 	r.PrefilledTokens /= int64(len(runs))
 	r.CachedTokens /= int64(len(runs))
 	r.Syncs /= len(runs)
+	r.DroppedStale /= len(runs)
 	r.KVUseStepS, r.KVUseSeries = runs[0].KVUseStepS, runs[0].KVUseSeries
 	return r
 }
@@ -401,28 +570,46 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 // Baselines is the rows a scenario's best tuned baseline is taken from.
 var Baselines = []string{ModeTrajectoryTuned, ModeAsyncCappedTuned, "async"}
 
-// ratios sets each row's makespan against the trajectory and async rows
-// of its scenario and the best of its Baselines (0 when that row was not
-// run).
+// ratios sets each row against the trajectory and async rows of its
+// scenario and the best of its Baselines (0 when that row was not run): by
+// makespan, or on a steady-state scenario (rows with a trainer) by
+// trainable trajectories per GPU-hour.
 func ratios(rs []Result) {
+	steady := slices.ContainsFunc(rs, func(r Result) bool { return r.TrainerBatches > 0 })
+	// cost is lower for a better row.
+	cost := func(r Result) float64 {
+		if !steady {
+			return r.MakespanS
+		}
+		if r.TrainablePerGPUHour <= 0 {
+			return math.Inf(1)
+		}
+		return 1 / r.TrainablePerGPUHour
+	}
 	ref := map[string]float64{}
 	best, bestName := 0.0, ""
 	for _, r := range rs {
-		ref[r.Mode] = r.MakespanS
-		if slices.Contains(Baselines, r.Mode) && (bestName == "" || r.MakespanS < best) {
-			best, bestName = r.MakespanS, r.Mode
+		ref[r.Mode] = cost(r)
+		if slices.Contains(Baselines, r.Mode) && (bestName == "" || cost(r) < best) {
+			best, bestName = cost(r), r.Mode
 		}
+	}
+	over := func(v float64, r Result) float64 {
+		if math.IsInf(v, 1) || math.IsInf(cost(r), 1) {
+			return 0
+		}
+		return v / cost(r)
 	}
 	for i := range rs {
 		r := &rs[i]
-		if v := ref["trajectory"]; v > 0 {
-			r.SpeedupVsTrajectory = v / r.MakespanS
+		if v, ok := ref["trajectory"]; ok {
+			r.SpeedupVsTrajectory = over(v, *r)
 		}
-		if v := ref["async"]; v > 0 {
-			r.SpeedupVsAsync = v / r.MakespanS
+		if v, ok := ref["async"]; ok {
+			r.SpeedupVsAsync = over(v, *r)
 		}
-		if best > 0 {
-			r.SpeedupVsBestTuned, r.BestTuned = best/r.MakespanS, bestName
+		if bestName != "" {
+			r.SpeedupVsBestTuned, r.BestTuned = over(best, *r), bestName
 		}
 	}
 }

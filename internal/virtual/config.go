@@ -57,6 +57,12 @@ type Config struct {
 	// trainer can consume while they are fresh. TrainBatchSize 0: no bound.
 	TrainBatchSize int
 	MaxStaleness   int64
+	// Trainer, when set, runs steady-state asynchronous RL: the run ends
+	// when the trainer has taken its batches, and a weight sync (of
+	// SyncPauseS) follows each batch instead of coming every SyncEvery.
+	// Admission is bounded as TrainBatchSize and MaxStaleness bound it,
+	// which Trainer sets.
+	Trainer *Trainer
 
 	// The coordinator's and gen-workers' settings, as their ACTLOOP_
 	// settings name them; Defaults has their defaults.
@@ -150,6 +156,9 @@ func (c Config) Validate() error {
 	}
 	if c.SyncEvery < 0 || c.SyncPauseS < 0 {
 		bad("sync", fmt.Sprint(c.SyncEvery, c.SyncPauseS))
+	}
+	if c.Trainer != nil {
+		errs = append(errs, c.Trainer.validate(c))
 	}
 	if c.MaxNew < 1 {
 		bad("max_new_tokens", c.MaxNew)

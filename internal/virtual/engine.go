@@ -30,6 +30,7 @@ type traj struct {
 	predicted              float64
 	preemptedAt            float64
 
+	dropped   bool               // the trainer dropped it as stale
 	inEval    bool               // its last reply is in: it needs no more KV
 	predTurns float64            // the predictor's remaining turns (-1: none)
 	turn      int                // the turn being generated (0-based)
@@ -102,6 +103,8 @@ type engine struct {
 	nextGen    int64
 	done       int
 
+	trainer trainerState
+
 	history history
 	learned learned
 	// predErrs pairs every prediction made with the truth: predicted and
@@ -122,10 +125,14 @@ func Run(cfg Config, plans []workload.Trajectory) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	for e.done < len(e.ts) {
+	for e.done < len(e.ts) && !e.trained() {
 		if err := e.step(); err != nil {
 			return Result{}, err
 		}
+	}
+	if tr := cfg.Trainer; tr != nil && !e.trained() {
+		return Result{}, fmt.Errorf("virtual engine: the supply of %d trajectories ran out at %.1f s with %d of the trainer's %d batches taken (%d dropped as stale): give it more",
+			len(e.ts), e.now, len(e.trainer.batches), tr.Batches, e.trainer.dropped)
 	}
 	return e.result(), nil
 }
@@ -144,6 +151,9 @@ func newEngine(cfg Config, plans []workload.Trajectory) (*engine, error) {
 		policy, _ = priority.New(cfg.Policy, priority.Config{AgeLimit: cfg.AgeLimit})
 	}
 	e := &engine{cfg: cfg, policy: policy, load: map[string]int{}, limit: cfg.floor(), replicaOf: map[string]int{}}
+	if tr := cfg.Trainer; tr != nil { // the bound the coordinator is set to
+		e.cfg.TrainBatchSize, e.cfg.MaxStaleness = tr.BatchSize, tr.MaxStaleness
+	}
 	if cfg.Kind == KindAsync {
 		e.cfg.Slots = len(plans)
 	}
@@ -184,7 +194,8 @@ func (e *engine) step() error {
 	ev := e.q.pop()
 	e.now = ev.at
 	e.handle(ev)
-	if e.active == 0 && e.done < len(e.ts) && (e.cfg.SyncEvery == 0 || e.now > stallAfterS) {
+	syncing := e.cfg.Trainer != nil && e.paused // a trainer's weight sync resumes admission
+	if e.active == 0 && e.done < len(e.ts) && !syncing && !e.trained() && (e.cfg.SyncEvery == 0 || e.now > stallAfterS) {
 		// Nothing runs and nothing can be admitted: only a weight sync
 		// could make room (under a staleness bound), and none comes.
 		return fmt.Errorf("virtual engine stalled at %.1f s with %d of %d trajectories finished and none admitted", e.now, e.done, len(e.ts))
@@ -347,7 +358,9 @@ func (e *engine) handle(ev event) {
 		e.q.push(e.now+e.cfg.SyncPauseS, evResume, 0)
 	case evResume:
 		e.resume()
-		e.q.push(e.now+e.cfg.SyncEvery, evPause, 0)
+		if e.cfg.SyncEvery > 0 {
+			e.q.push(e.now+e.cfg.SyncEvery, evPause, 0)
+		}
 	case evSample:
 		e.sample()
 		e.q.push(e.now+e.cfg.SampleEveryS, evSample, 0)
@@ -365,7 +378,7 @@ func (e *engine) admit() {
 		e.admitKV()
 		return
 	}
-	room := priority.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
+	room := priority.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, e.admittedLive())
 	free := priority.Admissible(e.limit, e.active, room)
 	if free == 0 || len(e.waitingIDs) == 0 {
 		return
@@ -408,7 +421,7 @@ func (e *engine) startAll(order []int, replicas []string) {
 // (priority.KVPools), under the count ceiling and the staleness bound, as the
 // coordinator does when its gen-workers report their servers' pools.
 func (e *engine) admitKV() {
-	room := priority.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, int64(e.admitted))
+	room := priority.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, e.admittedLive())
 	free := priority.Admissible(priority.KVCeiling(e.cfg.MaxActiveCeiling), e.active, room)
 	if free == 0 || len(e.waitingIDs) == 0 {
 		return
@@ -711,6 +724,10 @@ func (e *engine) finish(i int) {
 	}
 	e.pace.ObserveFinished(e.names[t.replica], t.finishedAt-t.admittedAt, t.genTokens, t.calls)
 	e.dirty = true
+	if e.cfg.Trainer != nil {
+		e.trainer.ready = append(e.trainer.ready, i)
+		e.train()
+	}
 	e.admit()
 }
 
@@ -787,6 +804,7 @@ func (e *engine) resume() {
 	for r := range e.ws {
 		e.dispatch(r)
 	}
+	e.train() // what finished during the sync, against the new version
 	e.admit() // a new version makes room under a staleness bound
 }
 

@@ -57,6 +57,11 @@ type Result struct {
 	// remaining tokens and Spearman's rank correlation of predicted with
 	// true remaining tokens (what lpt and sjf rank by).
 	PredCoverage, PredMAE, PredRankCorr float64
+	// Trainer is what a steady-state run's trainer took (nil without one).
+	// Such a run stops when the trainer has its batches, so the figures
+	// above are over the trajectories finished by then, and MakespanS is
+	// when it stopped.
+	Trainer *TrainerResult
 }
 
 func (e *engine) result() Result {
@@ -65,8 +70,11 @@ func (e *engine) result() Result {
 	r.KVUseStepS = e.cfg.SampleEveryS
 	var lat []float64
 	var last *traj
-	n := float64(len(e.ts))
+	n := float64(e.done)
 	for _, t := range e.ts {
+		if !t.finished { // a steady-state run stops with some under way
+			continue
+		}
 		lat = append(lat, t.finishedAt)
 		if last == nil || t.finishedAt > last.finishedAt {
 			last = t
@@ -108,6 +116,7 @@ func (e *engine) result() Result {
 	r.KVUse = usage / span / float64(e.cfg.Server.MaxTotalTokens)
 	r.PredCoverage = float64(len(e.predErrs)) / float64(max(e.asked, 1))
 	r.PredMAE, r.PredRankCorr = predictionError(e.predErrs)
+	r.Trainer = e.trainerResult()
 	return r
 }
 

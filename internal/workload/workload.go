@@ -24,6 +24,10 @@ import (
 type Dist interface {
 	Draw(r *rand.Rand) float64
 	String() string
+	// Scaled is the distribution of f times a draw (its bounds scaled
+	// too, except where a bound is a limit the scenario sets elsewhere:
+	// see Growth).
+	Scaled(f float64) Dist
 }
 
 // LogNormal has median Median and shape Sigma (of the log), clipped to
@@ -32,6 +36,12 @@ type LogNormal struct{ Median, Sigma, Min, Max float64 }
 
 func (d LogNormal) Draw(r *rand.Rand) float64 {
 	return clip(d.Median*math.Exp(d.Sigma*r.NormFloat64()), d.Min, d.Max)
+}
+
+// Scaled moves the median and the lower bound by f; the upper bound stays,
+// as it is a cap (a step limit, max_new_tokens) rather than a shape.
+func (d LogNormal) Scaled(f float64) Dist {
+	return LogNormal{Median: d.Median * f, Sigma: d.Sigma, Min: d.Min * f, Max: max(d.Max, d.Min*f)}
 }
 
 func (d LogNormal) String() string {
@@ -43,6 +53,9 @@ type Uniform struct{ Min, Max float64 }
 
 func (d Uniform) Draw(r *rand.Rand) float64 { return d.Min + (d.Max-d.Min)*r.Float64() }
 func (d Uniform) String() string            { return fmt.Sprintf("uniform[%g, %g]", d.Min, d.Max) }
+
+// Scaled scales both ends by f.
+func (d Uniform) Scaled(f float64) Dist { return Uniform{Min: d.Min * f, Max: d.Max * f} }
 
 // Mixture draws from Parts[i] with probability Weights[i] (normalised).
 type Mixture struct {
@@ -63,6 +76,15 @@ func (d Mixture) Draw(r *rand.Rand) float64 {
 		u -= w
 	}
 	return d.Parts[len(d.Parts)-1].Draw(r)
+}
+
+// Scaled scales every part by f.
+func (d Mixture) Scaled(f float64) Dist {
+	parts := make([]Dist, len(d.Parts))
+	for i, p := range d.Parts {
+		parts[i] = p.Scaled(f)
+	}
+	return Mixture{Weights: d.Weights, Parts: parts}
 }
 
 func (d Mixture) String() string {
@@ -108,7 +130,56 @@ type Scenario struct {
 	// SyncEvery is the seconds between weight syncs in the bench's -sync
 	// modes: about one trainer step on the batch (0: the bench's flag).
 	SyncEvery float64
+
+	// Drift makes the scenario len(Drift) consecutive batches of Tasks
+	// trajectories each, as synchronous RL training runs them one after
+	// the other: batch k draws its turns and reply lengths from Turns and
+	// TurnTokens scaled by Drift[k] (Batch). nil: one batch.
+	Drift []Growth
+
+	// Steady, when set, makes the scenario steady-state asynchronous RL: a
+	// trainer takes batches of trajectories as they finish and a weight
+	// sync follows each (see Steady). Tasks is then the supply of samples
+	// to draw from, more than the run consumes.
+	Steady *Steady
 }
+
+// Growth is how much longer a batch's trajectories are than the first
+// batch's: its median turns and its median reply tokens, as factors.
+type Growth struct{ Turns, Reply float64 }
+
+// Steady is the trainer of a steady-state asynchronous RL run: it takes
+// finished trajectories in the order they finish, BatchSize at a time; a
+// weight sync follows each batch; a trajectory whose oldest token is more
+// than MaxStaleness weight versions behind when the trainer takes it is
+// dropped (not trainable). The run ends when Batches batches are taken;
+// the first WarmupBatches are its warm-up and are not measured.
+type Steady struct {
+	BatchSize, Batches, WarmupBatches int
+	MaxStaleness                      int64
+}
+
+// Batches is how many consecutive batches sc is (1 without Drift).
+func (sc Scenario) Batches() int { return max(len(sc.Drift), 1) }
+
+// Batch is sc's batch k (0-based) as a scenario of its own: named
+// "<name>-b<k+1>", with turns and reply tokens grown by Drift[k]. Without
+// Drift it is sc.
+func (sc Scenario) Batch(k int) Scenario {
+	if len(sc.Drift) == 0 {
+		return sc
+	}
+	g := sc.Drift[k]
+	b := sc
+	b.Name = fmt.Sprintf("%s-b%d", sc.Name, k+1)
+	b.Turns, b.TurnTokens = sc.Turns.Scaled(g.Turns), sc.TurnTokens.Scaled(g.Reply)
+	b.Drift = nil
+	return b
+}
+
+// BatchSeed is the seed batch k of a run seeded with seed draws from, so
+// that each batch draws tasks of its own.
+func BatchSeed(seed int64, k int) int64 { return seed + 1_000_003*int64(k) }
 
 // Template tokens around each turn's text in a ChatML context:
 // "<|im_start|>user\n" … "<|im_end|>\n" around an observation followed by
@@ -130,7 +201,7 @@ var (
 
 // Scenarios are the named workloads, the small ones first; docs/benchmarks.md
 // says where each shape comes from.
-var Scenarios = append(slices.Clip(smallScenarios), rlScenarios...)
+var Scenarios = slices.Concat(smallScenarios, rlScenarios, trainingScenarios)
 
 // smallScenarios are the shapes of a small batch (the bench's --tasks) on
 // a small machine.
@@ -216,6 +287,39 @@ var rlScenarios = []Scenario{
 		Tasks: 4096, Replicas: 16, Slots: 8, SyncEvery: 1800,
 	},
 }
+
+// trainingScenarios are RL training as it runs over many batches, on the
+// swe-rl-64k shapes: synchronous batches whose trajectories grow
+// (swe-rl-drift), and steady-state asynchronous RL with a staleness bound
+// (swe-rl-steady).
+var trainingScenarios = []Scenario{
+	func() Scenario {
+		sc := rlScenarios[0]
+		sc.Name = "swe-rl-drift"
+		sc.About = "synchronous RL over 4 consecutive batches of 128 prompts × 8 whose turns and replies grow batch over batch (DriftGrowth), on 2 replicas"
+		sc.Tasks, sc.Replicas = 1024, 2
+		sc.Drift = DriftGrowth
+		return sc
+	}(),
+	func() Scenario {
+		sc := rlScenarios[0]
+		sc.Name = "swe-rl-steady"
+		sc.About = "steady-state asynchronous RL: a trainer takes batches of 512 trajectories as they finish, a weight sync after each, staleness bound 1, on 8 replicas"
+		sc.Tasks = 6144
+		sc.Steady = &Steady{BatchSize: 512, Batches: 8, WarmupBatches: 2, MaxStaleness: 1}
+		return sc
+	}(),
+}
+
+// DriftGrowth is swe-rl-drift's growth per batch. It is an assumption, not
+// a measurement: the sources this project cites for RL on SWE agents
+// (DeepSWE's blog, SkyRL-v0 and SkyRL-Agent, Golubev et al. 2025,
+// arXiv:2508.03501) report that trajectories get longer as training goes
+// on, but none of the pages we could read gives the per-step figures of
+// turns and reply tokens, so the factors here are ours: turns up 80 % and
+// replies up 50 % over the four batches, in even steps, under the same
+// 50-step cap and 64k context (which cut the longest).
+var DriftGrowth = []Growth{{Turns: 1, Reply: 1}, {Turns: 1.25, Reply: 1.15}, {Turns: 1.5, Reply: 1.3}, {Turns: 1.8, Reply: 1.5}}
 
 // Lookup returns the scenario named name.
 func Lookup(name string) (Scenario, bool) {

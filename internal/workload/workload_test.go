@@ -84,3 +84,65 @@ func quantile(xs []int, q float64) int {
 	s := slices.Sorted(slices.Values(xs))
 	return s[int(q*float64(len(s)-1))]
 }
+
+// The drifting scenario's batches grow as DriftGrowth says: each batch's
+// median reply tokens over the first batch's follow the factors, and its
+// turns are drawn with the median scaled by them (what runs is less at the
+// top, where the step cap and the context cut the longest).
+func TestDriftBatchesGrowPerTheCurve(t *testing.T) {
+	sc, ok := Lookup("swe-rl-drift")
+	if !ok || sc.Batches() != len(DriftGrowth) || len(DriftGrowth) < 2 {
+		t.Fatalf("swe-rl-drift: %v, %d batches", ok, sc.Batches())
+	}
+	medians := func(k int) (turns, reply float64) {
+		b := sc.Batch(k)
+		if b.Name != sc.Name+"-b"+string(rune('1'+k)) || b.Batches() != 1 {
+			t.Fatalf("batch %d: named %s, %d batches", k, b.Name, b.Batches())
+		}
+		var ts, rs []int
+		for _, tr := range b.Generate(BatchSeed(1, k), 2048) {
+			ts = append(ts, tr.Turns())
+			rs = append(rs, tr.Tokens...)
+		}
+		return float64(quantile(ts, 0.5)), float64(quantile(rs, 0.5))
+	}
+	t0, r0 := medians(0)
+	prevT, prevR := t0, r0
+	for k := 1; k < len(DriftGrowth); k++ {
+		tk, rk := medians(k)
+		g := DriftGrowth[k]
+		if got := rk / r0; math.Abs(got-g.Reply) > 0.08*g.Reply {
+			t.Errorf("batch %d: median reply %.0f tokens, %.2f× the first batch's, want %.2f×", k+1, rk, got, g.Reply)
+		}
+		// The draw grows by the factor; what a trajectory runs is then cut
+		// by the 50-step cap and the 64k context, but at least half the
+		// growth is left.
+		if d, ok := sc.Batch(k).Turns.(LogNormal); !ok || math.Abs(d.Median-g.Turns*sc.Turns.(LogNormal).Median) > 1e-9 {
+			t.Errorf("batch %d: turns drawn from %s, want the median scaled by %.2f", k+1, sc.Batch(k).Turns, g.Turns)
+		}
+		if got := tk / t0; got > g.Turns*1.08 || got < 1+(g.Turns-1)/2 {
+			t.Errorf("batch %d: median turns %.0f, %.2f× the first batch's, want between %.2f× and %.2f×", k+1, tk, got, 1+(g.Turns-1)/2, g.Turns)
+		}
+		t.Logf("batch %d: median %.0f turns (%.2f×), %.0f tokens a reply (%.2f×)", k+1, tk, tk/t0, rk, rk/r0)
+		if tk < prevT || rk <= prevR {
+			t.Errorf("batch %d does not grow: turns %.0f after %.0f, reply %.0f after %.0f", k+1, tk, prevT, rk, prevR)
+		}
+		prevT, prevR = tk, rk
+	}
+	// Each batch draws tasks of its own, and batch 1 is the base shape.
+	a, b := sc.Batch(0).Generate(BatchSeed(1, 0), 8), sc.Batch(1).Generate(BatchSeed(1, 1), 8)
+	if a[0].Prompt == b[0].Prompt && a[1].Prompt == b[1].Prompt {
+		t.Errorf("batches 1 and 2 drew the same prompts")
+	}
+	if sc.Batch(0).Turns.String() != sc.Turns.String() {
+		t.Errorf("batch 1 turns %s, want the scenario's %s", sc.Batch(0).Turns, sc.Turns)
+	}
+}
+
+// A scenario without Drift is one batch, itself.
+func TestBatchOfAPlainScenarioIsItself(t *testing.T) {
+	sc, _ := Lookup("swe-rl-64k")
+	if sc.Batches() != 1 || !reflect.DeepEqual(sc.Batch(0), sc) || BatchSeed(5, 0) != 5 {
+		t.Fatalf("swe-rl-64k: %d batches, batch 0 %+v", sc.Batches(), sc.Batch(0))
+	}
+}

@@ -1,0 +1,147 @@
+package virtual
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/actloop/actloop/internal/workload"
+)
+
+// Throughput is counted after the warm-up only: the trajectories of the
+// batches after it over the GPU-hours from the last warm-up batch to the
+// last batch; staleness is their mean.
+func TestMeasureCountsAfterTheWarmUp(t *testing.T) {
+	batches := []Batch{
+		{AtS: 100, Version: 0, Staleness: []int64{0, 0}},     // warm-up
+		{AtS: 1900, Version: 1, Staleness: []int64{0, 1}},    // warm-up: ends at 1,900 s
+		{AtS: 3700, Version: 2, Staleness: []int64{1, 1}},    // measured
+		{AtS: 5500, Version: 3, Staleness: []int64{0, 0, 1}}, // measured
+	}
+	for _, c := range []struct {
+		name             string
+		warmup, replicas int
+		perGPUHour, stal float64
+	}{
+		{"two warm-up batches", 2, 2, 5 / (3600.0 * 2 / 3600), 3.0 / 5},
+		{"no warm-up", 0, 1, 9 / (5500.0 / 3600), 4.0 / 9},
+		{"all warm-up", 4, 1, 0, 0},
+	} {
+		g, s := Measure(batches, c.warmup, c.replicas)
+		if math.Abs(g-c.perGPUHour) > 1e-9 || math.Abs(s-c.stal) > 1e-9 {
+			t.Errorf("%s: %.4f trainable per GPU-hour, staleness %.3f; want %.4f, %.3f", c.name, g, s, c.perGPUHour, c.stal)
+		}
+	}
+	if Staleness(5, math.MaxInt64) != 0 || Staleness(5, 3) != 2 || Staleness(2, 3) != 0 {
+		t.Errorf("staleness")
+	}
+}
+
+// steadyConfig is an action-level run with a trainer taking batches of 16
+// from a small scenario.
+func steadyConfig(maxStaleness int64) Config {
+	cfg := modes(2, 4, 200)["action-fcfs"]
+	cfg.Trainer = &Trainer{BatchSize: 16, Batches: 5, WarmupBatches: 1, MaxStaleness: maxStaleness}
+	cfg.SyncPauseS = 0.3
+	return cfg
+}
+
+// A steady-state run stops when the trainer has its batches, with a weight
+// sync after each batch but the last; every trajectory taken is within the
+// staleness bound when taken; generations a sync interrupts continue under
+// the next version (their tokens span versions) instead of starting over;
+// admission never lets more than (bound + 1) batches be under way.
+func TestTrainerTakesBatchesUnderTheBound(t *testing.T) {
+	sc, _ := workload.Lookup("swe-longtail")
+	plans := sc.Generate(4, 200)
+	for _, mode := range []string{"action-fcfs", "trajectory", "async"} {
+		cfg := modes(2, 4, 200)[mode]
+		st := steadyConfig(1)
+		cfg.Trainer, cfg.SyncPauseS = st.Trainer, st.SyncPauseS
+		r, err := Run(cfg, plans)
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		tr := r.Trainer
+		if tr == nil || len(tr.Batches) != 5 || r.Syncs != 4 {
+			t.Fatalf("%s: trainer %+v, %d syncs; want 5 batches and 4 syncs", mode, tr, r.Syncs)
+		}
+		if r.Completed >= len(plans) || r.Completed < 5*16 {
+			t.Errorf("%s: %d of %d finished: the run should stop with the supply not all used", mode, r.Completed, len(plans))
+		}
+		for k, b := range tr.Batches {
+			if b.Version != int64(k) || len(b.Staleness) != 16 {
+				t.Errorf("%s: batch %d at version %d with %d trajectories", mode, k, b.Version, len(b.Staleness))
+			}
+			for _, s := range b.Staleness {
+				if s > 1 {
+					t.Errorf("%s: batch %d took a trajectory %d versions behind", mode, k, s)
+				}
+			}
+		}
+		if r.PeakActive > 2*16 {
+			t.Errorf("%s: %d trajectories under way at once, more than (bound + 1) × batch = 32", mode, r.PeakActive)
+		}
+		if tr.TrainablePerGPUHour <= 0 || r.MakespanS != tr.Batches[4].AtS {
+			t.Errorf("%s: %.1f trainable per GPU-hour, stopped at %.1f s, last batch at %.1f s", mode, tr.TrainablePerGPUHour, r.MakespanS, tr.Batches[4].AtS)
+		}
+		if mode != "trajectory" && (r.ResumedTokens == 0 || r.VersionSpreadX < 1) {
+			t.Errorf("%s: %d tokens kept across syncs, version spread %d: no partial carried over", mode, r.ResumedTokens, r.VersionSpreadX)
+		}
+	}
+}
+
+// When the trainer takes a batch, a finished trajectory whose oldest token
+// is more than the bound behind the current version is dropped and the
+// batch is filled with the fresh ones in finishing order; with fewer fresh
+// ones than a batch, it waits.
+func TestTrainerDropsStaleTrajectories(t *testing.T) {
+	sc, _ := workload.Lookup("swe-longtail")
+	cfg := steadyConfig(1)
+	cfg.Trainer.BatchSize = 3
+	e, err := newEngine(cfg, sc.Generate(4, 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.version = 3
+	oldest := map[int]int64{10: 2, 11: 1, 12: 3, 13: 0, 14: 2} // 11 and 13 are 2 and 3 versions behind
+	for _, i := range []int{10, 11, 12, 13} {
+		e.ts[i].versions[0] = oldest[i]
+		e.trainer.ready = append(e.trainer.ready, i)
+	}
+	e.train()
+	if len(e.trainer.batches) != 0 || e.trainer.dropped != 2 || !e.ts[11].dropped || !e.ts[13].dropped || len(e.trainer.ready) != 2 {
+		t.Fatalf("2 fresh of 4: batches %d, dropped %d, ready %v; want no batch, 11 and 13 dropped", len(e.trainer.batches), e.trainer.dropped, e.trainer.ready)
+	}
+	e.ts[14].versions[0] = oldest[14]
+	e.trainer.ready = append(e.trainer.ready, 14)
+	e.train()
+	if len(e.trainer.batches) != 1 || len(e.trainer.ready) != 0 || !e.paused || e.res.Syncs != 1 {
+		t.Fatalf("3 fresh: batches %d, ready %v, paused %v, syncs %d; want a batch and a sync", len(e.trainer.batches), e.trainer.ready, e.paused, e.res.Syncs)
+	}
+	if b := e.trainer.batches[0]; b.Version != 3 || !reflect.DeepEqual(b.Staleness, []int64{1, 0, 1}) {
+		t.Fatalf("batch %+v, want version 3 and staleness [1 0 1] (10, 12, 14 in finishing order)", b)
+	}
+	if got := e.admittedLive(); got != int64(e.admitted-2) {
+		t.Fatalf("the bound counts %d admitted, want %d: the dropped ones are given back", got, e.admitted-2)
+	}
+}
+
+// A supply too small for the trainer's batches, and a trainer with
+// settings out of range, are errors that say so.
+func TestTrainerErrors(t *testing.T) {
+	sc, _ := workload.Lookup("swe-longtail")
+	if _, err := Run(steadyConfig(1), sc.Generate(4, 40)); err == nil || !strings.Contains(err.Error(), "ran out") {
+		t.Errorf("40 trajectories for 5 batches of 16: %v", err)
+	}
+	cfg := steadyConfig(1)
+	cfg.Trainer = &Trainer{BatchSize: 0, Batches: 2, WarmupBatches: 2, MaxStaleness: -1}
+	cfg.SyncEvery = 10
+	err := cfg.Validate()
+	for _, want := range []string{"batch_size", "warmup_batches", "max_staleness", "sync_every"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate: %v, want it to name %s", err, want)
+		}
+	}
+}
