@@ -755,11 +755,19 @@ func leads(log, service string) bool {
 // docs/security.md's Redis users are the code's (service.RedisTable and
 // service.RedisCommands), which `actloop dev` creates.
 func TestRedisUsersTableIsTheCodes(t *testing.T) {
-	sec, rows := securitySection(t, "Redis users", "| user | keys |")
-	doc := map[string][]string{}
+	sec, rows := securitySection(t, "Redis users", "| user | keys | keys read only |")
+	doc, read := map[string][]string{}, map[string][]string{}
 	for _, cells := range rows {
 		for _, m := range codeSpans.FindAllStringSubmatch(cells[1], -1) {
 			doc[cells[0]] = append(doc[cells[0]], m[1])
+		}
+		for _, m := range codeSpans.FindAllStringSubmatch(cells[2], -1) {
+			read[cells[0]] = append(read[cells[0]], m[1])
+		}
+	}
+	for user := range service.RedisTable {
+		if !slices.Equal(read[user], service.RedisReadTable[user]) {
+			t.Errorf("docs/security.md Redis user %q: keys read only %q, the code %q", user, read[user], service.RedisReadTable[user])
 		}
 	}
 	if len(doc) != len(service.RedisTable) {

@@ -10,7 +10,12 @@
 //     specific evidence it has: the trajectory's group (its siblings), its
 //     task family, or every trajectory. Observe is idempotent per traj_id,
 //     so at-least-once delivery of results counts each one once.
-//   - HTTP asks an external model server.
+//   - Learned is a regression on the request's features and History's
+//     answer, learned online from finished trajectories.
+//   - HTTP asks an external model server, posting an HTTPRequest: the
+//     request, and what it reads of the trajectory (its conversation's
+//     tail, from traj.Store) and of its group (the siblings' progress);
+//     docs/architecture.md states the protocol, examples/predictor serves it.
 //   - Oracle asks the inference simulator (internal/sim) for the exact answer; it
 //     is for benchmarks against the simulator and refuses anything else.
 //

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/actloop/actloop/internal/predict"
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/tokenize"
 )
@@ -39,9 +40,19 @@ type Config struct {
 	// external model server) or oracle (the simulator's planned lengths;
 	// for benchmarks only, refused by anything but the simulator).
 	Backend string `envconfig:"PREDICTOR" default:"history"`
-	// URL is the http backend's model server: it gets the PredictRequest
-	// as a JSON POST and answers {"remaining_tokens", "remaining_turns"}.
+	// URL is the http backend's model server: it gets a JSON POST of the
+	// PredictRequest's fields, the last exit code, the tail of the
+	// trajectory's conversation and its group siblings' progress (protocol
+	// 2: docs/architecture.md, examples/predictor) and answers
+	// {"remaining_tokens", "remaining_turns"}.
 	URL string `envconfig:"PREDICTOR_URL"`
+	// MessagesBytes bounds the conversation the http backend sends: the
+	// newest messages whose contents add up to at most this many bytes
+	// (the newest one's end alone when it is longer), with the count and
+	// tokens of the rest. 0 sends none, and predictor-gw then reads no
+	// trajectory (otherwise its Redis user needs read access to
+	// actloop:traj:*, which the users actloop creates have). At most 4 MiB.
+	MessagesBytes int `envconfig:"PREDICTOR_MESSAGES_BYTES" default:"65536"`
 	// OracleURL is the oracle backend's simulator (its base URL).
 	OracleURL     string `envconfig:"ORACLE_URL"`
 	tokenize.Chat        // ACTLOOP_TOKENIZER, ACTLOOP_CHAT_TEMPLATE: the same in every service
@@ -63,6 +74,12 @@ func (c *Config) validateOwn() error {
 	case BackendHTTP:
 		if err := checkURL(c.URL); err != nil {
 			errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR_URL: %w (required with ACTLOOP_PREDICTOR=http)", err))
+		}
+		if c.MessagesBytes < 0 || c.MessagesBytes > predict.MaxMessagesBytes {
+			errs = append(errs, fmt.Errorf("ACTLOOP_PREDICTOR_MESSAGES_BYTES: must be 0 to %d, got %d", predict.MaxMessagesBytes, c.MessagesBytes))
+		}
+		if c.MessagesBytes > 0 {
+			errs = append(errs, c.Chat.Validate())
 		}
 	case BackendOracle:
 		if err := checkURL(c.OracleURL); err != nil {

@@ -10,10 +10,11 @@
 // shutting down says so), and the caller falls back to fcfs for that
 // trajectory. Nothing is retried here: a prediction is only useful now.
 //
-// With the history and learned backends the gateway also learns: the
+// With the history, learned and http backends the gateway also learns: the
 // durable consumer "predictor-history" on ACTLOOP_RESULTS, shared by every
-// instance, feeds each finished trajectory to the backend's Observe.
-// Delivery is at-least-once and Observe is idempotent per traj_id.
+// instance, feeds each finished trajectory to the backend's Observe (the
+// http backend keeps, for the siblings' progress it sends, what History
+// keeps and which trajectories are still running). Delivery is at-least-once and Observe is idempotent per traj_id.
 // Outcomes: observed, skipped (a fallback) → Ack; undecodable → dead-letter
 // and Term; a Redis error → Nak with back-off, up to MaxDeliver deliveries,
 // then Term (one observation lost).
@@ -130,8 +131,19 @@ func (g *Gateway) build() (predict.Predictor, learner, func(), error) {
 	}
 	switch g.cfg.Backend {
 	case BackendHTTP:
-		p := predict.NewHTTP(g.cfg.URL, g.cfg.Timeout)
-		return p, nil, func() { _ = p.Close() }, nil
+		src := predict.HTTPSources{Redis: g.d.Redis, History: predict.HistoryConfig{SeenTTL: g.d.Common.ResultsMaxAge}}
+		if g.cfg.MessagesBytes > 0 {
+			tmpl, err := g.cfg.Chat.Template()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			src.Store, src.Template, src.MessagesBytes = g.d.Store, tmpl, g.cfg.MessagesBytes
+		}
+		p, err := predict.NewHTTPWith(g.cfg.URL, g.cfg.Timeout, src)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return p, p, func() { _ = p.Close() }, nil
 	case BackendOracle:
 		tmpl, err := g.cfg.Chat.Template()
 		if err != nil {

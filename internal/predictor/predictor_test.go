@@ -100,6 +100,9 @@ func historyLearns(t *testing.T, backend, kind string) {
 	}
 }
 
+// The http backend sends the model server the request's fields with the
+// conversation read from the store (bounded by ACTLOOP_PREDICTOR_MESSAGES_BYTES)
+// and the group siblings' progress, learned from actloop.results.
 func TestHTTPBackend(t *testing.T) {
 	var got atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -109,15 +112,44 @@ func TestHTTPBackend(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	e := newEnv(t, testkit.PreferredRedis(t))
-	e.start(t, Config{Backend: BackendHTTP, URL: srv.URL, Timeout: wait})
-	req := request("h-0", "h", 3, 400)
+	d := e.start(t, Config{Backend: BackendHTTP, URL: srv.URL, Timeout: wait, MessagesBytes: 1 << 10,
+		Chat: tokenize.Chat{Tokenizer: tokenize.TokenizerBytes, ChatTemplate: tokenize.TemplateChatML}})
+	ctx := context.Background()
+	msgs := []schema.Message{{Role: "system", Content: "sys"}, {Role: "user", Content: "Fix it."},
+		{Role: "assistant", Content: "```bash\nls\n```"}}
+	if err := traj.New(e.rdb, nil).Put(ctx, &traj.Trajectory{ID: "h-0", Status: traj.StatusNeedsEnvStep, Seq: 1,
+		Sample: schema.Sample{V: schema.Version, ID: "h-0", GroupID: "h", Task: "Fix it."}, Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	seen := func() predict.HTTPRequest {
+		t.Helper()
+		r, err := predict.DecodeHTTPRequest([]byte(got.Load().(string)))
+		if err != nil {
+			t.Fatalf("model server got %v: %v", got.Load(), err)
+		}
+		return r
+	}
+	req := request("h-0", "h", 1, 400)
 	want := schema.PredictReply{V: schema.Version, RemainingTokens: 321.5, RemainingTurns: 2, Source: predict.SourceHTTP}
 	if rep := e.ask(t, req); rep != want {
 		t.Fatalf("reply %+v, want %+v", rep, want)
 	}
-	var seen schema.PredictRequest
-	if err := json.Unmarshal([]byte(got.Load().(string)), &seen); err != nil || seen != req {
-		t.Fatalf("model server saw %v (%v), want %+v", got.Load(), err, req)
+	r := seen()
+	if r.PredictRequest != req || r.Protocol != predict.HTTPProtocol || r.Conversation == nil ||
+		!slices.Equal(r.Conversation.Messages, msgs) || r.Siblings == nil || len(r.Siblings.Finished) != 0 {
+		t.Fatalf("model server saw %+v, want %+v with its conversation and no finished sibling", r, req)
+	}
+
+	if err := d.Results.Publish(ctx, result("h-1", "h", schema.StatusSubmitted, 1000, 5), "h-1"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, wait, "h-1's result observed", func() bool {
+		_ = e.ask(t, request("h-2", "h", 1, 10))
+		s := seen().Siblings
+		return len(s.Finished) == 1 && s.Finished[0] == predict.SiblingTotal{GenTokens: 1000, Turns: 5}
+	})
+	if s := seen().Siblings; len(s.Running) != 1 || s.Running[0] != (predict.SiblingProgress{TrajID: "h-0", GenTokens: 400, Turns: 1}) {
+		t.Fatalf("running siblings %+v, want h-0's progress", s.Running)
 	}
 }
 
@@ -316,6 +348,7 @@ func TestConfigValidate(t *testing.T) {
 		c.Common = service.CommonDefaults()
 		c.Backend, c.Timeout, c.Addr = BackendHistory, 200*time.Millisecond, ":8083"
 		c.Tokenizer, c.ChatTemplate = "qwen", "chatml"
+		c.MessagesBytes = predict.DefaultMessagesBytes
 		return c
 	}
 	tests := []struct {
@@ -325,6 +358,15 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"defaults", func(*Config) {}, nil},
 		{"http", func(c *Config) { c.Backend, c.URL = BackendHTTP, "http://model:9000/predict" }, nil},
+		{"http without messages", func(c *Config) {
+			c.Backend, c.URL, c.MessagesBytes, c.ChatTemplate = BackendHTTP, "http://model:9000/predict", 0, "alpaca"
+		}, nil},
+		{"http messages bytes", func(c *Config) {
+			c.Backend, c.URL, c.MessagesBytes = BackendHTTP, "http://model:9000/predict", predict.MaxMessagesBytes+1
+		}, []string{"ACTLOOP_PREDICTOR_MESSAGES_BYTES"}},
+		{"http with an unknown template", func(c *Config) {
+			c.Backend, c.URL, c.ChatTemplate = BackendHTTP, "http://model:9000/predict", "alpaca"
+		}, []string{"ACTLOOP_CHAT_TEMPLATE"}},
 		{"oracle", func(c *Config) { c.Backend, c.OracleURL = BackendOracle, "http://sim:30000" }, nil},
 		{"unknown backend", func(c *Config) { c.Backend = "magic" }, []string{"ACTLOOP_PREDICTOR: unknown backend"}},
 		{"http without url", func(c *Config) { c.Backend = BackendHTTP }, []string{"ACTLOOP_PREDICTOR_URL: missing"}},

@@ -35,6 +35,13 @@ var RedisTable = map[string][]string{
 	NATSPredictor:   {redisPredictKeys},
 }
 
+// RedisReadTable is the same table's read-only column: key patterns a
+// user may read but not write (ACL SETUSER's %R~pattern, Redis 7). The
+// predictor reads a trajectory's conversation for its http backend.
+var RedisReadTable = map[string][]string{
+	NATSPredictor: {redisTrajKeys},
+}
+
 // RedisRules are user's rules for ACL SETUSER (or a user directive of
 // redis.conf or an ACL file) after its name, "on" and its password: its
 // keys, no channels, RedisCommands.
@@ -42,6 +49,9 @@ func RedisRules(user string) []string {
 	rules := []string{"resetkeys"}
 	for _, k := range RedisTable[user] {
 		rules = append(rules, "~"+k)
+	}
+	for _, k := range RedisReadTable[user] {
+		rules = append(rules, "%R~"+k)
 	}
 	return append(append(rules, "resetchannels", "-@all"), RedisCommands...)
 }

@@ -256,7 +256,7 @@ user's rules after "on" and its password.
   "coordinator": ["resetkeys", "~actloop:traj:*", "~actloop:{coordinator}:*", "~actloop:{group:*", "resetchannels", "-@all", "+@connection", "+@transaction", "+evalsha", "+eval", "+evalsha_ro", "+eval_ro", "+script|load", "+script|exists", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly", "+readwrite", "+@read", "+@write", "-@dangerous"],
   "gen-worker": ["resetkeys", "~actloop:traj:*", "resetchannels", "-@all", "+@connection", "+@transaction", "+evalsha", "+eval", "+evalsha_ro", "+eval_ro", "+script|load", "+script|exists", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly", "+readwrite", "+@read", "+@write", "-@dangerous"],
   "env-worker": ["resetkeys", "~actloop:traj:*", "resetchannels", "-@all", "+@connection", "+@transaction", "+evalsha", "+eval", "+evalsha_ro", "+eval_ro", "+script|load", "+script|exists", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly", "+readwrite", "+@read", "+@write", "-@dangerous"],
-  "predictor-gw": ["resetkeys", "~actloop:{predict}:*", "resetchannels", "-@all", "+@connection", "+@transaction", "+evalsha", "+eval", "+evalsha_ro", "+eval_ro", "+script|load", "+script|exists", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly", "+readwrite", "+@read", "+@write", "-@dangerous"]
+  "predictor-gw": ["resetkeys", "~actloop:{predict}:*", "%R~actloop:traj:*", "resetchannels", "-@all", "+@connection", "+@transaction", "+evalsha", "+eval", "+evalsha_ro", "+eval_ro", "+script|load", "+script|exists", "+cluster|slots", "+cluster|shards", "+cluster|nodes", "+readonly", "+readwrite", "+@read", "+@write", "-@dangerous"]
 }
 {{- end }}
 
