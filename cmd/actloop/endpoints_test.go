@@ -189,13 +189,22 @@ func contains(want []string, not ...string) func([]byte) error {
 }
 
 // coordinatorCalls are every call of a leading coordinator's HTTP API
-// (coordinator.Handler) in a stack with replicas; the pause and resume
+// (coordinator.Handler) in a stack with replicas that has run the
+// gateway's batch (gw-000, …); the pause and resume
 // leave generation running at weight version version.
 func coordinatorCalls(replicas int, version int64) []httpCall {
 	return append(healthCalls(metrics.All, metrics.Coordinator),
 		getCall("/", contains([]string{"<title>actloop status</title>", `data-replica="r0"`}, `id="errors"`)),
 		getCall("/v1/status", wholeStatus(replicas)),
 		getCall("/v1/control", decoded[schema.ControlStatus](nil)),
+		// The gateway's batch's first trajectory, finished: its state and
+		// audit log read from Redis, its class from the priority bucket.
+		getCall("/v1/trajectories/gw-000", decoded(func(in coordinator.Inspection) error {
+			if in.State != "terminated" || len(in.Audit) < 2 || in.Replica == "" {
+				return fmt.Errorf("state %q, %d audit lines, replica %q", in.State, len(in.Audit), in.Replica)
+			}
+			return nil
+		})),
 		postCall("/v1/pause", `{"mode":"abort","timeout_ms":60000}`, decoded(func(r schema.PauseReply) error {
 			if r.Workers != replicas {
 				return fmt.Errorf("%d workers paused, want %d", r.Workers, replicas)

@@ -64,9 +64,9 @@ const rootLong = `actloop runs the rollout side of RL training for LLM agents.
 
 'actloop dev' runs NATS, Redis, the inference simulator and all four services
 in one process and drives a demo batch through them. The trainer-side
-commands (submit, results, status, top, pause, resume, control) drive a
-running deployment. Settings come from ACTLOOP_* environment variables (see
-docs/configuration.md).`
+commands (submit, results, status, top, inspect, pause, resume, control)
+drive a running deployment. Settings come from ACTLOOP_* environment
+variables (see docs/configuration.md).`
 
 // newRootCmd builds the command tree writing to stdout and stderr.
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -108,7 +108,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{newSubmitCmd(), newResultsCmd(), newStatusCmd(), newTopCmd(),
-		newPauseCmd(), newResumeCmd(), newAbortCmd(), newControlCmd(), newSchemaCmd()} {
+		newInspectCmd(), newPauseCmd(), newResumeCmd(), newAbortCmd(), newControlCmd(), newSchemaCmd()} {
 		c.GroupID = "trainer"
 		root.AddCommand(c)
 	}

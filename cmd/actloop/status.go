@@ -25,10 +25,13 @@ func newStatusCmd() *cobra.Command {
 		Long: `Print the coordinator's status (GET /v1/status at ACTLOOP_COORDINATOR_URL, with
 ACTLOOP_API_TOKEN as the bearer token) as a compact table: the control state
 and weight version; active, waiting and finished trajectories and the
-admission limit; each replica's liveness, load and busy slots; each work
-subject's backlog and the age of its oldest message. A source the coordinator
-could not read (NATS, Redis) is named first, and the rest shown. --json prints
-the whole status.`,
+admission limit; throughput (trajectories, generated tokens and env steps
+per second over the last 60 s) and the training results' solve rate, mean
+reward and staleness, over that window and since the coordinator's term
+began; each replica's liveness, load and busy slots; each work subject's
+backlog and the age of its oldest message. A source the coordinator could
+not read (NATS, Redis) is named first, and the rest shown. --json prints the
+whole status.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runStatus(cmd.Context(), asJSON, cmd.OutOrStdout())
@@ -147,6 +150,7 @@ func writeStatus(w io.Writer, st coordinator.Status) error {
 		st.Active, st.MaxActive, st.MaxActiveFloor, st.MaxActiveCeiling, st.Queued, strings.Join(finished, ", "))
 	fmt.Fprintf(w, "policy      %s; moved %d (off env-workers %d), republished %d, stale predictions %d, predictor failures %d\n",
 		st.Policy, st.Moved, st.EnvMoved, st.Republished, st.StalePredictions, st.PredictorFailures)
+	writeOutcomes(w, st.Outcomes)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tLIVE\tACTIVE\tBUSY/SLOTS\t")
 	for _, r := range st.Replicas {
@@ -168,4 +172,23 @@ func writeStatus(w io.Writer, st coordinator.Status) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// writeOutcomes writes the throughput over the window and the reward, solve
+// rate and staleness of the training results, over the window and since the
+// coordinator's term began.
+func writeOutcomes(w io.Writer, o coordinator.Outcomes) {
+	fmt.Fprintf(w, "throughput  last %.0fs: %.2f trajectories/s, %.1f tokens/s, %.2f env steps/s\n",
+		o.WindowS, o.TrajectoriesPerS, o.TokensPerS, o.EnvStepsPerS)
+	fmt.Fprintf(w, "outcomes    last %.0fs: %s\n", o.WindowS, outcomeLine(o.Window))
+	fmt.Fprintf(w, "            this term: %s\n", outcomeLine(o.Total))
+}
+
+// outcomeLine is one OutcomeCounts as words.
+func outcomeLine(c coordinator.OutcomeCounts) string {
+	if c.Results == 0 {
+		return fmt.Sprintf("no training results; %d trajectories, %d tokens, %d env steps", c.Trajectories, c.GenTokens, c.EnvSteps)
+	}
+	return fmt.Sprintf("solved %d/%d (%.0f%%), mean reward %.3g, staleness mean %.2g max %d; %d trajectories, %d tokens, %d env steps",
+		c.Solved, c.Results, 100*c.SolveRate, c.MeanReward, c.MeanStaleness, c.MaxStaleness, c.Trajectories, c.GenTokens, c.EnvSteps)
 }

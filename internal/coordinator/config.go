@@ -42,8 +42,9 @@ type Config struct {
 	// Scheduling is action (action-level scheduling: admission adapts
 	// between MAX_ACTIVE and MAX_ACTIVE_CEILING) or trajectory (a trajectory
 	// holds a generation slot for its whole life: exactly SLOTS x replicas
-	// are admitted), siiRL-agentic's enable_action_level_scheduling; the
-	// gen-workers' ACTLOOP_SCHEDULING must say the same.
+	// are admitted), siiRL-agentic's enable_action_level_scheduling. It is
+	// published in the control state: a gen-worker whose ACTLOOP_SCHEDULING
+	// says otherwise takes no work (its replica goes down) until they agree.
 	Scheduling string `envconfig:"SCHEDULING" default:"action"`
 	// AgeLimit: a trajectory waiting this long for a generation ranks first
 	// whatever the policy, so nothing starves; a waiting sample does once a
@@ -79,7 +80,8 @@ type Config struct {
 	ResultGrace time.Duration `envconfig:"RESULT_GRACE" default:"30s"`
 	Addr        string        `envconfig:"COORDINATOR_ADDR" default:":8080"`
 	// APIToken is the bearer token the HTTP API's mutating calls (POST
-	// /v1/pause, /v1/resume, /v1/abort) need; with StatusOpen false the
+	// /v1/pause, /v1/resume, /v1/abort) and GET /v1/trajectories/{id} (one
+	// trajectory, actloop inspect) need; with StatusOpen false the
 	// read-only ones (/, /v1/status, /v1/control) need it too. /healthz,
 	// /readyz and /metrics stay open. The coordinator does not start
 	// without it unless ACTLOOP_INSECURE=true, and then lets every call

@@ -80,6 +80,9 @@ type Coordinator struct {
 	waiting *waitingSet
 	snaps   snapshotLog
 	util    utilHistory
+	// outcomes are the results seen this term: reward, solve rate,
+	// throughput and staleness.
+	outcomes *outcomes
 	// Counters of repair: trajectories moved off replicas that went down
 	// and off env-workers that went away; work messages published again
 	// for lack of progress.
@@ -112,7 +115,7 @@ func newTerm(ctx context.Context, cfg Config, d *service.Deps, term uint64) (*Co
 	}
 	c := &Coordinator{cfg: cfg, d: d, policy: policy, wake: make(chan struct{}, 1),
 		members: newMembership(cfg.ReplicaTimeout, cfg.EnvWorkerTimeout, d.Now()),
-		active:  newActiveSet(), waiting: newWaitingSet(cfg.ActiveFloor()),
+		active:  newActiveSet(), waiting: newWaitingSet(cfg.ActiveFloor()), outcomes: newOutcomes(d.Now()),
 		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}, term: term}
 	c.store = d.Store.Fenced(term, c.fenced)
 	if cfg.Policy == "fcfs" {
@@ -141,6 +144,9 @@ func newTerm(ctx context.Context, cfg Config, d *service.Deps, term uint64) (*Co
 		return nil, err
 	}
 	if err := c.initControl(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.publishScheduling(ctx); err != nil {
 		return nil, err
 	}
 	c.publishView()

@@ -49,6 +49,10 @@ type Status struct {
 	Control schema.Control `json:"control"`
 	// Queues is the backlog of each work subject.
 	Queues []QueueStatus `json:"queues"`
+	// Outcomes is what the results seen since this coordinator's term
+	// began say: throughput over the last minute, reward, solve rate and
+	// staleness.
+	Outcomes Outcomes `json:"outcomes"`
 	// Errors names each source of the status that could not be read (the
 	// samples not yet taken in, the finished counts, the queues), with
 	// why; what it would have told is missing: the rest is still shown.
@@ -99,6 +103,7 @@ func (c *Coordinator) state() Status {
 	st.Snapshot, st.StalePredictions = c.snaps.get(), c.active.stalePredictions()
 	st.Moved, st.Republished, st.EnvMoved = c.moved.Load(), c.republished.Load(), c.envMoved.Load()
 	st.Readmitted, st.AdmissionHeld = c.readmitted.Load(), c.held.Load()
+	st.Outcomes = c.outcomes.get(now)
 	live := map[string]bool{}
 	for _, r := range c.members.liveReplicas(c.cfg.Replicas, now) {
 		live[r] = true
@@ -213,9 +218,9 @@ func (c *Coordinator) viewed(ctx context.Context) (Status, []utilSample, unread)
 	return st, v.util, c.readStores(ctx, &st)
 }
 
-// Handler serves the status page at /, /v1/status, the trainer API (POST
-// /v1/pause, POST /v1/resume, GET /v1/control), /healthz, /readyz and
-// /metrics.
+// Handler serves the status page at /, /v1/status, one trajectory at
+// /v1/trajectories/{id}, the trainer API (POST /v1/pause, POST /v1/resume,
+// GET /v1/control), /healthz, /readyz and /metrics.
 func (c *Coordinator) Handler() http.Handler {
 	mux := service.HealthMux(c.d)
 	read := func(h http.HandlerFunc) http.Handler {
@@ -236,5 +241,8 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.Handle("POST /v1/resume", service.Bearer(c.cfg.APIToken, c.handleControl("resume")))
 	mux.Handle("POST /v1/abort", service.Bearer(c.cfg.APIToken, c.handleControl("abort")))
 	mux.Handle("GET /v1/control", read(c.handleControl("get")))
+	// One trajectory's state is not among the counts the open status
+	// shows: it always needs the token.
+	mux.Handle("GET /v1/trajectories/{id}", service.Bearer(c.cfg.APIToken, http.HandlerFunc(c.serveInspect)))
 	return mux
 }

@@ -23,6 +23,7 @@ func TestAPIToken(t *testing.T) {
 			{http.MethodPost, "/v1/pause", "", http.StatusUnauthorized},
 			{http.MethodPost, "/v1/resume", "Bearer wrong", http.StatusUnauthorized},
 			{http.MethodPost, "/v1/pause", "s3cret", http.StatusUnauthorized}, // not a bearer token
+			{http.MethodGet, "/v1/trajectories/t1", "", http.StatusUnauthorized},
 			{http.MethodGet, "/healthz", "", http.StatusOK},
 			{http.MethodGet, "/metrics", "", http.StatusOK},
 		} {

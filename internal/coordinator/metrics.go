@@ -22,6 +22,7 @@ type coordMetrics struct {
 	fallbacks  *prometheus.CounterVec
 	duration   prometheus.Histogram
 	staleness  prometheus.Histogram
+	reward     prometheus.Histogram
 }
 
 // registerMetrics registers the coordinator's metrics for its run; the
@@ -35,7 +36,14 @@ func (c *Coordinator) registerMetrics() *metrics.Scope {
 		fallbacks:  metrics.CounterVec(reg, "actloop_fallbacks_total", nil, "reason", metrics.FallbackReasons...),
 		duration:   metrics.Histogram(reg, "actloop_trajectory_seconds", nil),
 		staleness:  metrics.Histogram(reg, "actloop_staleness_versions", nil, 0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
+		reward:     metrics.Histogram(reg, "actloop_reward", nil, 0, 0.25, 0.5, 0.75, 1),
 	}
+	total := func(f func(OutcomeCounts) int64) func() float64 {
+		return func() float64 { return float64(f(c.outcomes.get(c.d.Now()).Total)) }
+	}
+	metrics.CounterFunc(reg, "actloop_solved_total", nil, total(func(o OutcomeCounts) int64 { return o.Solved }))
+	metrics.CounterFunc(reg, "actloop_result_tokens_total", nil, total(func(o OutcomeCounts) int64 { return o.GenTokens }))
+	metrics.CounterFunc(reg, "actloop_result_env_steps_total", nil, total(func(o OutcomeCounts) int64 { return o.EnvSteps }))
 	metrics.CounterFunc(reg, "actloop_republished_total", nil, func() float64 { return float64(c.republished.Load()) })
 	metrics.CounterFunc(reg, "actloop_readmitted_total", nil, func() float64 { return float64(c.readmitted.Load()) })
 	reg.MustRegister(&collector{c: c})
@@ -44,6 +52,13 @@ func (c *Coordinator) registerMetrics() *metrics.Scope {
 
 // observeResult counts a result seen.
 func (c *Coordinator) observeResult(r schema.ResultHead) {
+	staleness := int64(-1)
+	if schema.Trainable(r.Status) && r.Purpose != schema.PurposeValidation && r.MinVersion >= 0 {
+		if v := c.controlState().WeightVersion - int64(r.MinVersion); v >= 0 {
+			staleness = v
+		}
+	}
+	c.outcomes.observe(r, staleness, c.d.Now())
 	if c.m == nil {
 		return
 	}
@@ -58,10 +73,11 @@ func (c *Coordinator) observeResult(r schema.ResultHead) {
 	if !r.AdmittedAt.IsZero() && r.FinishedAt.After(r.AdmittedAt) {
 		c.m.duration.Observe(r.FinishedAt.Sub(r.AdmittedAt).Seconds())
 	}
-	if schema.Trainable(r.Status) && r.Purpose != schema.PurposeValidation && r.MinVersion >= 0 {
-		if v := c.controlState().WeightVersion - int64(r.MinVersion); v >= 0 {
-			c.m.staleness.Observe(float64(v))
-		}
+	if r.Purpose != schema.PurposeValidation {
+		c.m.reward.Observe(r.Reward)
+	}
+	if staleness >= 0 {
+		c.m.staleness.Observe(float64(staleness))
 	}
 }
 
@@ -88,12 +104,13 @@ var (
 	descPaused   = desc("actloop_paused")
 	descVersion  = desc("actloop_weight_version")
 	descMoved    = desc("actloop_moved_total")
+	descThrough  = desc("actloop_throughput_per_second")
 	queueStreams = []string{schema.StreamSamples, bus.StreamGen, bus.StreamEnv}
 )
 
 func (k *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descActive, descLimit, descWaiting, descUp, descReplica, descDepth, descAge,
-		descPaused, descVersion, descMoved} {
+		descPaused, descVersion, descMoved, descThrough} {
 		ch <- d
 	}
 }
@@ -118,6 +135,10 @@ func (k *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descVersion, float64(st.Control.WeightVersion))
 	ch <- prometheus.MustNewConstMetric(descMoved, prometheus.CounterValue, float64(st.Moved), "replica")
 	ch <- prometheus.MustNewConstMetric(descMoved, prometheus.CounterValue, float64(st.EnvMoved), "env_worker")
+	o := st.Outcomes
+	gauge(descThrough, o.TrajectoriesPerS, "trajectories")
+	gauge(descThrough, o.TokensPerS, "tokens")
+	gauge(descThrough, o.EnvStepsPerS, "env_steps")
 	for _, q := range st.Queues {
 		gauge(descDepth, float64(q.Depth), q.Subject)
 		if !q.ageUnknown {

@@ -76,7 +76,9 @@ type Config struct {
 	KVBudget float64 `envconfig:"KV_BUDGET" default:"1"`
 	// Scheduling is action or trajectory, as the coordinator's
 	// ACTLOOP_SCHEDULING: under trajectory a trajectory holds its slot for
-	// its whole life and nothing is preempted.
+	// its whole life and nothing is preempted. While it differs from the
+	// coordinator's (published in the control state) the worker takes no
+	// work, logs the mismatch at error level and answers 503 on /readyz.
 	Scheduling string `envconfig:"SCHEDULING" default:"action"`
 	// PreemptCooldown: a trajectory preempted less than this long ago is not
 	// preempted again (guards against thrashing).
@@ -169,6 +171,7 @@ type Worker struct {
 	control   bus.ControlView
 	restarts  atomic.Int64 // trajectories started again because they went stale
 	health    *replicaHealth
+	sched     *schedulingCheck
 	load      atomic.Pointer[llm.Load] // the server's, at the last read (loadLoop)
 	ctxLen    serverContext            // the server's context length (contextLoop)
 	spans     *llmSpans
@@ -213,6 +216,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps, gen llm.Generator) (*
 		board: &priority.Board{}, id: id, ridPrefix: llm.NewRIDPrefix(), toPredict: make(chan progress, 256),
 		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}, spans: newLLMSpans(cfg, gen, d.Now)}
 	w.health = newReplicaHealth(cfg.LLMDownAfter, cfg.LLMHealthInterval, gen, d.Log.With("replica", cfg.Replica))
+	w.sched = &schedulingCheck{own: cfg.Scheduling, log: d.Log.With("replica", cfg.Replica), wake: w.health.signal}
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log.With("replica", cfg.Replica),
 		Lease: d.Common.StepLease}
 	w.tracker = newTracker(cfg.Preempt && cfg.Scheduling != priority.SchedulingTrajectory, gen.Abort, d.Now)
@@ -237,7 +241,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("replica", w.cfg.Replica),
 		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout,
 		Preempt: w.tracker, PreemptFrom: highSources(),
-		Ready: func() bool { return !w.tracker.isPaused() && !w.health.isDown() && w.ctxLen.ready() }}
+		Ready: func() bool {
+			return w.sched.agrees() && !w.tracker.isPaused() && !w.health.isDown() && w.ctxLen.ready()
+		}}
 	if w.cfg.Steal {
 		r.Steal = w.stealer.Steal
 	}
@@ -252,6 +258,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return w.contextLoop(ctx) })
 	g.Go(func() error { return w.health.run(ctx) })
 	g.Go(func() error { return w.watchControl(ctx) })
+	g.Go(func() error { return w.watchScheduling(ctx) })
 	g.Go(func() error { return w.watchCancels(ctx) })
 	for range 4 {
 		g.Go(func() error { return w.predictLoop(ctx) })
@@ -284,6 +291,11 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	step, err := schema.Decode[schema.GenStep](m.Data())
 	if err != nil {
 		return bus.Malformed(fmt.Errorf("gen step: %w", err))
+	}
+	if err := w.sched.err(); err != nil {
+		// Pulled as the modes came apart: handed back, never given up on
+		// for it (the coordinator moves the replica's trajectories).
+		return bus.Redundant(fmt.Errorf("gen step of %s: %w", step.TrajID, err))
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
 	telemetry.AddLogAttrs(ctx, "traj_id", step.TrajID, "seq", step.Seq)
@@ -320,17 +332,19 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 }
 
 // heartbeat keeps the worker's entry in the heartbeats bucket fresh until
-// ctx ends; while the replica's server is down there is no entry, so the
-// coordinator moves the replica's work at once.
+// ctx ends; while the replica's server is down, or the worker's
+// ACTLOOP_SCHEDULING differs from the coordinator's, there is no entry, so
+// the coordinator moves the replica's work at once.
 func (w *Worker) heartbeat(ctx context.Context) error {
 	return service.Heartbeat(ctx, w.d.JS, "gen."+w.cfg.Replica+"."+w.id, w.cfg.HeartbeatInterval, w.health.changed,
 		func() (schema.Heartbeat, bool) {
 			st := w.tracker.stats()
 			l := w.serverLoad()
-			return schema.Heartbeat{V: schema.Version, Worker: w.id, Replica: w.cfg.Replica, Slots: w.cfg.Slots,
+			h := schema.Heartbeat{V: schema.Version, Worker: w.id, Replica: w.cfg.Replica, Slots: w.cfg.Slots,
 				Running: int(st.Running), GeneratedTokens: st.GeneratedTokens, ReprefilledTokens: st.ReprefilledTokens,
 				ServerKVTokens: l.CapacityTokens, ServerKVUsage: l.Usage, ServerRunning: l.Running, ServerWaiting: l.Waiting,
-				ServerCacheHitRate: l.CacheHitRate, TokenSeconds: w.tracker.tokenSeconds(), At: w.d.Now().UTC()}, !w.health.isDown()
+				ServerCacheHitRate: l.CacheHitRate, TokenSeconds: w.tracker.tokenSeconds(), At: w.d.Now().UTC()}
+			return h, !w.health.isDown() && w.sched.agrees()
 		}, w.d.Log)
 }
 
@@ -348,14 +362,16 @@ func (w *Worker) Stats() Stats {
 // or no control state seen yet).
 func (w *Worker) Paused() bool { return w.tracker.isPaused() }
 
-// Handler serves /healthz, /readyz and /v1/stats.
+// Handler serves /healthz, /readyz (503 naming both modes while its
+// ACTLOOP_SCHEDULING differs from the coordinator's), /metrics and
+// /v1/stats.
 func (w *Worker) Handler() http.Handler {
 	mux := service.HealthMux(w.d)
 	mux.HandleFunc("GET /v1/stats", func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(rw).Encode(w.Stats())
 	})
-	return mux
+	return w.withReadiness(mux)
 }
 
 // step runs the generation of t (or ends it at a limit) and returns the

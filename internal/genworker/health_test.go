@@ -141,6 +141,8 @@ func TestHeartbeatWhileDown(t *testing.T) {
 	w := &Worker{cfg: Config{Replica: "r0", Slots: 1, HeartbeatInterval: 10 * time.Millisecond, KVBudget: 1, Scheduling: priority.SchedulingAction},
 		d: &service.Deps{JS: js, Log: discard, Now: time.Now}, id: "w1",
 		tracker: newTracker(false, nil, time.Now), health: newReplicaHealth(1, time.Second, nil, discard)}
+	w.sched = &schedulingCheck{own: priority.SchedulingAction, log: discard, wake: w.health.signal}
+	w.sched.observe(schema.Control{Scheduling: priority.SchedulingAction})
 	done := make(chan error, 1)
 	go func() { done <- w.heartbeat(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -151,6 +153,12 @@ func TestHeartbeatWhileDown(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "the entry removed while down", func() bool { return !present() })
 	w.health.observe(nil, true)
 	testkit.Eventually(t, 10*time.Second, "heartbeats again", present)
+
+	// So while its ACTLOOP_SCHEDULING differs from the coordinator's.
+	w.sched.observe(schema.Control{Scheduling: priority.SchedulingTrajectory})
+	testkit.Eventually(t, 10*time.Second, "the entry removed while the modes differ", func() bool { return !present() })
+	w.sched.observe(schema.Control{Scheduling: priority.SchedulingAction})
+	testkit.Eventually(t, 10*time.Second, "heartbeats once they agree", present)
 }
 
 func TestConfigValidateLLM(t *testing.T) {
@@ -197,6 +205,8 @@ func TestHeartbeatCarriesServerLoad(t *testing.T) {
 		d: &service.Deps{JS: js, Log: discard, Now: time.Now}, id: "w1",
 		gen:     llm.NewSGLang(ts.URL, llm.SGLangOptions{HTTPClient: ts.Client()}),
 		tracker: newTracker(false, nil, time.Now), health: newReplicaHealth(1, time.Second, nil, discard)}
+	w.sched = &schedulingCheck{own: priority.SchedulingAction, log: discard, wake: w.health.signal}
+	w.sched.observe(schema.DefaultControl()) // a control state read
 	done := make(chan error, 2)
 	go func() { done <- w.heartbeat(ctx) }()
 	go func() { done <- w.loadLoop(ctx) }()

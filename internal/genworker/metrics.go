@@ -43,6 +43,7 @@ func (w *Worker) registerMetrics() *metrics.Scope {
 	metrics.GaugeFunc(reg, "actloop_inflight_kv_tokens", l, func() float64 { return float64(k.inFlightKV.Load()) })
 	metrics.GaugeFunc(reg, "actloop_slots_busy", l, func() float64 { return float64(k.inFlight.Load()) })
 	metrics.GaugeFunc(reg, "actloop_llm_down", l, func() float64 { return metrics.Bool(w.health.isDown()) })
+	metrics.GaugeFunc(reg, "actloop_scheduling_mismatch", l, func() float64 { return metrics.Bool(w.sched.err() != nil) })
 	for name, v := range map[string]interface{ Load() int64 }{
 		"actloop_generated_tokens_total":   &k.generated,
 		"actloop_reprefilled_tokens_total": &k.reprefilled,

@@ -452,6 +452,11 @@ type Control struct {
 	// same ones.
 	MaxStaleness int64  `json:"max_staleness"`
 	StalePolicy  string `json:"stale_policy,omitempty"`
+	// Scheduling is the coordinator's ACTLOOP_SCHEDULING (action or
+	// trajectory), published so that a gen-worker whose own setting
+	// differs refuses to take work; "" from a coordinator that does not
+	// publish it.
+	Scheduling string `json:"scheduling,omitempty"`
 	// Term is the term (leader lease revision) of the coordinator that
 	// wrote it; a coordinator of an earlier term may no longer write it.
 	Term uint64    `json:"term,omitempty"`
@@ -743,6 +748,11 @@ func (c *Control) Validate() error {
 	case "", StaleKeep, StaleRestart, StaleMask:
 	default:
 		p.add("stale_policy", "unknown policy %q (want keep, restart or mask)", clip(c.StalePolicy))
+	}
+	switch c.Scheduling {
+	case "", "action", "trajectory":
+	default:
+		p.add("scheduling", "unknown mode %q (want action or trajectory)", clip(c.Scheduling))
 	}
 	return p.err()
 }

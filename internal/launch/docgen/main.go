@@ -107,7 +107,7 @@ var sections = []section{
 			"PREDICT_TIMEOUT": "how long to wait for predictor-gw when ranking a waiting sample; 0 = no predictions (unknown lengths rank as `fcfs`)",
 			"STALL_TIMEOUT":   "a trajectory whose state has not advanced this long ends with a fallback result",
 			"COORDINATOR_ADDR": "the HTTP address: the status page at `/`, `/v1/status`, the trainer API (`/v1/pause`, `/v1/resume`, `/v1/control`), " +
-				"`/metrics`, `/healthz`, `/readyz`",
+				"`/v1/trajectories/{id}` (`actloop inspect`), `/metrics`, `/healthz`, `/readyz`",
 			"STATUS_OPEN":  "`false`: the read-only calls (`/`, `/v1/status`, `/v1/control`) need `ACTLOOP_API_TOKEN` too",
 			"STALE_POLICY": "what happens to a trajectory with a token more than `ACTLOOP_MAX_STALENESS` versions old: `keep` (deliver it, flagged), `restart` (discard its tokens, start again in a fresh sandbox) or `mask` (deliver it, loss mask 0 on the stale tokens)",
 		}},
@@ -152,7 +152,7 @@ var sections = []section{
 	{title: "CLI", file: "cmd/actloop/trainer.go", typ: "trainerConfig", readBy: []string{"CLI"},
 		intro: "What `actloop status` and `top` read, besides the NATS settings above.",
 		notes: map[string]string{
-			"COORDINATOR_URL": "where `actloop status` and `top` ask (the coordinator's HTTP address). " +
+			"COORDINATOR_URL": "where `actloop status`, `top` and `inspect` ask (the coordinator's HTTP address). " +
 				"With `ACTLOOP_API_TOKEN` set it must be set too: the CLI refuses to send the token to the default address, " +
 				"where any program may listen",
 		}},
