@@ -55,6 +55,124 @@ type Config struct {
 	IdleTickS float64
 	// Cost is the iteration time model.
 	Cost Cost
+
+	// KVBytes is the bytes of KV one token takes (--kv-cache-dtype:
+	// KVBytesPerToken in bf16, half of it in fp8; WithKVDtype).
+	KVBytes int
+	// The hierarchical cache (--enable-hierarchical-cache; WithHiCache):
+	// HostTokens is the host memory pool in tokens (0: off), WritePolicy
+	// when a prefix is written there (--hicache-write-policy), and
+	// HostLoadGBps the host-to-device copy rate, in GB/s, at which a
+	// prefix held only there is loaded back.
+	HostTokens   int
+	WritePolicy  string
+	HostLoadGBps float64
+}
+
+// Write policies of the hierarchical cache (--hicache-write-policy; read in
+// python/sglang/srt/mem_cache/hiradix_cache.py, HiRadixCache.inc_hit_count
+// and evict).
+const (
+	// WriteThrough writes a prefix to host memory when it joins the cache
+	// (write_through_threshold 1); SGLang's default.
+	WriteThrough = "write_through"
+	// WriteThroughSelective writes it once it has been hit SelectiveHits
+	// times.
+	WriteThroughSelective = "write_through_selective"
+	// WriteBack writes it only when it is evicted from the device.
+	WriteBack = "write_back"
+)
+
+// SelectiveHits is write_through_selective's write_through_threshold: the
+// inserts through a node (inc_hit_count) before it is written to host
+// memory (2 in newer versions of SGLang's hiradix_cache.py, 3 in older
+// ones).
+const SelectiveHits = 2
+
+// LoadBackThreshold is HiRadixCache's load_back_threshold: a prefix held
+// only in host memory shorter than this is computed again rather than
+// loaded.
+const LoadBackThreshold = 10
+
+// DefaultHiCacheRatio is --hicache-ratio's default (server_args.py): the
+// host pool is twice the device pool.
+const DefaultHiCacheRatio = 2.0
+
+// Host-to-device copy rates, GB/s, of a x16 link. PCIe 4.0 signals 16
+// GT/s a lane and PCIe 5.0 32 GT/s, with 128b/130b encoding: 31.5 and 63
+// GB/s a direction. Pinned-memory copies reach about 80 % of that; these are
+// 0.8 × the link's rate, an assumption, not a measurement.
+const (
+	PCIeGen4GBps = 25.0 // A100 (PCIe 4.0)
+	PCIeGen5GBps = 50.0 // H100 (PCIe 5.0)
+)
+
+// LoadSeconds is how long n tokens of KV take to copy from host memory to
+// the device.
+func (c Config) LoadSeconds(n int) float64 {
+	return float64(n) * float64(c.KVBytes) / (c.HostLoadGBps * 1e9)
+}
+
+// WithHiCache is c with SGLang's hierarchical cache on: a host pool of
+// ratio × the device pool's tokens (--hicache-ratio), or, when sizeGB > 0,
+// of sizeGB × 10⁹ bytes at KVBytes a token (--hicache-size, which wins;
+// memory_pool_host.py, HostKVCache), the write policy (--hicache-write-policy,
+// "" for WriteThrough), and loads at gbps (0: PCIeGen4GBps).
+func (c Config) WithHiCache(ratio, sizeGB float64, policy string, gbps float64) (Config, error) {
+	c.HostTokens = int(ratio * float64(c.MaxTotalTokens))
+	if sizeGB > 0 {
+		c.HostTokens = int(sizeGB * 1e9 / float64(c.KVBytes))
+	}
+	if policy == "" {
+		policy = WriteThrough
+	}
+	if gbps == 0 {
+		gbps = PCIeGen4GBps
+	}
+	c.WritePolicy, c.HostLoadGBps = policy, gbps
+	if c.HostTokens <= c.MaxTotalTokens {
+		// SGLang asserts it (HostKVCache: "The host memory should be larger
+		// than the device memory"): a host copy of every device node must fit.
+		return c, fmt.Errorf("server model: hierarchical cache: host pool of %d tokens is not larger than the device pool of %d", c.HostTokens, c.MaxTotalTokens)
+	}
+	return c, c.Validate()
+}
+
+// KV cache dtypes (--kv-cache-dtype).
+const (
+	KVDtypeAuto = "auto"     // the model's dtype: bf16 here
+	KVDtypeFP8  = "fp8_e4m3" // one byte an element
+)
+
+// WithKVDtype is c with its KV cache in dtype: in fp8_e4m3 (or fp8_e5m2) a
+// token's KV takes half the bytes of bf16, so the same memory holds twice
+// the tokens (max_total_num_tokens is the memory left for KV over the bytes
+// a token takes, model_runner.py's profile_max_num_token), and the request
+// pool grows with it as DefaultConfig derives it. The cost model is left
+// as it is: it was fitted to bf16 profiles, so decode's reading of the KV
+// is not made cheaper here.
+func (c Config) WithKVDtype(dtype string) (Config, error) {
+	switch dtype {
+	case "", KVDtypeAuto, "bf16", "bfloat16":
+		return c, nil
+	case KVDtypeFP8, "fp8_e5m2":
+	default:
+		return c, fmt.Errorf("server model: kv-cache-dtype %q: want auto or %s", dtype, KVDtypeFP8)
+	}
+	c.KVBytes /= 2
+	c.MaxTotalTokens *= 2
+	c.MaxRunning = RequestPool(c.MaxTotalTokens, DefaultContextLen)
+	return c, c.Validate()
+}
+
+// DefaultContextLen is Llama-3.1-8B's context length.
+const DefaultContextLen = 131_072
+
+// RequestPool is max_running_requests for a pool of pool tokens and a
+// context length: min(pool / 2, min(max(pool / contextLen × 512, 2048),
+// 4096)), as DefaultConfig explains.
+func RequestPool(pool, contextLen int) int {
+	return min(pool/2, min(max(pool*512/contextLen, 2048), 4096))
 }
 
 // KVBytesPerToken of Llama-3-8B in bf16: 32 layers × 8 KV heads × 128 dims
@@ -88,6 +206,9 @@ func DefaultConfig() Config {
 		Policy:                  PolicyFCFS,
 		IdleTickS:               0.001,
 		Cost:                    A100Llama8B,
+		KVBytes:                 KVBytesPerToken,
+		WritePolicy:             WriteThrough,
+		HostLoadGBps:            PCIeGen4GBps,
 	}
 }
 
@@ -111,6 +232,13 @@ func (c Config) Validate() error {
 	check(c.NewTokenRatioDecaySteps > 0, "new_token_ratio_decay_steps", c.NewTokenRatioDecaySteps)
 	check(c.Policy == PolicyFCFS || c.Policy == PolicyLPM, "schedule_policy (fcfs or lpm)", c.Policy)
 	check(c.IdleTickS > 0, "idle tick", c.IdleTickS)
+	check(c.HostTokens >= 0, "hicache host tokens", c.HostTokens)
+	if c.HostTokens > 0 {
+		check(c.WritePolicy == WriteThrough || c.WritePolicy == WriteThroughSelective || c.WritePolicy == WriteBack,
+			"hicache-write-policy (write_through, write_through_selective or write_back)", c.WritePolicy)
+		check(c.HostLoadGBps > 0, "hicache host-to-device GB/s", c.HostLoadGBps)
+		check(c.KVBytes > 0, "KV bytes per token", c.KVBytes)
+	}
 	if err := c.Cost.Validate(); err != nil {
 		errs = append(errs, err)
 	}

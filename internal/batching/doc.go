@@ -42,6 +42,24 @@
 //     tokens the decodes read, fitted (FitA100Llama8B) to Vidur's operator
 //     profiles of Llama-3-8B on an A100 80GB (calib/SOURCE.md).
 //
+// Options beside the defaults (Config.WithHiCache, Config.WithKVDtype):
+//
+//   - The hierarchical cache (--enable-hierarchical-cache;
+//     mem_cache/hiradix_cache.py, mem_cache/memory_pool_host.py,
+//     managers/cache_controller.py): a host pool of --hicache-ratio × the
+//     device pool's tokens (or --hicache-size GB). A node is written there
+//     when cached (write_through), once hit twice (write_through_selective)
+//     or when evicted (write_back); a node evicted from the device with a
+//     host copy stays in the tree in host memory only, and host memory
+//     frees such nodes, least recently used first, when a write needs
+//     room. A request whose prefix runs on into host memory has it loaded
+//     back before its prefill (init_load_back, at least 10 tokens): the
+//     tokens need device memory but no chunk budget (PrefillAdder's
+//     real_input_tokens), and the iteration takes at least their bytes
+//     over HostLoadGBps. A flush clears both pools.
+//   - An FP8 KV cache (--kv-cache-dtype fp8_e4m3): half the bytes a token,
+//     twice the tokens in the same memory.
+//
 // Left out: overlap scheduling (it hides CPU time, which the cost model
 // does not charge), speculative decoding, paged KV with pages above one
 // token, priority scheduling, and the prefill-time cap of max_prefill_tokens

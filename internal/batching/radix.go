@@ -2,6 +2,7 @@ package batching
 
 import (
 	"container/heap"
+	"fmt"
 )
 
 // Segment is a run of tokens of one content stream: positions 0..Tokens-1
@@ -23,6 +24,12 @@ type vtok struct {
 // node is a radix-tree node: tokens off..off+n-1 of stream key, below
 // parent. lock counts the running requests whose prefix runs through it;
 // only a node with no lock is evictable, and then so is every node below it.
+//
+// With a host tier (hierarchical cache) a node's KV is on the device (dev),
+// in host memory (host), or both; a node only in host memory is "evicted"
+// in SGLang's terms (mem_cache/hiradix_cache.py: value None, host_value
+// set). Device nodes form a subtree from the root: eviction takes device
+// leaves (_collect_leaves_device), and a load brings back a whole chain.
 type node struct {
 	parent   *node
 	children children
@@ -32,6 +39,12 @@ type node struct {
 	lastUse  float64
 	id       uint64 // creation order: ties in the LRU order go to the older node
 	heapAt   int    // index in the leaves heap; -1 when not in it
+	hostAt   int    // index in the host leaves heap; -1 when not in it
+	dev      bool   // its KV is in the device pool
+	host     bool   // a copy of its KV is in the host pool
+	devKids  int    // children on the device
+	hits     int    // inserts through it (write_through_selective)
+	pinned   bool   // being loaded back: host memory keeps it (host_ref_counter)
 }
 
 // radix is the prefix cache as SGLang's RadixCache keeps it: a tree of
@@ -41,14 +54,31 @@ type node struct {
 // until enough tokens are freed.
 type radix struct {
 	root      *node
-	leaves    leafHeap // unlocked leaves
-	tokens    int      // tokens held by the tree
-	evictable int      // tokens of unlocked nodes
+	leaves    leafHeap // unlocked device leaves
+	tokens    int      // device tokens held by the tree
+	evictable int      // device tokens of unlocked nodes
 	nextID    uint64
+
+	// The host tier (HiRadixCache): hostCap tokens of host memory (0: none),
+	// hostTokens of them in use, hostLeaves the nodes only in host memory
+	// with no children (what evict_host may free), policy the write policy
+	// and backupAfter the hits after which a node is written to host
+	// (write_through_threshold).
+	hostCap, hostTokens int
+	hostLeaves          hostHeap
+	policy              string
+	backupAfter         int
+	stats               *Stats
 }
 
 func newRadix() *radix {
-	return &radix{root: &node{heapAt: -1, lock: 1}}
+	return &radix{root: &node{heapAt: -1, hostAt: -1, lock: 1, dev: true}, stats: &Stats{}}
+}
+
+// newNode is a device node (not yet linked).
+func (t *radix) newNode(parent *node, key uint64, off, n int, now float64) *node {
+	t.nextID++
+	return &node{parent: parent, key: key, off: off, n: n, lastUse: now, id: t.nextID, heapAt: -1, hostAt: -1, dev: true}
 }
 
 // match walks segs from the root and returns the deepest node fully
@@ -85,6 +115,7 @@ func (t *radix) matchUpTo(segs []Segment, limit int, split bool, now float64) (*
 			}
 			c.lastUse = now
 			t.touched(c)
+			t.touchedHost(c)
 			cur, matched, pos = c, matched+m, pos+m
 		}
 		if pos < s.Tokens { // the limit
@@ -98,12 +129,53 @@ func (t *radix) matchUpTo(segs []Segment, limit int, split bool, now float64) (*
 func (t *radix) split(c *node, m int) *node {
 	t.nextID++
 	up := &node{parent: c.parent, key: c.key, off: c.off, n: m,
-		lock: c.lock, lastUse: c.lastUse, id: t.nextID, heapAt: -1}
+		lock: c.lock, lastUse: c.lastUse, id: t.nextID, heapAt: -1, hostAt: -1,
+		dev: c.dev, host: c.host, hits: c.hits}
+	if c.dev {
+		up.devKids = 1
+	}
 	c.parent.children.set(vtok{c.key, c.off}, up)
 	c.parent = up
 	c.off, c.n = c.off+m, c.n-m
 	up.children.set(vtok{c.key, c.off}, c)
 	return up
+}
+
+// device is the deepest device node on the path from the root to n and
+// the tokens of the path below it (only in host memory).
+func (t *radix) device(n *node) (*node, int) {
+	inHost := 0
+	for !n.dev {
+		inHost += n.n
+		n = n.parent
+	}
+	return n, inHost
+}
+
+// pin marks the host-only chain above last as being loaded back (pinned),
+// or no longer (unpinned), so that host memory keeps it meanwhile.
+func (t *radix) pin(last *node, pinned bool) {
+	for n := last; !n.dev; n = n.parent {
+		n.pinned = pinned
+	}
+}
+
+// load brings the host-only chain above last back to the device (SGLang's
+// load_back: all of it, after the device tokens were made free) and
+// returns the tokens loaded.
+func (t *radix) load(last *node) int {
+	loaded := 0
+	for n := last; !n.dev; n = n.parent {
+		t.leftHost(n)
+		n.dev = true
+		n.parent.devKids++
+		t.tokens += n.n
+		t.evictable += n.n
+		loaded += n.n
+		t.touched(n)
+		t.touched(n.parent)
+	}
+	return loaded
 }
 
 // insert adds what of segs the tree lacks below the root, as one path, and
@@ -119,6 +191,24 @@ func (t *radix) insertUpTo(segs []Segment, limit int, now float64) (*node, int) 
 	cur, depth := t.matchUpTo(segs, limit, true, now)
 	left := limit - depth // tokens still to place under a limit
 	added := 0
+	// What of the path is only in host memory was computed again by the
+	// request inserting it: its KV is on the device now (the
+	// _insert_helper of HiRadixCache gives an evicted node the new value).
+	if t.hostCap > 0 {
+		for n := cur; !n.dev; n = n.parent {
+			t.leftHost(n)
+			n.dev = true
+			n.parent.devKids++
+			t.tokens += n.n
+			t.evictable += n.n
+			added += n.n
+			t.touched(n)
+			t.touched(n.parent)
+		}
+		for n := cur; n != t.root; n = n.parent {
+			t.hit(n)
+		}
+	}
 	for _, s := range segs {
 		if depth >= s.Tokens {
 			depth -= s.Tokens
@@ -134,17 +224,18 @@ func (t *radix) insertUpTo(segs []Segment, limit int, now float64) (*node, int) 
 		if n <= 0 {
 			break
 		}
-		t.nextID++
-		c := &node{parent: cur, key: s.Key, off: pos, n: n, lastUse: now, id: t.nextID, heapAt: -1}
+		c := t.newNode(cur, s.Key, pos, n, now)
 		if cur.children.get(vtok{s.Key, pos}) != nil {
 			panic("batching: radix insert below a node that has the run already")
 		}
 		cur.children.set(vtok{s.Key, pos}, c)
+		cur.devKids++
 		t.left(cur)
 		t.tokens += c.n
 		t.evictable += c.n
 		added += c.n
 		t.touched(c)
+		t.hit(c)
 		cur = c
 	}
 	return cur, added
@@ -174,14 +265,108 @@ func (t *radix) unlock(n *node) {
 
 // evict removes unlocked leaves, least recently used first, until need
 // tokens are freed or none is left; it returns the tokens freed.
-func (t *radix) evict(need int) int {
+func (t *radix) evict(need int) int { return t.evictAs(need, false) }
+
+// evictAs is evict; with drop, nodes are deleted whatever their host
+// copies (a flush), else a node with a copy in host memory (written
+// through, or now under write_back) stays in the tree there
+// (_evict_backuped) and one without is deleted (_evict_regular).
+func (t *radix) evictAs(need int, drop bool) int {
 	freed := 0
 	for freed < need && len(t.leaves) > 0 {
 		n := heap.Pop(&t.leaves).(*node)
-		n.parent.children.del(vtok{n.key, n.off})
 		t.tokens -= n.n
 		t.evictable -= n.n
 		freed += n.n
+		if !drop && t.hostCap > 0 && (n.host || (t.policy == WriteBack && t.backup(n))) {
+			n.dev = false
+			n.parent.devKids--
+			t.stats.Offloaded += int64(n.n)
+			t.touchedHost(n)
+		} else {
+			t.remove(n)
+		}
+		t.touched(n.parent)
+	}
+	return freed
+}
+
+// remove deletes device node n (its device tokens already counted out)
+// with what is below it only in host memory, and frees its host copies.
+func (t *radix) remove(n *node) {
+	n.parent.children.del(vtok{n.key, n.off})
+	if n.dev {
+		n.parent.devKids--
+	}
+	var free func(x *node)
+	free = func(x *node) {
+		if x.host {
+			t.hostTokens -= x.n
+			x.host = false
+		}
+		t.leftHost(x)
+		x.children.each(func(c *node) { free(c) })
+	}
+	free(n)
+	t.touchedHost(n.parent)
+}
+
+// backup writes n's KV to host memory, freeing host-only leaves least
+// recently used first when the host pool is full (write_backup, then
+// evict_host); it reports whether n has a host copy now.
+func (t *radix) backup(n *node) bool {
+	if t.hostCap == 0 || n.host {
+		return n.host
+	}
+	if short := t.hostTokens + n.n - t.hostCap; short > 0 {
+		t.evictHost(short)
+	}
+	if t.hostTokens+n.n > t.hostCap {
+		return false
+	}
+	n.host = true
+	t.hostTokens += n.n
+	t.stats.WrittenToHost += int64(n.n)
+	return true
+}
+
+// hit counts an insert through n and writes n to host memory
+// once it has had the write policy's hits (inc_hit_count: at once under
+// write_through, after backupAfter under write_through_selective, never
+// under write_back, which writes at eviction).
+func (t *radix) hit(n *node) {
+	if t.hostCap == 0 || n.host || t.policy == WriteBack || !n.dev {
+		return
+	}
+	n.hits++
+	if n.hits >= t.backupAfter {
+		t.backup(n)
+	}
+}
+
+// evictHost frees host-only leaves, least recently used first, until need
+// host tokens are free or none is left (evict_host: only nodes evicted from
+// the device, and none being loaded back); it returns the tokens freed.
+func (t *radix) evictHost(need int) int {
+	freed := 0
+	var kept []*node
+	defer func() {
+		for _, n := range kept {
+			heap.Push(&t.hostLeaves, n)
+		}
+	}()
+	for freed < need && len(t.hostLeaves) > 0 {
+		n := heap.Pop(&t.hostLeaves).(*node)
+		if n.pinned {
+			kept = append(kept, n)
+			continue
+		}
+		n.parent.children.del(vtok{n.key, n.off})
+		n.host = false
+		t.hostTokens -= n.n
+		freed += n.n
+		t.stats.HostEvicted += int64(n.n)
+		t.touchedHost(n.parent)
 		t.touched(n.parent)
 	}
 	return freed
@@ -196,23 +381,30 @@ func (t *radix) drop(segs []Segment, now float64) int {
 	for n != t.root && n.lock == 0 && n.children.len() == 0 {
 		p := n.parent
 		t.left(n)
-		p.children.del(vtok{n.key, n.off})
-		t.tokens -= n.n
-		t.evictable -= n.n
-		freed += n.n
+		if n.dev {
+			t.tokens -= n.n
+			t.evictable -= n.n
+			freed += n.n
+		}
+		t.remove(n)
 		n = p
 	}
 	t.touched(n)
 	return freed
 }
 
-// flush evicts every unlocked node (new weights make the cache useless).
-func (t *radix) flush() int { return t.evict(t.tokens + 1) }
+// flush evicts every unlocked node, from host memory too (new weights make
+// the cache useless; SGLang's flush_cache resets the host pool with the
+// tree). It returns the device tokens freed.
+func (t *radix) flush() int {
+	t.evictHost(t.hostTokens + 1)
+	return t.evictAs(t.tokens+1, true)
+}
 
 // touched puts n in the leaves heap if it is an unlocked leaf, or fixes its
 // place after its lastUse changed.
 func (t *radix) touched(n *node) {
-	if n == t.root || n.lock > 0 || n.children.len() > 0 {
+	if n == t.root || n.lock > 0 || n.devKids > 0 || !n.dev {
 		t.left(n)
 		return
 	}
@@ -228,6 +420,54 @@ func (t *radix) left(n *node) {
 	if n.heapAt >= 0 {
 		heap.Remove(&t.leaves, n.heapAt)
 	}
+}
+
+// touchedHost puts n in the host leaves heap if it is only in host memory
+// and has no children, or fixes its place.
+func (t *radix) touchedHost(n *node) {
+	if n == t.root || n.dev || n.children.len() > 0 {
+		t.leftHost(n)
+		return
+	}
+	if n.hostAt >= 0 {
+		heap.Fix(&t.hostLeaves, n.hostAt)
+		return
+	}
+	heap.Push(&t.hostLeaves, n)
+}
+
+func (t *radix) leftHost(n *node) {
+	if n.hostAt >= 0 {
+		heap.Remove(&t.hostLeaves, n.hostAt)
+	}
+}
+
+// hostHeap orders host-only leaves least recently used first.
+type hostHeap []*node
+
+func (h hostHeap) Len() int { return len(h) }
+func (h hostHeap) Less(i, j int) bool {
+	if h[i].lastUse != h[j].lastUse {
+		return h[i].lastUse < h[j].lastUse
+	}
+	return h[i].id < h[j].id
+}
+func (h hostHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hostAt, h[j].hostAt = i, j
+}
+func (h *hostHeap) Push(x any) {
+	n := x.(*node)
+	n.hostAt = len(*h)
+	*h = append(*h, n)
+}
+func (h *hostHeap) Pop() any {
+	old := *h
+	n := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	n.hostAt = -1
+	return n
 }
 
 // leafHeap orders unlocked leaves least recently used first.
@@ -297,9 +537,69 @@ func (c *children) del(v vtok) {
 	delete(c.more, v)
 }
 
+// each calls f on every child.
+func (c *children) each(f func(*node)) {
+	if c.one != nil {
+		f(c.one)
+	}
+	for _, n := range c.more {
+		f(n)
+	}
+}
+
 func (c *children) len() int {
 	if c.one == nil {
 		return 0
 	}
 	return 1 + len(c.more)
+}
+
+// checkHost verifies the host tier's accounting and the device subtree
+// (tests).
+func (t *radix) checkHost() error {
+	host, dev := 0, 0
+	var walk func(n *node) error
+	walk = func(n *node) error {
+		kids := 0
+		var err error
+		n.children.each(func(c *node) {
+			if c.dev {
+				kids++
+				if !n.dev {
+					err = fmt.Errorf("radix: a device node below a host-only one")
+				}
+			}
+			if e := walk(c); e != nil {
+				err = e
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if kids != n.devKids {
+			return fmt.Errorf("radix: node has %d device children, counted %d", kids, n.devKids)
+		}
+		if n != t.root {
+			if n.host {
+				host += n.n
+			}
+			if n.dev {
+				dev += n.n
+			}
+			if !n.dev && !n.host {
+				return fmt.Errorf("radix: a node neither on the device nor in host memory")
+			}
+		}
+		return nil
+	}
+	if err := walk(t.root); err != nil {
+		return err
+	}
+	if host != t.hostTokens || dev != t.tokens {
+		return fmt.Errorf("radix: host %d / device %d tokens in the tree, counted %d / %d", host, dev, t.hostTokens, t.tokens)
+	}
+	if t.hostCap > 0 && t.hostTokens > t.hostCap {
+		return fmt.Errorf("radix: %d host tokens of %d", t.hostTokens, t.hostCap)
+	}
+	return nil
 }

@@ -36,8 +36,10 @@ type Done struct {
 	Aborted   bool
 	// Prefilled is the input tokens computed for it (every prefill after a
 	// retraction included), Cached the input tokens its first prefill found
-	// in the cache, Retracted how often it was retracted.
-	Prefilled, Cached, Retracted int
+	// in the cache (on the device or, with a host tier, in host memory),
+	// Loaded how many of those came back from host memory, Retracted how
+	// often it was retracted.
+	Prefilled, Cached, Loaded, Retracted int
 }
 
 // Stats are a server's counters since it started.
@@ -46,6 +48,13 @@ type Stats struct {
 	Generated, Prefilled, Cached  int64
 	Retractions                   int64
 	Evicted                       int64
+	// With a host tier: device tokens whose KV went to host memory when
+	// evicted (Offloaded), tokens written to host memory (WrittenToHost),
+	// tokens freed from host memory (HostEvicted) and tokens loaded back
+	// to the device instead of prefilled (Loaded), with the seconds those
+	// loads took (LoadS; they overlap the iteration's compute).
+	Offloaded, WrittenToHost, HostEvicted, Loaded int64
+	LoadS                                         float64
 	// BusyS is the time spent in iterations; UsageTokenS integrates the
 	// tokens in use (token_usage × max_total_num_tokens) over time.
 	BusyS, UsageTokenS float64
@@ -58,8 +67,9 @@ type Occupancy struct {
 	// cached prefixes they lock: max_total_num_tokens − (available +
 	// evictable), as sglang:token_usage counts it (× the pool).
 	Used int
-	// Cached is the tokens of the radix cache, locked or not.
-	Cached int
+	// Cached is the tokens of the radix cache on the device, locked or
+	// not; Host the tokens held in host memory (hierarchical cache).
+	Cached, Host int
 }
 
 // req is a request inside the server.
@@ -120,6 +130,7 @@ type iteration struct {
 	partial  *req   // a chunk that does not finish its request's input
 	partialN int
 	decode   []*req
+	loaded   int // tokens loaded back from host memory for its prefills
 }
 
 // New returns an idle server at time 0. cfg must be valid.
@@ -128,6 +139,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, tree: newRadix(), byID: map[int64]*req{}}
+	s.tree.stats = &s.stats
+	if cfg.HostTokens > 0 {
+		s.tree.hostCap, s.tree.policy = cfg.HostTokens, cfg.WritePolicy
+		s.tree.backupAfter = 1
+		if cfg.WritePolicy == WriteThroughSelective {
+			s.tree.backupAfter = SelectiveHits
+		}
+	}
 	s.ratio = cfg.initRatio()
 	s.minR = min(s.ratio*cfg.MinNewTokenRatioFactor, 1)
 	s.decay = (s.ratio - s.minR) / float64(cfg.NewTokenRatioDecaySteps)
@@ -238,7 +257,7 @@ func (s *Server) Occupancy() Occupancy {
 		running++
 	}
 	return Occupancy{Running: running, Queued: len(s.waiting),
-		Used: s.used - s.tree.evictable, Cached: s.tree.tokens}
+		Used: s.used - s.tree.evictable, Cached: s.tree.tokens, Host: s.tree.hostTokens}
 }
 
 // Stats returns the counters.
@@ -336,7 +355,17 @@ func (s *Server) Form(at float64) float64 {
 		// runs): an idle tick, as SGLang's loop polls again.
 		it.end = at + s.cfg.IdleTickS
 	} else {
-		it.end = at + s.cfg.Cost.Seconds(s.shape(it))
+		t := s.cfg.Cost.Seconds(s.shape(it))
+		if it.loaded > 0 {
+			// The load runs on its own stream layer by layer and each
+			// layer's attention waits for its layer (cache_controller.py's
+			// layer_done_counter): the iteration takes the longer of the
+			// two.
+			load := s.cfg.LoadSeconds(it.loaded)
+			s.stats.LoadS += load
+			t = max(t, load)
+		}
+		it.end = at + t
 		s.stats.Iterations++
 		s.stats.BusyS += it.end - at
 	}
@@ -474,18 +503,45 @@ func (s *Server) formPrefill(it *iteration, at float64) bool {
 			break
 		}
 		last, cached := s.tree.match(q.input, true, at)
+		// With a host tier the match runs on through prefixes held only
+		// in host memory (inHost of its tokens); they are loaded back
+		// if there are at least LoadBackThreshold of them, else computed
+		// again (init_load_back, load_back).
+		dev, inHost := s.tree.device(last)
+		if inHost < LoadBackThreshold {
+			last, cached, inHost = dev, cached-inHost, 0
+		}
 		extend := q.inputLen - cached
-		total := float64(extend + reserve(q))
+		// What is loaded needs device memory as what is computed does
+		// (extend_input_len counts both), but no chunk budget
+		// (schedule_policy.py, add_one_req: real_input_tokens).
+		total := float64(extend + inHost + reserve(q))
 		if total >= remTotal() {
 			break // NO_TOKEN: the adder stops at the first refusal
 		}
 		if extend >= remInput && admitted > 0 {
 			break
 		}
-		s.tree.lock(last)
+		s.tree.lock(dev)
 		if total >= remTotal() { // locking took evictable tokens
-			s.tree.unlock(last)
+			s.tree.unlock(dev)
 			break
+		}
+		if inHost > 0 {
+			if short := inHost - s.available(); short > 0 {
+				s.tree.pin(last, true) // a write_back eviction may need host room
+				freed := s.tree.evict(short)
+				s.tree.pin(last, false)
+				s.used -= freed
+				s.stats.Evicted += int64(freed)
+			}
+			s.used += s.tree.load(last)
+			s.tree.unlock(dev)
+			s.tree.lock(last)
+			avail = s.available()
+			it.loaded += inHost
+			q.done.Loaded += inHost
+			s.stats.Loaded += int64(inHost)
 		}
 		taken = append(taken, q)
 		q.node, q.treeLen, q.filled = last, cached, cached
@@ -624,6 +680,9 @@ func (s *Server) check() error {
 	}
 	if s.used > s.cfg.MaxTotalTokens || s.used < 0 {
 		return fmt.Errorf("pool: %d used of %d", s.used, s.cfg.MaxTotalTokens)
+	}
+	if err := s.tree.checkHost(); err != nil {
+		return err
 	}
 	if math.IsNaN(s.ratio) {
 		return errors.New("new_token_ratio is NaN")

@@ -47,7 +47,7 @@ func TestSchedulingRunsEveryMode(t *testing.T) {
 	bound := virtual.LowerBound(sc.Generate(1, 8), virtual.Defaults(2, 8))
 	var live []string
 	for _, m := range Modes {
-		if m.Tune == "" {
+		if m.Tune == "" && m.With == "" {
 			live = append(live, m.Name)
 		}
 	}
@@ -409,5 +409,40 @@ func TestPauseFromBenchSync(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("validate: %v, want %q", err, want)
 		}
+	}
+}
+
+// A "-hicache" scenario puts the host tier on every mode's servers, its
+// lower bound included, so that the rows compare alike; the scenario it
+// varies has none. Only the kv-residency rows admit by running KV, and the
+// live engine refuses server options it does not run.
+func TestHiCacheScenarioIsOnForEveryMode(t *testing.T) {
+	var s Scheduling
+	for _, name := range []string{"swe-rl-64k", "swe-rl-64k" + workload.HiCacheSuffix, "swe-rl-steady" + workload.HiCacheSuffix} {
+		sc, ok := workload.Lookup(name)
+		if !ok {
+			t.Fatalf("no scenario %s", name)
+		}
+		on := strings.HasSuffix(name, workload.HiCacheSuffix)
+		for _, m := range Modes {
+			cfg := s.virtualConfig(m, sc, sc.Tasks)
+			if (cfg.Server.HostTokens > 0) != on {
+				t.Errorf("%s/%s: host tier of %d tokens", name, m.Name, cfg.Server.HostTokens)
+			}
+			if on && cfg.Server.HostTokens != 2*cfg.Server.MaxTotalTokens {
+				t.Errorf("%s/%s: host pool %d tokens for a device pool of %d, want --hicache-ratio 2", name, m.Name, cfg.Server.HostTokens, cfg.Server.MaxTotalTokens)
+			}
+			if cfg.KVResidency != (m.With == WithKVResidency) {
+				t.Errorf("%s/%s: KVResidency %v", name, m.Name, cfg.KVResidency)
+			}
+		}
+	}
+	live := Scheduling{Scenarios: "swe-rl-64k" + workload.HiCacheSuffix, Modes: "default", Engine: EngineLive, Tasks: 4, TimeScale: 1}
+	if err := live.Validate(); err == nil || !strings.Contains(err.Error(), "server options") {
+		t.Errorf("live engine on a -hicache scenario: %v", err)
+	}
+	live = Scheduling{Scenarios: "tool-fast", Modes: ModeDefault + "-kv-residency", Engine: EngineLive, Tasks: 4, TimeScale: 1}
+	if err := live.Validate(); err == nil || !strings.Contains(err.Error(), WithKVResidency) {
+		t.Errorf("live engine with a mode the services do not have: %v", err)
 	}
 }

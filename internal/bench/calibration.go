@@ -66,6 +66,69 @@ error):
 		fmt.Fprintf(&b, "| %s | %d | %d | %.2f | %.2f | %.0f | %.0f | %+.1f %% |\n", p.Kind, p.Batch+p.Chunk, p.Context,
 			p.Measured*1e3, p.Predicted*1e3, p.MeasuredTPS, p.ModelTPS, 100*p.Err())
 	}
+	writeServerOptions(&b)
 	_, err = io.WriteString(w, b.String())
 	return err
+}
+
+// writeServerOptions documents the server model's options beyond the
+// defaults the cost model was fitted with.
+func writeServerOptions(b *strings.Builder) {
+	d := batching.DefaultConfig()
+	h, err := d.WithHiCache(batching.DefaultHiCacheRatio, 0, batching.WriteThrough, batching.PCIeGen4GBps)
+	if err != nil {
+		panic(err)
+	}
+	f, err := d.WithKVDtype(batching.KVDtypeFP8)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Fprintf(b, `
+## Server-model options
+
+Beside SGLang's defaults above, the server model (`+"`batching.Config`"+`) has two
+options of SGLang's that change how much KV a server holds. A scenario sets
+them for every mode alike (`+"`workload.ServerOptions`"+`; the `+"`-hicache`"+`
+scenarios turn the first on).
+
+**Hierarchical cache** (`+"`--enable-hierarchical-cache`"+`; read in SGLang's
+`+"`python/sglang/srt/server_args.py`"+`, `+"`mem_cache/hiradix_cache.py`"+`,
+`+"`mem_cache/memory_pool_host.py`"+`, `+"`managers/cache_controller.py`"+` and
+`+"`managers/schedule_policy.py`"+`): a host-memory pool beside the device pool.
+
+| setting | SGLang | the model |
+|---|---|---|
+| host pool | `+"`--hicache-ratio`"+` × the device pool (default %.0f), or `+"`--hicache-size`"+` GB when set (it wins); it must be larger than the device pool | `+"`HostTokens`"+`: %d tokens at the default ratio (`+"`WithHiCache`"+`) |
+| write policy | `+"`--hicache-write-policy`"+`: `+"`write_through`"+` (default: a prefix is written to host memory when it is cached), `+"`write_through_selective`"+` (once hit a few times), `+"`write_back`"+` (only when evicted from the device) | `+"`WritePolicy`"+`; `+"`write_through_selective`"+` after %d hits |
+| eviction from the device | least recently used device leaves; one with a host copy stays in the tree, in host memory only; one without is deleted (`+"`write_back`"+` writes it first) | the same |
+| eviction from host memory | least recently used leaves held only in host memory (`+"`evict_host`"+`), when a write needs room | the same |
+| a request whose prefix is partly in host memory only | the prefix is loaded back to the device before its prefill (`+"`init_load_back`"+`), if at least %d tokens (`+"`load_back_threshold`"+`), else computed again; what is loaded needs device memory as computed input does but no chunk budget | the same |
+| load time | a copy on its own CUDA stream, layer by layer; each layer's attention waits for its layer | tokens × %d bytes ÷ `+"`HostLoadGBps`"+`, the iteration taking the longer of its compute and the load |
+| host-to-device rate | the PCIe link | %.0f GB/s (A100, PCIe 4.0: 16 GT/s × 16 lanes, 128b/130b, 31.5 GB/s a direction) or %.0f GB/s (H100, PCIe 5.0: 63 GB/s): 0.8 × the link's rate, an assumption |
+| weight update | `+"`flush_cache`"+` clears both pools | the same |
+
+Writes to host memory take no time in the model (they run on their own
+stream while the GPU computes); a 64k-token context loads in %.2f s at %.0f GB/s,
+where prefilling it again takes about %.1f s on this cost model.
+
+**FP8 KV cache** (`+"`--kv-cache-dtype fp8_e4m3`"+`): a token's KV takes %d bytes instead
+of %d, so the memory that held %d tokens holds %d (`+"`WithKVDtype`"+`), and
+`+"`max_running_requests`"+` follows the larger pool (%d). The cost model is left as
+it was fitted (bf16 profiles): reading half the bytes in decode is not made
+cheaper, so the option's gain here is the pool's size only.
+`, batching.DefaultHiCacheRatio, h.HostTokens, batching.SelectiveHits, batching.LoadBackThreshold, d.KVBytes,
+		batching.PCIeGen4GBps, batching.PCIeGen5GBps, h.LoadSeconds(65536), h.HostLoadGBps,
+		d.Cost.Seconds(batching.Shape{PrefillTokens: 65536, PrefillAttn: attnPairs(65536)}),
+		f.KVBytes, d.KVBytes, d.MaxTotalTokens, f.MaxTotalTokens, f.MaxRunning)
+}
+
+// attnPairs is the query-key pairs of prefilling n tokens from scratch in
+// chunks of 8,192 (what a context prefilled again costs).
+func attnPairs(n int) float64 {
+	pairs := 0.0
+	for done := 0; done < n; done += 8192 {
+		c := float64(min(8192, n-done))
+		pairs += c * (float64(done) + (c+1)/2)
+	}
+	return pairs
 }

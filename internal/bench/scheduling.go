@@ -56,6 +56,11 @@ type Mode struct {
 	// settings (ACTLOOP_SLOTS, the admission floor and ceiling, the
 	// policy and the predictor), nothing set for the scenario.
 	Shipped bool
+	// With turns on a mechanism the services do not run yet, measured in
+	// the virtual engine before it is built into them: WithKVResidency
+	// (admission by the KV running requests need, on servers with a host
+	// tier: virtual.Config.KVResidency).
+	With string
 	// FirstBatch tunes the knob on a drifting scenario's first batch only
 	// and holds that setting for the others, as a user sets it once at the
 	// start of a training run (without it a tuned mode is re-tuned on every
@@ -70,6 +75,11 @@ const (
 	AblateKVDispatch  = "kv-dispatch"
 	AblatePreemption  = "preemption"
 	AblateRankByTime  = "rank-by-time"
+)
+
+// Mechanisms a Mode may turn on.
+const (
+	WithKVResidency = "kv-residency"
 )
 
 // Knobs a tuned Mode sweeps.
@@ -110,6 +120,8 @@ var Modes = []Mode{
 	{Name: "action-fcfs-no-kv-dispatch", Kind: "action", Policy: "fcfs", Without: AblateKVDispatch},
 	{Name: "action-fcfs-no-preemption", Kind: "action", Policy: "fcfs", Without: AblatePreemption},
 	{Name: "action-lpt-history-by-tokens", Kind: "action", Policy: "lpt", Predictor: predictor.BackendHistory, Without: AblateRankByTime},
+	{Name: ModeDefault + "-kv-residency", Kind: "action", Policy: priority.NameFCFS, Predictor: predictor.BackendHistory, Shipped: true, With: WithKVResidency},
+	{Name: "action-fcfs-kv-residency", Kind: "action", Policy: "fcfs", With: WithKVResidency},
 }
 
 // DefaultModes are the modes `actloop bench` runs unless told otherwise.
@@ -124,10 +136,11 @@ func ModeNames() []string {
 	return names
 }
 
-// ScenarioNames are the names of the workload's scenarios.
+// ScenarioNames are the names of the workload's scenarios and their
+// variants (which "all" leaves out).
 func ScenarioNames() []string {
-	names := make([]string, 0, len(workload.Scenarios))
-	for _, s := range workload.Scenarios {
+	names := make([]string, 0, len(workload.Scenarios)+len(workload.Variants))
+	for _, s := range slices.Concat(workload.Scenarios, workload.Variants) {
 		names = append(names, s.Name)
 	}
 	return names
@@ -212,6 +225,11 @@ type Result struct {
 	Retractions     int64        `json:"retractions"`
 	PrefilledTokens int64        `json:"prefilled_tokens,omitempty"`
 	CachedTokens    int64        `json:"cached_tokens,omitempty"`
+	// With a host tier (a "-hicache" scenario): input tokens loaded back
+	// from host memory instead of prefilled, and the seconds of those
+	// loads (summed over the servers), per run.
+	LoadedTokens int64   `json:"loaded_tokens,omitempty"`
+	LoadS        float64 `json:"load_s,omitempty"`
 	// Batches is a drifting scenario's batches, run one after the other:
 	// the makespan, the bound and the counters are their sums.
 	Batches int `json:"batches,omitempty"`
@@ -318,6 +336,9 @@ func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
 			if m.Tune != "" {
 				errs = append(errs, fmt.Errorf("--modes: %s sweeps its %s, which only the virtual engine does", m.Name, m.Tune))
 			}
+			if m.With != "" {
+				errs = append(errs, fmt.Errorf("--modes: %s turns on %s, which only the virtual engine runs (the services do not have it yet)", m.Name, m.With))
+			}
 		}
 		for _, sc := range scs {
 			if sc.Tasks > 0 && s.Tasks == 0 {
@@ -338,6 +359,9 @@ func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
 	for _, sc := range scs {
 		if sc.Steady != nil && s.Engine == EngineLive {
 			errs = append(errs, fmt.Errorf("--scenarios: %s is steady-state RL, which only the virtual engine runs", sc.Name))
+		}
+		if sc.Server != (workload.ServerOptions{}) && s.Engine == EngineLive {
+			errs = append(errs, fmt.Errorf("--scenarios: %s sets server options (%+v), which only the virtual engine runs", sc.Name, sc.Server))
 		}
 		if len(sc.Drift) > 0 && s.Engine == EngineLive {
 			errs = append(errs, fmt.Errorf("--scenarios: %s drifts over %d batches, which only the virtual engine runs", sc.Name, len(sc.Drift)))
@@ -481,13 +505,13 @@ func liveTable(stdout io.Writer, results []Result) error {
 // virtualTable prints the virtual engine's results: means over the seeds.
 func virtualTable(stdout io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\tmin–max s\t× bound\t× best tuned\t× trajectory\t× async\tcap\ttrainable/GPU-h\tstaleness\tdropped\tmean lat s\ttok/s\tKV use\tbusy\tpreempt\tre-prefill tok\tretract\tsyncs\tqueue/server/env s\tpred MAE tok\tpred rank ρ\twall s\t")
+	fmt.Fprintln(tw, "scenario\tmode\tdone\tmakespan s\tmin–max s\t× bound\t× best tuned\t× trajectory\t× async\tcap\ttrainable/GPU-h\tstaleness\tdropped\tmean lat s\ttok/s\tKV use\tbusy\tpreempt\tre-prefill tok\tloaded tok\tretract\tsyncs\tqueue/server/env s\tpred MAE tok\tpred rank ρ\twall s\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.0f\t%.2f\t%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.0f\t%.0f–%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%.0f/%.0f/%.0f\t%.0f\t%.2f\t%.1f\t\n",
 			r.Scenario, r.Mode, r.Completed, r.Trajectories, r.MakespanS, r.MakespanMinS, r.MakespanMaxS, r.VsBound,
 			r.SpeedupVsBestTuned, r.SpeedupVsTrajectory, r.SpeedupVsAsync, capsOf(r), r.TrainablePerGPUHour, r.MeanStaleness, r.DroppedStale,
 			r.MeanLatencyS, r.TokensPerS, r.KVUse, r.BusyShare,
-			r.Preemptions, r.Reprefilled, r.Retractions, r.Syncs, r.MeanGenQueueS, r.MeanServerS, r.MeanEnvS,
+			r.Preemptions, r.Reprefilled, r.LoadedTokens, r.Retractions, r.Syncs, r.MeanGenQueueS, r.MeanServerS, r.MeanEnvS,
 			r.PredMAE, r.PredRankCorr, r.WallS)
 	}
 	return tw.Flush()

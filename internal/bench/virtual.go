@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/genworker"
 	"github.com/actloop/actloop/internal/predictor"
 	"github.com/actloop/actloop/internal/virtual"
@@ -33,6 +34,7 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		slots = shippedSlots()
 	}
 	cfg := virtual.Defaults(replicas, slots)
+	cfg.Server = serverOf(sc)
 	cfg.Kind, cfg.Policy = m.Kind, m.Policy
 	switch m.Predictor {
 	case predictor.BackendHistory:
@@ -67,7 +69,23 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 	case AblateRankByTime:
 		cfg.RankBy = priority.RankByTokens
 	}
+	cfg.KVResidency = m.With == WithKVResidency
 	return cfg
+}
+
+// serverOf is the server model of scenario sc: the defaults with its
+// server options (workload.ServerOptions), which plan has checked.
+func serverOf(sc workload.Scenario) batching.Config {
+	c, err := batching.DefaultConfig().WithKVDtype(sc.Server.KVDtype)
+	if err != nil {
+		panic(fmt.Sprintf("scenario %s: %v", sc.Name, err))
+	}
+	if sc.Server.HiCache {
+		if c, err = c.WithHiCache(batching.DefaultHiCacheRatio, 0, batching.WriteThrough, batching.PCIeGen4GBps); err != nil {
+			panic(fmt.Sprintf("scenario %s: %v", sc.Name, err))
+		}
+	}
+	return c
 }
 
 // withKnob is cfg with a tuned mode's knob set to v per replica.
@@ -184,7 +202,9 @@ func (s Scheduling) runVirtual(sc workload.Scenario, modes []Mode, stderr io.Wri
 			p := bs.Generate(workload.BatchSeed(s.Seed+int64(k), b), tasks)
 			plans[b] = append(plans[b], p)
 			if sc.Steady == nil { // a steady run stops before its supply is done: no bound
-				bounds[b] = append(bounds[b], virtual.LowerBound(p, virtual.Defaults(replicas, slots)))
+				bc := virtual.Defaults(replicas, slots)
+				bc.Server = serverOf(sc)
+				bounds[b] = append(bounds[b], virtual.LowerBound(p, bc))
 			} else {
 				bounds[b] = append(bounds[b], virtual.Bound{})
 			}
@@ -356,6 +376,8 @@ func inSequence(parts []virtual.Result) virtual.Result {
 		r.Prefilled += p.Prefilled
 		r.Cached += p.Cached
 		r.Evicted += p.Evicted
+		r.Loaded += p.Loaded
+		r.LoadS += p.LoadS
 		r.Iterations += p.Iterations
 		r.Syncs += p.Syncs
 		r.PeakActive = max(r.PeakActive, p.PeakActive)
@@ -535,6 +557,8 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 		r.Retractions += v.Retractions
 		r.PrefilledTokens += v.Prefilled
 		r.CachedTokens += v.Cached
+		r.LoadedTokens += v.Loaded
+		r.LoadS += v.LoadS / n
 		r.Syncs += v.Syncs
 		r.VersionSpread += v.VersionSpread / n
 		r.VersionSpreadX = max(r.VersionSpreadX, int32(v.VersionSpreadX))
@@ -561,6 +585,7 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 	r.Retractions /= int64(len(runs))
 	r.PrefilledTokens /= int64(len(runs))
 	r.CachedTokens /= int64(len(runs))
+	r.LoadedTokens /= int64(len(runs))
 	r.Syncs /= len(runs)
 	r.DroppedStale /= len(runs)
 	r.KVUseStepS, r.KVUseSeries = runs[0].KVUseStepS, runs[0].KVUseSeries

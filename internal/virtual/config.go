@@ -84,6 +84,14 @@ type Config struct {
 	// Preempt lets a high step preempt a low generation (ACTLOOP_PREEMPT),
 	// in action-level runs.
 	Preempt bool
+	// KVResidency makes admission by KV count against the device pools
+	// only the KV of trajectories that generate, not that of those whose
+	// command is running, when the servers have a host tier
+	// (Server.HostTokens > 0) to hold their contexts meanwhile; every
+	// context must still fit in the host pools (see residentPools). The
+	// coordinator does not do this yet: it is the engine's measure of the
+	// mechanism (issue 29, item 5).
+	KVResidency bool
 
 	// RankBy is what policies rank by: priority.RankByTime (the default) or
 	// priority.RankByTokens (ACTLOOP_RANK_BY).
@@ -115,6 +123,9 @@ func (c Config) bounds() (floor, ceiling int) {
 
 func (c Config) floor() int   { f, _ := c.bounds(); return f }
 func (c Config) ceiling() int { _, x := c.bounds(); return x }
+
+// resident reports whether admission runs by KV residency.
+func (c Config) resident() bool { return c.KVResidency && c.Server.HostTokens > 0 }
 
 func (c Config) highSlots() int {
 	if c.HighSlots > 0 {

@@ -19,6 +19,13 @@
 // the pipeline's own latency (NATS, Redis, HTTP), which the live engine
 // (the in-process stack) measures.
 //
+// Config.KVResidency measures a mechanism the coordinator does not run yet:
+// on servers with a host-memory KV tier, admission by KV counts against
+// the device pools only the trajectories that generate, since the context
+// of one whose command is running can wait in host memory; every context
+// must still fit in the host pools (residentPools says what pkg/priority
+// would need).
+//
 // Beside the modes the services run, it has a lower bound (LowerBound), so
 // that a makespan can be read against what no schedule beats. A user's own priority.Policy runs in
 // place of a named one (Config.Custom).

@@ -31,6 +31,7 @@ type traj struct {
 	preemptedAt            float64
 
 	dropped   bool               // the trainer dropped it as stale
+	inExec    bool               // its command is running: its context may be offloaded
 	inEval    bool               // its last reply is in: it needs no more KV
 	predTurns float64            // the predictor's remaining turns (-1: none)
 	turn      int                // the turn being generated (0-based)
@@ -345,6 +346,7 @@ func (e *engine) handle(ev event) {
 	case evEnvDone:
 		t := e.ts[ev.i]
 		t.envS += e.now - t.since
+		t.inExec = false
 		t.updatedAt = e.now
 		e.dirty = true
 		e.publishGen(ev.i)
@@ -443,7 +445,25 @@ func (e *engine) admitKV() {
 		capacity[name] = e.cfg.Server.MaxTotalTokens
 	}
 	pools := priority.KVPools{Capacity: capacity, Budget: e.cfg.KVBudget, Slots: e.cfg.Slots}
-	e.startAll(order, pools.Admit(e.names, active, waiting))
+	if !e.cfg.resident() {
+		e.startAll(order, pools.Admit(e.names, active, waiting))
+		return
+	}
+	offloadable := make([]bool, len(e.activeIDs))
+	for k, i := range e.activeIDs {
+		offloadable[k] = e.ts[i].inExec
+	}
+	srv := e.cfg.Server
+	host := srv.HostTokens // a copy of what is on the device too
+	if srv.WritePolicy == batching.WriteBack {
+		host += srv.MaxTotalTokens
+	}
+	total := make(map[string]int, len(e.names))
+	for _, name := range e.names {
+		total[name] = max(host, srv.MaxTotalTokens)
+	}
+	rp := residentPools{KVPools: pools, Total: total} // OnDevice 0: running requests only
+	e.startAll(order, rp.admit(e.names, active, offloadable, waiting))
 }
 
 // start0 admits trajectory i on replica r: its sandbox starts.
@@ -694,6 +714,7 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	e.predict(t)
 	e.report(t)
 	t.since = e.now
+	t.inExec = true
 	e.q.push(e.now+t.plan.Exec[t.turn-1], evEnvDone, g.t)
 }
 

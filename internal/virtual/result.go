@@ -26,10 +26,16 @@ type Result struct {
 	Retractions             int64
 	Prefilled, Cached       int64 // input tokens computed, and served from the cache
 	Evicted                 int64
-	Iterations              int64
-	Syncs                   int
-	PeakActive              int     // most trajectories admitted at once
-	InputPerCall            float64 // mean input tokens of a generation call
+	// With a host tier (hierarchical cache): input tokens loaded back from
+	// host memory instead of prefilled, the seconds those loads took
+	// (summed over the servers; they overlap their iterations' compute),
+	// and tokens freed from host memory.
+	Loaded, HostEvicted int64
+	LoadS               float64
+	Iterations          int64
+	Syncs               int
+	PeakActive          int     // most trajectories admitted at once
+	InputPerCall        float64 // mean input tokens of a generation call
 	// VersionSpread: per trajectory the spread of the weight versions its
 	// tokens came from (max − min), mean and largest.
 	VersionSpread  float64
@@ -108,6 +114,9 @@ func (e *engine) result() Result {
 		r.Prefilled += st.Prefilled
 		r.Cached += st.Cached
 		r.Evicted += st.Evicted
+		r.Loaded += st.Loaded
+		r.HostEvicted += st.HostEvicted
+		r.LoadS += st.LoadS
 		r.Iterations += st.Iterations
 	}
 	r.InputPerCall = float64(e.inputTokens) / float64(max(e.calls, 1))

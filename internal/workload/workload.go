@@ -142,6 +142,22 @@ type Scenario struct {
 	// sync follows each (see Steady). Tasks is then the supply of samples
 	// to draw from, more than the run consumes.
 	Steady *Steady
+
+	// Server is what the scenario sets on its inference servers beyond
+	// their defaults, for every mode alike.
+	Server ServerOptions
+}
+
+// ServerOptions are inference-server settings a scenario runs with.
+type ServerOptions struct {
+	// HiCache turns on SGLang's hierarchical cache with its defaults
+	// (--enable-hierarchical-cache, a host pool of --hicache-ratio 2 × the
+	// device pool, --hicache-write-policy write_through), its loads back
+	// to the device over PCIe 4.0.
+	HiCache bool
+	// KVDtype is --kv-cache-dtype: "" (auto: the model's bf16) or
+	// fp8_e4m3.
+	KVDtype string
 }
 
 // Growth is how much longer a batch's trajectories are than the first
@@ -202,6 +218,28 @@ var (
 // Scenarios are the named workloads, the small ones first; docs/benchmarks.md
 // says where each shape comes from.
 var Scenarios = slices.Concat(smallScenarios, rlScenarios, trainingScenarios)
+
+// Variants are scenarios of Scenarios on other servers, run when named
+// (not by the bench's "all"): swe-rl-64k, swe-rl-128k and swe-rl-steady on
+// servers with SGLang's hierarchical cache (a host-memory KV tier), named
+// with the suffix HiCacheSuffix. The same seed draws the same plans as the
+// scenario varied, and every mode runs on the same servers.
+var Variants = func() []Scenario {
+	var out []Scenario
+	for _, sc := range slices.Concat(rlScenarios, trainingScenarios) {
+		if sc.Name == "swe-rl-drift" {
+			continue
+		}
+		sc.Name += HiCacheSuffix
+		sc.About += "; servers with a host-memory KV tier (SGLang's hierarchical cache, host pool 2 × the device pool, write-through)"
+		sc.Server.HiCache = true
+		out = append(out, sc)
+	}
+	return out
+}()
+
+// HiCacheSuffix names a scenario's variant on servers with a host tier.
+const HiCacheSuffix = "-hicache"
 
 // smallScenarios are the shapes of a small batch (the bench's --tasks) on
 // a small machine.
@@ -321,9 +359,9 @@ var trainingScenarios = []Scenario{
 // 50-step cap and 64k context (which cut the longest).
 var DriftGrowth = []Growth{{Turns: 1, Reply: 1}, {Turns: 1.25, Reply: 1.15}, {Turns: 1.5, Reply: 1.3}, {Turns: 1.8, Reply: 1.5}}
 
-// Lookup returns the scenario named name.
+// Lookup returns the scenario or variant named name.
 func Lookup(name string) (Scenario, bool) {
-	for _, s := range Scenarios {
+	for _, s := range slices.Concat(Scenarios, Variants) {
 		if s.Name == name {
 			return s, true
 		}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/actloop/actloop/internal/sim"
@@ -144,5 +145,27 @@ func TestBatchOfAPlainScenarioIsItself(t *testing.T) {
 	sc, _ := Lookup("swe-rl-64k")
 	if sc.Batches() != 1 || !reflect.DeepEqual(sc.Batch(0), sc) || BatchSeed(5, 0) != 5 {
 		t.Fatalf("swe-rl-64k: %d batches, batch 0 %+v", sc.Batches(), sc.Batch(0))
+	}
+}
+
+// A "-hicache" variant draws the plans of the scenario it varies (only the
+// names differ) on servers with a host tier; "all" (Scenarios) leaves it
+// out.
+func TestHiCacheVariantsDrawTheSamePlans(t *testing.T) {
+	for _, v := range Variants {
+		base, ok := Lookup(strings.TrimSuffix(v.Name, HiCacheSuffix))
+		if !ok || !v.Server.HiCache || base.Server.HiCache || slices.ContainsFunc(Scenarios, func(s Scenario) bool { return s.Name == v.Name }) {
+			t.Fatalf("%s: base found %v, host tier %v (base %v)", v.Name, ok, v.Server.HiCache, base.Server.HiCache)
+		}
+		a, b := base.Generate(3, 40), v.Generate(3, 40)
+		for i := range a {
+			b[i].ID, b[i].GroupID = a[i].ID, a[i].GroupID
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s draws other plans than %s", v.Name, base.Name)
+		}
+	}
+	if len(Variants) != 3 {
+		t.Errorf("%d variants, want swe-rl-64k, swe-rl-128k and swe-rl-steady", len(Variants))
 	}
 }
