@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"maps"
@@ -446,7 +447,7 @@ func TestChartRenders(t *testing.T) {
 			if err != nil || !reflect.DeepEqual(maskGenerated(files), maskGenerated(again)) {
 				t.Fatalf("a second rendering differs, besides the passwords the chart makes (err %v)", err)
 			}
-			if notes := files["actloop/templates/NOTES.txt"]; !strings.Contains(notes, "ACTLOOP_REPLICAS") {
+			if notes := files["actloop/templates/NOTES.txt"]; !strings.Contains(notes, "Inference replicas (gen-worker groups") {
 				t.Errorf("NOTES.txt: %q", notes)
 			}
 			checkAll(t, decode(t, files), values)
@@ -646,8 +647,8 @@ func TestChecksCatch(t *testing.T) {
 		{name: "a group without its Deployment", mutate: func(m *manifests) {
 			m.deployments = slices.DeleteFunc(m.deployments, func(d *appsv1.Deployment) bool { return d.Name == gen })
 		}, wantErr: "0 gen-worker Deployments for 1 groups"},
-		{name: "a replica the coordinator does not know", mutate: func(m *manifests) {
-			setEnv(first(m, coord), corev1.EnvVar{Name: "ACTLOOP_REPLICAS", Value: "r0,r9"})
+		{name: "the coordinator told the replicas", mutate: func(m *manifests) {
+			setEnv(first(m, coord), corev1.EnvVar{Name: "ACTLOOP_REPLICAS", Value: "r0"})
 		}, wantErr: "ACTLOOP_REPLICAS"},
 		{name: "no budget", mutate: func(m *manifests) {
 			m.pdbs = slices.DeleteFunc(m.pdbs, func(p *policyv1.PodDisruptionBudget) bool { return p.Name == env })
@@ -1070,8 +1071,8 @@ func checkMountedFile(t reporter, m *manifests, at string, spec *corev1.PodSpec,
 }
 
 // checkGenWorkerGroups: one Deployment per group, with its replica, server
-// and API; the coordinator's ACTLOOP_REPLICAS lists exactly the groups'
-// replicas.
+// and API; the coordinator has no ACTLOOP_REPLICAS (the groups join by
+// heartbeat), so that a group added or removed leaves it as it is.
 func checkGenWorkerGroups(t reporter, m *manifests, vals chartutil.Values) {
 	t.Helper()
 	gs := groups(t, vals)
@@ -1113,8 +1114,8 @@ func checkGenWorkerGroups(t reporter, m *manifests, vals chartutil.Values) {
 	if coord == nil {
 		return
 	}
-	if got := strings.Split(envValue(coord, "ACTLOOP_REPLICAS"), ","); !slices.Equal(got, replicas) {
-		t.Errorf("coordinator: ACTLOOP_REPLICAS %q, want %q (the groups' replicas)", got, replicas)
+	if got := envValue(coord, "ACTLOOP_REPLICAS"); got != "" {
+		t.Errorf("coordinator: ACTLOOP_REPLICAS %q, want none (the groups %q join by heartbeat)", got, replicas)
 	}
 }
 
@@ -2680,4 +2681,70 @@ func selfSigned(t reporter) map[string][]byte {
 	}
 	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	return map[string][]byte{"tls.crt": cert, "ca.crt": cert, "tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})}
+}
+
+// Adding an inference replica (a gen-worker group) is a helm upgrade that
+// leaves every other pod as it was: the coordinator is not told the
+// replicas (they join by heartbeat) and no pod but the new group's, and
+// the bundled NATS servers' (its user), carries anything of the new group,
+// its password in the chart's Secret included.
+func TestAddingAGroupRestartsNoOtherPod(t *testing.T) {
+	base := valueFiles(t)["bundled-values.yaml"]
+	if base == nil {
+		t.Fatal("no ci/bundled-values.yaml")
+	}
+	before, _, err := render(t, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := map[string]any{}
+	maps.Copy(more, base)
+	gw := map[string]any{}
+	maps.Copy(gw, base["genWorker"].(map[string]any))
+	gw["groups"] = append(slices.Clone(gw["groups"].([]any)), map[string]any{"name": "r9", "url": "http://sglang-r9.inference:30000"})
+	more["genWorker"] = gw
+	after, _, err := render(t, more)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podTemplates := func(files map[string]string) map[string]string {
+		out := map[string]string{}
+		m := decode(t, files)
+		for _, d := range m.deployments {
+			b, err := json.Marshal(d.Spec.Template)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[d.Name] = string(b)
+		}
+		return out
+	}
+	was, now := podTemplates(before), podTemplates(after)
+	if _, ok := now[release+"-actloop-gen-worker-r9"]; !ok {
+		t.Fatalf("no Deployment for the new group: %v", slices.Sorted(maps.Keys(now)))
+	}
+	for name, tmpl := range was {
+		if now[name] != tmpl {
+			t.Errorf("Deployment %s: its pod template changed with a new group (its pods would restart)", name)
+		}
+	}
+	// A password of its own that changes still restarts a pod.
+	reseeded := map[string]any{}
+	maps.Copy(reseeded, base)
+	n := map[string]any{}
+	maps.Copy(n, base["nats"].(map[string]any))
+	a := map[string]any{}
+	maps.Copy(a, n["auth"].(map[string]any))
+	a["servicePasswordSeed"] = "another-seed"
+	n["auth"], reseeded["nats"] = a, n
+	files, _, err := render(t, reseeded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := podTemplates(files)
+	for _, name := range []string{release + "-actloop-coordinator", release + "-actloop-gen-worker-r0"} {
+		if again[name] == was[name] {
+			t.Errorf("Deployment %s: its pod template did not change with its NATS password", name)
+		}
+	}
 }

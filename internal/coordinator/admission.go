@@ -198,13 +198,15 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 		return nil, nil
 	}
 	now := c.d.Now()
-	live := c.members.liveReplicas(c.cfg.Replicas, now)
+	live := c.members.liveReplicas(now)
 	capacity := c.members.capacity(now)
 	byKV := c.cfg.Scheduling == priority.SchedulingAction && c.cfg.KVBudget > 0 && len(live) > 0
 	for _, r := range live {
 		byKV = byKV && capacity[r] > 0
 	}
-	limit := c.waiting.currentLimit()
+	// A replica that joined or left moves the count limit's bounds at once,
+	// not at the next adaptation.
+	limit := c.waiting.bound(c.activeBounds(now))
 	if byKV {
 		limit = priority.KVCeiling(c.cfg.MaxActiveCeiling)
 	}

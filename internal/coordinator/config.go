@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/actloop/actloop/internal/bus"
@@ -14,9 +15,19 @@ import (
 // Config is the coordinator's settings (ACTLOOP_ prefix).
 type Config struct {
 	service.Common
-	Replicas  []string `envconfig:"REPLICAS" default:"r0"`
-	Slots     int      `envconfig:"SLOTS" default:"4"`
-	MaxActive int      `envconfig:"MAX_ACTIVE" default:"0"`
+	// Replicas are the inference replicas expected at start, if any: each
+	// counts as live for the first REPLICA_TIMEOUT while its gen-workers
+	// come up, and is reported (down) until one of them heartbeats. The
+	// coordinator needs none listed: a replica joins when the first of its
+	// gen-workers heartbeats (admission and dispatch use it at once) and
+	// leaves when none of them is live (its trajectories move, as from a
+	// replica that went down).
+	Replicas []string `envconfig:"REPLICAS"`
+	// Slots is the generation slots of an expected replica not heard from
+	// yet; a live replica has the slots its gen-workers announce in their
+	// heartbeats (their ACTLOOP_SLOTS).
+	Slots     int `envconfig:"SLOTS" default:"4"`
+	MaxActive int `envconfig:"MAX_ACTIVE" default:"0"`
 	// MaxActiveCeiling bounds how far admission may adapt above MAX_ACTIVE
 	// (the floor); 0 = 3 x the floor. Admission by KV (while the servers
 	// report their pools) counts against it only when it is set: 0 = no
@@ -139,12 +150,11 @@ func (c *Config) Validate() error {
 	if !c.StatusOpen && c.APIToken == "" {
 		errs = append(errs, errors.New("ACTLOOP_STATUS_OPEN: false needs ACTLOOP_API_TOKEN (the token the status then asks for)"))
 	}
-	if len(c.Replicas) == 0 {
-		errs = append(errs, errors.New("ACTLOOP_REPLICAS: at least one replica"))
-	}
-	for _, r := range c.Replicas {
+	for i, r := range c.Replicas {
 		if !bus.ValidName(r) {
 			errs = append(errs, fmt.Errorf("ACTLOOP_REPLICAS: %q is not a valid name ([A-Za-z0-9_-], not \"start\")", r))
+		} else if slices.Contains(c.Replicas[:i], r) {
+			errs = append(errs, fmt.Errorf("ACTLOOP_REPLICAS: %q is listed twice", r))
 		}
 	}
 	if c.Slots < 1 {
@@ -236,11 +246,14 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ActiveFloor is the least the admission limit goes to (priority.ActiveBounds):
+// ActiveFloor is the least the admission limit goes to (priority.ActiveBounds)
+// with the expected replicas (one when none is listed) at SLOTS each:
 // MAX_ACTIVE, or total gen slots x 1.5 when unset, so sandbox start-up
-// overlaps generation; under ACTLOOP_SCHEDULING=trajectory the slots.
+// overlaps generation; under ACTLOOP_SCHEDULING=trajectory the slots. The
+// running coordinator bounds it by the replicas live at the time and the
+// slots their gen-workers announce.
 func (c *Config) ActiveFloor() int {
-	floor, _ := priority.ActiveBounds(c.Scheduling, c.Slots, len(c.Replicas), c.MaxActive, c.MaxActiveCeiling)
+	floor, _ := priority.ActiveBounds(c.Scheduling, c.Slots, max(len(c.Replicas), 1), c.MaxActive, c.MaxActiveCeiling)
 	return floor
 }
 
@@ -253,8 +266,8 @@ func (c *Config) highSlots() int {
 }
 
 // ActiveCeiling is the most the admission limit may rise to
-// (priority.ActiveBounds).
+// (priority.ActiveBounds), as ActiveFloor counts the replicas.
 func (c *Config) ActiveCeiling() int {
-	_, ceiling := priority.ActiveBounds(c.Scheduling, c.Slots, len(c.Replicas), c.MaxActive, c.MaxActiveCeiling)
+	_, ceiling := priority.ActiveBounds(c.Scheduling, c.Slots, max(len(c.Replicas), 1), c.MaxActive, c.MaxActiveCeiling)
 	return ceiling
 }

@@ -34,3 +34,34 @@ func TestSchedulingSetting(t *testing.T) {
 		t.Errorf("unknown: %v", err)
 	}
 }
+
+// ACTLOOP_REPLICAS is optional (replicas join by heartbeat); a name it
+// lists must be valid and listed once.
+func TestReplicasSetting(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas []string
+		wantErr  string
+	}{
+		{"none", nil, ""},
+		{"some", []string{"r0", "r1"}, ""},
+		{"invalid", []string{"r0", "a.b"}, `ACTLOOP_REPLICAS: "a.b" is not a valid name`},
+		{"twice", []string{"r0", "r1", "r0"}, `ACTLOOP_REPLICAS: "r0" is listed twice`},
+	} {
+		var cfg Config
+		service.Defaults(&cfg)
+		cfg.Replicas = tc.replicas
+		err := cfg.Validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.wantErr)
+		}
+	}
+	var cfg Config
+	service.Defaults(&cfg)
+	if len(cfg.Replicas) != 0 || cfg.ActiveFloor() != 6 {
+		t.Errorf("default: replicas %q, floor %d (one replica of 4 slots: 6)", cfg.Replicas, cfg.ActiveFloor())
+	}
+}

@@ -114,7 +114,7 @@ func newTerm(ctx context.Context, cfg Config, d *service.Deps, term uint64) (*Co
 		return nil, fmt.Errorf("ACTLOOP_POLICY: %w", err)
 	}
 	c := &Coordinator{cfg: cfg, d: d, policy: policy, wake: make(chan struct{}, 1),
-		members: newMembership(cfg.ReplicaTimeout, cfg.EnvWorkerTimeout, d.Now()),
+		members: newMembership(cfg.Replicas, cfg.ReplicaTimeout, cfg.EnvWorkerTimeout, d.Now()),
 		active:  newActiveSet(), waiting: newWaitingSet(cfg.ActiveFloor()), outcomes: newOutcomes(d.Now()),
 		predict: &predict.Client{NC: d.NC, Timeout: cfg.PredictTimeout, Log: d.Log}, term: term}
 	c.store = d.Store.Fenced(term, c.fenced)
@@ -153,7 +153,7 @@ func newTerm(ctx context.Context, cfg Config, d *service.Deps, term uint64) (*Co
 	// Continue the snapshot versions where the last coordinator left them:
 	// workers ignore a version older than the one they hold, whatever the
 	// clock of this host says.
-	for _, r := range cfg.Replicas {
+	for r := range replicaNames(cfg.Replicas, c.active.load()) {
 		if e, err := c.kv.Get(ctx, r); err == nil {
 			if snap, err := priority.DecodeSnapshot(e.Value()); err == nil {
 				c.snaps.continueFrom(snap.Version)

@@ -92,10 +92,11 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 // state is the part of the status the components hold in memory (each
 // read under its own lock).
 func (c *Coordinator) state() Status {
-	st := Status{MaxActiveFloor: c.cfg.ActiveFloor(), MaxActiveCeiling: c.cfg.ActiveCeiling(), Policy: c.cfg.Policy}
+	now := c.d.Now()
+	st := Status{Policy: c.cfg.Policy}
+	st.MaxActiveFloor, st.MaxActiveCeiling = c.activeBounds(now)
 	st.PredictorFailures = c.predict.Failures.Load()
 	st.Control = c.controlState()
-	now := c.d.Now()
 	load := c.active.load()
 	st.Active, st.MaxActive = c.active.count(), c.waiting.currentLimit()
 	st.StalenessRoom = c.stalenessRoom()
@@ -104,19 +105,28 @@ func (c *Coordinator) state() Status {
 	st.Moved, st.Republished, st.EnvMoved = c.moved.Load(), c.republished.Load(), c.envMoved.Load()
 	st.Readmitted, st.AdmissionHeld = c.readmitted.Load(), c.held.Load()
 	st.Outcomes = c.outcomes.get(now)
-	live := map[string]bool{}
-	for _, r := range c.members.liveReplicas(c.cfg.Replicas, now) {
-		live[r] = true
-	}
+	slots := c.replicaSlots(now) // the live replicas'
 	busy := c.members.busy(now)
 	if !st.Snapshot.At.IsZero() {
 		st.SnapshotAgeS = now.Sub(st.Snapshot.At).Seconds()
 	}
-	for _, r := range c.cfg.Replicas {
-		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: c.cfg.Slots, Busy: busy[r], Live: live[r]})
+	// The expected replicas (ACTLOOP_REPLICAS), live or down, and those
+	// that joined and are live or hold trajectories; one that left and
+	// holds none is gone.
+	for _, r := range c.members.replicas() {
+		_, live := slots[r]
+		if !live && load[r] == 0 && !slices.Contains(c.cfg.Replicas, r) {
+			continue
+		}
+		n := slots[r]
+		if !live && slices.Contains(c.cfg.Replicas, r) {
+			n = c.cfg.Slots
+		}
+		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: n, Busy: busy[r], Live: live})
 		delete(load, r)
 	}
-	// Replicas no longer configured that still hold trajectories.
+	// Replicas not heard from since this coordinator started (it took
+	// over from another) that hold trajectories.
 	var rest []string
 	for r := range load {
 		rest = append(rest, r)

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,12 +15,15 @@ import (
 )
 
 // membership knows which gen-workers and env-workers are alive, from their
-// heartbeats in NATS KV. Liveness is judged by when a heartbeat arrived
-// here, so clocks on other hosts do not matter. It owns its state under its
-// own lock.
+// heartbeats in NATS KV, and so which replicas there are: a replica joins
+// when the first heartbeat of one of its gen-workers arrives and is down
+// while none of them is live. Liveness is judged by when a heartbeat
+// arrived here, so clocks on other hosts do not matter. It owns its state
+// under its own lock.
 type membership struct {
 	replicaTimeout, envTimeout time.Duration
 	started                    time.Time
+	expected                   []string // ACTLOOP_REPLICAS: known before they heartbeat
 
 	mu      sync.Mutex
 	beats   map[string]map[string]time.Time // replica -> worker -> last heartbeat seen
@@ -27,8 +31,8 @@ type membership struct {
 	envSeen map[string]time.Time            // env-worker -> its last heartbeat (or stop)
 }
 
-func newMembership(replicaTimeout, envTimeout time.Duration, started time.Time) *membership {
-	return &membership{replicaTimeout: replicaTimeout, envTimeout: envTimeout, started: started,
+func newMembership(expected []string, replicaTimeout, envTimeout time.Duration, started time.Time) *membership {
+	return &membership{expected: slices.Clone(expected), replicaTimeout: replicaTimeout, envTimeout: envTimeout, started: started,
 		beats: map[string]map[string]time.Time{}, hearts: map[string]schema.Heartbeat{}, envSeen: map[string]time.Time{}}
 }
 
@@ -54,30 +58,46 @@ func (m *membership) watch(ctx context.Context, js jetstream.JetStream, log *slo
 			return
 		}
 		replica, worker := parts[1], parts[2]
-		m.mu.Lock()
 		if e.Operation() == jetstream.KeyValuePut {
-			if h, err := schema.Decode[schema.Heartbeat](e.Value()); err == nil {
-				if m.beats[replica] == nil {
-					m.beats[replica] = map[string]time.Time{}
-				}
-				if initial && at.Sub(e.Created()) > m.replicaTimeout {
-					// An old entry, perhaps of a worker that died without
-					// removing its key: not a sign of life. (A live worker's
-					// next beat arrives as an update.)
-					at = e.Created()
-				}
-				m.beats[replica][worker] = at
-				m.hearts[e.Key()] = h
+			h, err := schema.Decode[schema.Heartbeat](e.Value())
+			if err != nil {
+				return
 			}
+			if initial && at.Sub(e.Created()) > m.replicaTimeout {
+				// An old entry, perhaps of a worker that died without
+				// removing its key: not a sign of life. (A live worker's
+				// next beat arrives as an update.)
+				at = e.Created()
+			}
+			m.genBeat(replica, worker, h, at)
 		} else {
-			if ws := m.beats[replica]; ws != nil {
-				delete(ws, worker) // the worker stopped
-			}
-			delete(m.hearts, e.Key())
+			m.genGone(replica, worker) // the worker stopped
 		}
-		m.mu.Unlock()
 		changed()
 	})
+}
+
+// genBeat records a heartbeat of gen-worker worker of replica, seen at at;
+// the replica's first makes it known.
+func (m *membership) genBeat(replica, worker string, h schema.Heartbeat, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.beats[replica] == nil {
+		m.beats[replica] = map[string]time.Time{}
+	}
+	m.beats[replica][worker] = at
+	m.hearts["gen."+replica+"."+worker] = h
+}
+
+// genGone records that gen-worker worker of replica stopped (removed its
+// heartbeat).
+func (m *membership) genGone(replica, worker string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ws := m.beats[replica]; ws != nil {
+		delete(ws, worker)
+	}
+	delete(m.hearts, "gen."+replica+"."+worker)
 }
 
 // liveLocked reports whether replica has a gen-worker whose heartbeat is
@@ -103,17 +123,50 @@ func (m *membership) live(replica string, now time.Time) bool {
 	return m.liveLocked(replica, now)
 }
 
-// liveReplicas lists the replicas of all that are live now, in their order.
-func (m *membership) liveReplicas(all []string, now time.Time) []string {
+// replicas lists every replica known: the expected ones in their order,
+// then, by name, those a gen-worker has heartbeated for since the
+// coordinator started (live or not).
+func (m *membership) replicas() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.replicasLocked()
+}
+
+func (m *membership) replicasLocked() []string {
+	out := slices.Clone(m.expected)
+	var heard []string
+	for r := range m.beats {
+		if !slices.Contains(m.expected, r) {
+			heard = append(heard, r)
+		}
+	}
+	slices.Sort(heard)
+	return append(out, heard...)
+}
+
+// liveReplicas lists the known replicas (replicas) that are live now, in
+// that order.
+func (m *membership) liveReplicas(now time.Time) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var live []string
-	for _, r := range all {
+	for _, r := range m.replicasLocked() {
 		if m.liveLocked(r, now) {
 			live = append(live, r)
 		}
 	}
 	return live
+}
+
+// slots sums the generation slots the live gen-workers of each replica
+// announce in their heartbeats; a replica none of whose workers is live is
+// absent.
+func (m *membership) slots(now time.Time) map[string]int {
+	out := map[string]int{}
+	for _, h := range m.genWorkers(now) {
+		out[h.Replica] += h.Slots
+	}
+	return out
 }
 
 // genWorkers returns the heartbeats of the gen-workers heard from within

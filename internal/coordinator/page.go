@@ -48,14 +48,14 @@ func (h *utilHistory) samples() []utilSample {
 	return slices.Clone(h.buf)
 }
 
-// sampleUtil records the slot utilisation of every configured replica.
+// sampleUtil records the slot utilisation of every live replica.
 func (c *Coordinator) sampleUtil() {
 	now := c.d.Now()
 	busy := c.members.busy(now)
 	s := utilSample{At: now, Used: map[string]float64{}}
-	for _, r := range c.cfg.Replicas {
-		if c.cfg.Slots > 0 {
-			s.Used[r] = min(float64(busy[r])/float64(c.cfg.Slots), 1)
+	for r, slots := range c.replicaSlots(now) {
+		if slots > 0 {
+			s.Used[r] = min(float64(busy[r])/float64(slots), 1)
 		}
 	}
 	c.util.add(s)
@@ -91,7 +91,7 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#
 
 func (c *Coordinator) chart(samples []utilSample) chart {
 	ch := chart{Width: 720, Height: 200, Span: (utilEvery * utilKeep).String()}
-	replicas := append([]string(nil), c.cfg.Replicas...)
+	replicas := c.members.replicas()
 	sort.Strings(replicas)
 	for i, r := range replicas {
 		var pts []string

@@ -17,9 +17,9 @@ import (
 // finds a step for a replica the trajectory left drops it).
 func (c *Coordinator) rebalance(ctx context.Context) {
 	now := c.d.Now()
-	live := c.members.liveReplicas(c.cfg.Replicas, now)
+	live := c.members.liveReplicas(now)
 	var ids []string
-	if len(live) < len(c.cfg.Replicas) || c.active.anyOn(func(r string) bool { return !c.members.live(r, now) }) {
+	if len(live) < len(c.members.replicas()) || c.active.anyOn(func(r string) bool { return !c.members.live(r, now) }) {
 		ids = c.stranded(ctx, now)
 	}
 	// Each to the least-loaded live replica counting those before it, so
@@ -164,4 +164,49 @@ func (c *Coordinator) moveFromDeadEnvWorkers(ctx context.Context) {
 // one move are duplicates of one another.
 func movedMsgID(id string, at time.Time) string {
 	return fmt.Sprintf("%s:moved-%d", id, at.UnixNano())
+}
+
+// replicaNames is the set of names and of the replicas load counts.
+func replicaNames(names []string, load map[string]int) map[string]bool {
+	out := make(map[string]bool, len(names)+len(load))
+	for _, r := range names {
+		out[r] = true
+	}
+	for r := range load {
+		out[r] = true
+	}
+	return out
+}
+
+// replicaSlots is the generation slots of each live replica: what its
+// live gen-workers announce in their heartbeats, or ACTLOOP_SLOTS for an
+// expected replica not heard from yet (live while its workers come up).
+func (c *Coordinator) replicaSlots(now time.Time) map[string]int {
+	announced := c.members.slots(now)
+	out := map[string]int{}
+	for _, r := range c.members.liveReplicas(now) {
+		if n := announced[r]; n > 0 {
+			out[r] = n
+		} else {
+			out[r] = c.cfg.Slots
+		}
+	}
+	return out
+}
+
+// activeBounds is the admission limit's floor and ceiling now
+// (priority.ActiveBounds) over the slots of the live replicas
+// (replicaSlots), so that a replica that joins raises them and one that
+// leaves lowers them; with no replica live, those of one replica of
+// ACTLOOP_SLOTS. ACTLOOP_MAX_ACTIVE and ACTLOOP_MAX_ACTIVE_CEILING, when
+// set, bound them as they do Config.ActiveFloor.
+func (c *Coordinator) activeBounds(now time.Time) (floor, ceiling int) {
+	total := 0
+	for _, n := range c.replicaSlots(now) {
+		total += n
+	}
+	if total == 0 {
+		total = c.cfg.Slots
+	}
+	return priority.ActiveBounds(c.cfg.Scheduling, total, 1, c.cfg.MaxActive, c.cfg.MaxActiveCeiling)
 }

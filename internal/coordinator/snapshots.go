@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -93,7 +94,15 @@ func (c *Coordinator) publishSnapshots(ctx context.Context, facts []priority.Fac
 	version := c.snaps.nextVersion(now)
 	snaps := priority.Snapshots(c.policy, facts, c.cfg.highSlots(), version, now)
 	high := map[string]int{}
-	for _, r := range c.cfg.Replicas {
+	// Every known replica, and any other that holds trajectories: a
+	// replica that left gets its high class cleared.
+	names := c.members.replicas()
+	for r := range snaps {
+		if !slices.Contains(names, r) {
+			names = append(names, r)
+		}
+	}
+	for _, r := range names {
 		s := snaps[r]
 		if s == nil { // an empty high class clears the last one
 			s = &priority.Snapshot{Replica: r, Version: version, At: now, High: map[string]bool{}}

@@ -156,6 +156,14 @@ func (s *waitingSet) ranked(policy priority.Policy, n, room int) []*waitingSampl
 	return out
 }
 
+// bound moves the limit into [floor, ceiling] and returns it.
+func (s *waitingSet) bound(floor, ceiling int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = min(max(s.limit, floor), ceiling)
+	return s.limit
+}
+
 func (s *waitingSet) currentLimit() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

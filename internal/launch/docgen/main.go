@@ -100,9 +100,9 @@ var sections = []section{
 	{title: "coordinator", file: "internal/coordinator/config.go", typ: "Config", readBy: []string{"coordinator"},
 		intro: "`coordinator.Config`, besides the settings of every service.",
 		notes: map[string]string{
-			"REPLICAS":        "the inference replicas, comma-separated names (`[A-Za-z0-9_-]`, not `start`)",
-			"SLOTS":           "concurrent generations per replica; the same as the gen-workers'",
-			"MAX_ACTIVE":      "the floor of the admission limit (trajectories active at once); 0 = replicas × `ACTLOOP_SLOTS` × 1.5",
+			"REPLICAS":        "the replicas expected at start, comma-separated names (`[A-Za-z0-9_-]`, not `start`), reported DOWN until a gen-worker of theirs heartbeats; optional: a replica joins with its first gen-worker heartbeat and leaves when it has none",
+			"SLOTS":           "concurrent generations of an expected replica not heard from yet; a live replica's are what its gen-workers announce",
+			"MAX_ACTIVE":      "the floor of the admission limit (trajectories active at once); 0 = the live replicas' announced slots × 1.5",
 			"POLICY":          "the scheduling policy, which orders admission and each replica's high class: `fcfs` (admission order), `lpt` (longest predicted remaining work first) or `sjf` (shortest first)",
 			"PREDICT_TIMEOUT": "how long to wait for predictor-gw when ranking a waiting sample; 0 = no predictions (unknown lengths rank as `fcfs`)",
 			"STALL_TIMEOUT":   "a trajectory whose state has not advanced this long ends with a fallback result",

@@ -817,7 +817,7 @@ readinessProbe:
   failureThreshold: 2
 {{- end }}
 
-{{/* Pod annotations: (dict "ctx" $ "c" .Values.coordinator ["agentConfig" true]). */}}
+{{/* Pod annotations: (dict "ctx" $ "c" .Values.coordinator ["agentConfig" true] ["replica" <a gen-worker group's>]). */}}
 {{- define "actloop.podAnnotations" -}}
 {{- if .ctx.Values.metrics.podAnnotations }}
 prometheus.io/scrape: "true"
@@ -825,7 +825,17 @@ prometheus.io/port: {{ int .c.port | toString | quote }}
 prometheus.io/path: /metrics
 {{- end }}
 {{- if include "actloop.ownSecret" .ctx }}
-checksum/secret: {{ include (print .ctx.Template.BasePath "/secret.yaml") .ctx | sha256sum }}
+{{- /* Of the chart's Secret, what this pod may read: not the passwords of
+the gen-worker groups other than its own ("replica"), so that adding or
+removing a group restarts no other pod. */}}
+{{- $secret := include (print .ctx.Template.BasePath "/secret.yaml") .ctx | fromYaml }}
+{{- $others := list }}
+{{- range include "actloop.natsServiceUsers" .ctx | fromJsonArray }}
+{{- if and (eq .role "gen-worker") (ne .replica (get $ "replica" | toString)) }}{{ $others = append $others .key }}{{ end }}
+{{- end }}
+{{- $kept := dict }}
+{{- range $k, $v := $secret.stringData }}{{ if not (has $k $others) }}{{ $_ := set $kept $k $v }}{{ end }}{{ end }}
+checksum/secret: {{ toJson $kept | sha256sum }}
 {{- end }}
 {{- if and (get . "agentConfig") .ctx.Values.agentConfig }}
 checksum/agent-config: {{ .ctx.Values.agentConfig | sha256sum }}
@@ -986,12 +996,12 @@ volumes:
 {{- end }}
 {{- end }}
 
-{{/* The coordinator's own settings: (dict "ctx" $ "replicas" <replica names>). */}}
+{{/* The coordinator's own settings: (dict "ctx" $). No ACTLOOP_REPLICAS: the
+replicas (the gen-worker groups) join by their gen-workers' heartbeats, so
+adding or removing a group does not roll the coordinator. */}}
 {{- define "actloop.coordinatorEnv" -}}
 {{- $c := .ctx.Values.coordinator }}
 {{- include "actloop.podNameEnv" "ACTLOOP_COORDINATOR_ID" }}
-- name: ACTLOOP_REPLICAS
-  value: {{ join "," .replicas | quote }}
 - name: ACTLOOP_SLOTS
   value: {{ (int $c.slots) | default (int .ctx.Values.genWorker.slots) | toString | quote }}
 - name: ACTLOOP_POLICY
