@@ -185,6 +185,10 @@ func TestPredictionsDriveSnapshots(t *testing.T) {
 	cfg.Replicas, cfg.Policy, cfg.HighSlots = []string{"r0"}, "lpt", 1
 	cfg.SnapshotInterval = 20 * time.Millisecond
 	cfg.PredictTimeout = 0
+	// No gen-worker heartbeats here: r0 stays live for the test's length
+	// (by default it is down after 15 s without one, and its trajectories
+	// move, which a loaded machine can reach before the last prediction).
+	cfg.ReplicaTimeout = time.Hour
 	c, err := s.StartCoordinator(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -174,7 +174,10 @@ func TestPauseWithADeadWorker(t *testing.T) {
 	})
 	cfg := e.stack.CoordinatorConfig()
 	cfg.PredictTimeout = 0
-	cfg.ReplicaTimeout = time.Second
+	// Long enough that the first pause below (200 ms) asks while the dead
+	// worker's heartbeat is still recent, even on a loaded machine; the
+	// second waits for it to lapse.
+	cfg.ReplicaTimeout = 5 * time.Second
 	coord, err := e.stack.StartCoordinator(e.ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
