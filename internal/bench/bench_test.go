@@ -18,6 +18,7 @@ import (
 	"github.com/actloop/actloop/internal/launch"
 	"github.com/actloop/actloop/internal/virtual"
 	"github.com/actloop/actloop/internal/workload"
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -444,5 +445,31 @@ func TestHiCacheScenarioIsOnForEveryMode(t *testing.T) {
 	live = Scheduling{Scenarios: "tool-fast", Modes: ModeDefault + "-kv-residency", Engine: EngineLive, Tasks: 4, TimeScale: 1}
 	if err := live.Validate(); err == nil || !strings.Contains(err.Error(), WithKVResidency) {
 		t.Errorf("live engine with a mode the services do not have: %v", err)
+	}
+}
+
+func TestReferenceModeSchedulesAsTheReferenceLoop(t *testing.T) {
+	m, ok := lookupMode(ModeReference)
+	if !ok {
+		t.Fatalf("no %s mode", ModeReference)
+	}
+	if m.Shipped || m.Tune != "" || m.Kind != virtual.KindAction || m.Policy != priority.NameFCFS {
+		t.Fatalf("%s: %+v, want an action-level fcfs comparison row, neither shipped nor tuned", m.Name, m)
+	}
+	for _, name := range []string{"swe-uniform", "swe-rl-64k"} {
+		sc, ok := workload.Lookup(name)
+		if !ok {
+			t.Fatalf("no scenario %s", name)
+		}
+		s := Scheduling{}
+		replicas, slots := s.machine(sc)
+		cfg := s.virtualConfig(m, sc, 1000)
+		floor, ceiling := priority.ActiveBounds(priority.SchedulingAction, cfg.Slots, cfg.Replicas, cfg.MaxActive, cfg.MaxActiveCeiling)
+		if want := 3 * slots / 2 * replicas; cfg.Slots != slots || floor != want || ceiling != want {
+			t.Errorf("%s: %d slots, admission %d to %d, want %d slots and %d fixed (1.5 × slots a replica)", name, cfg.Slots, floor, ceiling, slots, want)
+		}
+		if cfg.KVBudget != 0 || cfg.Dispatch != virtual.DispatchReference || !cfg.Preempt {
+			t.Errorf("%s: KV budget %g, dispatch %q, preempt %v; want admission by count, the reference's dispatch order and preemption", name, cfg.KVBudget, cfg.Dispatch, cfg.Preempt)
+		}
 	}
 }

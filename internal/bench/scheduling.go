@@ -59,7 +59,10 @@ type Mode struct {
 	// With turns on a mechanism the services do not run yet, measured in
 	// the virtual engine before it is built into them: WithKVResidency
 	// (admission by the KV running requests need, on servers with a host
-	// tier: virtual.Config.KVResidency).
+	// tier: virtual.Config.KVResidency) or WithReferenceLoop (siiRL-agentic's
+	// action-level loop: its dispatch order, virtual.DispatchReference, and
+	// its admission, a fixed count of 1.5 × slots a replica with no KV
+	// awareness; ModeReference).
 	With string
 	// FirstBatch tunes the knob on a drifting scenario's first batch only
 	// and holds that setting for the others, as a user sets it once at the
@@ -79,7 +82,8 @@ const (
 
 // Mechanisms a Mode may turn on.
 const (
-	WithKVResidency = "kv-residency"
+	WithKVResidency   = "kv-residency"
+	WithReferenceLoop = "reference-loop"
 )
 
 // Knobs a tuned Mode sweeps.
@@ -99,6 +103,9 @@ const (
 	ModeTrajectoryTuned  = "trajectory-tuned"
 	ModeAsyncCappedTuned = "async-capped-tuned"
 	ModeTrajectoryFirst  = "trajectory-first-batch"
+	// ModeReference schedules as siiRL-agentic's action-level loop, the
+	// design actloop follows: a comparison row, neither shipped nor tuned.
+	ModeReference = "reference"
 )
 
 // Modes are every mode the scheduling bench knows.
@@ -122,6 +129,7 @@ var Modes = []Mode{
 	{Name: "action-lpt-history-by-tokens", Kind: "action", Policy: "lpt", Predictor: predictor.BackendHistory, Without: AblateRankByTime},
 	{Name: ModeDefault + "-kv-residency", Kind: "action", Policy: priority.NameFCFS, Predictor: predictor.BackendHistory, Shipped: true, With: WithKVResidency},
 	{Name: "action-fcfs-kv-residency", Kind: "action", Policy: "fcfs", With: WithKVResidency},
+	{Name: ModeReference, Kind: "action", Policy: "fcfs", With: WithReferenceLoop},
 }
 
 // DefaultModes are the modes `actloop bench` runs unless told otherwise.

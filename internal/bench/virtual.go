@@ -70,6 +70,15 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		cfg.RankBy = priority.RankByTokens
 	}
 	cfg.KVResidency = m.With == WithKVResidency
+	if m.With == WithReferenceLoop {
+		// A semaphore a replica, over-subscribed 1.5 × (async_factor),
+		// fixed and by count; the slots and the preemption of the newest
+		// low generation are the gen-workers'.
+		cfg.Dispatch = virtual.DispatchReference
+		cfg.MaxActive = 3 * slots / 2 * replicas
+		cfg.MaxActiveCeiling = cfg.MaxActive
+		cfg.KVBudget = 0
+	}
 	return cfg
 }
 

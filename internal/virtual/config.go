@@ -93,6 +93,11 @@ type Config struct {
 	// mechanism (issue 29, item 5).
 	KVResidency bool
 
+	// Dispatch is the order in which each gen-worker takes its waiting
+	// gen steps: DispatchActloop (the services') or DispatchReference
+	// (siiRL-agentic's three queues), in action-level runs.
+	Dispatch string
+
 	// RankBy is what policies rank by: priority.RankByTime (the default) or
 	// priority.RankByTokens (ACTLOOP_RANK_BY).
 	RankBy string
@@ -161,6 +166,9 @@ func (c Config) Validate() error {
 	case PredictNone, PredictHistory, PredictOracle, PredictLearned:
 	default:
 		bad("predictor", c.Predictor)
+	}
+	if c.Dispatch != DispatchActloop && c.Dispatch != DispatchReference {
+		bad("dispatch", c.Dispatch)
 	}
 	if c.RankBy != priority.RankByTime && c.RankBy != priority.RankByTokens {
 		bad("rank_by", c.RankBy)

@@ -26,6 +26,10 @@
 // must still fit in the host pools (residentPools says what pkg/priority
 // would need).
 //
+// Config.Dispatch measures another order of the gen-workers' class queues:
+// DispatchReference is siiRL-agentic's three queues (queueOf), which the
+// services do not run.
+//
 // Beside the modes the services run, it has a lower bound (LowerBound), so
 // that a makespan can be read against what no schedule beats. A user's own priority.Policy runs in
 // place of a named one (Config.Custom).

@@ -66,7 +66,7 @@ type generation struct {
 // worker is one replica's gen-worker and its server.
 type worker struct {
 	srv      *batching.Server
-	queues   []fifo // one per class, in priority.DispatchOrder
+	queues   []fifo // in dispatch order (queueOf)
 	running  int
 	inflight int64         // the running generations' needs
 	low      []*generation // running low generations, oldest first
@@ -163,7 +163,7 @@ func newEngine(cfg Config, plans []workload.Trajectory) (*engine, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.ws = append(e.ws, &worker{srv: srv, gens: map[int64]*generation{}, queues: make([]fifo, len(priority.DispatchOrder))})
+		e.ws = append(e.ws, &worker{srv: srv, gens: map[int64]*generation{}, queues: make([]fifo, queues(cfg.Dispatch))})
 		e.names = append(e.names, fmt.Sprintf("r%d", r))
 		e.replicaOf[e.names[r]] = r
 	}
@@ -511,7 +511,8 @@ func (e *engine) queueGen(i int) {
 	if t.resumed {
 		class = priority.Resumed(class)
 	}
-	e.ws[t.replica].queues[slices.Index(priority.DispatchOrder, class)].push(i)
+	first := t.turn == 0 && t.partial == 0
+	e.ws[t.replica].queues[queueOf(e.cfg.Dispatch, class, first)].push(i)
 }
 
 // next pops the first step of w's queues in dispatch order (-1: none).
@@ -526,9 +527,9 @@ func (w *worker) next() int {
 
 // nextHigh pops the first step of w's high classes in dispatch order
 // (one waits).
-func (w *worker) nextHigh() int {
-	for k, class := range priority.DispatchOrder {
-		if priority.IsHigh(class) && w.queues[k].len() > 0 {
+func (w *worker) nextHigh(order string) int {
+	for k := range w.queues {
+		if queueHigh(order, k) && w.queues[k].len() > 0 {
 			return w.queues[k].pop()
 		}
 	}
@@ -541,9 +542,9 @@ func (w *worker) waiting() bool {
 }
 
 // highWaiting reports whether a step of a high class waits.
-func (w *worker) highWaiting() bool {
-	for k, class := range priority.DispatchOrder {
-		if priority.IsHigh(class) && w.queues[k].len() > 0 {
+func (w *worker) highWaiting(order string) bool {
+	for k := range w.queues {
+		if queueHigh(order, k) && w.queues[k].len() > 0 {
 			return true
 		}
 	}
@@ -564,7 +565,7 @@ func (e *engine) dispatch(r int) {
 			i := w.next()
 			e.start(r, i, !priority.IsHigh(e.board.Class(e.names[r], e.ts[i].plan.ID)))
 		}
-		if e.cfg.Kind != KindAction || !e.cfg.Preempt || !w.highWaiting() || len(w.low) == 0 {
+		if e.cfg.Kind != KindAction || !e.cfg.Preempt || !w.highWaiting(e.cfg.Dispatch) || len(w.low) == 0 {
 			break
 		}
 		notBefore := make([]time.Time, len(w.low))
@@ -582,7 +583,7 @@ func (e *engine) dispatch(r int) {
 		// The slot goes to the high step, as the gen-worker's Runner hands
 		// it the preempted one's slot; the interrupted rest waits in its
 		// resume class.
-		i := w.nextHigh()
+		i := w.nextHigh(e.cfg.Dispatch)
 		e.start(r, i, !priority.IsHigh(e.board.Class(e.names[r], e.ts[i].plan.ID)))
 	}
 	e.kick(r)
