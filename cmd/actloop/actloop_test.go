@@ -79,8 +79,10 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// A trainer drives a running deployment with submit, results and status.
-func TestSubmitResultsStatus(t *testing.T) {
+// startStack runs a small stack (one replica, every service) for the CLI
+// to talk to, stopped at cleanup; dir is its state directory.
+func startStack(t *testing.T) (context.Context, *devstack.Stack, *coordinator.Coordinator, string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	common := service.CommonDefaults()
 	common.PullWait = 100 * time.Millisecond
@@ -101,6 +103,12 @@ func TestSubmitResultsStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, st, coord, dir
+}
+
+// A trainer drives a running deployment with submit, results and status.
+func TestSubmitResultsStatus(t *testing.T) {
+	ctx, st, coord, dir := startStack(t)
 	for _, kv := range st.TrainerEnv() { // the stack's NATS wants its credentials
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)

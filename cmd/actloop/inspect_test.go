@@ -20,8 +20,6 @@ import (
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
-	"github.com/actloop/actloop/internal/devstack"
-	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -42,26 +40,7 @@ func TestOutcomesAndInspect(t *testing.T) {
 		otel.SetTextMapPropagator(prevProp)
 		_ = tp.Shutdown(context.Background())
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	common := service.CommonDefaults()
-	common.PullWait = 100 * time.Millisecond
-	dir := t.TempDir()
-	st, err := devstack.StartInfra(ctx, devstack.Options{Dir: dir, RedisKind: testkit.PreferredRedis(t),
-		Replicas: 1, Slots: 2, EnvSlots: 2, Common: common})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := st.Wait(); err != nil {
-			t.Error(err)
-		}
-		st.Close()
-	})
-	coord, err := st.StartAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st, coord, dir := startStack(t)
 	d, err := st.Deps(ctx, "trainer")
 	if err != nil {
 		t.Fatal(err)

@@ -38,8 +38,7 @@ type node struct {
 	lock     int
 	lastUse  float64
 	id       uint64 // creation order: ties in the LRU order go to the older node
-	heapAt   int    // index in the leaves heap; -1 when not in it
-	hostAt   int    // index in the host leaves heap; -1 when not in it
+	at       [2]int // index in the leaves heap of each tier (devTier, hostTier); -1 when not in it
 	dev      bool   // its KV is in the device pool
 	host     bool   // a copy of its KV is in the host pool
 	devKids  int    // children on the device
@@ -54,9 +53,9 @@ type node struct {
 // until enough tokens are freed.
 type radix struct {
 	root      *node
-	leaves    leafHeap // unlocked device leaves
-	tokens    int      // device tokens held by the tree
-	evictable int      // device tokens of unlocked nodes
+	leaves    lruHeap // unlocked device leaves (devTier)
+	tokens    int     // device tokens held by the tree
+	evictable int     // device tokens of unlocked nodes
 	nextID    uint64
 
 	// The host tier (HiRadixCache): hostCap tokens of host memory (0: none),
@@ -65,20 +64,20 @@ type radix struct {
 	// and backupAfter the hits after which a node is written to host
 	// (write_through_threshold).
 	hostCap, hostTokens int
-	hostLeaves          hostHeap
+	hostLeaves          lruHeap // hostTier
 	policy              string
 	backupAfter         int
 	stats               *Stats
 }
 
 func newRadix() *radix {
-	return &radix{root: &node{heapAt: -1, hostAt: -1, lock: 1, dev: true}, stats: &Stats{}}
+	return &radix{root: &node{at: [2]int{-1, -1}, lock: 1, dev: true}, stats: &Stats{}, hostLeaves: lruHeap{tier: hostTier}}
 }
 
 // newNode is a device node (not yet linked).
 func (t *radix) newNode(parent *node, key uint64, off, n int, now float64) *node {
 	t.nextID++
-	return &node{parent: parent, key: key, off: off, n: n, lastUse: now, id: t.nextID, heapAt: -1, hostAt: -1, dev: true}
+	return &node{parent: parent, key: key, off: off, n: n, lastUse: now, id: t.nextID, at: [2]int{-1, -1}, dev: true}
 }
 
 // match walks segs from the root and returns the deepest node fully
@@ -129,7 +128,7 @@ func (t *radix) matchUpTo(segs []Segment, limit int, split bool, now float64) (*
 func (t *radix) split(c *node, m int) *node {
 	t.nextID++
 	up := &node{parent: c.parent, key: c.key, off: c.off, n: m,
-		lock: c.lock, lastUse: c.lastUse, id: t.nextID, heapAt: -1, hostAt: -1,
+		lock: c.lock, lastUse: c.lastUse, id: t.nextID, at: [2]int{-1, -1},
 		dev: c.dev, host: c.host, hits: c.hits}
 	if c.dev {
 		up.devKids = 1
@@ -273,7 +272,7 @@ func (t *radix) evict(need int) int { return t.evictAs(need, false) }
 // (_evict_backuped) and one without is deleted (_evict_regular).
 func (t *radix) evictAs(need int, drop bool) int {
 	freed := 0
-	for freed < need && len(t.leaves) > 0 {
+	for freed < need && t.leaves.Len() > 0 {
 		n := heap.Pop(&t.leaves).(*node)
 		t.tokens -= n.n
 		t.evictable -= n.n
@@ -355,7 +354,7 @@ func (t *radix) evictHost(need int) int {
 			heap.Push(&t.hostLeaves, n)
 		}
 	}()
-	for freed < need && len(t.hostLeaves) > 0 {
+	for freed < need && t.hostLeaves.Len() > 0 {
 		n := heap.Pop(&t.hostLeaves).(*node)
 		if n.pinned {
 			kept = append(kept, n)
@@ -408,19 +407,11 @@ func (t *radix) touched(n *node) {
 		t.left(n)
 		return
 	}
-	if n.heapAt >= 0 {
-		heap.Fix(&t.leaves, n.heapAt)
-		return
-	}
-	heap.Push(&t.leaves, n)
+	t.leaves.touch(n)
 }
 
 // left takes n out of the leaves heap if it is in it.
-func (t *radix) left(n *node) {
-	if n.heapAt >= 0 {
-		heap.Remove(&t.leaves, n.heapAt)
-	}
-}
+func (t *radix) left(n *node) { t.leaves.remove(n) }
 
 // touchedHost puts n in the host leaves heap if it is only in host memory
 // and has no children, or fixes its place.
@@ -429,72 +420,64 @@ func (t *radix) touchedHost(n *node) {
 		t.leftHost(n)
 		return
 	}
-	if n.hostAt >= 0 {
-		heap.Fix(&t.hostLeaves, n.hostAt)
+	t.hostLeaves.touch(n)
+}
+
+func (t *radix) leftHost(n *node) { t.hostLeaves.remove(n) }
+
+// The tiers of lruHeap: the device's unlocked leaves, and the leaves held
+// only in host memory.
+const (
+	devTier  = 0
+	hostTier = 1
+)
+
+// lruHeap orders a tier's leaves least recently used first; each node
+// keeps its index in it in at[tier].
+type lruHeap struct {
+	tier  int
+	nodes []*node
+}
+
+// touch puts n in h, or fixes its place after its lastUse changed.
+func (h *lruHeap) touch(n *node) {
+	if i := n.at[h.tier]; i >= 0 {
+		heap.Fix(h, i)
 		return
 	}
-	heap.Push(&t.hostLeaves, n)
+	heap.Push(h, n)
 }
 
-func (t *radix) leftHost(n *node) {
-	if n.hostAt >= 0 {
-		heap.Remove(&t.hostLeaves, n.hostAt)
+// remove takes n out of h if it is in it.
+func (h *lruHeap) remove(n *node) {
+	if i := n.at[h.tier]; i >= 0 {
+		heap.Remove(h, i)
 	}
 }
 
-// hostHeap orders host-only leaves least recently used first.
-type hostHeap []*node
-
-func (h hostHeap) Len() int { return len(h) }
-func (h hostHeap) Less(i, j int) bool {
-	if h[i].lastUse != h[j].lastUse {
-		return h[i].lastUse < h[j].lastUse
+func (h *lruHeap) Len() int { return len(h.nodes) }
+func (h *lruHeap) Less(i, j int) bool {
+	a, b := h.nodes[i], h.nodes[j]
+	if a.lastUse != b.lastUse {
+		return a.lastUse < b.lastUse
 	}
-	return h[i].id < h[j].id
+	return a.id < b.id
 }
-func (h hostHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].hostAt, h[j].hostAt = i, j
+func (h *lruHeap) Swap(i, j int) {
+	h.nodes[i], h.nodes[j] = h.nodes[j], h.nodes[i]
+	h.nodes[i].at[h.tier], h.nodes[j].at[h.tier] = i, j
 }
-func (h *hostHeap) Push(x any) {
+func (h *lruHeap) Push(x any) {
 	n := x.(*node)
-	n.hostAt = len(*h)
-	*h = append(*h, n)
+	n.at[h.tier] = len(h.nodes)
+	h.nodes = append(h.nodes, n)
 }
-func (h *hostHeap) Pop() any {
-	old := *h
-	n := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	n.hostAt = -1
-	return n
-}
-
-// leafHeap orders unlocked leaves least recently used first.
-type leafHeap []*node
-
-func (h leafHeap) Len() int { return len(h) }
-func (h leafHeap) Less(i, j int) bool {
-	if h[i].lastUse != h[j].lastUse {
-		return h[i].lastUse < h[j].lastUse
-	}
-	return h[i].id < h[j].id
-}
-func (h leafHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapAt, h[j].heapAt = i, j
-}
-func (h *leafHeap) Push(x any) {
-	n := x.(*node)
-	n.heapAt = len(*h)
-	*h = append(*h, n)
-}
-func (h *leafHeap) Pop() any {
-	old := *h
-	n := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	n.heapAt = -1
+func (h *lruHeap) Pop() any {
+	last := len(h.nodes) - 1
+	n := h.nodes[last]
+	h.nodes[last] = nil
+	h.nodes = h.nodes[:last]
+	n.at[h.tier] = -1
 	return n
 }
 

@@ -88,7 +88,7 @@ type Config struct {
 	// only the KV of trajectories that generate, not that of those whose
 	// command is running, when the servers have a host tier
 	// (Server.HostTokens > 0) to hold their contexts meanwhile; every
-	// context must still fit in the host pools (see residentPools). The
+	// context must still fit in the host pools (priority.KVPools.Total). The
 	// coordinator does not do this yet: it is the engine's measure of the
 	// mechanism (issue 29, item 5).
 	KVResidency bool

@@ -23,8 +23,8 @@
 // on servers with a host-memory KV tier, admission by KV counts against
 // the device pools only the trajectories that generate, since the context
 // of one whose command is running can wait in host memory; every context
-// must still fit in the host pools (residentPools says what pkg/priority
-// would need).
+// must still fit in the host pools (priority.Footprint.Offloadable,
+// priority.KVPools.OnDevice and Total).
 //
 // Config.Dispatch measures another order of the gen-workers' class queues:
 // DispatchReference is siiRL-agentic's three queues (queueOf), which the

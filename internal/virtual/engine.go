@@ -449,9 +449,8 @@ func (e *engine) admitKV() {
 		e.startAll(order, pools.Admit(e.names, active, waiting))
 		return
 	}
-	offloadable := make([]bool, len(e.activeIDs))
 	for k, i := range e.activeIDs {
-		offloadable[k] = e.ts[i].inExec
+		active[k].Offloadable = e.ts[i].inExec
 	}
 	srv := e.cfg.Server
 	host := srv.HostTokens // a copy of what is on the device too
@@ -462,8 +461,8 @@ func (e *engine) admitKV() {
 	for _, name := range e.names {
 		total[name] = max(host, srv.MaxTotalTokens)
 	}
-	rp := residentPools{KVPools: pools, Total: total} // OnDevice 0: running requests only
-	e.startAll(order, rp.admit(e.names, active, offloadable, waiting))
+	pools.Total = total // OnDevice 0: running requests only
+	e.startAll(order, pools.Admit(e.names, active, waiting))
 }
 
 // start0 admits trajectory i on replica r: its sandbox starts.

@@ -2,6 +2,7 @@ package virtual
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/actloop/actloop/internal/batching"
@@ -23,7 +24,8 @@ func residencyFootprints() (active, waiting []priority.Footprint) {
 	return active, waiting
 }
 
-// With nothing offloadable, residentPools admits as priority.KVPools does;
+// With nothing offloadable, admission with a host tier (KVPools.OnDevice,
+// Total) admits as without;
 // with most active trajectories in their commands it admits more, and the
 // host pool still bounds what is admitted.
 func TestResidencyAdmitsMoreWhenTrajectoriesAreInTheirCommands(t *testing.T) {
@@ -31,22 +33,22 @@ func TestResidencyAdmitsMoreWhenTrajectoriesAreInTheirCommands(t *testing.T) {
 	live := []string{"r0"}
 	pools := priority.KVPools{Capacity: map[string]int{"r0": 600_000}, Budget: 1, Slots: 16}
 	byContexts := pools.Admit(live, active, waiting)
-	rp := residentPools{KVPools: pools, OnDevice: 0.3, Total: map[string]int{"r0": 1_200_000}}
+	rp := pools
+	rp.OnDevice, rp.Total = 0.3, map[string]int{"r0": 1_200_000}
 
-	none := make([]bool, len(active))
-	if got := rp.admit(live, active, none, waiting); !reflect.DeepEqual(got, byContexts) {
+	if got := rp.Admit(live, active, waiting); !reflect.DeepEqual(got, byContexts) {
 		t.Fatalf("nothing offloadable: admitted %d, KVPools.Admit %d", len(got), len(byContexts))
 	}
-	inCommands := make([]bool, len(active))
+	inCommands := slices.Clone(active)
 	for k := range 25 {
-		inCommands[k] = true
+		inCommands[k].Offloadable = true
 	}
-	byRunning := rp.admit(live, active, inCommands, waiting)
+	byRunning := rp.Admit(live, inCommands, waiting)
 	if len(byRunning) <= len(byContexts) {
 		t.Errorf("25 of 30 in their commands: admitted %d by running KV, %d by admitted contexts: want more", len(byRunning), len(byContexts))
 	}
 	rp.Total["r0"] = 600_000 // the host pool no larger than the device's
-	if got := rp.admit(live, active, inCommands, waiting); len(got) != len(byContexts) {
+	if got := rp.Admit(live, inCommands, waiting); len(got) != len(byContexts) {
 		t.Errorf("host pool of 600,000 tokens: admitted %d, want %d (what every context fits in)", len(got), len(byContexts))
 	}
 	t.Logf("admitted: by contexts %d, by running KV %d", len(byContexts), len(byRunning))

@@ -171,6 +171,10 @@ type Footprint struct {
 	// Finishing: its last reply is in and it is in its eval; it needs no
 	// more KV.
 	Finishing bool
+	// Offloadable: its command is running on a replica whose server keeps
+	// a host-memory KV tier (SGLang's hierarchical cache), so its context
+	// can wait there until its next generation (KVPools.OnDevice).
+	Offloadable bool
 }
 
 // Reported is the footprint a gen-worker's progress report p gives (sent
@@ -264,6 +268,15 @@ type KVPools struct {
 	// Slots observations per live replica, by no more than PriorTurns
 	// turns of it.
 	Slots int
+	// KV residency, for servers with a host-memory KV tier: an Offloadable
+	// trajectory's demand counts OnDevice of itself (in [0, 1]; 0: none)
+	// against its replica's device pool, and, where Total is set, every
+	// active trajectory's whole demand must also fit in budget × Total, the
+	// replica's memory for contexts in either tier. Without Offloadable
+	// footprints and Total, admission counts every admitted context against
+	// the device pool.
+	OnDevice float64
+	Total    map[string]int
 }
 
 // PriorTurns is the model calls a trajectory is expected to make before
@@ -292,14 +305,25 @@ func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
 	}
 	full := make(map[string]float64, len(live))
 	room := make(map[string]float64, len(live))
+	total := make(map[string]float64, len(live)) // room in either tier (Total), +Inf without
 	for _, r := range live {
 		full[r] = p.Budget * float64(p.Capacity[r])
 		room[r] = full[r]
+		total[r] = math.Inf(1)
+		if p.Total != nil {
+			total[r] = p.Budget * float64(p.Total[r])
+		}
 	}
 	for _, f := range active {
-		if _, ok := room[f.Replica]; ok {
-			room[f.Replica] -= Demand(f, perTurn, p.fresh(fresh, prior, f.Replica))
+		if _, ok := room[f.Replica]; !ok {
+			continue
 		}
+		d := Demand(f, perTurn, p.fresh(fresh, prior, f.Replica))
+		total[f.Replica] -= d
+		if f.Offloadable {
+			d *= p.OnDevice
+		}
+		room[f.Replica] -= d
 	}
 	var out []string
 	for _, f := range waiting {
@@ -313,10 +337,11 @@ func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
 			break
 		}
 		need := Demand(f, perTurn, p.fresh(fresh, prior, best))
-		if need > room[best] && room[best] < full[best] {
+		if (need > room[best] || need > total[best]) && room[best] < full[best] {
 			break
 		}
 		room[best] -= need
+		total[best] -= need
 		out = append(out, best)
 	}
 	return out
