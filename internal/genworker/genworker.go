@@ -87,10 +87,10 @@ type Config struct {
 	// is alive; a replica without heartbeats for ACTLOOP_REPLICA_TIMEOUT is
 	// taken down and its trajectories move to other replicas.
 	HeartbeatInterval time.Duration `envconfig:"HEARTBEAT_INTERVAL" default:"5s"`
-	// Steal lets a worker with idle slots take a low-priority gen step from
-	// another replica's queue whose oldest step has waited longer than
-	// StealAfter; the trajectory then stays on this replica (its prefix
-	// cache here is cold, so it pays one re-prefill).
+	// Steal lets a worker with idle slots take a low-priority trajectory's
+	// first generation from another replica's queue (.lo) whose oldest step
+	// has waited longer than StealAfter; the trajectory then stays on this
+	// replica (its prompt's prefix cache here is cold).
 	Steal         bool          `envconfig:"STEAL" default:"false"`
 	StealAfter    time.Duration `envconfig:"STEAL_AFTER" default:"5s"`
 	WorkerID      string        `envconfig:"WORKER_ID"`

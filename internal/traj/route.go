@@ -60,11 +60,9 @@ func NextOf(t *Trajectory, cls Classifier) (Next, error) {
 	case StatusNeedsGeneration:
 		// The replica is part of the id: a step moved to another replica
 		// (its own went down) is not a duplicate of the one left behind.
-		// An interrupted generation resumes in its class's resume queue.
-		class := cls.Class(t.Replica, t.ID)
-		if t.Resuming {
-			class = priority.Resumed(class)
-		}
+		// Only a first generation waits in its priority class; a
+		// trajectory under way (or interrupted) waits in the resume class.
+		class := priority.StepClass(cls.Class(t.Replica, t.ID), t.Calls == 0 && !t.Resuming)
 		return Next{bus.SubjectGen(t.Replica, class), t.MsgID("gen-" + t.Replica),
 			schema.GenStep{V: schema.Version, TrajID: t.ID, Seq: t.Seq, Replica: t.Replica}}, nil
 	case StatusNeedsEnvStep:

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/actloop/actloop/pkg/priority"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -29,22 +30,32 @@ func TestPredictRequest(t *testing.T) {
 	}
 }
 
-// A trajectory keeps its request id across turns; only an interrupted
-// generation's step goes to its class's resume queue.
+// A trajectory's first generation waits in its priority class; every
+// later gen step of it (back from an environment step, or interrupted) in
+// its resume class, which gen-workers take first (priority.DispatchOrder).
 func TestNextGenClass(t *testing.T) {
+	high := highOnly{}
 	for _, tt := range []struct {
 		name string
 		tr   Trajectory
+		cls  Classifier
 		want string
 	}{
-		{"first turn", Trajectory{}, "actloop.gen.r0.lo"},
-		{"next turn, same rid", Trajectory{RID: strings.Repeat("a", 32), Calls: 2}, "actloop.gen.r0.lo"},
-		{"interrupted", Trajectory{RID: strings.Repeat("a", 32), Resuming: true}, "actloop.gen.r0.rlo"},
+		{"first turn", Trajectory{}, LowOnly{}, "actloop.gen.r0.lo"},
+		{"first turn, high", Trajectory{}, high, "actloop.gen.r0.hi"},
+		{"next turn, same rid", Trajectory{RID: strings.Repeat("a", 32), Calls: 2}, LowOnly{}, "actloop.gen.r0.rlo"},
+		{"next turn, high", Trajectory{RID: strings.Repeat("a", 32), Calls: 2}, high, "actloop.gen.r0.rhi"},
+		{"first turn interrupted", Trajectory{RID: strings.Repeat("a", 32), Resuming: true}, LowOnly{}, "actloop.gen.r0.rlo"},
 	} {
 		tt.tr.ID, tt.tr.Replica, tt.tr.Status = "x", "r0", StatusNeedsGeneration
-		n, err := NextOf(&tt.tr, LowOnly{})
+		n, err := NextOf(&tt.tr, tt.cls)
 		if err != nil || n.Subject != tt.want {
 			t.Errorf("%s: subject %q (%v), want %q", tt.name, n.Subject, err, tt.want)
 		}
 	}
 }
+
+// highOnly puts every gen step in the high class.
+type highOnly struct{}
+
+func (highOnly) Class(string, string) string { return priority.ClassHigh }

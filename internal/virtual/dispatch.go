@@ -10,16 +10,18 @@ import (
 // which order it takes them.
 const (
 	// DispatchActloop is actloop's: one FIFO per class, taken in
-	// priority.DispatchOrder (rhi > rlo > hi > lo), where a resumed class
-	// holds generations interrupted by preemption or a weight sync and a
-	// trajectory's first generation shares hi or lo with continuing turns.
+	// priority.DispatchOrder (rhi > rlo > hi > lo), each step filed by
+	// priority.StepClass: a trajectory's first generation in hi or lo, every
+	// later step of it (back from its environment step, or interrupted) in
+	// rhi or rlo.
 	DispatchActloop = ""
 	// DispatchReference is siiRL-agentic's: three FIFOs taken in the order
 	// hp_resume > lp_resume > pending. A trajectory back from its
 	// environment step goes to hp_resume or lp_resume by its class, a
 	// trajectory's first generation to pending whatever its class, and an
 	// interrupted generation (it has output kept) to the resume queue of
-	// its class. A high step waiting is one in hp_resume.
+	// its class. A high step waiting is one in hp_resume. It differs from
+	// DispatchActloop only in keeping one pending FIFO for both classes.
 	DispatchReference = "reference"
 )
 
@@ -31,10 +33,10 @@ func queues(order string) int {
 	return len(priority.DispatchOrder)
 }
 
-// queueOf is the FIFO, by position in dispatch order, of a gen step of
-// class (a priority class, priority.Resumed after an interruption); first
-// is whether it is its trajectory's first generation and nothing of it has
-// been generated yet.
+// queueOf is the FIFO, by position in dispatch order, of a gen step of a
+// trajectory whose priority class is class (ClassHigh or ClassLow); first
+// is whether it is its trajectory's first generation, not interrupted, with
+// nothing of it generated yet.
 func queueOf(order, class string, first bool) int {
 	if order == DispatchReference {
 		switch {
@@ -46,7 +48,7 @@ func queueOf(order, class string, first bool) int {
 			return 1
 		}
 	}
-	return slices.Index(priority.DispatchOrder, class)
+	return slices.Index(priority.DispatchOrder, priority.StepClass(class, first))
 }
 
 // queueHigh reports whether FIFO k under order holds high steps: the ones

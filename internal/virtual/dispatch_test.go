@@ -15,16 +15,12 @@ func TestQueueOf(t *testing.T) {
 		want     int
 		wantHigh bool
 	}{
-		{"actloop: resumed high first", DispatchActloop, priority.ClassHighResume, false, 0, true},
-		{"actloop: resumed low before any waiting high", DispatchActloop, priority.ClassLowResume, false, 1, false},
-		{"actloop: continuing high", DispatchActloop, priority.ClassHigh, false, 2, true},
-		{"actloop: first generation shares hi with continuing turns", DispatchActloop, priority.ClassHigh, true, 2, true},
-		{"actloop: continuing low", DispatchActloop, priority.ClassLow, false, 3, false},
-		{"actloop: first generation shares lo with continuing turns", DispatchActloop, priority.ClassLow, true, 3, false},
+		{"actloop: high back from its env step is rhi, taken first", DispatchActloop, priority.ClassHigh, false, 0, true},
+		{"actloop: low back from its env step is rlo, before any first generation", DispatchActloop, priority.ClassLow, false, 1, false},
+		{"actloop: high first generation is hi, after every trajectory under way", DispatchActloop, priority.ClassHigh, true, 2, true},
+		{"actloop: low first generation is lo, last", DispatchActloop, priority.ClassLow, true, 3, false},
 		{"reference: high back from its env step is hp_resume", DispatchReference, priority.ClassHigh, false, 0, true},
-		{"reference: interrupted high is hp_resume", DispatchReference, priority.ClassHighResume, false, 0, true},
 		{"reference: low back from its env step is lp_resume", DispatchReference, priority.ClassLow, false, 1, false},
-		{"reference: interrupted low is lp_resume", DispatchReference, priority.ClassLowResume, false, 1, false},
 		{"reference: high first generation is pending", DispatchReference, priority.ClassHigh, true, 2, false},
 		{"reference: low first generation is pending", DispatchReference, priority.ClassLow, true, 2, false},
 	}

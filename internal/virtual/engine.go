@@ -506,12 +506,8 @@ func (e *engine) queueGen(i int) {
 		e.snapshot()
 		e.nextSnap = e.now + e.cfg.SnapshotInterval.Seconds()
 	}
-	class := e.board.Class(e.names[t.replica], t.plan.ID)
-	if t.resumed {
-		class = priority.Resumed(class)
-	}
-	first := t.turn == 0 && t.partial == 0
-	e.ws[t.replica].queues[queueOf(e.cfg.Dispatch, class, first)].push(i)
+	first := t.turn == 0 && t.partial == 0 && !t.resumed
+	e.ws[t.replica].queues[queueOf(e.cfg.Dispatch, e.board.Class(e.names[t.replica], t.plan.ID), first)].push(i)
 }
 
 // next pops the first step of w's queues in dispatch order (-1: none).

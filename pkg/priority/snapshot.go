@@ -7,10 +7,12 @@ import (
 	"time"
 )
 
-// Classes of gen steps; they name the subject suffix. A resumed step (the
-// rest of a generation interrupted by a preemption or a pause) has a class
-// of its own beside its priority, as the reference loop keeps its
-// hp-resume and lp-resume queues.
+// Classes of gen steps; they name the subject suffix. As siiRL-agentic's
+// three queues (hp_resume > lp_resume > pending), a trajectory's first
+// generation waits in its priority class (hi or lo, the pending ones) and
+// every later gen step of it — back from an environment step, or the rest
+// of a generation interrupted by a preemption or a pause — in its
+// priority's resume class (rhi or rlo): see StepClass.
 const (
 	ClassHigh       = "hi"
 	ClassLow        = "lo"
@@ -18,18 +20,30 @@ const (
 	ClassLowResume  = "rlo"
 )
 
-// DispatchOrder is the order in which a gen-worker takes its steps: resumed
-// generations before new ones, high before low within each (siiRL-agentic's
-// hp-resume > lp-resume > pending, pending high before low). Steps of the
-// high classes may preempt a running low generation.
+// DispatchOrder is the order in which a gen-worker takes its steps: a
+// trajectory under way before a trajectory's first generation, high before
+// low within each (siiRL-agentic's hp_resume > lp_resume > pending, pending
+// high before low). Steps of the high classes may preempt a running low
+// generation.
 var DispatchOrder = []string{ClassHighResume, ClassLowResume, ClassHigh, ClassLow}
 
-// Resumed is the class of a resumed step whose priority class is class.
+// Resumed is the resume class of priority class class (ClassHigh or
+// ClassLow; a resume class is its own).
 func Resumed(class string) string {
-	if class == ClassHigh {
+	if IsHigh(class) {
 		return ClassHighResume
 	}
 	return ClassLowResume
+}
+
+// StepClass is the class a gen step of a trajectory whose priority class is
+// class waits in: class itself for the trajectory's first generation with
+// nothing of it generated yet (first), else its resume class (Resumed).
+func StepClass(class string, first bool) string {
+	if first {
+		return class
+	}
+	return Resumed(class)
 }
 
 // IsHigh reports whether class is a high one (ClassHigh, ClassHighResume).

@@ -187,3 +187,30 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		}
 	})
 }
+
+func TestStepClass(t *testing.T) {
+	tests := []struct {
+		name  string
+		class string
+		first bool
+		want  string
+	}{
+		{"a high first generation waits in hi", ClassHigh, true, ClassHigh},
+		{"a low first generation waits in lo", ClassLow, true, ClassLow},
+		{"a high trajectory under way waits in rhi", ClassHigh, false, ClassHighResume},
+		{"a low trajectory under way waits in rlo", ClassLow, false, ClassLowResume},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := StepClass(tt.class, tt.first); got != tt.want {
+				t.Errorf("StepClass(%q, %v) = %q, want %q", tt.class, tt.first, got, tt.want)
+			}
+		})
+	}
+	// The dispatch order takes every trajectory under way before any first
+	// generation, high before low within each.
+	pos := func(c string) int { return slices.Index(DispatchOrder, c) }
+	if !(pos(ClassHighResume) < pos(ClassLowResume) && pos(ClassLowResume) < pos(ClassHigh) && pos(ClassHigh) < pos(ClassLow)) {
+		t.Errorf("DispatchOrder = %v, want rhi, rlo, hi, lo", DispatchOrder)
+	}
+}
