@@ -40,7 +40,10 @@ const maxHeadReason = 4 << 10
 // Publish stores r's body and publishes its head on
 // schema.SubjectResult(r.TrajID) with Nats-Msg-Id msgID. A trajectory has
 // one result, whatever is published after it: the stream refuses a second
-// head on the subject (client.PublishFirst), and that is no error. A body
+// head on the subject (client.PublishFirst), and that is no error. The
+// subject decides, not msgID: a head the stream lost is stored again by
+// the next Publish (a redelivered finish, the coordinator's repair), even
+// while the stream's duplicate window still remembers msgID. A body
 // already stored with the same digest is not stored again; one stored for
 // a head the stream then refused is left to the bucket's TTL.
 func (w *Results) Publish(ctx context.Context, r schema.Result, msgID string) error {

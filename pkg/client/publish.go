@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel"
 )
 
@@ -107,11 +108,52 @@ func (h HeaderCarrier) Keys() []string {
 // if the subject has no message yet (Nats-Expected-Last-Subject-Sequence:
 // 0). It reports whether this call stored it; false with a nil error means
 // the subject already had its message, which is kept.
+//
+// The subject, not msgID, decides: a stream that answers msgID as a
+// duplicate (or as one in process) has stored nothing for this call, and
+// the message it remembers may be gone (the stream keeps ids for its
+// duplicate window, not their messages) or may never be stored (a
+// proposal in process can be lost). So PublishFirst then publishes again
+// under an id of this attempt's own, which the stream refuses if the
+// subject has its message (or, an error to try again on, has one in
+// process) and stores if not: a message lost within the window is
+// published again, and never twice.
 func PublishFirst(ctx context.Context, js jetstream.JetStream, subject, msgID string, data []byte) (bool, error) {
-	err := Publish(ctx, js, subject, msgID, data, jetstream.WithExpectLastSequencePerSubject(0))
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+	first := jetstream.WithExpectLastSequencePerSubject(0)
+	ack, retried, err := publish(ctx, js, subject, msgID, data, first)
+	switch {
+	case hasMessage(err):
 		return false, nil
+	case err == nil && !ack.Duplicate:
+		return true, nil
+	case err != nil && !inProcess(err):
+		return false, err
+	}
+	_, _, err = publish(ctx, js, subject, msgID+":again-"+nuid.Next(), data, first)
+	if hasMessage(err) {
+		// Held: stored by this call when the duplicate was this call's own
+		// first attempt, whose acknowledgement was lost.
+		return retried, nil
 	}
 	return err == nil, err
+}
+
+// hasMessage reports the stream's refusal of a publish expecting an empty
+// subject: the subject has its message.
+func hasMessage(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// jsDuplicateInProcess is nats-server's JSStreamDuplicateMessageConflict,
+// "duplicate message id is in process": a publish under the id is
+// proposed and not yet stored (no constant for it in nats.go). A proposal
+// lost with its leader leaves the id so for the duplicate window.
+const jsDuplicateInProcess jetstream.ErrorCode = 10158
+
+// inProcess reports the stream's answer that a publish under the same id
+// is in process.
+func inProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsDuplicateInProcess
 }

@@ -83,6 +83,9 @@ type rig struct {
 	js                 jetstream.JetStream
 	bodies             *client.Bodies
 	rdb                *redis.Client
+	// gaps are the results stream's sequences that a read did not find
+	// (readResults goes past them), for a timeout's report.
+	gaps []uint64
 }
 
 func (r *rig) add(p *proc) *proc {
@@ -216,11 +219,39 @@ func newRig(t *testing.T, seed int64, appendfsync, timeScale string) *rig {
 // read from CI's output alone.
 func (r *rig) explainMissing(ctx context.Context, missing []string) {
 	r.t.Logf("no result for %d samples: %v", len(missing), missing)
+	// A result the stream holds but the reader went past (a gap read
+	// again) is the harness's miss, not the system's.
+	results, serr := r.js.Stream(ctx, schema.StreamResults)
+	if serr != nil {
+		r.t.Logf("results stream: %v", serr)
+	}
+	for _, seq := range r.gaps[:min(len(r.gaps), 10)] {
+		if serr != nil {
+			break
+		}
+		m, err := results.GetMsg(ctx, seq)
+		if err != nil {
+			r.t.Logf("results stream: seq %d, not found when read: %v", seq, err)
+			continue
+		}
+		r.t.Logf("results stream: seq %d, not found when read, holds %s now", seq, m.Subject)
+	}
 	for _, id := range missing[:min(len(missing), 3)] {
 		h, err := r.rdb.HGetAll(ctx, "actloop:traj:{"+id+"}").Result()
 		delete(h, "sample") // long, and known
 		audit, _ := r.rdb.LRange(ctx, "actloop:traj:{"+id+"}:audit", -5, -1).Result()
 		r.t.Logf("%s in Redis: %v (err %v); audit tail %v", id, h, err, audit)
+		// Still active: the coordinator's repair owes it a result; gone:
+		// the coordinator saw a result of it.
+		active, aerr := r.rdb.HExists(ctx, "actloop:{coordinator}:active", id).Result()
+		r.t.Logf("%s in the coordinator's active index: %v (err %v)", id, active, aerr)
+		if serr == nil {
+			if m, err := results.GetLastMsgForSubject(ctx, schema.SubjectResult(id)); err == nil {
+				r.t.Logf("%s: a result on %s at seq %d, which the reader missed", id, m.Subject, m.Sequence)
+			} else {
+				r.t.Logf("%s: no result on %s: %v", id, schema.SubjectResult(id), err)
+			}
+		}
 		for name, p := range r.procs {
 			b, _ := os.ReadFile(p.log)
 			var lines []string
@@ -293,6 +324,7 @@ func (r *rig) readResults(ctx context.Context, after uint64, into map[string][]s
 	for seq := after + 1; seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			r.gaps = append(r.gaps, seq)
 			continue
 		}
 		if err != nil {
