@@ -97,8 +97,11 @@ func (c *Coordinator) handleSample(ctx context.Context, m jetstream.Msg) error {
 	case h != nil:
 		return c.refuseTaken(ctx, s, h)
 	}
-	if err := c.groupConflict(s); err != nil {
-		return c.refuseGroupConflict(ctx, s, m.Data(), err)
+	switch conflict, err := c.groupConflict(ctx, s); {
+	case err != nil:
+		return err
+	case conflict != nil:
+		return c.refuseGroupConflict(ctx, s, m.Data(), conflict)
 	}
 	w := &waitingSample{Sample: s, ArrivedAt: c.d.Now()}
 	b, err := json.Marshal(w)

@@ -34,8 +34,9 @@ const groupMinTTL = 24 * time.Hour
 //
 // A result whose group fields are unusable is logged and counted as
 // nothing: retrying cannot fix it. One whose index another trajectory
-// holds means the group can never complete as its members say: the group
-// is ended (endGroup), naming both.
+// holds, or whose group_size is not the one the group's first result gave,
+// means the group can never complete as its members say: the group is
+// ended (endGroup), naming both.
 func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) error {
 	if r.GroupID == "" || r.GroupSize < 1 || r.Purpose == schema.PurposeValidation {
 		return nil
@@ -67,13 +68,13 @@ func (c *Coordinator) groupResult(ctx context.Context, r schema.ResultHead) erro
 }
 
 // endGroup ends group id, which can never complete as its members say (one
-// was refused, or two hold one index), with a GroupDone of the group's
-// size whose Reason says why and which lists no member, so that a trainer
-// waiting for the group is not left waiting; the members admitted still
-// run and each has its result. A group that already has its GroupDone
-// (complete, or ended before) keeps it: the stream stores one per group.
-// Once stored, the group is marked published, so no later result of it
-// publishes another.
+// was refused, two hold one index, or two say different sizes), with a
+// GroupDone of the group's size whose Reason says why and which lists no
+// member, so that a trainer waiting for the group is not left waiting; the
+// members admitted still run and each has its result. A group that already
+// has its GroupDone (complete, or ended before) keeps it: the stream stores
+// one per group. Once stored, the group is marked published, so no later
+// result of it publishes another.
 func (c *Coordinator) endGroup(ctx context.Context, id string, size int, reason string) error {
 	if !schema.ValidID(id) || size < 1 {
 		return nil

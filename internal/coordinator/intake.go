@@ -97,13 +97,32 @@ func (c *Coordinator) refuseTaken(ctx context.Context, s schema.Sample, h *holde
 }
 
 // groupConflict says why s cannot join its group as the group's waiting
-// and running members hold it (an index held, another size); nil when it
-// can or belongs to no group.
-func (c *Coordinator) groupConflict(s schema.Sample) error {
+// and running members, and those with a result, hold it (an index held,
+// another size): conflict, nil when it can or belongs to no group; err is
+// a failure to read the group's stored members (try again).
+func (c *Coordinator) groupConflict(ctx context.Context, s schema.Sample) (conflict, err error) {
 	m, ok := s.Member()
 	if !ok {
-		return nil
+		return nil, nil
 	}
+	size, members, err := c.store.GroupRecorded(ctx, m.Group)
+	if err != nil {
+		return nil, err
+	}
+	switch held, ok := members[m.Index]; {
+	case size != 0 && size != m.Size:
+		return &schema.FieldError{Field: "group_size", Reason: fmt.Sprintf("%d, but the members of group %s with a result say %d",
+			m.Size, m.Group, size)}, nil
+	case ok && held != s.ID:
+		return &schema.FieldError{Field: "group_index", Reason: fmt.Sprintf("%d of group %s is held by sample %s, which has a result",
+			m.Index, m.Group, held)}, nil
+	}
+	return c.liveGroupConflict(m), nil
+}
+
+// liveGroupConflict is groupConflict over the group's waiting and running
+// members.
+func (c *Coordinator) liveGroupConflict(m schema.GroupMember) error {
 	groups := map[string]bool{m.Group: true}
 	for _, id := range c.waiting.inGroups(groups) {
 		if w := c.waiting.get(id); w != nil {

@@ -199,6 +199,74 @@ func TestInconsistentGroupEnds(t *testing.T) {
 	}
 }
 
+// Members of a group that disagree on its size, taken in at different
+// times (the earlier ones finished before the later were submitted, so
+// the intake no longer saw them), are not counted at whichever size came
+// last, nor left waiting for a size never reached: the first result to
+// disagree ends the group, its GroupDone naming the sizes (issue 31, item
+// 8). In any order the results are handled, the group ends so.
+func TestGroupSizeConflictInResultsEndsGroup(t *testing.T) {
+	ctx, s, d := stack(t)
+	if _, err := s.StartCoordinator(ctx, s.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		id          string
+		index, size int
+	}{{"c", 2, 3}, {"b", 1, 3}, {"a", 0, 2}} {
+		r := traj.FallbackResult(schema.ResultHead{TrajID: m.id, GroupID: "g3", GroupIndex: m.index, GroupSize: m.size,
+			Status: schema.StatusFailed, Reason: "ran", AdmittedAt: time.Now(), FinishedAt: time.Now()})
+		if err := d.Results.Publish(ctx, r, schema.MsgID(m.id, 1, "result")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := last[schema.GroupDone](t, ctx, d.JS, schema.StreamResults, schema.SubjectGroup("g3"))
+	if done.Complete() || len(done.TrajIDs) != 0 || !strings.Contains(done.Reason, "group_size") ||
+		!strings.Contains(done.Reason, "but its members with a result said") {
+		t.Fatalf("group g3: %+v, want it ended naming the sizes that disagree", done)
+	}
+}
+
+// A member submitted after its group's other members have a result (the
+// intake no longer holds them) is checked against what the group stored:
+// one that says another size, or takes an index a member with a result
+// holds, is refused at intake naming the clash, and the group ended, as
+// one that clashes with a waiting member is (issue 31, item 8).
+func TestGroupMemberAfterResultsIsRefused(t *testing.T) {
+	ctx, s, d := stack(t)
+	if _, err := s.StartCoordinator(ctx, s.CoordinatorConfig()); err != nil {
+		t.Fatal(err)
+	}
+	r := traj.FallbackResult(schema.ResultHead{TrajID: "e", GroupID: "g4", GroupIndex: 0, GroupSize: 2,
+		Status: schema.StatusFailed, Reason: "ran", AdmittedAt: time.Now(), FinishedAt: time.Now()})
+	if err := d.Results.Publish(ctx, r, schema.MsgID("e", 1, "result")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, wait, "e's result recorded in its group", func() bool {
+		size, members, err := d.Store.GroupRecorded(ctx, "g4")
+		return err == nil && size == 2 && members[0] == "e"
+	})
+	for _, tt := range []struct {
+		m    schema.Sample
+		want string
+	}{
+		{member("f", "g4", 1, 3), "group_size: 3, but the members of group g4 with a result say 2"},
+		{member("h", "g4", 0, 2), "group_index: 0 of group g4 is held by sample e, which has a result"},
+	} {
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, tt.m.ID, tt.m); err != nil {
+			t.Fatal(err)
+		}
+		r := last[schema.ResultHead](t, ctx, d.JS, schema.StreamResults, schema.SubjectResult(tt.m.ID))
+		if r.Status != schema.StatusFailed || !strings.Contains(r.Reason, tt.want) {
+			t.Errorf("result of %s: %s %q, want failed naming %q", tt.m.ID, r.Status, r.Reason, tt.want)
+		}
+	}
+	done := last[schema.GroupDone](t, ctx, d.JS, schema.StreamResults, schema.SubjectGroup("g4"))
+	if done.Complete() || !strings.Contains(done.Reason, "group_size") {
+		t.Fatalf("group g4: %+v, want it ended naming the size", done)
+	}
+}
+
 // The coordinator makes a trainer's consumer with
 // ACTLOOP_TRAINER_CONSUMER_INACTIVE as its inactive threshold, so that
 // the server deletes one nobody pulls from (issue 31, item 12).

@@ -2,6 +2,7 @@ package devstack_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,9 +43,14 @@ func TestLimitsAndFallbacks(t *testing.T) {
 	setup.Env.Setup = []string{"exit 3"}
 	slow := simSample("slow", "THOUGHT: this takes long.\n\n```bash\nsleep 30\n```", "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
 	slow.Env.StepTimeoutMS = 200
-	e.submit(steps, budget, setup, slow)
+	// Setup of 160 s under a wall clock of 2 s: stopped, and ended as the
+	// wall clock ends a trajectory between turns (issue 31, item 7).
+	clock := simSample("clock")
+	clock.Env.Setup = slices.Repeat([]string{"sleep 20"}, 8)
+	clock.Limits.WallClockMS = 2000
+	e.submit(steps, budget, setup, slow, clock)
 
-	got := e.results(4)
+	got := e.results(5)
 	// A command's timeout is an observation for the model, not a failure.
 	if r := got["slow"]; !r.Solved() || r.Turns != 2 || !strings.Contains(r.Messages[3].Content, "timed out") {
 		t.Errorf("slow: %s %q turns %d; observation %q", r.Status, r.Reason, r.Turns, r.Messages[3].Content)
@@ -56,6 +62,7 @@ func TestLimitsAndFallbacks(t *testing.T) {
 		"steps":  {schema.StatusLimitExceeded, "limits exceeded: step_limit 2 reached", 2},
 		"budget": {schema.StatusLimitExceeded, "limits exceeded: token_budget 50 reached", 1},
 		"setup":  {schema.StatusFailed, "setup command 0", 0},
+		"clock":  {schema.StatusLimitExceeded, "limits exceeded: wall_clock 2s reached during setup", 0},
 	} {
 		r := got[id]
 		if r.Status != want.status || !strings.Contains(r.Reason, want.reason) || r.Turns != want.turns {
@@ -68,6 +75,9 @@ func TestLimitsAndFallbacks(t *testing.T) {
 	}
 	if r := got["steps"]; r.Reward != 0 || r.Limit != schema.LimitStep {
 		t.Errorf("a trajectory ended by its step limit: limit %q, reward %g; want step_limit, 0 (not evaluated)", r.Limit, r.Reward)
+	}
+	if r := got["clock"]; r.Limit != schema.LimitWallClock || r.Reward != 0 || len(r.Tokens) != 0 {
+		t.Errorf("clock: limit %q, reward %g, %d tokens; want wall_clock, 0, none", r.Limit, r.Reward, len(r.Tokens))
 	}
 	if r := got["budget"]; r.GenTokens != 50 {
 		t.Errorf("budget: %d generated tokens, want the budget of 50", r.GenTokens)

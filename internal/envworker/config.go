@@ -13,6 +13,7 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/sandbox"
+	"github.com/actloop/actloop/pkg/schema"
 )
 
 // Config is an env-worker's settings (ACTLOOP_ prefix).
@@ -117,14 +118,17 @@ type Config struct {
 	PrivateDirs []string `envconfig:"PRIVATE_DIRS"`
 	// SetupMaxCommands bounds the setup commands (env.setup) a sample may
 	// list: one with more ends failed at its start, naming this setting,
-	// before any runs.
+	// before any runs. At most schema.MaxSetupCommands (256), the bound
+	// every sample is checked against at submit, so it can only be lower.
 	SetupMaxCommands int `envconfig:"SETUP_MAX_COMMANDS" default:"256"`
 	// SetupTotalTimeout bounds a sandbox's setup commands together (each
 	// is also bounded by the sample's env.setup_timeout_ms): setup still
 	// running then is stopped and the trajectory ends failed, naming this
-	// setting (an eval sandbox's: scored 0). A sample's
-	// limits.wall_clock_ms covers its setup too: setup still running when
-	// it runs out is stopped the same way, the reason naming it. 0: no
+	// setting (an eval sandbox's: scored 0), since the limit is the
+	// deployment's, not the sample's. A sample's limits.wall_clock_ms
+	// covers its setup too: setup still running when it runs out is
+	// stopped, and the trajectory ends limit_exceeded with limit
+	// wall_clock, as when the wall clock runs out between turns. 0: no
 	// total bound.
 	SetupTotalTimeout time.Duration `envconfig:"SETUP_TOTAL_TIMEOUT" default:"1h"`
 	// SandboxBackend runs samples with env.backend "local": BackendLocal
@@ -233,8 +237,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("ACTLOOP_WORKSPACE_ROOTS: %q lies inside %s (%s), where no workspace may come from", r, name, dir))
 		}
 	}
-	if c.SetupMaxCommands < 1 {
-		errs = append(errs, fmt.Errorf("ACTLOOP_SETUP_MAX_COMMANDS: must be >= 1, got %d", c.SetupMaxCommands))
+	if c.SetupMaxCommands < 1 || c.SetupMaxCommands > schema.MaxSetupCommands {
+		errs = append(errs, fmt.Errorf("ACTLOOP_SETUP_MAX_COMMANDS: must be in [1, %d] (schema.MaxSetupCommands, "+
+			"the bound a sample is checked against at submit), got %d", schema.MaxSetupCommands, c.SetupMaxCommands))
 	}
 	if c.SetupTotalTimeout < 0 {
 		errs = append(errs, fmt.Errorf("ACTLOOP_SETUP_TOTAL_TIMEOUT: must be >= 0, got %v", c.SetupTotalTimeout))

@@ -269,7 +269,9 @@ func (w *Worker) backend(t *traj.Trajectory) (sandbox.Backend, error) {
 // startStep starts the sandbox, runs setup, and renders the system prompt
 // and task as the first tokens. A sample whose sandbox cannot be set up
 // (a setup command fails, the workspace or patch is unusable) or whose
-// prompt cannot be rendered ends failed: no retry would do better.
+// prompt cannot be rendered ends failed: no retry would do better. One
+// whose own wall clock stops its setup ends limit_exceeded
+// (wallClockInSetup).
 func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
 	b, err := w.backend(t)
 	if err != nil {
@@ -299,7 +301,10 @@ func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Transi
 		return nil, traj.ErrSkip
 	}
 	if bus.IsFatal(err) && permanentStartError(err) && !errors.Is(err, sandbox.ErrUnisolated) { // the host's doing, not the sample's
-		return traj.Failed{Reason: "sandbox set-up: " + setupReason(err, t.Sample.Limits.WallClockMS)}, nil
+		if l, ok := wallClockInSetup(err, t.Sample.Limits.WallClock()); ok {
+			return l, nil
+		}
+		return traj.Failed{Reason: "sandbox set-up: " + setupReason(err)}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -345,19 +350,29 @@ func (w *Worker) watchEnd(ctx context.Context, t *traj.Trajectory, stop context.
 }
 
 // setupReason is the reason of a trajectory whose sandbox could not be
-// set up, naming the setting or limit that stopped its setup, if one did.
-func setupReason(err error, wallClockMS int64) string {
+// set up, naming the setting that stopped its setup, if one did.
+func setupReason(err error) string {
 	var se *sandbox.SetupError
-	if !errors.As(err, &se) {
-		return err.Error()
-	}
-	switch se.Stopped {
-	case sandbox.SetupStoppedDeadline:
-		return fmt.Sprintf("setup did not finish within limits.wall_clock_ms (%d ms), which covers setup: %v", wallClockMS, err)
-	case sandbox.SetupStoppedTotal:
+	if errors.As(err, &se) && se.Stopped == sandbox.SetupStoppedTotal {
 		return fmt.Sprintf("setup did not finish within ACTLOOP_SETUP_TOTAL_TIMEOUT: %v", err)
 	}
 	return err.Error()
+}
+
+// wallClockInSetup is how a trajectory whose setup its own wall clock
+// (limits.wall_clock_ms, wc) stopped ends: limit_exceeded naming the wall
+// clock, the limit and reason the gen-worker gives when it runs out
+// between turns (agent.CheckLimits), since the limit is the sample's. ok
+// is false for any other start failure (ACTLOOP_SETUP_TOTAL_TIMEOUT, the
+// deployment's limit, ends it failed).
+func wallClockInSetup(err error, wc time.Duration) (l traj.LimitReached, ok bool) {
+	var se *sandbox.SetupError
+	if !errors.As(err, &se) || se.Stopped != sandbox.SetupStoppedDeadline {
+		return traj.LimitReached{}, false
+	}
+	le := &agent.LimitError{Limit: schema.LimitWallClock, Value: wc}
+	return traj.LimitReached{Limit: le.Limit,
+		Reason: fmt.Sprintf("%v during setup (limits.wall_clock_ms counts from admission and covers setup): %v", le, err)}, true
 }
 
 // execStep runs the pending action and appends its observation, or moves
@@ -381,7 +396,7 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 		}
 		return nil, err
 	}
-	ran := traj.Ran{Digest: traj.ExecDigest(res.Output, res.ReturnCode), Exit: res.ReturnCode, Replay: replay}
+	ran := traj.Ran{Digest: traj.ExecDigest(res.Output, res.ReturnCode), Exit: res.ReturnCode, Replaced: res.Replaced, Replay: replay}
 	ag, err := w.agents.For(t.Sample.Flow)
 	if err != nil {
 		return nil, bus.Fatal(err)
@@ -412,7 +427,7 @@ func (w *Worker) runAction(ctx context.Context, sb sandbox.Sandbox, t *traj.Traj
 			w.d.Log.WarnContext(ctx, "the command already ran and its commit was lost: its recorded outcome is used, "+
 				"the command is not run again", "traj_id", t.ID, "seq", t.Seq)
 			return sandbox.ExecResult{Output: rec.Output, ReturnCode: rec.ReturnCode, TimedOut: rec.TimedOut,
-				Truncated: rec.Truncated}, nil
+				Truncated: rec.Truncated, Replaced: rec.Replaced}, nil
 		}
 	}
 	res, err := w.exec(ctx, w.backends[t.Sample.Env.Backend], sb, t.Action, t.Sample.Env.StepTimeout())
@@ -420,7 +435,7 @@ func (w *Worker) runAction(ctx context.Context, sb sandbox.Sandbox, t *traj.Traj
 		return res, err
 	}
 	err = w.d.Store.RecordExec(ctx, t.ID, traj.ExecRecord{Run: t.Run, Seq: t.Seq, Output: res.Output, ReturnCode: res.ReturnCode,
-		TimedOut: res.TimedOut, Truncated: res.Truncated})
+		TimedOut: res.TimedOut, Truncated: res.Truncated, Replaced: res.Replaced})
 	return res, err
 }
 
@@ -526,7 +541,7 @@ func (w *Worker) runEval(ctx context.Context, step trace.Span, b sandbox.Backend
 		return evaluation{}, err
 	case permanentStartError(err):
 		// The agent's diff does not apply, or setup fails with it: scored 0.
-		return evaluation{note: "eval sandbox: " + setupReason(err, 0), tests: missingTests(env.Tests)}, nil
+		return evaluation{note: "eval sandbox: " + setupReason(err), tests: missingTests(env.Tests)}, nil
 	default:
 		// No verdict: a fallback, not a reward of 0 for the agent.
 		return evaluation{}, fmt.Errorf("eval: %w", err)

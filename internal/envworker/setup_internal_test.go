@@ -114,16 +114,35 @@ func sleeps(n int, cmd string) []string {
 }
 
 // limits.wall_clock_ms covers setup: 8 setup commands of 20 s under a wall
-// clock of 1 s end the trajectory failed, naming the wall clock, instead
-// of running 160 s of setup.
+// clock of 1 s end the trajectory limit_exceeded, the limit wall_clock, as
+// the wall clock running out between turns ends it, instead of running
+// 160 s of setup; its result says so (issue 31, item 7).
 func TestSetupWithinWallClock(t *testing.T) {
 	w := newTestWorker(t, nil)
 	tr := admit(t, w, schema.Sample{ID: "wall", Env: schema.Env{Backend: schema.BackendSim, Setup: sleeps(8, "sleep 20")},
 		Limits: schema.Limits{WallClockMS: 1000}})
 	got := await(t, startAsync(w, tr), 30*time.Second)
-	f, ok := got.next.(traj.Failed)
-	if got.err != nil || !ok || !strings.Contains(f.Reason, "limits.wall_clock_ms (1000 ms)") {
-		t.Fatalf("start step = %#v, %v; want failed, naming limits.wall_clock_ms", got.next, got.err)
+	l, ok := got.next.(traj.LimitReached)
+	if got.err != nil || !ok || l.Limit != schema.LimitWallClock ||
+		!strings.Contains(l.Reason, "limits exceeded: wall_clock 1s reached during setup") {
+		t.Fatalf("start step = %#v, %v; want the wall clock reached", got.next, got.err)
+	}
+	ctx := context.Background()
+	if err := w.d.Store.Commit(ctx, tr, l); err != nil {
+		t.Fatal(err)
+	}
+	end, err := w.d.Store.Load(ctx, tr.ID, traj.WithAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := traj.Result(end, schema.Control{})
+	if end.Status != traj.StatusTerminated || r.Status != schema.StatusLimitExceeded || r.Limit != schema.LimitWallClock ||
+		r.Reason != l.Reason {
+		t.Fatalf("after the commit: %s, result %s (limit %q): %q; want terminated, limit_exceeded naming wall_clock",
+			end.Status, r.Status, r.Limit, r.Reason)
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatalf("result: %v", err)
 	}
 }
 
@@ -147,6 +166,18 @@ func TestSetupMaxCommands(t *testing.T) {
 	f, ok := got.next.(traj.Failed)
 	if got.err != nil || !ok || !strings.Contains(f.Reason, "ACTLOOP_SETUP_MAX_COMMANDS allows 3") {
 		t.Fatalf("start step = %#v, %v; want failed, naming ACTLOOP_SETUP_MAX_COMMANDS", got.next, got.err)
+	}
+	// The setting may lower schema.MaxSetupCommands, which every sample
+	// is checked against at submit, never raise it.
+	var cfg Config
+	service.Defaults(&cfg)
+	if cfg.SetupMaxCommands != schema.MaxSetupCommands {
+		t.Errorf("ACTLOOP_SETUP_MAX_COMMANDS defaults to %d, want schema.MaxSetupCommands (%d)", cfg.SetupMaxCommands,
+			schema.MaxSetupCommands)
+	}
+	cfg.NATSURL, cfg.SandboxRoot, cfg.SetupMaxCommands = "nats://127.0.0.1:4222", t.TempDir(), schema.MaxSetupCommands+1
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ACTLOOP_SETUP_MAX_COMMANDS: must be in [1, 256]") {
+		t.Errorf("Validate with ACTLOOP_SETUP_MAX_COMMANDS past schema.MaxSetupCommands: %v", err)
 	}
 	tr = admit(t, w, schema.Sample{ID: "few", Env: schema.Env{Backend: schema.BackendSim, Setup: sleeps(3, "true")}})
 	if got := await(t, startAsync(w, tr), 30*time.Second); got.err != nil {

@@ -89,6 +89,8 @@ var fields = []field{
 	strField("digests", func(t *Trajectory) *string { return &t.Digests }),
 	counter("replays", func(t *Trajectory) *int { return &t.Replays }),
 	counter("diverged", func(t *Trajectory) *int { return &t.Diverged }),
+	// replaced: commands whose output held invalid UTF-8.
+	counter("replaced", func(t *Trajectory) *int { return &t.Replaced }),
 	fixed(counter("run", func(t *Trajectory) *int { return &t.Run })),
 	fixed(timeField("admitted_at", func(t *Trajectory) *time.Time { return &t.AdmittedAt })),
 	timeField(fieldUpdatedAt, func(t *Trajectory) *time.Time { return &t.UpdatedAt }),

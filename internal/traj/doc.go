@@ -9,6 +9,7 @@
 //	starting ─Started→ needs_generation ─Generated→ needs_env_step ─Observed→ needs_generation …
 //	needs_generation ─FormatErrored / Interrupted→ needs_generation
 //	needs_generation ─LimitReached→ finishing;  needs_env_step ─Submitted→ finishing
+//	starting ─Failed / LimitReached (the wall clock, during setup)→ terminated
 //	needs_generation ─Restarted→ starting (stale tokens under stale_policy restart)
 //	finishing ─Finished→ terminated;  any live status ─Aborted→ aborted
 //
@@ -27,7 +28,8 @@
 //
 // Besides: the coordinator's indexes under {coordinator} (active, waiting,
 // finished counts) and, per group, actloop:{group:<id>}:members (group index
-// → traj id) and actloop:{group:<id>}:published (its completion was
+// → traj id), actloop:{group:<id>}:size (the group_size of its first
+// result) and actloop:{group:<id>}:published (its completion was
 // announced).
 //
 // A step is one Load (one round trip) and one Commit (one Lua script). Commit

@@ -72,6 +72,26 @@ func TestGroupResult(t *testing.T) {
 			published("g"),
 			{group: "g", index: 1, traj: "other", size: 2, wantErr: traj.ErrGroupConflict},
 		}},
+		// Members that disagree on the size (issue 31, item 8): the group
+		// keeps its first member's, and one saying another is a conflict
+		// that changes nothing, whichever order their results come in.
+		{"a member saying a larger size is a conflict and changes nothing", []groupCall{
+			call("g", 0, "a", 2),
+			{group: "g", index: 1, traj: "b", size: 3, wantErr: traj.ErrGroupConflict},
+			call("g", 1, "b", 2, "a", "b"),
+		}},
+		{"a member saying a smaller size does not complete the group at it", []groupCall{
+			call("g", 2, "c", 3),
+			call("g", 1, "b", 3),
+			{group: "g", index: 0, traj: "a", size: 2, wantErr: traj.ErrGroupConflict},
+			call("g", 0, "a", 3, "a", "b", "c"),
+		}},
+		{"a size conflict after completion changes nothing", []groupCall{
+			call("g", 0, "a", 1, "a"),
+			published("g"),
+			{group: "g", index: 0, traj: "a", size: 2, wantErr: traj.ErrGroupConflict},
+			call("g", 0, "a", 1),
+		}},
 	}
 	forEachRedis(t, func(t *testing.T, s *traj.Store) {
 		ctx := context.Background()
@@ -169,7 +189,7 @@ func TestGroupKeysExpire(t *testing.T) {
 			if err := s.GroupPublished(ctx, "ttl", 2*time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			for _, k := range []string{"actloop:{group:ttl}:members", "actloop:{group:ttl}:published"} {
+			for _, k := range []string{"actloop:{group:ttl}:members", "actloop:{group:ttl}:published", "actloop:{group:ttl}:size"} {
 				ttl, err := rdb.PTTL(ctx, k).Result()
 				if err != nil || ttl <= time.Hour || ttl > 2*time.Hour {
 					t.Errorf("%s: ttl %v %v, want just under 2h", k, ttl, err)

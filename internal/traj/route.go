@@ -142,7 +142,7 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 			Limit: t.Limit, Reason: t.Reason, Reward: t.Reward, Replica: t.Replica,
 			Turns: t.Calls, Commands: t.Commands, GenTokens: t.GenTokens, AdmittedAt: t.AdmittedAt.UTC(),
 			FinishedAt: t.FinishedAt.UTC(), MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts, PromptLen: t.PromptLen,
-			Replays: t.Replays, Diverged: t.Diverged},
+			Replays: t.Replays, Diverged: t.Diverged, ReplacedOutputs: t.Replaced},
 		Diff: t.Diff, Tests: t.Tests, Metadata: s.Metadata,
 		Tokens: []int32{}, Logprobs: []float32{}, LossMask: []int8{}, Versions: []int32{}, Messages: t.Messages,
 	}

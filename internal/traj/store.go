@@ -92,6 +92,9 @@ type Trajectory struct {
 	Digests  string
 	Replays  int
 	Diverged int
+	// Replaced counts the commands whose output held invalid UTF-8, which
+	// the observation holds replaced with U+FFFD (sandbox.ExecResult.Replaced).
+	Replaced int
 	// Run is 0 for a trajectory's first run, and counts the times it was
 	// admitted again after its state was lost: its seqs start over, so its
 	// work messages carry the run in their ids (MsgID).
@@ -236,6 +239,7 @@ type ExecRecord struct {
 	ReturnCode int    `json:"return_code"`
 	TimedOut   bool   `json:"timed_out,omitempty"`
 	Truncated  bool   `json:"truncated,omitempty"`
+	Replaced   bool   `json:"replaced,omitempty"`
 }
 
 // RecordExec records the outcome of a trajectory's command (one record a

@@ -209,20 +209,28 @@ func Closing(f agent.Flow, tmpl tokenize.ChatTemplate, e agent.Ending, submissio
 }
 
 // LimitReached: a limit ends the trajectory before its next model call
-// (needs_generation → finishing). Limit names it (schema.LimitStep, …);
-// Closing is the message that ends the conversation, if any.
+// (needs_generation → finishing), or, for the wall clock, during its
+// sandbox's setup (starting → terminated: there is no sandbox to take a
+// diff of, and no conversation). Limit names it (schema.LimitStep, …);
+// Closing is the message that ends the conversation, if any (none from
+// starting).
 type LimitReached struct {
 	Limit, Reason string
 	Closing       *UserTurn
 }
 
-func (l LimitReached) apply(t *Trajectory, _ time.Time) (appended, error) {
-	if err := from(t, l, StatusNeedsGeneration); err != nil {
+func (l LimitReached) apply(t *Trajectory, now time.Time) (appended, error) {
+	if err := from(t, l, StatusNeedsGeneration, StatusStarting); err != nil {
 		return appended{}, err
 	}
+	starting := t.Status == StatusStarting
 	t.Status, t.Reason, t.Limit, t.End = StatusFinishing, l.Reason, l.Limit, schema.StatusLimitExceeded
 	if l.Limit == schema.LimitFormatError {
 		t.End = schema.StatusFormatErrorLimit
+	}
+	if starting {
+		t.Status, t.FinishedAt = StatusTerminated, now
+		return appended{}, nil
 	}
 	var a appended
 	if l.Closing != nil {
@@ -243,7 +251,7 @@ func (r Restarted) apply(t *Trajectory, _ time.Time) (appended, error) {
 	t.Calls, t.GenTokens, t.Commands, t.TurnGen, t.GenCtx, t.PromptLen = 0, 0, 0, 0, 0, 0
 	t.RID, t.Resuming, t.Action, t.Reason = "", false, "", ""
 	t.Status = StatusStarting
-	t.FormatErrors, t.End, t.Limit = 0, "", ""
+	t.FormatErrors, t.End, t.Limit, t.Replaced = 0, "", "", 0
 	t.Restarts++
 	return appended{reset: true}, nil
 }
@@ -293,12 +301,14 @@ func (s Submitted) apply(t *Trajectory, _ time.Time) (appended, error) {
 const ReasonSubmitted = "submitted"
 
 // Ran is what running the pending action left: the digest of its outcome
-// (ExecDigest), and, when its sandbox was lost and rebuilt by replay first,
-// the new sandbox's handle.
+// (ExecDigest), whether its output held invalid UTF-8 that the
+// observation holds replaced, and, when its sandbox was lost and rebuilt
+// by replay first, the new sandbox's handle.
 type Ran struct {
-	Digest string
-	Exit   int // the command's exit code
-	Replay Replay
+	Digest   string
+	Exit     int // the command's exit code
+	Replaced bool
+	Replay   Replay
 }
 
 // Replay is a sandbox rebuilt by replaying the commands that ran in the
@@ -329,6 +339,9 @@ func (r Ran) apply(t *Trajectory) {
 	}
 	t.Digests += d
 	t.LastExit = r.Exit
+	if r.Replaced {
+		t.Replaced++
+	}
 	r.Replay.apply(t)
 }
 

@@ -76,9 +76,9 @@ func TestTransitions(t *testing.T) {
 				}
 				return ""
 			}},
-		{"limit", LimitReached{Reason: "step limit"}, []Status{StatusNeedsGeneration},
+		{"limit", LimitReached{Reason: "step limit"}, []Status{StatusNeedsGeneration, StatusStarting},
 			func(t *Trajectory, a appended) string {
-				if t.Status != StatusFinishing || t.Reason != "step limit" || len(a.tokens) != 0 {
+				if t.Reason != "step limit" || len(a.tokens) != 0 || t.End != schema.StatusLimitExceeded {
 					return fmt.Sprintf("%+v %+v", t, a)
 				}
 				return ""
@@ -97,6 +97,13 @@ func TestTransitions(t *testing.T) {
 					t.LastExit != 3 || t.LastObs != len(obs.Tokens) ||
 					!slices.Equal(a.tokens, []int32{7, 8}) || len(a.messages) != 1 {
 					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"observed, its output replaced", Observed{Ran: Ran{Replaced: true}, Observation: obs}, []Status{StatusNeedsEnvStep},
+			func(t *Trajectory, a appended) string {
+				if t.Replaced != 1 || t.Commands != 2 {
+					return fmt.Sprintf("%+v", t)
 				}
 				return ""
 			}},
@@ -161,12 +168,36 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
+// The wall clock runs out during setup: the trajectory ends at once,
+// limit_exceeded naming the wall clock as between turns, with nothing
+// appended (no conversation yet) and no finish step (no sandbox to take a
+// diff of).
+func TestLimitReachedDuringSetup(t *testing.T) {
+	now := time.UnixMilli(5000)
+	tr := Trajectory{ID: "x", Status: StatusStarting}
+	a, err := LimitReached{Limit: schema.LimitWallClock, Reason: "wall clock",
+		Closing: &UserTurn{Content: "bye", Tokens: []int32{1}}}.apply(&tr, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Status != StatusTerminated || tr.End != schema.StatusLimitExceeded || tr.Limit != schema.LimitWallClock ||
+		tr.Reason != "wall clock" || !tr.FinishedAt.Equal(now) || tr.ResultStatus() != schema.StatusLimitExceeded {
+		t.Fatalf("after: %+v", tr)
+	}
+	if len(a.messages) != 0 || len(a.tokens) != 0 {
+		t.Fatalf("appended %+v, want nothing", a)
+	}
+	if _, err := NextOf(&tr, LowOnly{}); !errors.Is(err, ErrNoNext) {
+		t.Fatalf("NextOf: %v, want ErrNoNext (the result follows)", err)
+	}
+}
+
 // The codec reads back what it writes, for every field.
 func TestCodecRoundTrip(t *testing.T) {
 	want := Trajectory{ID: "c", Status: StatusNeedsEnvStep, Seq: 9, Replica: "r", Owner: "o", Handle: "h", Action: "a",
 		Reason: "why", Diff: "d", Tests: map[string]string{"t": "FAILED"}, Reward: 0.25, Trace: "tp",
 		Sample: schema.Sample{V: schema.Version, ID: "c", Task: "task"}, Calls: 1, Commands: 2, GenTokens: 3, PromptLen: 4,
-		End: schema.StatusLimitExceeded, Limit: schema.LimitStep, FormatErrors: 3, RID: "rid", Resuming: true, TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, LastExit: -9, LastObs: 10, Digests: "00ff -", Replays: 1, Diverged: 1, Run: 2, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
+		End: schema.StatusLimitExceeded, Limit: schema.LimitStep, FormatErrors: 3, RID: "rid", Resuming: true, TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, LastExit: -9, LastObs: 10, Digests: "00ff -", Replays: 1, Diverged: 1, Replaced: 3, Run: 2, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
 		UpdatedAt: time.UnixMilli(3), FinishedAt: time.UnixMilli(4)}
 	h := map[string]string{}
 	args := encodeFields(&Trajectory{Seq: -1}, &want, false)

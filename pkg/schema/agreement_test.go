@@ -252,6 +252,9 @@ func sampleCorpus() []agreementCase {
 	no("setup null command", with("env.setup", `[null]`))
 	no("setup a string", with("env.setup", `"ls"`))
 	no("setup numbers", with("env.setup", `[1]`))
+	setup := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat(`"true",`, n), ",") + "]" }
+	yes("setup at max", with("env.setup", setup(schema.MaxSetupCommands)))
+	no("setup past max", with("env.setup", setup(schema.MaxSetupCommands+1)))
 	for _, f := range []string{"sampling.stop", "script"} {
 		yes(f, with(f, `["a",""]`))
 		yes(f+" null item", with(f, `[null]`))

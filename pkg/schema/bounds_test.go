@@ -21,6 +21,9 @@ func sampleWith(extra string) string {
 	return s + "}"
 }
 
+// setupList is n setup commands, as the inside of a JSON array.
+func setupList(n int) string { return strings.TrimSuffix(strings.Repeat(`"true",`, n), ",") }
+
 // Every number, id and field name a sample holds is bounded or checked;
 // each bad input is refused naming its field, and the value at a bound is
 // accepted.
@@ -58,6 +61,9 @@ func TestDecodeSampleBounds(t *testing.T) {
 		{"group index without size", sampleWith(`"group_index":4096`), "group_index", "< 4096"},
 		{"group index huge with huge size", sampleWith(`"group_size":100000,"group_index":99999`), "group_size", "<= 4096"},
 		{"family", sampleWith(`"family":"` + strings.Repeat("f", 257) + `"`), "family", "256"},
+		{"setup at bound", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","setup":[` + setupList(MaxSetupCommands) + `]}}`, "", ""},
+		{"setup commands", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","setup":[` + setupList(MaxSetupCommands+1) + `]}}`,
+			"env.setup", "env.setup: lists 257 commands, more than 256"},
 		// Ids.
 		{"id dot", `{"v":1,"id":".","task":"t","env":{"backend":"sim"}}`, "id", IDPattern},
 		{"id dot dot", `{"v":1,"id":"..","task":"t","env":{"backend":"sim"}}`, "id", `got ".."`},
@@ -162,6 +168,7 @@ type schemaDoc struct {
 	Pattern              string               `json:"pattern"`
 	Maximum              *float64             `json:"maximum"`
 	MaxLength            *int                 `json:"maxLength"`
+	MaxItems             *int                 `json:"maxItems"`
 	Enum                 []any                `json:"enum"`
 	Items                *schemaDoc           `json:"items"`
 }
@@ -215,6 +222,9 @@ func TestSampleJSONSchemaAgreesWithValidate(t *testing.T) {
 	}
 	if m := prop("task").MaxLength; m == nil || *m != MaxTaskBytes {
 		t.Errorf("task maxLength %v, want %d", m, MaxTaskBytes)
+	}
+	if m := prop("env.setup").MaxItems; m == nil || *m != MaxSetupCommands {
+		t.Errorf("env.setup maxItems %v, want %d", m, MaxSetupCommands)
 	}
 	for path, want := range map[string][]string{
 		"env.tests.format": TestLogs,

@@ -68,6 +68,12 @@ const (
 	MaxTemperature = 100
 	// MaxFamilyBytes bounds family, a label.
 	MaxFamilyBytes = 256
+	// MaxSetupCommands bounds how many commands env.setup lists: a
+	// repository's setup takes a handful (a clone, an install, a build),
+	// and each command is a process started in the sandbox before the
+	// first turn. An env-worker's ACTLOOP_SETUP_MAX_COMMANDS may set a
+	// lower bound (it defaults to this one), never a higher.
+	MaxSetupCommands = 256
 )
 
 // Env backends a sample may ask for.
@@ -271,6 +277,9 @@ func (s *Sample) Validate() error {
 		p.add("env.backend", "missing (want %q or %q)", BackendLocal, BackendSim)
 	default:
 		p.add("env.backend", "unknown backend %q (want %q or %q)", clip(s.Env.Backend), BackendLocal, BackendSim)
+	}
+	if n := len(s.Env.Setup); n > MaxSetupCommands {
+		p.add("env.setup", "lists %d commands, more than %d", n, MaxSetupCommands)
 	}
 	for i, c := range s.Env.Setup {
 		if c == "" {

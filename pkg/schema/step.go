@@ -221,11 +221,16 @@ type ResultHead struct {
 	// commands whose outcome (exit code and output) differed from their
 	// first run: the sandbox the later turns ran in may not be the one the
 	// model saw.
-	Replays   int `json:"replays,omitempty"`
-	Diverged  int `json:"diverged,omitempty"`
-	Turns     int `json:"turns"`
-	Commands  int `json:"commands"`
-	GenTokens int `json:"gen_tokens"`
+	Replays  int `json:"replays,omitempty"`
+	Diverged int `json:"diverged,omitempty"`
+	// ReplacedOutputs counts the commands whose output held bytes that are
+	// not valid UTF-8: their observations (in messages, and so in tokens)
+	// hold each invalid sequence replaced with U+FFFD, and end with a line
+	// saying so (sandbox.ReplacedNote).
+	ReplacedOutputs int `json:"replaced_outputs,omitempty"`
+	Turns           int `json:"turns"`
+	Commands        int `json:"commands"`
+	GenTokens       int `json:"gen_tokens"`
 	// NumTokens is the length of the token arrays; PromptLen the number of
 	// tokens before the first generated one.
 	NumTokens int `json:"num_tokens"`

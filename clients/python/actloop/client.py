@@ -85,6 +85,9 @@ class Result:
     limit: str = ""
     replica: str = ""
     diff: str = ""
+    # Commands whose output held invalid UTF-8, replaced with U+FFFD in
+    # their observations (docs/trainer-api.md, "Result").
+    replaced_outputs: int = 0
     messages: list[dict] = field(default_factory=list)
     metadata: Any = None
     raw: dict = field(default_factory=dict, repr=False)
@@ -115,6 +118,7 @@ class Result:
             limit=d.get("limit", ""),
             replica=d.get("replica", ""),
             diff=d.get("diff", ""),
+            replaced_outputs=d.get("replaced_outputs", 0),
             messages=list(d.get("messages") or []),
             metadata=d.get("metadata"),
             raw=dict(d),

@@ -175,6 +175,11 @@ class OfflineTest(unittest.TestCase):
         r = Result.from_json(json.loads(text)["deliveries"][0]["result"])
         self.assertEqual(r.metadata, nested(MAX_METADATA_DEPTH))
 
+    def test_result_says_output_was_replaced(self):
+        r = Result.from_json({"traj_id": "t", "status": "submitted", "replaced_outputs": 2})
+        self.assertEqual(r.replaced_outputs, 2)
+        self.assertEqual(Result.from_json({"traj_id": "t", "status": "submitted"}).replaced_outputs, 0)
+
     def test_unreachable_gateway_raises(self):
         c = Client("http://127.0.0.1:9", timeout=2)
         with self.assertRaises(OSError):

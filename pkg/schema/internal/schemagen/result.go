@@ -66,9 +66,11 @@ func extendResultHead(s *jsonschema.Schema) error {
 		"restarts":     "Times the trajectory started again because it went stale (stale_policy restart).",
 		"replays":      "Times the sandbox was lost and rebuilt by replaying the commands that had run.",
 		"diverged":     "Replayed commands whose outcome (exit code and output) differed from their first run.",
-		"turns":        "Model calls (generation steps).",
-		"commands":     "Commands run in the sandbox (environment steps).",
-		"num_tokens":   "Entries in tokens, logprobs, loss_mask and versions.",
+		"replaced_outputs": "Commands whose output held bytes that are not valid UTF-8: their observations hold each " +
+			"invalid sequence replaced with U+FFFD and end with a line saying so.",
+		"turns":      "Model calls (generation steps).",
+		"commands":   "Commands run in the sandbox (environment steps).",
+		"num_tokens": "Entries in tokens, logprobs, loss_mask and versions.",
 	}
 	for name, desc := range counts {
 		p, err := prop(s, name)

@@ -92,6 +92,9 @@ func extendEnv(s *jsonschema.Schema) error {
 		},
 		"setup": func(p *jsonschema.Schema) {
 			p.Items.MinLength = size(1)
+			p.MaxItems = size(schema.MaxSetupCommands)
+			p.Description = fmt.Sprintf("Commands run once when the sandbox starts; at most %d (an env-worker's "+
+				"ACTLOOP_SETUP_MAX_COMMANDS may allow fewer).", schema.MaxSetupCommands)
 		},
 		"eval": func(p *jsonschema.Schema) {
 			p.Description = "Command run in a fresh sandbox with the trajectory's diff applied; without tests, exit 0 = reward 1."
