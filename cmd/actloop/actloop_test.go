@@ -308,6 +308,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--scenarios", "nope"}, `--scenarios: unknown scenario "nope"`},
 		{[]string{"bench", "--tasks", "-1"}, "--tasks: must be >= 0"},
 		{[]string{"bench", "--engine", "live", "--time-scale", "0"}, "--time-scale: must be positive"},
+		{[]string{"bench", "--machine", "tpu"}, `--machine: unknown machine "tpu"`},
 		{[]string{"bench-sync", "--mode", "nap"}, `--mode: "nap"`},
 		{[]string{"bench-sync", "--in-flight", "5000"}, "--in-flight"},
 		{[]string{"bench-pipeline", "--gen-workers", "0"}, "--gen-workers"},

@@ -66,6 +66,7 @@ per scenario (KV-pool or slot use over time, makespan by mode).`,
 	f.IntVar(&s.Slots, "slots", 0, "each gen-worker's generation slots, and on the live engine each replica's running limit (0: the scenario's own, 8 for the small ones)")
 	f.Float64Var(&s.TimeScale, "time-scale", 0.02, "live engine: wall seconds per simulated second (the pipeline's own latency counts 1/time-scale times over)")
 	f.Int64Var(&s.Seed, "seed", 1, "workload and simulator seed: same seed, same batch")
+	f.StringVar(&s.Machine, "machine", bench.MachineA100Llama8B, "virtual engine: the servers' model and GPUs, each calibrated in docs/calibration.md: "+strings.Join(bench.MachineNames(), ", "))
 	f.Float64Var(&s.SyncEvery, "sync-every", 0, "simulated seconds between weight syncs in the -sync modes (0: the scenario's own, 60 for the small ones)")
 	f.Float64Var(&s.PauseMS, "pause-ms", 0, "steady-state scenarios: a weight sync's pause in milliseconds (0: --sync-json's pause_p50_ms)")
 	f.StringVar(&s.SyncJSON, "sync-json", bench.DefaultSyncJSON, "steady-state scenarios: bench-sync's JSON report to take the pause from")
@@ -181,11 +182,12 @@ func newBenchCalibrationCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "bench-calibration",
 		Short: "Print the virtual engine's server cost model against the profiles it was fitted to",
-		Long: `Print, as Markdown, the cost model the virtual engine's servers take an
-iteration's time from (Llama-3.1-8B on an A100 80GB), fitted to Vidur's
-operator profiles: its parameters, its error by kind of iteration, and every
-profiled iteration with the measured and modelled throughput. This is
-docs/calibration.md.`,
+		Long: `Print, as Markdown, the cost models the virtual engine's servers take an
+iteration's time from, one per machine of bench --machine (Llama-3.1-8B on
+an A100 80GB; CodeLlama-34B on two H100 80GB at tensor parallel 2), fitted
+to Vidur's operator profiles: their parameters, their error by kind of
+iteration, and every profiled iteration with the measured and modelled
+throughput. This is docs/calibration.md.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return bench.WriteCalibration(cmd.OutOrStdout())

@@ -6,18 +6,18 @@ import (
 	"encoding/csv"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 
 	"gonum.org/v1/gonum/mat"
 )
 
-// The cost model's inputs: per-layer operator times (the median of each
-// profiled point, milliseconds, tensor parallel 1) of Meta-Llama-3-8B on
-// an A100 80GB from Vidur's profiles (microsoft/vidur, MIT, commit
-// 7d47513363ec447a741ac5e47241580b47724fbf); calib/SOURCE.md says which
-// files, columns and rows.
+// The cost models' inputs: per-layer operator times (the median of each
+// profiled point, milliseconds) from Vidur's profiles (microsoft/vidur,
+// MIT, commit 7d47513363ec447a741ac5e47241580b47724fbf); calib/SOURCE.md
+// says which files, columns and rows.
 //
-//go:embed calib/*.csv calib/SOURCE.md
+//go:embed calib/*.csv calib/h100-codellama-34b-tp2/*.csv calib/SOURCE.md
 var calibFS embed.FS
 
 // CalibLayers is Llama-3-8B's layer count (Vidur's Llama3_8BModelConfig):
@@ -39,24 +39,103 @@ var A100Llama8B = Cost{
 	Source:          "microsoft/vidur profiles, a100/meta-llama/Meta-Llama-3-8B (mlp.csv, attention.csv), medians, TP 1",
 }
 
-// FitA100Llama8B fits the cost model to whole iterations built from the
-// profiles in calib/ (IterationPoints): least squares on relative error,
-// which is the relative error of the throughput the model predicts.
-func FitA100Llama8B() (Cost, error) {
-	ps, err := iterationRows()
+// H100CodeLlama34BTP2 is the cost model of CodeLlama-34B in bf16 on two
+// H100 80GB at tensor parallel 2, as Fit fits it to H100CodeLlama34BTP2Profile
+// (a test refits it and compares). Its linear operators and all-reduces are
+// Vidur's H100 profiles; its attention is a stand-in scaled from the A100
+// Llama-3-8B profile (calib/SOURCE.md says why and how).
+var H100CodeLlama34BTP2 = Cost{
+	Name:            "codellama-34b/h100-80gb-tp2",
+	Fixed:           1.185e-02,
+	PerPrefillToken: 5.630e-05,
+	PerAttnPair:     1.985e-09,
+	DecodeFixed:     3.057e-03,
+	PerDecodeSeq:    3.397e-05,
+	PerKVToken:      3.264e-08,
+	Layers:          CodeLlama34BLayers,
+	Source:          "microsoft/vidur profiles, h100/codellama/CodeLlama-34b-Instruct-hf (mlp.csv) and network/h100_pairwise_nvlink (all_reduce.csv), medians, TP 2; attention scaled from a100/meta-llama/Meta-Llama-3-8B",
+}
+
+// CodeLlama34BLayers is CodeLlama-34B's layer count (Vidur's
+// CodeLlama34BModelConfig: 48 layers, 64 query heads, 8 KV heads, hidden
+// size 8192, MLP 22016).
+const CodeLlama34BLayers = 48
+
+// Profile is the set of operator profiles one cost model is fitted to:
+// files under calib/, each a header and rows of numbers whose last is
+// milliseconds per layer.
+type Profile struct {
+	// Cost names the model fitted (Cost.Name, Source and Layers).
+	Cost Cost
+	// Linear is the file of the operators that see each token once
+	// (num_tokens, ms).
+	Linear string
+	// DecodeAttn (batch_size, kv_cache_size, ms) and PrefillAttn
+	// (prefill_chunk_size, kv_cache_size, ms) are attention's files;
+	// DecodeScale and PrefillScale multiply their times (1 where they were
+	// profiled on this model and GPU).
+	DecodeAttn, PrefillAttn   string
+	DecodeScale, PrefillScale float64
+	// AllReduce is the file of all-reduce times by size (size_bytes, ms)
+	// at the profile's tensor parallel degree, "" at tensor parallel 1.
+	// An iteration of n tokens reduces n × TokenBytes twice a layer (after
+	// attention and after the MLP, as Vidur's execution_time.py adds it).
+	AllReduce  string
+	TokenBytes int
+}
+
+// A100Llama8BProfile is what A100Llama8B is fitted to.
+var A100Llama8BProfile = Profile{Cost: A100Llama8B, Linear: "mlp.csv",
+	DecodeAttn: "attention_decode.csv", PrefillAttn: "attention_prefill.csv", DecodeScale: 1, PrefillScale: 1}
+
+// H100CodeLlama34BTP2Profile is what H100CodeLlama34BTP2 is fitted to. Its
+// attention is the A100 Llama-3-8B rows scaled: Vidur's H100 attention
+// profile of CodeLlama-34B is held in Git LFS and no copy of it could be
+// read. Each GPU computes 32 query heads over 4 KV heads of 128 dimensions
+// (Llama-3-8B at TP 1: 32 over 8), so prefill attention does the same work
+// and decode reads half the KV; the H100/A100 ratio is that of Vidur's own
+// CodeLlama-34B TP 2 linear profiles on both GPUs: 0.568 where they are
+// bound by memory (1 to 16 tokens), 0.343 where bound by compute (2048
+// tokens and more).
+var H100CodeLlama34BTP2Profile = Profile{Cost: H100CodeLlama34BTP2, Linear: "h100-codellama-34b-tp2/mlp.csv",
+	DecodeAttn: "attention_decode.csv", PrefillAttn: "attention_prefill.csv",
+	DecodeScale: 0.5 * 0.568, PrefillScale: 1 * 0.343,
+	AllReduce: "h100-codellama-34b-tp2/all_reduce.csv", TokenBytes: 8192 * 2}
+
+// Profiles are the calibrated machines' profiles.
+var Profiles = []Profile{A100Llama8BProfile, H100CodeLlama34BTP2Profile}
+
+// ProfileOf is the profile the cost model named name was fitted to.
+func ProfileOf(name string) (Profile, error) {
+	for _, p := range Profiles {
+		if p.Cost.Name == name {
+			return p, nil
+		}
+	}
+	return Profile{}, fmt.Errorf("%w: %q", ErrNoCalibration, name)
+}
+
+// FitA100Llama8B fits A100Llama8B to its profiles (Fit).
+func FitA100Llama8B() (Cost, error) { return Fit(A100Llama8BProfile) }
+
+// Fit fits the cost model to whole iterations built from p's profiles
+// (Profile.Points): least squares on relative error, which is the relative
+// error of the throughput the model predicts.
+func Fit(p Profile) (Cost, error) {
+	ps, err := p.rows()
 	if err != nil {
 		return Cost{}, err
 	}
-	c, err := fitRelative(ps, func(p IterationPoint) []float64 {
-		if p.Kind == "decode" {
-			return []float64{1, 0, 0, 1, float64(p.Batch), float64(p.Batch * p.Context)}
+	c, err := fitRelative(ps, func(pt IterationPoint) []float64 {
+		if pt.Kind == "decode" {
+			return []float64{1, 0, 0, 1, float64(pt.Batch), float64(pt.Batch * pt.Context)}
 		}
-		return []float64{1, float64(p.Chunk), attnPairs(p.Chunk, p.Context), 0, 0, 0}
+		return []float64{1, float64(pt.Chunk), attnPairs(pt.Chunk, pt.Context), 0, 0, 0}
 	})
 	if err != nil {
 		return Cost{}, err
 	}
-	return Cost{Name: A100Llama8B.Name, Layers: CalibLayers, Source: A100Llama8B.Source,
+	return Cost{Name: p.Cost.Name, Layers: p.Cost.Layers, Source: p.Cost.Source,
 		Fixed: c[0], PerPrefillToken: c[1], PerAttnPair: c[2], DecodeFixed: c[3], PerDecodeSeq: c[4], PerKVToken: c[5]}, nil
 }
 
@@ -146,28 +225,39 @@ type IterationPoint struct {
 // Err is the relative error of the model's throughput.
 func (p IterationPoint) Err() float64 { return (p.ModelTPS - p.MeasuredTPS) / p.MeasuredTPS }
 
-// IterationPoints are every decode and prefill row of calib/ whose token
-// count has an mlp row of its own, as whole iterations, with c's
-// prediction.
+// IterationPoints are the iterations (Profile.Points) of the profile c
+// was fitted to (ProfileOf c.Name), with c's prediction.
 func IterationPoints(c Cost) ([]IterationPoint, error) {
-	ps, err := iterationRows()
+	p, err := ProfileOf(c.Name)
+	if err != nil {
+		return nil, err
+	}
+	return p.Points(c)
+}
+
+// Points are every decode and prefill row of p's attention files whose
+// token count has a row of its own in p's linear file, as whole
+// iterations, with c's prediction.
+func (p Profile) Points(c Cost) ([]IterationPoint, error) {
+	ps, err := p.rows()
 	for i := range ps {
-		p := &ps[i]
-		sh := Shape{DecodeBatch: p.Batch, DecodeKV: p.Batch * p.Context}
-		if p.Kind == "prefill" {
-			sh = Shape{PrefillTokens: p.Chunk, PrefillAttn: attnPairs(p.Chunk, p.Context)}
+		pt := &ps[i]
+		sh := Shape{DecodeBatch: pt.Batch, DecodeKV: pt.Batch * pt.Context}
+		if pt.Kind == "prefill" {
+			sh = Shape{PrefillTokens: pt.Chunk, PrefillAttn: attnPairs(pt.Chunk, pt.Context)}
 		}
-		p.Predicted = c.Seconds(sh)
-		n := float64(p.Batch + p.Chunk)
-		p.MeasuredTPS, p.ModelTPS = n/p.Measured, n/p.Predicted
+		pt.Predicted = c.Seconds(sh)
+		n := float64(pt.Batch + pt.Chunk)
+		pt.MeasuredTPS, pt.ModelTPS = n/pt.Measured, n/pt.Predicted
 	}
 	return ps, err
 }
 
-// iterationRows are the measured iterations: the attention row plus the
-// mlp row at the iteration's tokens, over the layers, in seconds.
-func iterationRows() ([]IterationPoint, error) {
-	mlp, err := readCalib("mlp.csv", 2)
+// rows are the measured iterations: the attention row (scaled) plus the
+// linear row at the iteration's tokens and, under tensor parallelism, two
+// all-reduces of its tokens, over the layers, in seconds.
+func (p Profile) rows() ([]IterationPoint, error) {
+	mlp, err := readCalib(p.Linear, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -175,9 +265,18 @@ func iterationRows() ([]IterationPoint, error) {
 	for _, r := range mlp {
 		lin[int(r[0])] = r[1]
 	}
-	perLayer := float64(CalibLayers) / 1000
+	var reduce [][]float64
+	if p.AllReduce != "" {
+		if reduce, err = readCalib(p.AllReduce, 2); err != nil {
+			return nil, err
+		}
+	}
+	perLayer := float64(p.Cost.Layers) / 1000
 	var out []IterationPoint
-	for _, t := range []struct{ kind, file string }{{"decode", "attention_decode.csv"}, {"prefill", "attention_prefill.csv"}} {
+	for _, t := range []struct {
+		kind, file string
+		scale      float64
+	}{{"decode", p.DecodeAttn, p.DecodeScale}, {"prefill", p.PrefillAttn, p.PrefillScale}} {
 		rows, err := readCalib(t.file, 3)
 		if err != nil {
 			return nil, err
@@ -188,14 +287,31 @@ func iterationRows() ([]IterationPoint, error) {
 			if !ok {
 				continue
 			}
-			p := IterationPoint{Kind: t.kind, Context: ctx, Measured: (l + r[2]) * perLayer}
-			if t.kind == "decode" {
-				p.Batch = n
-			} else {
-				p.Chunk = n
+			if reduce != nil {
+				l += 2 * interpolate(reduce, float64(n*p.TokenBytes))
 			}
-			out = append(out, p)
+			pt := IterationPoint{Kind: t.kind, Context: ctx, Measured: (l + t.scale*r[2]) * perLayer}
+			if t.kind == "decode" {
+				pt.Batch = n
+			} else {
+				pt.Chunk = n
+			}
+			out = append(out, pt)
 		}
 	}
 	return out, nil
+}
+
+// interpolate is the time at x of rows (x, ms) sorted by x: linear between
+// the two rows around it, the nearest row's outside them.
+func interpolate(rows [][]float64, x float64) float64 {
+	i := sort.Search(len(rows), func(i int) bool { return rows[i][0] >= x })
+	switch {
+	case i == 0:
+		return rows[0][1]
+	case i == len(rows):
+		return rows[len(rows)-1][1]
+	}
+	a, b := rows[i-1], rows[i]
+	return a[1] + (b[1]-a[1])*(x-a[0])/(b[0]-a[0])
 }

@@ -67,7 +67,14 @@ type Config struct {
 	HostTokens   int
 	WritePolicy  string
 	HostLoadGBps float64
+
+	// TP is the tensor parallel degree: the GPUs one server runs on (0
+	// counts as 1). GPU-hours count it.
+	TP int
 }
+
+// GPUs is the GPUs one server runs on.
+func (c Config) GPUs() int { return max(c.TP, 1) }
 
 // Write policies of the hierarchical cache (--hicache-write-policy; read in
 // python/sglang/srt/mem_cache/hiradix_cache.py, HiRadixCache.inc_hit_count
@@ -212,6 +219,46 @@ func DefaultConfig() Config {
 	}
 }
 
+// CodeLlama34BKVBytesPerGPU is the bytes of KV one token takes on each GPU
+// of CodeLlama-34B in bf16 at tensor parallel 2: 48 layers × 4 of its 8 KV
+// heads × 128 dims × 2 (K and V) × 2 bytes (196,608 bytes over both GPUs).
+const CodeLlama34BKVBytesPerGPU = 48 * 4 * 128 * 2 * 2
+
+// H100CodeLlama34BTP2Config is SGLang v0.5.6.post2's configuration for
+// CodeLlama-34B (bf16) on two H100 80GB, tensor parallel 2 (--tp 2), with
+// the limits DefaultConfig has, the cost model H100CodeLlama34BTP2 and a
+// PCIe 5.0 host link:
+//
+//   - max_total_num_tokens: mem_fraction_static = round((81,559 MiB −
+//     reserved) / 81,559 MiB, 3) with reserved = 512 + max(chunked_prefill_size,
+//     2048) × 1.5 + cuda_graph_max_bs × 2 + tp_size × pp_size / 8 × 1024 =
+//     512 + 12,288 + 512 + 256 = 13,568 MiB (server_args.py,
+//     _handle_gpu_memory_settings; the 10 GiB floor does not bind;
+//     cuda_graph_max_bs 256 as in DefaultConfig's 13,440 MiB at TP 1,
+//     assumed the same at TP 2), so 0.834
+//     of each card's 79.65 GiB, 66.43 GiB. Each GPU holds half of the
+//     weights (33.74 billion parameters × 2 bytes ÷ 2 = 31.43 GiB) and about
+//     0.5 GiB of activations; the 34.50 GiB left, at
+//     CodeLlama34BKVBytesPerGPU (96 KiB) a token, is about 377,000 tokens.
+//     Under tensor parallelism every GPU holds its heads of every token, so
+//     the pool is the same tokens on each.
+//   - max_running_requests as DefaultConfig derives it, at a 131,072-token
+//     context: 2048. (CodeLlama's config says 16,384; the RL scenarios run
+//     longer trajectories, which needs --context-length, as with RoPE θ 10⁶
+//     CodeLlama was trained to extrapolate to 100k.)
+//   - chunked_prefill_size, max_prefill_tokens and the new_token_ratio
+//     schedule as DefaultConfig's.
+func H100CodeLlama34BTP2Config() Config {
+	c := DefaultConfig()
+	c.MaxTotalTokens = 377_000
+	c.MaxRunning = RequestPool(c.MaxTotalTokens, DefaultContextLen)
+	c.Cost = H100CodeLlama34BTP2
+	c.KVBytes = CodeLlama34BKVBytesPerGPU
+	c.HostLoadGBps = PCIeGen5GBps
+	c.TP = 2
+	return c
+}
+
 func (c Config) initRatio() float64 { return min(c.InitNewTokenRatio, 1) }
 
 // Validate names every setting out of range.
@@ -233,6 +280,7 @@ func (c Config) Validate() error {
 	check(c.Policy == PolicyFCFS || c.Policy == PolicyLPM, "schedule_policy (fcfs or lpm)", c.Policy)
 	check(c.IdleTickS > 0, "idle tick", c.IdleTickS)
 	check(c.HostTokens >= 0, "hicache host tokens", c.HostTokens)
+	check(c.TP >= 0, "tensor parallel degree", c.TP)
 	if c.HostTokens > 0 {
 		check(c.WritePolicy == WriteThrough || c.WritePolicy == WriteThroughSelective || c.WritePolicy == WriteBack,
 			"hicache-write-policy (write_through, write_through_selective or write_back)", c.WritePolicy)

@@ -39,8 +39,11 @@
 //     falling back to fcfs past 128 waiting).
 //   - Iteration time from a Cost: a linear function of the prefill tokens,
 //     the prefill attention's query-key pairs, the decode batch and the KV
-//     tokens the decodes read, fitted (FitA100Llama8B) to Vidur's operator
-//     profiles of Llama-3-8B on an A100 80GB (calib/SOURCE.md).
+//     tokens the decodes read, fitted (Fit) to Vidur's operator profiles:
+//     of Llama-3-8B on an A100 80GB (A100Llama8B, DefaultConfig) and of
+//     CodeLlama-34B on two H100 80GB at tensor parallel 2
+//     (H100CodeLlama34BTP2, H100CodeLlama34BTP2Config; its attention
+//     scaled from the A100 profile), calib/SOURCE.md.
 //
 // Options beside the defaults (Config.WithHiCache, Config.WithKVDtype):
 //

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/actloop/actloop/internal/batching"
 	"github.com/actloop/actloop/internal/launch"
 	"github.com/actloop/actloop/internal/virtual"
 	"github.com/actloop/actloop/internal/workload"
@@ -217,6 +218,12 @@ func TestValidate(t *testing.T) {
 			s.Engine, s.Scenarios, s.Tasks = EngineLive, "swe-rl-64k", 0
 			return s
 		}(), []string{"swe-rl-64k is RL-scale"}},
+		{"unknown machine", func() Scheduling { s := okScheduling; s.Machine = "tpu"; return s }(), []string{`--machine: unknown machine "tpu"`}},
+		{"live on the second machine", func() Scheduling {
+			s := okScheduling
+			s.Engine, s.Scenarios, s.Machine = EngineLive, "tool-fast", MachineH100CodeLlama34BTP2
+			return s
+		}(), []string{"--machine: " + MachineH100CodeLlama34BTP2 + " is modelled by the virtual engine only"}},
 		{"sync", okSync, nil},
 		{"sync mode", func() Sync { s := okSync; s.Mode = "nap"; return s }(), []string{`--mode: "nap"`}},
 		{"sync in flight", func() Sync { s := okSync; s.InFlight = 11; return s }(), []string{"--in-flight: 11 exceeds"}},
@@ -471,5 +478,44 @@ func TestReferenceModeSchedulesAsTheReferenceLoop(t *testing.T) {
 		if cfg.KVBudget != 0 || cfg.Dispatch != virtual.DispatchReference || !cfg.Preempt {
 			t.Errorf("%s: KV budget %g, dispatch %q, preempt %v; want admission by count, the reference's dispatch order and preemption", name, cfg.KVBudget, cfg.Dispatch, cfg.Preempt)
 		}
+	}
+}
+
+// --machine sets every mode's server model, the bound's and the scenario's
+// server options on top of it: the H100 machine's cost model, pool, KV bytes
+// and GPUs, with its own host link under the hierarchical cache.
+func TestMachineSetsTheServerModel(t *testing.T) {
+	tests := []struct {
+		machine  string
+		wantCost string
+		wantGPUs int
+		wantGBps float64
+	}{
+		{"", batching.A100Llama8B.Name, 1, batching.PCIeGen4GBps},
+		{MachineA100Llama8B, batching.A100Llama8B.Name, 1, batching.PCIeGen4GBps},
+		{MachineH100CodeLlama34BTP2, batching.H100CodeLlama34BTP2.Name, 2, batching.PCIeGen5GBps},
+	}
+	for _, tt := range tests {
+		t.Run(tt.machine, func(t *testing.T) {
+			s := Scheduling{Machine: tt.machine}
+			want, err := machineServer(tt.machine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"swe-rl-64k", "swe-rl-64k" + workload.HiCacheSuffix} {
+				sc, _ := workload.Lookup(name)
+				for _, m := range Modes {
+					cfg := s.virtualConfig(m, sc, sc.Tasks)
+					srv := cfg.Server
+					if srv.Cost.Name != tt.wantCost || srv.GPUs() != tt.wantGPUs || srv.MaxTotalTokens != want.MaxTotalTokens || srv.KVBytes != want.KVBytes {
+						t.Errorf("%s/%s: server %s on %d GPUs, pool %d, %d bytes a token; want %s on %d, %d, %d",
+							name, m.Name, srv.Cost.Name, srv.GPUs(), srv.MaxTotalTokens, srv.KVBytes, tt.wantCost, tt.wantGPUs, want.MaxTotalTokens, want.KVBytes)
+					}
+					if srv.HostTokens > 0 && srv.HostLoadGBps != tt.wantGBps {
+						t.Errorf("%s/%s: host link %g GB/s, want %g", name, m.Name, srv.HostLoadGBps, tt.wantGBps)
+					}
+				}
+			}
+		})
 	}
 }

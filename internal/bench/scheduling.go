@@ -302,10 +302,13 @@ type Scheduling struct {
 	// measured), SyncJSON "" meaning bench/sync.json.
 	PauseMS  float64
 	SyncJSON string
-	Seed     int64  // workload and simulator seed: same seed, same batch
-	JSON     bool   // one JSON array instead of a table
-	Charts   string // a directory for a PNG chart per scenario ("": none)
-	Outputs  Outputs
+	// Machine is the servers' model and GPUs on the virtual engine
+	// (MachineNames; "": MachineA100Llama8B).
+	Machine string
+	Seed    int64  // workload and simulator seed: same seed, same batch
+	JSON    bool   // one JSON array instead of a table
+	Charts  string // a directory for a PNG chart per scenario ("": none)
+	Outputs Outputs
 }
 
 // plan resolves the modes and scenarios named, and checks the numbers.
@@ -374,6 +377,11 @@ func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
 		if len(sc.Drift) > 0 && s.Engine == EngineLive {
 			errs = append(errs, fmt.Errorf("--scenarios: %s drifts over %d batches, which only the virtual engine runs", sc.Name, len(sc.Drift)))
 		}
+	}
+	if _, err := machineServer(s.Machine); err != nil {
+		errs = append(errs, err)
+	} else if s.Engine == EngineLive && s.Machine != "" && s.Machine != MachineA100Llama8B {
+		errs = append(errs, fmt.Errorf("--machine: %s is modelled by the virtual engine only (the live engine's simulator runs %s)", s.Machine, MachineA100Llama8B))
 	}
 	if s.PauseMS < 0 {
 		errs = append(errs, fmt.Errorf("--pause-ms: must be >= 0 (0: --sync-json's pause_p50_ms), got %g", s.PauseMS))

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +35,7 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		slots = shippedSlots()
 	}
 	cfg := virtual.Defaults(replicas, slots)
-	cfg.Server = serverOf(sc)
+	cfg.Server = s.serverOf(sc)
 	cfg.Kind, cfg.Policy = m.Kind, m.Policy
 	switch m.Predictor {
 	case predictor.BackendHistory:
@@ -82,15 +83,48 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 	return cfg
 }
 
-// serverOf is the server model of scenario sc: the defaults with its
-// server options (workload.ServerOptions), which plan has checked.
-func serverOf(sc workload.Scenario) batching.Config {
-	c, err := batching.DefaultConfig().WithKVDtype(sc.Server.KVDtype)
+// Machines the virtual engine's servers model (--machine): a model on its
+// GPUs, each a calibrated cost model (docs/calibration.md) and SGLang's
+// configuration for it.
+const (
+	// MachineA100Llama8B is Llama-3.1-8B on one A100 80GB
+	// (batching.DefaultConfig); the default.
+	MachineA100Llama8B = "a100-llama8b"
+	// MachineH100CodeLlama34BTP2 is CodeLlama-34B on two H100 80GB at
+	// tensor parallel 2 (batching.H100CodeLlama34BTP2Config): a replica is
+	// two GPUs.
+	MachineH100CodeLlama34BTP2 = "h100-codellama34b-tp2"
+)
+
+// MachineNames are the machines --machine takes.
+func MachineNames() []string {
+	return []string{MachineA100Llama8B, MachineH100CodeLlama34BTP2}
+}
+
+// machineServer is the server model of machine name ("" for the default).
+func machineServer(name string) (batching.Config, error) {
+	switch name {
+	case "", MachineA100Llama8B:
+		return batching.DefaultConfig(), nil
+	case MachineH100CodeLlama34BTP2:
+		return batching.H100CodeLlama34BTP2Config(), nil
+	}
+	return batching.Config{}, fmt.Errorf("--machine: unknown machine %q (want %s)", name, strings.Join(MachineNames(), " or "))
+}
+
+// serverOf is the server model of scenario sc: the machine's defaults with
+// its server options (workload.ServerOptions), which plan has checked.
+func (s Scheduling) serverOf(sc workload.Scenario) batching.Config {
+	base, err := machineServer(s.Machine)
+	if err != nil {
+		panic(err)
+	}
+	c, err := base.WithKVDtype(sc.Server.KVDtype)
 	if err != nil {
 		panic(fmt.Sprintf("scenario %s: %v", sc.Name, err))
 	}
 	if sc.Server.HiCache {
-		if c, err = c.WithHiCache(batching.DefaultHiCacheRatio, 0, batching.WriteThrough, batching.PCIeGen4GBps); err != nil {
+		if c, err = c.WithHiCache(batching.DefaultHiCacheRatio, 0, batching.WriteThrough, c.HostLoadGBps); err != nil {
 			panic(fmt.Sprintf("scenario %s: %v", sc.Name, err))
 		}
 	}
@@ -212,7 +246,7 @@ func (s Scheduling) runVirtual(sc workload.Scenario, modes []Mode, stderr io.Wri
 			plans[b] = append(plans[b], p)
 			if sc.Steady == nil { // a steady run stops before its supply is done: no bound
 				bc := virtual.Defaults(replicas, slots)
-				bc.Server = serverOf(sc)
+				bc.Server = s.serverOf(sc)
 				bounds[b] = append(bounds[b], virtual.LowerBound(p, bc))
 			} else {
 				bounds[b] = append(bounds[b], virtual.Bound{})

@@ -117,7 +117,7 @@ func (e *engine) trainerResult() *TrainerResult {
 		return nil
 	}
 	r := &TrainerResult{Batches: e.trainer.batches, Dropped: e.trainer.dropped}
-	r.TrainablePerGPUHour, r.MeanStaleness = Measure(r.Batches, tr.WarmupBatches, e.cfg.Replicas)
+	r.TrainablePerGPUHour, r.MeanStaleness = Measure(r.Batches, tr.WarmupBatches, e.cfg.Replicas*e.cfg.Server.GPUs())
 	return r
 }
 
@@ -131,14 +131,15 @@ type TrainerResult struct {
 	Dropped int
 	// TrainablePerGPUHour is the trainable trajectories the trainer took
 	// after the warm-up over the GPU-hours between the end of the warm-up
-	// (the taking of the last warm-up batch) and the last batch, one GPU a
-	// replica; MeanStaleness is the mean staleness of those trajectories.
+	// (the taking of the last warm-up batch) and the last batch, each
+	// replica its server's GPUs (batching.Config.GPUs); MeanStaleness is
+	// the mean staleness of those trajectories.
 	TrainablePerGPUHour, MeanStaleness float64
 }
 
-// Measure computes the steady-state figures of batches taken on replicas
+// Measure computes the steady-state figures of batches taken on gpus
 // GPUs after warmup batches of warm-up.
-func Measure(batches []Batch, warmup, replicas int) (perGPUHour, staleness float64) {
+func Measure(batches []Batch, warmup, gpus int) (perGPUHour, staleness float64) {
 	if warmup < 0 || len(batches) <= warmup {
 		return 0, 0
 	}
@@ -157,5 +158,5 @@ func Measure(batches []Batch, warmup, replicas int) (perGPUHour, staleness float
 	if span <= 0 || n == 0 {
 		return 0, 0
 	}
-	return n / (span * float64(replicas) / 3600), sum / n
+	return n / (span * float64(gpus) / 3600), sum / n
 }

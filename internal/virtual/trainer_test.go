@@ -145,3 +145,27 @@ func TestTrainerErrors(t *testing.T) {
 		}
 	}
 }
+
+// A replica's GPU-hours count its server's GPUs: the same run on servers of
+// tensor parallel 2 takes the same batches at the same times and counts
+// half the trainable trajectories per GPU-hour.
+func TestTrainablePerGPUHourCountsTensorParallelGPUs(t *testing.T) {
+	sc, _ := workload.Lookup("swe-longtail")
+	plans := sc.Generate(4, 200)
+	one, err := Run(steadyConfig(1), plans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := steadyConfig(1)
+	cfg.Server.TP = 2
+	two, err := Run(cfg, plans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.MakespanS != two.MakespanS {
+		t.Fatalf("makespan %.1f s at TP 1, %.1f s with TP 2 set: the degree should only count GPUs", one.MakespanS, two.MakespanS)
+	}
+	if g1, g2 := one.Trainer.TrainablePerGPUHour, two.Trainer.TrainablePerGPUHour; g1 <= 0 || math.Abs(g2-g1/2) > 1e-9*g1 {
+		t.Errorf("trainable per GPU-hour %.3f with one GPU a replica, %.3f with two; want half", g1, g2)
+	}
+}
