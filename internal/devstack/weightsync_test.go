@@ -85,7 +85,10 @@ func versionsSwitchOnce(t *testing.T, r schema.Result) bool {
 func TestPauseAbortsInFlightAndResumeContinues(t *testing.T) {
 	e := newEnvWith(t, 2, func(o *devstack.Options) {
 		o.Slots = 4
-		o.Sim = sim.Config{TimeScale: 0.5, MaxTurns: 3}
+		// Generations long enough in wall time that six are seen in
+		// flight together on a loaded machine, where the poll below runs
+		// late.
+		o.Sim = sim.Config{TimeScale: 1.5, MaxTurns: 3}
 	})
 	coord := startSyncStack(t, e, nil)
 	const n = 8
