@@ -15,7 +15,8 @@
 // message can be delivered again after a crash, a nak or a missed AckWait.
 //
 // Order: a Runner takes its sources in priority order (a gen-worker's
-// resumed generations before new ones, high before low; an env-worker's own
+// trajectories under way before first generations, high before low within
+// each: priority.DispatchOrder; an env-worker's own
 // sandboxes before new ones), in stream
 // order within one (redeliveries aside); with several slots, messages run
 // concurrently and finish in any order. A worker runs one step of a trajectory at a time; the order

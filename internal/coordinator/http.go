@@ -100,7 +100,9 @@ func (c *Coordinator) state() Status {
 	load := c.active.load()
 	st.Active, st.MaxActive = c.active.count(), c.waiting.currentLimit()
 	st.StalenessRoom = c.stalenessRoom()
-	st.Queued = uint64(c.waiting.count())
+	// A sample being admitted is in both sets for a moment: it counts as
+	// active.
+	st.Queued = uint64(c.waiting.countNot(c.active.has))
 	st.Snapshot, st.StalePredictions = c.snaps.get(), c.active.stalePredictions()
 	st.Moved, st.Republished, st.EnvMoved = c.moved.Load(), c.republished.Load(), c.envMoved.Load()
 	st.Readmitted, st.AdmissionHeld = c.readmitted.Load(), c.held.Load()

@@ -104,6 +104,24 @@ func (s *waitingSet) count() int {
 	return len(s.m)
 }
 
+// countNot counts the waiting samples for which in is false, in called
+// without s's lock held.
+func (s *waitingSet) countNot(in func(id string) bool) int {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.m))
+	for id := range s.m {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if !in(id) {
+			n++
+		}
+	}
+	return n
+}
+
 // siblingPrediction is a prediction known for a waiting sample of group;
 // 0 when none.
 func (s *waitingSet) siblingPrediction(group string) float64 {

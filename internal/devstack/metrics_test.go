@@ -104,11 +104,14 @@ func TestMetricsExported(t *testing.T) {
 	coordinator := func(name string, labels map[string]string) float64 {
 		return value(fams[metrics.Coordinator][name], labels)
 	}
-	// The coordinator counts a result once it has read it from the stream.
+	// The coordinator counts a result once it has read it from the stream;
+	// an env-worker times its finish step once the step is done, which may
+	// be after its result is out.
 	testkit.Eventually(t, wait, "the coordinator to count both results", func() bool {
 		read()
 		return coordinator("actloop_results_total", map[string]string{"status": "submitted"}) == 1 &&
-			coordinator("actloop_results_total", map[string]string{"status": "failed"}) == 1
+			coordinator("actloop_results_total", map[string]string{"status": "failed"}) == 1 &&
+			value(fams[metrics.EnvWorker]["actloop_env_step_seconds"], map[string]string{"kind": "finish"}) >= 1
 	})
 	for _, m := range metrics.Catalogue {
 		for name, got := range fams {
