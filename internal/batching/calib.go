@@ -130,7 +130,7 @@ func Fit(p Profile) (Cost, error) {
 		if pt.Kind == "decode" {
 			return []float64{1, 0, 0, 1, float64(pt.Batch), float64(pt.Batch * pt.Context)}
 		}
-		return []float64{1, float64(pt.Chunk), attnPairs(pt.Chunk, pt.Context), 0, 0, 0}
+		return []float64{1, float64(pt.Chunk), AttnPairs(pt.Chunk, pt.Context), 0, 0, 0}
 	})
 	if err != nil {
 		return Cost{}, err
@@ -139,9 +139,9 @@ func Fit(p Profile) (Cost, error) {
 		Fixed: c[0], PerPrefillToken: c[1], PerAttnPair: c[2], DecodeFixed: c[3], PerDecodeSeq: c[4], PerKVToken: c[5]}, nil
 }
 
-// attnPairs is the query-key pairs of a prefill chunk of n tokens after
-// ctx tokens.
-func attnPairs(n, ctx int) float64 { return float64(n) * (float64(ctx) + float64(n+1)/2) }
+// AttnPairs is the query-key pairs of a prefill chunk of n tokens after
+// ctx tokens (Shape.PrefillAttn).
+func AttnPairs(n, ctx int) float64 { return float64(n) * (float64(ctx) + float64(n+1)/2) }
 
 // fitRelative solves min Σ ((feat(r)·c − y) / y)² for c, y the row's
 // measured time.
@@ -244,7 +244,7 @@ func (p Profile) Points(c Cost) ([]IterationPoint, error) {
 		pt := &ps[i]
 		sh := Shape{DecodeBatch: pt.Batch, DecodeKV: pt.Batch * pt.Context}
 		if pt.Kind == "prefill" {
-			sh = Shape{PrefillTokens: pt.Chunk, PrefillAttn: attnPairs(pt.Chunk, pt.Context)}
+			sh = Shape{PrefillTokens: pt.Chunk, PrefillAttn: AttnPairs(pt.Chunk, pt.Context)}
 		}
 		pt.Predicted = c.Seconds(sh)
 		n := float64(pt.Batch + pt.Chunk)

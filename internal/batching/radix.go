@@ -194,16 +194,7 @@ func (t *radix) insertUpTo(segs []Segment, limit int, now float64) (*node, int) 
 	// request inserting it: its KV is on the device now (the
 	// _insert_helper of HiRadixCache gives an evicted node the new value).
 	if t.hostCap > 0 {
-		for n := cur; !n.dev; n = n.parent {
-			t.leftHost(n)
-			n.dev = true
-			n.parent.devKids++
-			t.tokens += n.n
-			t.evictable += n.n
-			added += n.n
-			t.touched(n)
-			t.touched(n.parent)
-		}
+		added += t.load(cur)
 		for n := cur; n != t.root; n = n.parent {
 			t.hit(n)
 		}

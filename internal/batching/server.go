@@ -379,7 +379,7 @@ func (s *Server) shape(it *iteration) Shape {
 	add := func(q *req, n int) {
 		sh.PrefillTokens += n
 		ctx := q.filled - n // tokens before this chunk
-		sh.PrefillAttn += float64(n) * (float64(ctx) + float64(n+1)/2)
+		sh.PrefillAttn += AttnPairs(n, ctx)
 	}
 	for i, q := range it.prefill {
 		add(q, it.chunks[i])

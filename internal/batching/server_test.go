@@ -57,7 +57,7 @@ func TestOneRequestTakesItsPrefillAndDecodeTime(t *testing.T) {
 		t.Fatalf("done = %+v", d)
 	}
 	c := s.Config().Cost
-	want := c.Seconds(Shape{PrefillTokens: 1000, PrefillAttn: attnPairs(1000, 0)})
+	want := c.Seconds(Shape{PrefillTokens: 1000, PrefillAttn: AttnPairs(1000, 0)})
 	for k := 1; k < 50; k++ { // the prefill emits the first token; each decode one more
 		want += c.Seconds(Shape{DecodeBatch: 1, DecodeKV: 1000 + k})
 	}

@@ -168,8 +168,7 @@ cheaper, so the option's gain here is the pool's size only.
 func attnPairs(n int) float64 {
 	pairs := 0.0
 	for done := 0; done < n; done += 8192 {
-		c := float64(min(8192, n-done))
-		pairs += c * (float64(done) + (c+1)/2)
+		pairs += batching.AttnPairs(min(8192, n-done), done)
 	}
 	return pairs
 }

@@ -36,7 +36,7 @@ type traj struct {
 	predTurns float64            // the predictor's remaining turns (-1: none)
 	turn      int                // the turn being generated (0-based)
 	partial   int                // tokens of this turn kept from interrupted generations
-	resumed   bool               // interrupted: its next gen step resumes (priority.Resumed)
+	resumed   bool               // interrupted: its next gen step waits in its resume class (priority.StepClass)
 	ctx       []batching.Segment // the context before this turn's reply
 	ctxLen    int
 	genCtx    int // context plus output of its last generation (0: none yet)

@@ -183,7 +183,7 @@ func Path(t *workload.Trajectory, c batching.Cost) float64 {
 		for done := 0; done < fresh; done += chunk {
 			m := min(chunk, fresh-done)
 			before := ctx + done
-			path += c.Seconds(batching.Shape{PrefillTokens: m, PrefillAttn: float64(m) * (float64(before) + float64(m+1)/2)})
+			path += c.Seconds(batching.Shape{PrefillTokens: m, PrefillAttn: batching.AttnPairs(m, before)})
 		}
 		ctx += fresh
 		// The prefill gave the first token; each of the rest is a decode of
