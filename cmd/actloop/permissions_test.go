@@ -284,7 +284,11 @@ func TestLeastPrivilegeNATSPermissions(t *testing.T) {
 	// the token too.
 	cc := st.CoordinatorConfig()
 	cc.Common, cc.Addr, cc.StatusOpen = as(cc.Common, "coordinator", service.NATSCoordinator), "127.0.0.1:0", false
-	cc.ReplicaTimeout, cc.RepublishAfter = 2*time.Second, time.Second
+	// A replica counts down 6 s after its last heartbeat: the batch that
+	// comes in after r1 is killed must be admitted within that, some of it
+	// to r1, for the move to be seen (2 s was too short on a loaded
+	// machine: all went to r0).
+	cc.ReplicaTimeout, cc.RepublishAfter = 6*time.Second, time.Second
 	c1Ctx, stopC1 := context.WithCancel(svcCtx)
 	defer stopC1()
 	for _, id := range []string{"c1", "c2"} {

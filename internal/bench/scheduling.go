@@ -44,7 +44,9 @@ type Mode struct {
 	// ablations: AblateKVAdmission (admission by the adaptive count limit:
 	// the coordinator's ACTLOOP_KV_BUDGET=0), AblateKVDispatch (each
 	// gen-worker runs its slots only: its ACTLOOP_KV_BUDGET=0) or
-	// AblatePreemption (ACTLOOP_PREEMPT=false) or AblateRankByTime (lpt
+	// AblatePreemption (ACTLOOP_PREEMPT=false), AblateHold (the
+	// coordinator holds no trajectory: its ACTLOOP_HOLD=false) or
+	// AblateRankByTime (lpt
 	// and sjf rank by tokens: ACTLOOP_RANK_BY=tokens).
 	Without string
 	// Tune names the knob the bench sweeps for this mode on every scenario,
@@ -77,6 +79,7 @@ const (
 	AblateKVAdmission = "kv-admission"
 	AblateKVDispatch  = "kv-dispatch"
 	AblatePreemption  = "preemption"
+	AblateHold        = "hold"
 	AblateRankByTime  = "rank-by-time"
 )
 
@@ -126,6 +129,7 @@ var Modes = []Mode{
 	{Name: "action-fcfs-no-kv-admission", Kind: "action", Policy: "fcfs", Without: AblateKVAdmission},
 	{Name: "action-fcfs-no-kv-dispatch", Kind: "action", Policy: "fcfs", Without: AblateKVDispatch},
 	{Name: "action-fcfs-no-preemption", Kind: "action", Policy: "fcfs", Without: AblatePreemption},
+	{Name: "action-fcfs-no-hold", Kind: "action", Policy: "fcfs", Without: AblateHold},
 	{Name: "action-lpt-history-by-tokens", Kind: "action", Policy: "lpt", Predictor: predictor.BackendHistory, Without: AblateRankByTime},
 	{Name: ModeDefault + "-kv-residency", Kind: "action", Policy: priority.NameFCFS, Predictor: predictor.BackendHistory, Shipped: true, With: WithKVResidency},
 	{Name: "action-fcfs-kv-residency", Kind: "action", Policy: "fcfs", With: WithKVResidency},
@@ -227,12 +231,15 @@ type Result struct {
 	// the score is GPU-seconds per trainable trajectory instead of the
 	// makespan; on a drifting one Cap and Sweep are the first batch's and
 	// BatchCaps the setting each batch ran at.
-	Cap             int          `json:"cap,omitempty"`
-	Sweep           [][2]float64 `json:"sweep,omitempty"`
-	BatchCaps       []int        `json:"batch_caps,omitempty"`
-	Retractions     int64        `json:"retractions"`
-	PrefilledTokens int64        `json:"prefilled_tokens,omitempty"`
-	CachedTokens    int64        `json:"cached_tokens,omitempty"`
+	Cap         int          `json:"cap,omitempty"`
+	Sweep       [][2]float64 `json:"sweep,omitempty"`
+	BatchCaps   []int        `json:"batch_caps,omitempty"`
+	Retractions int64        `json:"retractions"`
+	// Holds counts the trajectories held for want of room (priority.Hold),
+	// each time one was, per run.
+	Holds           int64 `json:"holds,omitempty"`
+	PrefilledTokens int64 `json:"prefilled_tokens,omitempty"`
+	CachedTokens    int64 `json:"cached_tokens,omitempty"`
 	// With a host tier (a "-hicache" scenario): input tokens loaded back
 	// from host memory instead of prefilled, and the seconds of those
 	// loads (summed over the servers), per run.
@@ -614,6 +621,8 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	switch m.Without {
 	case AblateKVAdmission:
 		cc.KVBudget = 0
+	case AblateHold:
+		cc.Hold = false
 	case AblateRankByTime:
 		cc.RankBy = priority.RankByTokens
 	}

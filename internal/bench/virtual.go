@@ -67,6 +67,8 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		cfg.DispatchKVBudget = 0
 	case AblatePreemption:
 		cfg.Preempt = false
+	case AblateHold:
+		cfg.Hold = false
 	case AblateRankByTime:
 		cfg.RankBy = priority.RankByTokens
 	}
@@ -416,6 +418,7 @@ func inSequence(parts []virtual.Result) virtual.Result {
 		r.ResumedTokens += p.ResumedTokens
 		r.Reprefilled += p.Reprefilled
 		r.Retractions += p.Retractions
+		r.Holds += p.Holds
 		r.Prefilled += p.Prefilled
 		r.Cached += p.Cached
 		r.Evicted += p.Evicted
@@ -598,6 +601,7 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 		r.ResumedTokens += v.ResumedTokens
 		r.Reprefilled += v.Reprefilled
 		r.Retractions += v.Retractions
+		r.Holds += v.Holds
 		r.PrefilledTokens += v.Prefilled
 		r.CachedTokens += v.Cached
 		r.LoadedTokens += v.Loaded
@@ -626,6 +630,7 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 	r.ResumedTokens /= int64(len(runs))
 	r.Reprefilled /= int64(len(runs))
 	r.Retractions /= int64(len(runs))
+	r.Holds /= int64(len(runs))
 	r.PrefilledTokens /= int64(len(runs))
 	r.CachedTokens /= int64(len(runs))
 	r.LoadedTokens /= int64(len(runs))

@@ -20,6 +20,8 @@ import (
 //   - a retry asked for by DeadLetter or GiveUp (the dead letter or the
 //     give-up report could not be published) → NakWithDelay of what they
 //     asked.
+//   - Wait (the work may not run yet: its trajectory is held) →
+//     NakWithDelay of what it asked, never given up on.
 //   - Malformed (undecodable or invalid; DeadLetter has published it to
 //     actloop.dlq) → Term.
 //   - any other error once the Runner has begun to shut down → Nak, so
@@ -50,6 +52,9 @@ func Acker(log *slog.Logger) Middleware {
 			case ackNakDelay:
 				var retry *retryError
 				switch {
+				case IsWait(err):
+					log.DebugContext(ctx, "step waits; handed back", "subject", m.Subject(), "delivered", n,
+						"reason", err, "retry_in", s.delay)
 				case IsRedundant(err):
 					log.InfoContext(ctx, "step runs here already; will look again", "subject", m.Subject(), "delivered", n,
 						"retry_in", s.delay)
@@ -103,11 +108,14 @@ type settlement struct {
 // delivered-th delivery; stopping: its Runner is shutting down.
 func settle(err error, stopping bool, delivered uint64) settlement {
 	var retry *retryError
+	var wait *waitError
 	switch {
 	case err == nil:
 		return settlement{kind: ackAck}
 	case errors.As(err, &retry):
 		return settlement{kind: ackNakDelay, delay: retry.after}
+	case errors.As(err, &wait) && !stopping:
+		return settlement{kind: ackNakDelay, delay: wait.after}
 	case IsMalformed(err):
 		return settlement{kind: ackTerm, reason: termMalformed}
 	case stopping:

@@ -60,6 +60,27 @@ func IsRedundant(err error) bool {
 	return errors.As(err, &r)
 }
 
+// waitError hands a message back to be delivered again after a set delay.
+type waitError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
+
+// Wait marks err as "not now": the message's work may not run yet (its
+// trajectory is held, priority.Hold). The message is handed back to be
+// delivered again after d, never given up on for it, and logged at debug
+// level only: waiting is the expected course, not a failure.
+func Wait(d time.Duration, err error) error { return &waitError{after: d, err: err} }
+
+// IsWait reports whether err was marked with Wait.
+func IsWait(err error) bool {
+	var w *waitError
+	return errors.As(err, &w)
+}
+
 // retryError asks the Acker to hand the message back for a delivery after
 // a set delay: a middleware that could not settle the message (the dead
 // letter or the give-up report failed) returns it.

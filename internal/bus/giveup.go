@@ -21,14 +21,15 @@ type GiveUpFunc func(ctx context.Context, m jetstream.Msg, err error) error
 // called again then.
 //
 // It leaves alone a success, a Malformed error (DeadLetter's), a Redundant
-// one (the work runs here already), and any
+// one (the work runs here already), a Wait (the work may not run yet), and
+// any
 // error once the Runner has begun to shut down: that message is handed
 // back, and whoever takes it next decides.
 func GiveUp(maxDeliver int, report GiveUpFunc) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m jetstream.Msg) error {
 			err := next(ctx, m)
-			if err == nil || IsMalformed(err) || IsRedundant(err) || stopping(ctx) {
+			if err == nil || IsMalformed(err) || IsRedundant(err) || IsWait(err) || stopping(ctx) {
 				return err
 			}
 			n := delivered(m)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -15,6 +16,7 @@ var errEventsDown = errors.New("events stream unavailable")
 // out, never while its Runner stops or when it is malformed; a failed
 // report hands it back.
 func TestGiveUp(t *testing.T) {
+	errWait := Wait(time.Second, errors.New("held"))
 	fatal := Fatal(errors.New("sandbox lost"))
 	malformed := Malformed(errors.New("bad"))
 	tests := []struct {
@@ -38,6 +40,7 @@ func TestGiveUp(t *testing.T) {
 			wantReport: true, wantFatal: true, wantErr: errTransient},
 		{name: "a copy of a running step is never given up on", err: errBusy, delivered: 30, maxDeliver: 3, wantErr: errBusy},
 		{name: "no limit", err: errTransient, delivered: 1000, maxDeliver: 0, wantErr: errTransient},
+		{name: "a step that waits is never given up on", err: errWait, delivered: 30, maxDeliver: 3, wantErr: errWait},
 		{name: "no metadata: first delivery", err: errTransient, delivered: 0, maxDeliver: 2, wantErr: errTransient},
 		{name: "fatal, first delivery", err: fatal, delivered: 1, maxDeliver: 3, wantReport: true, wantFatal: true, wantErr: fatal},
 		{name: "fatal, no limit", err: fatal, delivered: 1, maxDeliver: 0, wantReport: true, wantFatal: true, wantErr: fatal},

@@ -27,6 +27,7 @@ type activeTraj struct {
 	entry   traj.ActiveEntry // as the index keeps it: enough for a fallback result
 	fact    priority.Fact
 	kv      priority.Footprint // its use of KV, from its newest progress report (Replica unset)
+	held    bool               // held (priority.Hold) at the last snapshot
 	turnSeq int64              // newest prediction's seq
 	span    trace.Span         // nil when admitted before this process started
 	movedAt time.Time          // when moved off a replica that went down
@@ -268,14 +269,20 @@ func (s *activeSet) footprints() []priority.Footprint {
 	defer s.mu.Unlock()
 	out := make([]priority.Footprint, 0, len(s.m))
 	for _, a := range s.m {
-		f := a.kv
-		if f == (priority.Footprint{}) {
-			f.RemainingTurns = -1 // no report yet
-		}
-		f.Replica = a.fact.Replica
-		out = append(out, f)
+		out = append(out, a.footprint())
 	}
 	return out
+}
+
+// footprint is a's use of KV on its replica; nothing known before its
+// first progress report.
+func (a *activeTraj) footprint() priority.Footprint {
+	f := a.kv
+	if f == (priority.Footprint{}) {
+		f.RemainingTurns = -1 // no report yet
+	}
+	f.Replica, f.Held = a.fact.Replica, a.held
+	return f
 }
 
 // republishDue reports whether id's pending work message may be published
@@ -293,20 +300,38 @@ func (s *activeSet) republishDue(id string, now time.Time, after time.Duration) 
 	return a.republished, true
 }
 
-// facts returns every active trajectory's fact for a snapshot when due
-// (dirty, or force) and marks the set clean.
-func (s *activeSet) facts(force bool) ([]priority.Fact, bool) {
+// facts returns every active trajectory's fact for a snapshot, and its
+// footprint (as footprints), when due (dirty, or force), and marks the set
+// clean.
+func (s *activeSet) facts(force bool) ([]priority.Fact, []priority.Footprint, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.dirty && !force {
-		return nil, false
+		return nil, nil, false
 	}
 	facts := make([]priority.Fact, 0, len(s.m))
+	kv := make([]priority.Footprint, 0, len(s.m))
 	for _, a := range s.m {
 		facts = append(facts, a.fact)
+		kv = append(kv, a.footprint())
 	}
 	s.dirty = false
-	return facts, true
+	return facts, kv, true
+}
+
+// hold records which trajectories are held (priority.Hold) and returns
+// how many are.
+func (s *activeSet) hold(held map[string]bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for id, a := range s.m {
+		a.held = held[id]
+		if a.held {
+			n++
+		}
+	}
+	return n
 }
 
 // touch marks the facts changed (a snapshot that was not published).

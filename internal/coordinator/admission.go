@@ -201,12 +201,7 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 		return nil, nil
 	}
 	now := c.d.Now()
-	live := c.members.liveReplicas(now)
-	capacity := c.members.capacity(now)
-	byKV := c.cfg.Scheduling == priority.SchedulingAction && c.cfg.KVBudget > 0 && len(live) > 0
-	for _, r := range live {
-		byKV = byKV && capacity[r] > 0
-	}
+	live, capacity, byKV := c.byKV(now)
 	// A replica that joined or left moves the count limit's bounds at once,
 	// not at the next adaptation.
 	limit := c.waiting.bound(c.activeBounds(now))
@@ -231,6 +226,19 @@ func (c *Coordinator) admissible() ([]*waitingSample, []string) {
 	pools := priority.KVPools{Capacity: capacity, Budget: c.cfg.KVBudget, Slots: c.cfg.Slots}
 	replicas := pools.Admit(live, c.active.footprints(), waiting)
 	return batch[:len(replicas)], replicas
+}
+
+// byKV returns the live replicas and their pools, and whether admission
+// goes by KV: under action-level scheduling with ACTLOOP_KV_BUDGET > 0,
+// while every live replica reports its pool.
+func (c *Coordinator) byKV(now time.Time) ([]string, map[string]int, bool) {
+	live := c.members.liveReplicas(now)
+	capacity := c.members.capacity(now)
+	byKV := c.cfg.Scheduling == priority.SchedulingAction && c.cfg.KVBudget > 0 && len(live) > 0
+	for _, r := range live {
+		byKV = byKV && capacity[r] > 0
+	}
+	return live, capacity, byKV
 }
 
 // stalenessRoom is priority.StalenessRoom for the current control state and

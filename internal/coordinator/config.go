@@ -44,7 +44,13 @@ type Config struct {
 	// may fill: admission goes by KV while every live replica reports its
 	// pool, and by the adaptive count limit otherwise. 0: always by count.
 	KVBudget float64 `envconfig:"KV_BUDGET" default:"1"`
-	Policy   string  `envconfig:"POLICY" default:"fcfs"`
+	// Hold makes admission by KV reversible: while the contexts of a
+	// replica's trajectories would overfill its pool, the last of them in
+	// policy order are held (their gen steps wait; no sample is admitted
+	// there) until the others have made room (priority.Hold). Only while
+	// admission goes by KV.
+	Hold   bool   `envconfig:"HOLD" default:"true"`
+	Policy string `envconfig:"POLICY" default:"fcfs"`
 	// RankBy is what lpt and sjf rank by: time (the predicted remaining
 	// tokens at the replica's measured seconds per token, plus the
 	// predicted remaining turns at the time a turn spends outside

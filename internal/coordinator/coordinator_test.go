@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -259,6 +260,21 @@ func TestAdmissionWithoutPredictor(t *testing.T) {
 	})
 }
 
+// beater writes gen-worker heartbeats of replicas reporting their pools.
+func beater(t *testing.T, ctx context.Context, d *service.Deps) func(replica string, pool int) {
+	hearts, err := d.JS.KeyValue(ctx, bus.BucketHeartbeats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(replica string, pool int) {
+		t.Helper()
+		b, _ := json.Marshal(schema.Heartbeat{V: schema.Version, Worker: "w", Replica: replica, Slots: 2, ServerKVTokens: pool, At: time.Now()})
+		if _, err := hearts.Put(ctx, "gen."+replica+".w", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // While every live replica's gen-workers report their server's KV pool,
 // admission keeps the active trajectories' expected KV within the pools: a
 // trajectory that reports it is finishing frees its share; once a replica
@@ -266,27 +282,19 @@ func TestAdmissionWithoutPredictor(t *testing.T) {
 func TestAdmissionByKV(t *testing.T) {
 	ctx, s, d := stack(t)
 	cfg := s.CoordinatorConfig()
-	cfg.MaxActiveCeiling = 6 // and the count floor is 1.5 × 2 slots × 2 replicas = 6
-	hearts, err := d.JS.KeyValue(ctx, bus.BucketHeartbeats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	beat := func(replica string, pool int) {
-		t.Helper()
-		b, _ := json.Marshal(schema.Heartbeat{V: schema.Version, Worker: "w", Replica: replica, Slots: 2, ServerKVTokens: pool, At: time.Now()})
-		if _, err := hearts.Put(ctx, "gen."+replica+".w", b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cfg.MaxActive, cfg.MaxActiveCeiling = 55, 55 // the count limit, fixed
+	beat := beater(t, ctx, d)
 	// 100,000 tokens a pool and 2 slots: a trajectory with nothing known is
-	// expected to grow by 50,000, of which it counts 0.75: two fit a pool.
+	// expected to grow by 100,000 / (ColdStart × 2) = 5,000, of which it
+	// counts 0.75: 26 fit a pool.
 	beat("r0", 100000)
 	beat("r1", 100000)
 	c, err := s.StartCoordinator(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"} {
+	for k := range 60 {
+		id := fmt.Sprintf("s%02d", k)
 		if err := d.Pub.Publish(ctx, schema.SubjectSamples, id, sample(id)); err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +305,7 @@ func TestAdmissionByKV(t *testing.T) {
 			return err == nil && st.Active == active && st.Queued == queued
 		}
 	}
-	testkit.Eventually(t, wait, "two a pool admitted", counts(4, 6))
+	testkit.Eventually(t, wait, "26 a pool admitted", counts(52, 8))
 	act, err := d.Store.Active(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -310,9 +318,84 @@ func TestAdmissionByKV(t *testing.T) {
 		}
 		break
 	}
-	testkit.Eventually(t, wait, "one more in the room the finishing one left", counts(5, 5))
+	testkit.Eventually(t, wait, "one more in the room the finishing one left", counts(53, 7))
 	beat("r1", 0)
-	testkit.Eventually(t, wait, "by count up to the ceiling", counts(6, 4))
+	testkit.Eventually(t, wait, "by count up to the ceiling", counts(55, 5))
+}
+
+// When the contexts on a replica outgrow its pool, the last trajectory in
+// policy order is held: its snapshot says so, the status counts it, and
+// nothing more is admitted there; once the others have made room it is let
+// go, and admission goes on.
+func TestHoldWhileContextsOverfillThePool(t *testing.T) {
+	ctx, s, d := stack(t)
+	cfg := s.CoordinatorConfig()
+	cfg.Replicas, cfg.MaxActiveCeiling = []string{"r0"}, 3
+	cfg.SnapshotInterval, cfg.PredictTimeout, cfg.ReplicaTimeout = 20*time.Millisecond, 0, time.Hour
+	beater(t, ctx, d)("r0", 10000)
+	c, err := s.StartCoordinator(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := d.JS.KeyValue(ctx, bus.BucketPriority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldBy := func(want ...string) func() bool {
+		return func() bool {
+			e, err := kv.Get(ctx, "r0")
+			if err != nil {
+				return false
+			}
+			snap, err := priority.DecodeSnapshot(e.Value())
+			if err != nil || len(snap.Held) != len(want) {
+				return false
+			}
+			for _, id := range want {
+				if !snap.IsHeld(id) {
+					return false
+				}
+			}
+			st, err := c.Status(ctx)
+			return err == nil && len(st.Replicas) == 1 && st.Replicas[0].Held == len(want)
+		}
+	}
+	submit := func(id string) {
+		t.Helper()
+		if err := d.Pub.Publish(ctx, schema.SubjectSamples, id, sample(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit("a")
+	testkit.Eventually(t, wait, "a admitted", func() bool { return c.ActiveCount() == 1 })
+	submit("b")
+	testkit.Eventually(t, wait, "b admitted after a", func() bool { return c.ActiveCount() == 2 })
+	// Each has 5,000 tokens of context after 4 calls (4 replies of 100, 3
+	// observations of 1,200): 1,300 a turn, so each needs 6,300 of the
+	// pool's 10,000. b, admitted last, is held.
+	report := func(id string, seq int64, finishing bool) {
+		t.Helper()
+		p := schema.Prediction{V: schema.Version, TrajID: id, Replica: "r0", TurnSeq: seq, Turns: 4, GenTokens: 400,
+			ContextTokens: 5000, PromptTokens: 1000, Finishing: finishing, At: time.Now()}
+		if err := d.Pub.Publish(ctx, bus.SubjectPredictions, "", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report("a", 5, false)
+	report("b", 5, false)
+	testkit.Eventually(t, wait, "b held", heldBy("b"))
+	submit("c")
+	testkit.Eventually(t, wait, "c waiting", func() bool {
+		st, err := c.Status(ctx)
+		return err == nil && st.Queued == 1
+	})
+	if n := c.ActiveCount(); n != 2 {
+		t.Fatalf("%d active while r0 holds b, want 2: c is admitted nowhere", n)
+	}
+	// a is in its eval: it needs no more KV, and b fits again.
+	report("a", 6, true)
+	testkit.Eventually(t, wait, "b let go", heldBy())
+	testkit.Eventually(t, wait, "c admitted", func() bool { return c.ActiveCount() == 3 })
 }
 
 // No sample is admitted while generation is paused for a weight sync; a

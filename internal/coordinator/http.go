@@ -74,7 +74,10 @@ type QueueStatus struct {
 type ReplicaStatus struct {
 	Name   string `json:"name"`
 	Active int    `json:"active"`
-	Slots  int    `json:"slots"`
+	// Held is how many of them are held for want of room in its pool
+	// (ACTLOOP_HOLD), at the newest snapshot.
+	Held  int `json:"held"`
+	Slots int `json:"slots"`
 	// Busy is the generations running, as the replica's gen-workers said
 	// in their last heartbeats.
 	Busy int  `json:"busy"`
@@ -124,7 +127,7 @@ func (c *Coordinator) state() Status {
 		if !live && slices.Contains(c.cfg.Replicas, r) {
 			n = c.cfg.Slots
 		}
-		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Slots: n, Busy: busy[r], Live: live})
+		st.Replicas = append(st.Replicas, ReplicaStatus{Name: r, Active: load[r], Held: st.Snapshot.Held[r], Slots: n, Busy: busy[r], Live: live})
 		delete(load, r)
 	}
 	// Replicas not heard from since this coordinator started (it took

@@ -99,6 +99,7 @@ var (
 	descWaiting  = desc("actloop_samples_waiting")
 	descUp       = desc("actloop_replica_up")
 	descReplica  = desc("actloop_replica_trajectories")
+	descHeld     = desc("actloop_replica_held_trajectories")
 	descDepth    = desc("actloop_queue_depth")
 	descAge      = desc("actloop_queue_oldest_age_seconds")
 	descPaused   = desc("actloop_paused")
@@ -109,7 +110,7 @@ var (
 )
 
 func (k *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descActive, descLimit, descWaiting, descUp, descReplica, descDepth, descAge,
+	for _, d := range []*prometheus.Desc{descActive, descLimit, descWaiting, descUp, descReplica, descHeld, descDepth, descAge,
 		descPaused, descVersion, descMoved, descThrough} {
 		ch <- d
 	}
@@ -130,6 +131,7 @@ func (k *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range st.Replicas {
 		gauge(descUp, metrics.Bool(r.Live), r.Name)
 		gauge(descReplica, float64(r.Active), r.Name)
+		gauge(descHeld, float64(r.Held), r.Name)
 	}
 	gauge(descPaused, metrics.Bool(st.Control.Paused))
 	gauge(descVersion, float64(st.Control.WeightVersion))

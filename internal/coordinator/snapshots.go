@@ -16,9 +16,12 @@ import (
 
 // snapshotStats describes the newest priority snapshots published.
 type snapshotStats struct {
-	Version   int64          `json:"version"`
-	At        time.Time      `json:"at"`
-	High      map[string]int `json:"high"` // high-class size per replica
+	Version int64          `json:"version"`
+	At      time.Time      `json:"at"`
+	High    map[string]int `json:"high"` // high-class size per replica
+	// Held is the trajectories held per replica (ACTLOOP_HOLD); absent:
+	// none.
+	Held      map[string]int `json:"held,omitempty"`
 	Published int64          `json:"published"`
 }
 
@@ -49,10 +52,10 @@ func (l *snapshotLog) nextVersion(now time.Time) int64 {
 	return max(now.UnixNano(), l.last.Version+1)
 }
 
-func (l *snapshotLog) published(version int64, at time.Time, high map[string]int) {
+func (l *snapshotLog) published(version int64, at time.Time, high, held map[string]int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.last = snapshotStats{Version: version, At: at, High: high, Published: l.last.Published + 1}
+	l.last = snapshotStats{Version: version, At: at, High: high, Held: held, Published: l.last.Published + 1}
 }
 
 // handlePrediction updates the live view with a gen-worker's prediction,
@@ -75,25 +78,30 @@ func (c *Coordinator) handlePrediction(_ context.Context, m jetstream.Msg) error
 func (c *Coordinator) snapshotLoop(ctx context.Context) error {
 	refresh := max(5*c.cfg.SnapshotInterval, 2*time.Second)
 	return every(ctx, c.cfg.SnapshotInterval, func() {
-		facts, due := c.active.facts(c.d.Now().Sub(c.snaps.get().At) >= refresh)
+		facts, kv, due := c.active.facts(c.d.Now().Sub(c.snaps.get().At) >= refresh)
 		if !due {
 			return
 		}
-		if err := c.publishSnapshots(ctx, facts); err != nil && ctx.Err() == nil {
+		if err := c.publishSnapshots(ctx, facts, kv); err != nil && ctx.Err() == nil {
 			c.active.touch() // try again next time
 			c.d.Log.Warn("publish priority snapshots", "error", err)
 		}
 	})
 }
 
-func (c *Coordinator) publishSnapshots(ctx context.Context, facts []priority.Fact) error {
+// publishSnapshots publishes each replica's snapshot from facts and kv (the
+// active trajectories' facts and footprints, alike ordered): its high class
+// and, under ACTLOOP_HOLD, the trajectories it holds.
+func (c *Coordinator) publishSnapshots(ctx context.Context, facts []priority.Fact, kv []priority.Footprint) error {
 	now := c.d.Now()
 	if c.cfg.RankBy == priority.RankByTime {
 		c.pace.inSeconds(facts, c.members.genWorkers(now))
 	}
 	version := c.snaps.nextVersion(now)
-	snaps := priority.Snapshots(c.policy, facts, c.cfg.highSlots(), version, now)
-	high := map[string]int{}
+	order := c.policy.Order(facts, now)
+	snaps := priority.SnapshotsOf(facts, order, c.cfg.highSlots(), version, now)
+	held := c.hold(facts, kv, order, now)
+	high, heldOn := map[string]int{}, map[string]int{}
 	// Every known replica, and any other that holds trajectories: a
 	// replica that left gets its high class cleared.
 	names := c.members.replicas()
@@ -107,6 +115,8 @@ func (c *Coordinator) publishSnapshots(ctx context.Context, facts []priority.Fac
 		if s == nil { // an empty high class clears the last one
 			s = &priority.Snapshot{Replica: r, Version: version, At: now, High: map[string]bool{}}
 		}
+		s.Held = held[r]
+		heldOn[r] = len(s.Held)
 		b, err := s.Marshal()
 		if err != nil {
 			return err
@@ -116,6 +126,31 @@ func (c *Coordinator) publishSnapshots(ctx context.Context, facts []priority.Fac
 		}
 		high[r] = len(s.High)
 	}
-	c.snaps.published(version, now, high)
+	c.snaps.published(version, now, high, heldOn)
 	return nil
+}
+
+// hold decides which active trajectories are held (priority.Hold over kv
+// in order, the policy's), records it, and returns the held ones by
+// replica; none unless ACTLOOP_HOLD is on and admission goes by KV.
+func (c *Coordinator) hold(facts []priority.Fact, kv []priority.Footprint, order []int, now time.Time) map[string]map[string]bool {
+	ids := map[string]bool{}
+	out := map[string]map[string]bool{}
+	if _, capacity, ok := c.byKV(now); ok && c.cfg.Hold {
+		ordered := make([]priority.Footprint, len(order))
+		for k, i := range order {
+			ordered[k] = kv[i]
+		}
+		for k, h := range priority.Hold(ordered, capacity, c.cfg.KVBudget, priority.PerTurn(ordered)) {
+			if f := facts[order[k]]; h {
+				ids[f.TrajID] = true
+				if out[f.Replica] == nil {
+					out[f.Replica] = map[string]bool{}
+				}
+				out[f.Replica][f.TrajID] = true
+			}
+		}
+	}
+	c.active.hold(ids)
+	return out
 }

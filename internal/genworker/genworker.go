@@ -170,6 +170,7 @@ type Worker struct {
 	stealer   *stealer
 	control   bus.ControlView
 	restarts  atomic.Int64 // trajectories started again because they went stale
+	held      atomic.Int64 // gen steps handed back because their trajectory was held
 	health    *replicaHealth
 	sched     *schedulingCheck
 	load      atomic.Pointer[llm.Load] // the server's, at the last read (loadLoop)
@@ -299,6 +300,12 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("traj_id", step.TrajID), attribute.Int64("seq", step.Seq))
 	telemetry.AddLogAttrs(ctx, "traj_id", step.TrajID, "seq", step.Seq)
+	if w.board.Held(step.Replica, step.TrajID) {
+		// Its replica's contexts would overfill the pool: it waits, without
+		// taking a slot, until a snapshot lets it go (priority.Hold).
+		w.held.Add(1)
+		return bus.Wait(priority.HeldRetry, fmt.Errorf("gen step of %s: held by its replica's snapshot", step.TrajID))
+	}
 	// The class is read again now, from the newest snapshot: the step's
 	// subject says what it was when published.
 	low := !priority.IsHigh(w.board.Class(w.cfg.Replica, step.TrajID))
@@ -355,6 +362,7 @@ func (w *Worker) Stats() Stats {
 	s.DispatchP99MS = metrics.HistogramQuantile(w.m.queueWait, 0.99) * 1000
 	s.Stolen = w.stealer.stolen.Load()
 	s.Restarts = w.restarts.Load()
+	s.HeldSteps = w.held.Load()
 	return s
 }
 

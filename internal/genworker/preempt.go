@@ -320,6 +320,9 @@ type Stats struct {
 	ReprefilledTokens int64 `json:"reprefilled_tokens"`
 	// Stolen counts gen steps taken from another replica's queue (ACTLOOP_STEAL).
 	Stolen int64 `json:"stolen"`
+	// HeldSteps counts gen steps handed back because their trajectory was
+	// held (priority.Hold), each delivery.
+	HeldSteps int64 `json:"held_steps"`
 	// Restarts counts trajectories started again because they went stale
 	// (ACTLOOP_STALE_POLICY=restart).
 	Restarts int64 `json:"restarts"`

@@ -73,6 +73,36 @@ func (r *recorder) decoding(n int) bool {
 	return false
 }
 
+// recordedStack starts the infrastructure of one replica of one slot
+// (services are started by the test) with common's settings, a pull wait of
+// 100ms, and a simulator at timeScale behind a recorder, served at ts.
+func recordedStack(t *testing.T, common service.Common, timeScale float64) (context.Context, *devstack.Stack, *service.Deps, *recorder, *httptest.Server) {
+	t.Helper()
+	common.PullWait, common.ShutdownTimeout = 100*time.Millisecond, 5*time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	stack, err := devstack.StartInfra(ctx, devstack.Options{Dir: testkit.SearchableTempDir(t), RedisKind: testkit.PreferredRedis(t),
+		Replicas: 1, Slots: 1, EnvSlots: 2, Common: common, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := stack.Wait(); err != nil {
+			t.Errorf("services: %v", err)
+		}
+		stack.Close()
+	})
+	rec := &recorder{srv: sim.New(sim.Config{TimeScale: timeScale, Tokenizer: stack.Template.Tokenizer()})}
+	ts := httptest.NewServer(rec)
+	t.Cleanup(ts.Close)
+	d, err := stack.Deps(ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return ctx, stack, d, rec, ts
+}
+
 // ridSample is a scripted task of len(turns)+1 turns: each of turns, then
 // the submission; each reply is long enough to catch it generating.
 func ridSample(id string, turns int) schema.Sample {
@@ -94,29 +124,7 @@ func ridSample(id string, turns int) schema.Sample {
 // distinct ids.
 func TestOneRequestIDPerTrajectory(t *testing.T) {
 	const wait = 2 * time.Minute
-	common := service.CommonDefaults()
-	common.PullWait, common.ShutdownTimeout = 100*time.Millisecond, 5*time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	stack, err := devstack.StartInfra(ctx, devstack.Options{Dir: testkit.SearchableTempDir(t), RedisKind: testkit.PreferredRedis(t),
-		Replicas: 1, Slots: 1, EnvSlots: 2, Common: common, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := stack.Wait(); err != nil {
-			t.Errorf("services: %v", err)
-		}
-		stack.Close()
-	})
-	rec := &recorder{srv: sim.New(sim.Config{TimeScale: 0.3, Tokenizer: stack.Template.Tokenizer()})}
-	ts := httptest.NewServer(rec)
-	t.Cleanup(ts.Close)
-	d, err := stack.Deps(ctx, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
+	ctx, stack, d, rec, ts := recordedStack(t, service.CommonDefaults(), 0.3)
 
 	// "hi" is high priority, so it preempts "lo" (no snapshot of the
 	// coordinator's own comes within the test).

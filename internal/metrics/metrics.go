@@ -46,6 +46,7 @@ var Catalogue = []Metric{
 	{"actloop_samples_waiting", "Samples published and not yet admitted.", "gauge", []string{Coordinator}, nil},
 	{"actloop_replica_up", "1 while the replica's gen-workers heartbeat, else 0.", "gauge", []string{Coordinator}, []string{"replica"}},
 	{"actloop_replica_trajectories", "Active trajectories assigned to the replica.", "gauge", []string{Coordinator}, []string{"replica"}},
+	{"actloop_replica_held_trajectories", "Active trajectories of the replica held for want of room in its KV pool (ACTLOOP_HOLD).", "gauge", []string{Coordinator}, []string{"replica"}},
 	{"actloop_queue_depth", "Messages waiting on a work subject: not yet delivered, or delivered and not acknowledged.", "gauge", []string{Coordinator}, []string{"subject"}},
 	{"actloop_queue_oldest_age_seconds", "Age of the oldest unacknowledged message on a work subject; 0 when none.", "gauge", []string{Coordinator}, []string{"subject"}},
 	{"actloop_results_total", "Results of training samples seen, by status (" + strings.Join(schema.Statuses, ", ") + ").", "counter", []string{Coordinator}, []string{"status"}},

@@ -13,7 +13,9 @@ type Chat struct {
 	// Tokenizer is the model's tokenizer: qwen (the Qwen3 tokenizer built
 	// in; also Qwen2/2.5's vocabulary), bytes (one token per byte; tests and
 	// benchmarks), or the path of a Hugging Face tokenizer.json (.gz
-	// allowed) with byte-level BPE (Qwen2/2.5/3, Llama 3).
+	// allowed) with a BPE model: byte-level (Qwen, Llama 3, DeepSeek,
+	// GPT-OSS) or SentencePiece-style with byte fallback (Llama 2, Mistral,
+	// Gemma); any other model type is refused at start, naming it.
 	Tokenizer string `envconfig:"TOKENIZER" default:"qwen"`
 	// ChatTemplate is chatml (Qwen2.5), llama3, qwen3 (Qwen3's own template
 	// in thinking mode) or qwen3-nothink (Qwen3's with enable_thinking=false:

@@ -52,8 +52,10 @@ func TestWaitingBatchKeepsPolicyOrder(t *testing.T) {
 // fcfs that Policy names.
 func TestCustomPolicy(t *testing.T) {
 	sc, _ := workload.Lookup("swe-longtail")
-	plans := sc.Generate(2, 48)
-	cfg := modes(2, 4, 48)["action-lpt-oracle"]
+	// More than the first admissions take (13 a slot: priority.ColdStart),
+	// so that the policy orders the rest.
+	plans := sc.Generate(2, 200)
+	cfg := modes(2, 4, 200)["action-lpt-oracle"]
 	want, err := Run(cfg, plans)
 	if err != nil {
 		t.Fatal(err)

@@ -84,6 +84,11 @@ type Config struct {
 	// Preempt lets a high step preempt a low generation (ACTLOOP_PREEMPT),
 	// in action-level runs.
 	Preempt bool
+	// Hold holds trajectories while the contexts on their replica would
+	// overfill its pool (priority.Hold; the coordinator's ACTLOOP_HOLD), in
+	// action-level runs with admission by KV and without KVResidency (which
+	// the coordinator does not do).
+	Hold bool
 	// KVResidency makes admission by KV count against the device pools
 	// only the KV of trajectories that generate, not that of those whose
 	// command is running, when the servers have a host tier
@@ -113,7 +118,7 @@ func Defaults(replicas, slots int) Config {
 	return Config{Replicas: replicas, Server: batching.DefaultConfig(), Slots: slots, Kind: KindAction,
 		Policy: priority.NameFCFS, MaxNew: 8192,
 		AdaptInterval: 5 * time.Second, SnapshotInterval: 200 * time.Millisecond, AgeLimit: 2 * time.Minute,
-		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, DispatchKVBudget: 1, Preempt: true, RankBy: priority.RankByTime, SampleEveryS: 10}
+		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, DispatchKVBudget: 1, Preempt: true, Hold: true, RankBy: priority.RankByTime, SampleEveryS: 10}
 }
 
 // floor and ceiling of the admission limit, as the coordinator's

@@ -36,6 +36,8 @@ type traj struct {
 	predTurns float64            // the predictor's remaining turns (-1: none)
 	turn      int                // the turn being generated (0-based)
 	partial   int                // tokens of this turn kept from interrupted generations
+	held      bool               // held (priority.Hold): its gen steps wait
+	parked    bool               // held with a gen step waiting for its release
 	resumed   bool               // interrupted: its next gen step waits in its resume class (priority.StepClass)
 	ctx       []batching.Segment // the context before this turn's reply
 	ctxLen    int
@@ -363,6 +365,10 @@ func (e *engine) handle(ev event) {
 		if e.cfg.SyncEvery > 0 {
 			e.q.push(e.now+e.cfg.SyncEvery, evPause, 0)
 		}
+	case evReleased:
+		t := e.ts[ev.i]
+		t.genQueueS += e.now - t.since // held: its step waited
+		e.publishGen(ev.i)
 	case evSample:
 		e.sample()
 		e.q.push(e.now+e.cfg.SampleEveryS, evSample, 0)
@@ -423,6 +429,7 @@ func (e *engine) startAll(order []int, replicas []string) {
 // (priority.KVPools), under the count ceiling and the staleness bound, as the
 // coordinator does when its gen-workers report their servers' pools.
 func (e *engine) admitKV() {
+	e.hold()
 	room := priority.StalenessRoom(e.cfg.MaxStaleness, e.version, e.cfg.TrainBatchSize, e.admittedLive())
 	free := priority.Admissible(priority.KVCeiling(e.cfg.MaxActiveCeiling), e.active, room)
 	if free == 0 || len(e.waitingIDs) == 0 {
@@ -435,6 +442,7 @@ func (e *engine) admitKV() {
 		t := e.ts[i]
 		active[k] = t.kv
 		active[k].Replica = e.names[t.replica]
+		active[k].Held = t.held
 	}
 	waiting := make([]priority.Footprint, len(order))
 	for k, j := range order {
@@ -463,6 +471,39 @@ func (e *engine) admitKV() {
 	}
 	pools.Total = total // OnDevice 0: running requests only
 	e.startAll(order, pools.Admit(e.names, active, waiting))
+}
+
+// hold decides which active trajectories are held (priority.Hold), in the
+// newest ranking's order, as the coordinator does when it publishes its
+// snapshots: a held trajectory's gen steps wait, and one let go has its
+// waiting step back at its gen-worker after HeldRetry, when the gen-worker
+// that handed it back is delivered it again.
+func (e *engine) hold() {
+	if e.cfg.Kind != KindAction || e.cfg.KVBudget == 0 || !e.cfg.Hold || e.cfg.resident() {
+		return // with KVResidency, admission counts the device's share alone
+	}
+	fs := make([]priority.Footprint, len(e.activeIDs))
+	for k, i := range e.activeIDs {
+		t := e.ts[i]
+		fs[k] = t.kv
+		fs[k].Replica, fs[k].Held = e.names[t.replica], t.held
+	}
+	capacity := make(map[string]int, len(e.names))
+	for _, name := range e.names {
+		capacity[name] = e.cfg.Server.MaxTotalTokens
+	}
+	held := priority.Hold(fs, capacity, e.cfg.KVBudget, priority.PerTurn(fs))
+	for k, i := range e.activeIDs {
+		t := e.ts[i]
+		switch {
+		case held[k] && !t.held:
+			e.res.Holds++
+		case !held[k] && t.parked:
+			t.parked = false
+			e.q.push(e.now+priority.HeldRetry.Seconds(), evReleased, i)
+		}
+		t.held = held[k]
+	}
 }
 
 // start0 admits trajectory i on replica r: its sandbox starts.
@@ -505,6 +546,10 @@ func (e *engine) queueGen(i int) {
 	if e.cfg.Kind == KindAction && e.dirty && e.now >= e.nextSnap {
 		e.snapshot()
 		e.nextSnap = e.now + e.cfg.SnapshotInterval.Seconds()
+	}
+	if t.held { // the gen-worker hands it back until it is let go
+		t.parked = true
+		return
 	}
 	first := t.turn == 0 && t.partial == 0 && !t.resumed
 	e.ws[t.replica].queues[queueOf(e.cfg.Dispatch, e.board.Class(e.names[t.replica], t.plan.ID), first)].push(i)
@@ -768,6 +813,7 @@ func (e *engine) adapt() {
 // trajectories' facts.
 func (e *engine) snapshot() {
 	e.dirty = false
+	defer e.hold()
 	facts := e.facts[:0]
 	for _, i := range e.activeIDs {
 		t := e.ts[i]

@@ -19,6 +19,7 @@ const (
 	evPause                             // the trainer pauses generation for a weight sync
 	evResume                            // and resumes it with the next weight version
 	evSample                            // the KV pools' use is sampled
+	evReleased                          // trajectory i, let go, has its held gen step back
 )
 
 // queue is a min-heap of events by (at, seq): one event order for one

@@ -63,9 +63,10 @@ func TestKVResidencyAdmitsMoreInARun(t *testing.T) {
 	sc, _ := workload.Lookup("swe-rl-64k")
 	sc.Exec = workload.LogNormal{Median: 8, Sigma: 0.5, Min: 1, Max: 60} // commands as long as generations
 	plans := sc.Generate(1, 160)
-	base := Defaults(1, 16)
+	base := Defaults(1, 2) // few slots: a large cold-start share, so that admission binds
 	base.MaxActiveCeiling = len(plans)
 	base.Server.MaxTotalTokens = 200_000
+	base.Hold = false // it counts every context against the device pool
 	hier := base
 	var err error
 	if hier.Server, err = base.Server.WithHiCache(batching.DefaultHiCacheRatio, 0, batching.WriteThrough, 0); err != nil {

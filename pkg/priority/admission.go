@@ -171,6 +171,8 @@ type Footprint struct {
 	// Finishing: its last reply is in and it is in its eval; it needs no
 	// more KV.
 	Finishing bool
+	// Held: its gen steps wait until its replica has room for it (Hold).
+	Held bool
 	// Offloadable: its command is running on a replica whose server keeps
 	// a host-memory KV tier (SGLang's hierarchical cache), so its context
 	// can wait there until its next generation (KVPools.OnDevice).
@@ -199,12 +201,7 @@ func Reported(p schema.Prediction, remaining float64) Footprint {
 // running trajectory has an observation in: replies alone would be a
 // fraction of a turn's growth.
 func PerTurn(fs []Footprint) float64 {
-	perTurn, _ := perTurnOf(fs)
-	return perTurn
-}
-
-// perTurnOf is PerTurn and the number of observations it rests on.
-func perTurnOf(fs []Footprint) (perTurn float64, observed int) {
+	observed := 0
 	replies, calls, between := 0, 0, 0
 	for _, f := range fs {
 		if f.Finishing || f.Turns <= 0 {
@@ -216,9 +213,9 @@ func perTurnOf(fs []Footprint) (perTurn float64, observed int) {
 		observed += f.Turns - 1
 	}
 	if observed == 0 {
-		return 0, 0
+		return 0
 	}
-	return float64(replies)/float64(calls) + float64(between)/float64(observed), observed
+	return float64(replies)/float64(calls) + float64(between)/float64(observed)
 }
 
 // Demand is the KV f is expected to hold: nothing while finishing; else its
@@ -263,10 +260,7 @@ type KVPools struct {
 	Budget float64
 	// Slots is each gen-worker's generation slots. Before any trajectory
 	// has a prediction, a trajectory is expected to grow by its replica's
-	// capacity / Slots (a slot's share of the pool, all that is known at
-	// the start), and, once the growth per turn is measured over at least
-	// Slots observations per live replica, by no more than PriorTurns
-	// turns of it.
+	// capacity / (ColdStart × Slots).
 	Slots int
 	// KV residency, for servers with a host-memory KV tier: an Offloadable
 	// trajectory's demand counts OnDevice of itself (in [0, 1]; 0: none)
@@ -279,16 +273,15 @@ type KVPools struct {
 	Total    map[string]int
 }
 
-// PriorTurns is the model calls a trajectory is expected to make before
-// any prediction of its length, when that gives less than a slot's share
-// of the pool: the step cap of agentic RL recipes (DeepSWE's
-// max_steps=50, SkyRL-Agent's max_iterations 50), above the median of
-// SWE-agent runs on SWE-Bench Pro for most models. It lets a batch whose
-// turns add little KV in (a few hundred tokens a turn: 50 turns are a
-// fraction of a slot's share) before its first results, and changes
-// nothing where 50 turns fill a slot's share or more (the RL-scale
-// benchmark scenarios).
-const PriorTurns = 50
+// ColdStart divides a slot's share of a pool (capacity / Slots) into the
+// growth a trajectory is expected to have before any prediction: a tenth of
+// it. Admission before the first predictions is a guess, and an optimistic
+// one costs little since Hold undoes it; a pessimistic one holds half a
+// small batch back until its first results. A tenth admits the benchmark's
+// small batches whole (96 trajectories on two replicas of 8 slots) and, at
+// RL scale, made no difference beyond the seeds' spread against a whole
+// share with holding (docs/benchmarks.md).
+const ColdStart = 10
 
 // Admit returns the replicas of the first waiting samples to admit, in
 // waiting's (rank) order, beside the active trajectories: each goes to the
@@ -298,11 +291,8 @@ const PriorTurns = 50
 // over for ever. A replica with nothing on it takes one whatever its
 // demand. live orders replicas of equal room.
 func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
-	perTurn, observed := perTurnOf(active)
-	fresh, prior := FreshGrowth(active, perTurn, -1), -1.0
-	if perTurn > 0 && observed >= p.Slots*len(live) {
-		prior = PriorTurns * perTurn
-	}
+	perTurn := PerTurn(active)
+	fresh := FreshGrowth(active, perTurn, -1)
 	full := make(map[string]float64, len(live))
 	room := make(map[string]float64, len(live))
 	total := make(map[string]float64, len(live)) // room in either tier (Total), +Inf without
@@ -318,7 +308,11 @@ func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
 		if _, ok := room[f.Replica]; !ok {
 			continue
 		}
-		d := Demand(f, perTurn, p.fresh(fresh, prior, f.Replica))
+		if f.Held { // it waits for room: nothing more is admitted there
+			room[f.Replica], total[f.Replica] = math.Inf(-1), math.Inf(-1)
+			continue
+		}
+		d := Demand(f, perTurn, p.fresh(fresh, f.Replica))
 		total[f.Replica] -= d
 		if f.Offloadable {
 			d *= p.OnDevice
@@ -333,10 +327,10 @@ func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
 				best = r
 			}
 		}
-		if best == "" {
+		if best == "" || math.IsInf(room[best], -1) {
 			break
 		}
-		need := Demand(f, perTurn, p.fresh(fresh, prior, best))
+		need := Demand(f, perTurn, p.fresh(fresh, best))
 		if (need > room[best] || need > total[best]) && room[best] < full[best] {
 			break
 		}
@@ -348,17 +342,12 @@ func (p KVPools) Admit(live []string, active, waiting []Footprint) []string {
 }
 
 // fresh is the expected growth of a trajectory on replica: fresh when
-// known (not negative), else the replica's capacity / Slots, or prior
-// turns' growth when that is known (not negative) and less.
-func (p KVPools) fresh(fresh, prior float64, replica string) float64 {
+// known (not negative), else the replica's capacity / (ColdStart × Slots).
+func (p KVPools) fresh(fresh float64, replica string) float64 {
 	if fresh >= 0 {
 		return fresh
 	}
-	share := float64(p.Capacity[replica]) / float64(max(p.Slots, 1))
-	if prior >= 0 {
-		return min(share, prior)
-	}
-	return share
+	return float64(p.Capacity[replica]) / float64(ColdStart*max(p.Slots, 1))
 }
 
 // DispatchCap bounds the generations a gen-worker runs at once when it

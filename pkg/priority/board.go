@@ -45,6 +45,11 @@ func (b *Board) Class(replica, trajID string) string {
 	return b.Get(replica).Class(trajID)
 }
 
+// Held reports whether trajID is held by the snapshot held for replica.
+func (b *Board) Held(replica, trajID string) bool {
+	return b.Get(replica).IsHeld(trajID)
+}
+
 // Replicas returns the replicas a snapshot is held for, sorted.
 func (b *Board) Replicas() []string {
 	b.mu.RLock()

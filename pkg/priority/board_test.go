@@ -16,9 +16,10 @@ func TestBoard(t *testing.T) {
 		return s
 	}
 	var b Board
-	if b.Get("r0") != nil || b.Class("r0", "a") != ClassLow {
-		t.Fatal("empty board is not all low")
+	if b.Get("r0") != nil || b.Class("r0", "a") != ClassLow || b.Held("r0", "a") {
+		t.Fatal("empty board is not all low and unheld")
 	}
+
 	steps := []struct {
 		name    string
 		s       *Snapshot
@@ -56,6 +57,12 @@ func TestBoard(t *testing.T) {
 	}
 	if got := b.Replicas(); !slices.Equal(got, []string{"r0", "r1"}) {
 		t.Fatalf("Replicas = %v, want [r0 r1]", got)
+	}
+	held := snap("r8", 1)
+	held.Held = map[string]bool{"h": true}
+	b.Set(held)
+	if !b.Held("r8", "h") || b.Held("r8", "a") || b.Held("r0", "h") {
+		t.Fatal("a snapshot's held set: only its own trajectories on its own replica are held")
 	}
 }
 

@@ -128,11 +128,11 @@ func waiting(n int) []priority.Footprint {
 
 func TestKVPoolsAdmit(t *testing.T) {
 	pools := priority.KVPools{Capacity: map[string]int{"a": 100000, "b": 100000}, Budget: 1, Slots: 4}
-	// Nothing known: a fresh trajectory grows by capacity / slots = 25,000,
-	// of which it counts GrowthShare.
-	need := priority.GrowthShare * 25000
+	// Nothing known: a fresh trajectory grows by capacity / (ColdStart ×
+	// slots) = 2,500, of which it counts GrowthShare.
+	need := priority.GrowthShare * 100000 / (priority.ColdStart * 4)
 	per := int(100000 / need) // on each replica
-	got := pools.Admit([]string{"a", "b"}, nil, waiting(100))
+	got := pools.Admit([]string{"a", "b"}, nil, waiting(200))
 	if len(got) != 2*per {
 		t.Fatalf("admitted %d on empty pools, want %d (%d a replica)", len(got), 2*per, per)
 	}
@@ -142,20 +142,22 @@ func TestKVPoolsAdmit(t *testing.T) {
 
 	// Replica a is full with one large trajectory: all go to b.
 	active := []priority.Footprint{{Replica: "a", Context: 99000, Grown: 97000, Turns: 10, RemainingTurns: -1}}
-	got = pools.Admit([]string{"a", "b"}, active, waiting(10))
+	got = pools.Admit([]string{"a", "b"}, active, waiting(100))
 	if len(got) != per || countOf(got, "a") != 0 {
 		t.Fatalf("with a full: %v, want %d on b", got, per)
 	}
 
 	// A trajectory in its eval holds nothing.
 	active[0].Finishing = true
-	if got = pools.Admit([]string{"a", "b"}, active, waiting(100)); len(got) != 2*per {
+	if got = pools.Admit([]string{"a", "b"}, active, waiting(200)); len(got) != 2*per {
 		t.Fatalf("with a finishing: admitted %d, want %d", len(got), 2*per)
 	}
 
 	// A replica with nothing on it takes one whatever its demand.
 	small := priority.KVPools{Capacity: map[string]int{"a": 1000}, Budget: 1, Slots: 1}
-	if got = small.Admit([]string{"a"}, nil, waiting(3)); !slices.Equal(got, []string{"a"}) {
+	big := []priority.Footprint{{RemainingTurns: 4}, {RemainingTurns: 4}, {RemainingTurns: 4}}
+	seen := []priority.Footprint{{Replica: "b", Context: 3000, Grown: 2000, Generated: 1000, Turns: 2, RemainingTurns: 4}}
+	if got = small.Admit([]string{"a"}, seen, big); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("an empty replica too small for one: %v, want one admitted", got)
 	}
 
@@ -167,7 +169,7 @@ func TestKVPoolsAdmit(t *testing.T) {
 	// A budget of 0.5 halves what fits.
 	half := pools
 	half.Budget = 0.5
-	if got = half.Admit([]string{"a", "b"}, nil, waiting(100)); len(got) != 2*int(50000/need) {
+	if got = half.Admit([]string{"a", "b"}, nil, waiting(200)); len(got) != 2*int(50000/need) {
 		t.Fatalf("budget 0.5: admitted %d, want %d", len(got), 2*int(50000/need))
 	}
 
@@ -186,45 +188,20 @@ func TestKVPoolsAdmit(t *testing.T) {
 	}
 }
 
-// Before any prediction, a fresh trajectory is expected to grow by a
-// slot's share of the pool, or by PriorTurns turns of the growth per turn
-// once it is measured over at least one observation per slot, when that is
-// less.
-func TestKVPoolsPrior(t *testing.T) {
+// A replica holding a trajectory (Hold) admits nothing until it lets it
+// go; the others admit as before.
+func TestKVPoolsAdmitNothingWhereHeld(t *testing.T) {
 	pools := priority.KVPools{Capacity: map[string]int{"a": 100000, "b": 100000}, Budget: 1, Slots: 4}
-	running := func(n, reply, obs int) []priority.Footprint { // on a, 3 calls each, no prediction
-		var fs []priority.Footprint
-		for range n {
-			grown := 3*reply + 2*obs
-			fs = append(fs, priority.Footprint{Replica: "a", Context: 1000 + grown, Grown: grown, Generated: 3 * reply,
-				Turns: 3, RemainingTurns: -1})
-		}
-		return fs
+	need := priority.GrowthShare * 100000 / (priority.ColdStart * 4)
+	per := int(100000 / need)
+	active := []priority.Footprint{{Replica: "a", Context: 1000, Grown: 500, Generated: 200, Turns: 2, RemainingTurns: -1, Held: true}}
+	got := pools.Admit([]string{"a", "b"}, active, waiting(200))
+	if countOf(got, "a") != 0 || len(got) != per {
+		t.Fatalf("a holds one: admitted %v, want %d, all on b", got, per)
 	}
-	admitted := func(active []priority.Footprint, fresh float64) int {
-		room := 100000.0
-		for _, f := range active {
-			room -= priority.Demand(f, priority.PerTurn(active), fresh)
-		}
-		need := priority.GrowthShare * fresh
-		return int(room/need) + int(100000/need)
-	}
-	tests := []struct {
-		name   string
-		active []priority.Footprint
-		fresh  float64
-	}{
-		{"100 tokens a reply and an observation, 8 observations: 50 turns of 200", running(4, 100, 100), 50 * 200},
-		{"6 observations, fewer than the 8 slots: a slot's share", running(3, 100, 100), 25000},
-		{"50 turns of 700 are more than a slot's share", running(4, 200, 500), 25000},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			want := admitted(tt.active, tt.fresh)
-			if got := pools.Admit([]string{"a", "b"}, tt.active, waiting(100)); len(got) != want {
-				t.Fatalf("admitted %d, want %d (a fresh one growing by %v)", len(got), want, tt.fresh)
-			}
-		})
+	active = append(active, priority.Footprint{Replica: "b", Held: true})
+	if got = pools.Admit([]string{"a", "b"}, active, waiting(200)); len(got) != 0 {
+		t.Fatalf("both hold one: admitted %v, want none", got)
 	}
 }
 

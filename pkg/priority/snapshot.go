@@ -60,6 +60,10 @@ type Snapshot struct {
 	Version int64           `json:"version"` // newer snapshots of a replica have larger versions
 	At      time.Time       `json:"at"`
 	High    map[string]bool `json:"high"` // trajectory ids in the high class
+	// Held are the trajectory ids held (Hold): a gen-worker hands their gen
+	// steps back, to be delivered again after HeldRetry, until a snapshot
+	// no longer holds them. Absent: none.
+	Held map[string]bool `json:"held,omitempty"`
 }
 
 // Class is ClassHigh for a trajectory in the high set, else ClassLow. A nil
@@ -70,6 +74,9 @@ func (s *Snapshot) Class(trajID string) string {
 	}
 	return ClassLow
 }
+
+// IsHeld reports whether trajID is held by s (a nil snapshot holds none).
+func (s *Snapshot) IsHeld(trajID string) bool { return s != nil && s.Held[trajID] }
 
 // Snapshots builds each replica's snapshot: the first highSlots trajectories
 // of that replica in the policy's order are high. Every replica with a fact

@@ -64,7 +64,8 @@ func TestSnapshots(t *testing.T) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
-	s := &Snapshot{Replica: "r3", Version: 17, At: sec(5).In(time.FixedZone("x", 3600)), High: map[string]bool{"a": true, "b": true}}
+	s := &Snapshot{Replica: "r3", Version: 17, At: sec(5).In(time.FixedZone("x", 3600)), High: map[string]bool{"a": true, "b": true},
+		Held: map[string]bool{"c": true}}
 	b, err := s.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +77,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.V != SnapshotV || got.Replica != s.Replica || got.Version != s.Version || !got.At.Equal(s.At) || !maps.Equal(got.High, s.High) {
+	if got.V != SnapshotV || got.Replica != s.Replica || got.Version != s.Version || !got.At.Equal(s.At) || !maps.Equal(got.High, s.High) ||
+		!maps.Equal(got.Held, s.Held) || !got.IsHeld("c") || got.IsHeld("a") {
 		t.Fatalf("round trip: %+v, want %+v", got, s)
 	}
 	if s.V != 0 {

@@ -1,0 +1,83 @@
+package priority_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/actloop/actloop/pkg/priority"
+)
+
+func TestHold(t *testing.T) {
+	capacity := map[string]int{"a": 10000, "b": 10000}
+	at := func(replica string, context int, held bool) priority.Footprint {
+		return priority.Footprint{Replica: replica, Context: context, Held: held}
+	}
+	tests := []struct {
+		name    string
+		fs      []priority.Footprint
+		perTurn float64
+		want    []bool
+	}{
+		{"all fit: none held",
+			[]priority.Footprint{at("a", 3000, false), at("a", 3000, false), at("a", 3000, false)}, 300,
+			[]bool{false, false, false}},
+		{"one turn more overfills a: the last in order is held",
+			[]priority.Footprint{at("a", 3000, false), at("a", 3000, false), at("a", 3000, false)}, 400,
+			[]bool{false, false, true}},
+		{"as many are held as it takes, from the last",
+			[]priority.Footprint{at("a", 4000, false), at("a", 4000, false), at("a", 4000, false), at("a", 100, false)}, 500,
+			[]bool{false, false, true, true}},
+		{"each replica on its own pool",
+			[]priority.Footprint{at("a", 6000, false), at("b", 6000, false), at("a", 6000, false), at("b", 1000, false)}, 0,
+			[]bool{false, false, true, false}},
+		{"a held one is let go once it fits within ReleaseBelow",
+			[]priority.Footprint{at("a", 4000, false), at("a", 4000, true)}, 500,
+			[]bool{false, false}},
+		{"but not while it would take the need past ReleaseBelow (hysteresis)",
+			[]priority.Footprint{at("a", 4300, false), at("a", 4300, true)}, 300,
+			[]bool{false, true}},
+		{"let go in policy order, stopping at the first that does not fit",
+			[]priority.Footprint{at("a", 2000, false), at("a", 7100, true), at("a", 100, true)}, 0,
+			[]bool{false, true, true}},
+		{"a finishing trajectory needs nothing and is never held",
+			[]priority.Footprint{at("a", 9000, false), {Replica: "a", Context: 9000, Finishing: true, Held: true}}, 0,
+			[]bool{false, false}},
+		{"a replica that reports no pool holds nothing",
+			[]priority.Footprint{at("c", 90000, false), at("c", 90000, true)}, 0,
+			[]bool{false, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := priority.Hold(tt.fs, capacity, 1, tt.perTurn); !slices.Equal(got, tt.want) {
+				t.Fatalf("Hold = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// What Hold decides is stable: deciding again on what it decided, with
+// nothing else changed, changes nothing, and the unheld contexts then fit.
+func TestHoldIsStable(t *testing.T) {
+	capacity := map[string]int{"a": 50000}
+	var fs []priority.Footprint
+	for k := range 40 {
+		fs = append(fs, priority.Footprint{Replica: "a", Context: 500 + 137*k%3000, Held: k%7 == 3})
+	}
+	for _, budget := range []float64{0.5, 0.9, 1} {
+		first := priority.Hold(fs, capacity, budget, 250)
+		again := slices.Clone(fs)
+		need := 0.0
+		for k := range again {
+			again[k].Held = first[k]
+			if !first[k] {
+				need += float64(again[k].Context) + 250
+			}
+		}
+		if need > priority.HoldAbove*budget*50000 {
+			t.Fatalf("budget %v: unheld need %v over the pool's %v", budget, need, budget*50000)
+		}
+		if second := priority.Hold(again, capacity, budget, 250); !slices.Equal(first, second) {
+			t.Fatalf("budget %v: a second decision changed the first:\n%v\n%v", budget, first, second)
+		}
+	}
+}
