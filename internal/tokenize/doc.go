@@ -4,11 +4,16 @@
 // messages actloop itself adds (system prompt, task, observations, format
 // errors) are tokenized here, through a Tokenizer and a ChatTemplate.
 //
-// Tokenizers: HF reads a Hugging Face tokenizer.json with byte-level BPE
-// (Qwen2/2.5/3, Llama 3) and encodes as the tokenizers library does; Qwen
-// returns the Qwen3 tokenizer built into the binary; Bytes is a byte-level
-// toy tokenizer (one token per byte plus three ChatML specials) for tests and
-// benchmarks. Templates: ChatML (Qwen2.5), Llama3, and Qwen3 (Qwen3's own
+// Tokenizers: HF reads a Hugging Face tokenizer.json with a BPE model,
+// byte-level (Qwen2/2.5/3, Llama 3, DeepSeek V3, GPT-OSS) or
+// SentencePiece-style with byte fallback (Llama 2, Mistral, Gemma), and
+// encodes and decodes as the tokenizers library does; it refuses, when
+// loading, a model or component it does not implement (Unigram, WordPiece,
+// a Precompiled normalizer, ...), naming it. testdata/hfref holds
+// reference encodings of real model files that the tests compare with, id
+// for id. Qwen returns the Qwen3 tokenizer built into the binary; Bytes is
+// a byte-level toy tokenizer (one token per byte plus three ChatML
+// specials) for tests and benchmarks. Templates: ChatML (Qwen2.5), Llama3, and Qwen3 (Qwen3's own
 // template, with or without thinking), which is also a ToolTemplate: it
 // renders tool definitions, tool calls and tool results. Chat picks a
 // tokenizer and a template by name, as the ACTLOOP_TOKENIZER and

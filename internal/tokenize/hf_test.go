@@ -196,15 +196,32 @@ func TestParseHFRejects(t *testing.T) {
 		edit    func(m map[string]any)
 		wantErr error
 	}{
-		{"other pattern", func(m map[string]any) {
-			m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)["pattern"] = map[string]any{"Regex": `\w+`}
+		{"look-behind pattern", func(m map[string]any) {
+			m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)["pattern"] = map[string]any{"Regex": `(?<=a)b`}
 		}, ErrUnsupported},
-		{"metaspace", func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Metaspace"} }, ErrUnsupported},
-		{"nfkd", func(m map[string]any) { m["normalizer"] = map[string]any{"type": "NFKD"} }, ErrUnsupported},
+		{"word boundary", func(m map[string]any) {
+			m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)["pattern"] = map[string]any{"Regex": `\bx`}
+		}, ErrUnsupported},
+		{"split behavior", func(m map[string]any) {
+			m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)["behavior"] = "Sideways"
+		}, ErrUnsupported},
+		{"byte level first", func(m map[string]any) {
+			pts := m["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)
+			pts[0], pts[1] = pts[1], pts[0]
+		}, ErrUnsupported},
+		{"bert pre-tokenizer", func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "BertPreTokenizer"} }, ErrUnsupported},
+		{"metaspace scheme", func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"}
+		}, ErrUnsupported},
+		{"precompiled", func(m map[string]any) {
+			m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "Precompiled"}}}
+		}, ErrUnsupported},
+		{"unigram", func(m map[string]any) { m["model"].(map[string]any)["type"] = "Unigram" }, ErrUnsupported},
 		{"wordpiece", func(m map[string]any) { m["model"].(map[string]any)["type"] = "WordPiece" }, ErrUnsupported},
-		{"byte fallback", func(m map[string]any) { m["model"].(map[string]any)["byte_fallback"] = true }, ErrUnsupported},
-		{"decoder", func(m map[string]any) { m["decoder"] = map[string]any{"type": "Metaspace"} }, ErrUnsupported},
-		{"missing byte", func(m map[string]any) { delete(m["model"].(map[string]any)["vocab"].(map[string]int), "a") }, ErrUnsupported},
+		{"dropout", func(m map[string]any) { m["model"].(map[string]any)["dropout"] = 0.1 }, ErrUnsupported},
+		{"decoder", func(m map[string]any) { m["decoder"] = map[string]any{"type": "WordPiece"} }, ErrUnsupported},
+		{"unk outside vocab", func(m map[string]any) { m["model"].(map[string]any)["unk_token"] = "<nope>" }, nil},
+		{"missing merge token", func(m map[string]any) { delete(m["model"].(map[string]any)["vocab"].(map[string]int), "a") }, nil},
 		{"merge outside vocab", func(m map[string]any) { m["model"].(map[string]any)["merges"] = []string{"q z"} }, nil},
 		{"merge of one token", func(m map[string]any) { m["model"].(map[string]any)["merges"] = []string{"ab"} }, nil},
 		{"mixed merges", func(m map[string]any) { m["model"].(map[string]any)["merges"] = []any{"a b", []string{"ab", "c"}} }, nil},
@@ -219,6 +236,17 @@ func TestParseHFRejects(t *testing.T) {
 	}
 	if _, err := ParseHF([]byte("{")); err == nil {
 		t.Fatal("ParseHF accepted broken JSON")
+	}
+	// The error names the type and where it sits.
+	_, err := ParseHF(tinyJSON(t, func(m map[string]any) { m["model"].(map[string]any)["type"] = "Unigram" }))
+	if want := `tokenizer.json: model.type "Unigram" is not supported (supported: BPE)`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("err = %v, want %s…", err, want)
+	}
+	_, err = ParseHF(tinyJSON(t, func(m map[string]any) {
+		m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFC"}, map[string]any{"type": "Precompiled"}}}
+	}))
+	if want := `tokenizer.json: normalizer.normalizers[1].type "Precompiled" is not supported`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("err = %v, want %s…", err, want)
 	}
 	if _, err := LoadHF("testdata/none.json"); err == nil {
 		t.Fatal("LoadHF of a missing file succeeded")
@@ -271,19 +299,6 @@ func FuzzQwenEncode(f *testing.F) {
 		if x := norm.NFC.String(s); strings.Count(x, cgj) == strings.Count(s, cgj) && x != n {
 			t.Fatalf("nfc(%+q) = %+q, x/text says %+q", s, n, x)
 		}
-	})
-}
-
-func FuzzParseHF(f *testing.F) {
-	f.Add(tinyJSON(f, nil))
-	f.Add([]byte(`{"model":{"type":"BPE","vocab":{},"merges":[]}}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		tok, err := ParseHF(data)
-		if err != nil {
-			return
-		}
-		s := "ab<s> xx é"
-		_ = tok.Decode(tok.Encode(s))
 	})
 }
 

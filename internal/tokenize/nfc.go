@@ -13,22 +13,22 @@ import (
 // #15 section 13).
 const cgj = "\u034f"
 
-// maxNonStarters is the longest run of non-starters norm normalises
-// without inserting cgj.
-const maxNonStarters = 30
-
 // nfc returns s in Normalization Form C as Unicode defines it and as the
 // tokenizers library computes it (its NFC normalizer uses the Rust
-// unicode-normalization crate, which inserts nothing). x/text's norm.NFC
-// is exact except that it writes cgj into runs of more than 30
-// non-starters ("zalgo" text), which would add a token and make Decode
-// return text the input never had; such segments are composed here
-// instead, from norm's per-rune data.
-func nfc(s string) string {
-	if norm.NFC.IsNormalString(s) {
+// unicode-normalization crate, which inserts nothing).
+func nfc(s string) string { return normalizeForm(s, norm.NFC) }
+
+// normalizeForm returns s in form f as the unicode-normalization crate
+// computes it. x/text's norm is exact except that it writes cgj into runs
+// of more than 30 non-starters ("zalgo" text; it counts a Hangul syllable
+// written as conjoining jamo into the run), which would add a token and
+// make Decode return text the input never had; a segment where norm does
+// that is normalized here instead, from norm's per-rune data.
+func normalizeForm(s string, f norm.Form) string {
+	if f.IsNormalString(s) {
 		return s
 	}
-	out := norm.NFC.String(s)
+	out := f.String(s)
 	if strings.Count(out, cgj) == strings.Count(s, cgj) {
 		return out
 	}
@@ -36,52 +36,32 @@ func nfc(s string) string {
 	b.Grow(len(s))
 	flushed := 0 // s[:flushed] is in b
 	for start := 0; start < len(s); {
-		end, nonStarters := nextSegment(s, start)
-		if nonStarters > maxNonStarters && utf8.ValidString(s[start:end]) { // invalid bytes are norm's to keep
-			b.WriteString(norm.NFC.String(s[flushed:start]))
-			composeSegment(&b, s[start:end])
+		end := nextSegment(s, start, f)
+		seg := s[start:end]
+		if utf8.ValidString(seg) && strings.Count(f.String(seg), cgj) != strings.Count(seg, cgj) { // invalid bytes are norm's to keep
+			b.WriteString(f.String(s[flushed:start]))
+			normalizeSegment(&b, seg, f)
 			flushed = end
 		}
 		start = end
 	}
-	b.WriteString(norm.NFC.String(s[flushed:]))
+	b.WriteString(f.String(s[flushed:]))
 	return b.String()
 }
 
 // nextSegment returns the end of the normalization segment that starts at
 // s[start] (a rune that cannot combine with what precedes it, or the start
-// of s) and how many non-starters its runes decompose into. NFC of s is the
-// concatenation of its segments' NFC.
-func nextSegment(s string, start int) (end, nonStarters int) {
+// of s). The normal form of s is the concatenation of its segments'.
+func nextSegment(s string, start int, f norm.Form) (end int) {
 	end = start
 	for end < len(s) {
-		p := norm.NFC.PropertiesString(s[end:])
+		p := f.PropertiesString(s[end:])
 		if end > start && p.BoundaryBefore() {
 			break
 		}
-		n := max(p.Size(), 1)
-		nonStarters += countNonStarters(s[end : end+n])
-		end += n
+		end += max(p.Size(), 1)
 	}
-	return end, nonStarters
-}
-
-// countNonStarters returns how many runes of r's canonical decomposition
-// have a non-zero combining class.
-func countNonStarters(r string) int {
-	d := norm.NFD.PropertiesString(r).Decomposition()
-	if d == nil {
-		d = []byte(r)
-	}
-	n := 0
-	for i := 0; i < len(d); {
-		p := norm.NFD.Properties(d[i:])
-		if p.CCC() != 0 {
-			n++
-		}
-		i += max(p.Size(), 1)
-	}
-	return n
+	return end
 }
 
 type classed struct {
@@ -89,17 +69,22 @@ type classed struct {
 	ccc uint8
 }
 
-// composeSegment writes the NFC of seg: the canonical decomposition of each
-// rune, the canonical ordering of non-starters (a stable sort by combining
-// class), then canonical composition (UAX #15 section 3.11). norm decomposes
-// one rune at a time, which never reaches its 30-rune limit, and decides
-// whether two runes have a primary composite.
-func composeSegment(b *strings.Builder, seg string) {
+// normalizeSegment writes seg in form f: the canonical (NFC, NFD) or
+// compatibility (NFKC, NFKD) decomposition of each rune, the canonical
+// ordering of non-starters (a stable sort by combining class), then for
+// NFC and NFKC canonical composition (UAX #15 section 3.11). norm
+// decomposes one rune at a time, which never reaches its 30-rune limit,
+// and decides whether two runes have a primary composite.
+func normalizeSegment(b *strings.Builder, seg string, f norm.Form) {
+	decompose := norm.NFD
+	if f == norm.NFKC || f == norm.NFKD {
+		decompose = norm.NFKD
+	}
 	var rs []classed
 	var buf []byte
 	for i := 0; i < len(seg); {
 		_, n := utf8.DecodeRuneInString(seg[i:])
-		buf = norm.NFD.AppendString(buf[:0], seg[i:i+n])
+		buf = decompose.AppendString(buf[:0], seg[i:i+n])
 		for _, r := range string(buf) {
 			rs = append(rs, classed{r, norm.NFD.PropertiesString(string(r)).CCC()})
 		}
@@ -116,6 +101,12 @@ func composeSegment(b *strings.Builder, seg string) {
 		}
 		slices.SortStableFunc(rs[i:j], func(a, b classed) int { return int(a.ccc) - int(b.ccc) })
 		i = j
+	}
+	if f == norm.NFD || f == norm.NFKD {
+		for _, c := range rs {
+			b.WriteRune(c.r)
+		}
+		return
 	}
 	out := rs[:0]
 	starter := -1  // index in out of the last starter, -1 before the first
