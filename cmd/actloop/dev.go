@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,7 +29,9 @@ import (
 	"github.com/actloop/actloop/internal/service"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/telemetry"
+	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/client"
+	"github.com/actloop/actloop/pkg/llm"
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -102,6 +105,12 @@ type devOptions struct {
 	gatewayAddr                      string
 	timeScale                        float64
 	syncEvery                        time.Duration
+	// llmURLs, when set, are the user's inference servers (one per
+	// replica), spoken to in llmAPI, in place of the simulators.
+	llmURLs          []string
+	llmAPI, llmModel string
+	modelDir         string
+	replicasSet      bool // --replicas was given
 }
 
 func newDevCmd() *cobra.Command {
@@ -119,9 +128,21 @@ With --weight-sync-every it also plays a trainer that pauses, updates the
 weights and resumes that often. With --serve it runs no demo batch: it keeps
 the stack up, with the HTTP trainer API (the gateway), until interrupted, and
 writes the addresses and credentials a trainer needs to actloop.env in its
-state directory.`,
+state directory.
+
+With --llm-url it runs the demo batch against your inference servers instead
+of the simulators (one URL per replica, comma-separated), in the API
+--llm-api names: sglang (SGLang's /generate) or openai (vLLM's
+/v1/completions). The demo's scripted replies are not sent: the model writes
+its own, so unsolved tasks are reported, not an error. Give the workers the
+served model's tokenizer and chat template with --model (a model directory
+with its tokenizer.json and tokenizer_config.json, as ACTLOOP_MODEL_DIR) or
+ACTLOOP_TOKENIZER and ACTLOOP_CHAT_TEMPLATE: each gen-worker checks its
+tokenization against the server's at start and refuses to run on a
+mismatch.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.replicasSet = cmd.Flags().Changed("replicas")
 			return runDev(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -138,6 +159,10 @@ state directory.`,
 	f.DurationVar(&o.syncEvery, "weight-sync-every", 0, "pause, update the weights and resume this often (0: never)")
 	f.BoolVar(&o.serve, "serve", false, "run no demo batch: keep the stack up, with the HTTP trainer API (the gateway), until interrupted, for a trainer to use")
 	f.StringVar(&o.gatewayAddr, "gateway-addr", "127.0.0.1:8084", "with --serve, the gateway's address (a free port if taken)")
+	f.StringSliceVar(&o.llmURLs, "llm-url", nil, "your inference servers, one per replica (comma-separated), instead of the simulators")
+	f.StringVar(&o.llmAPI, "llm-api", string(llm.APISGLang), "with --llm-url, the API they speak: sglang or openai (vLLM)")
+	f.StringVar(&o.llmModel, "llm-model", "", "with --llm-url and --llm-api openai, the model of each request (default: the server's)")
+	f.StringVar(&o.modelDir, "model", "", "the served model's directory (tokenizer.json, tokenizer_config.json), as ACTLOOP_MODEL_DIR")
 	f.StringVar(&o.natsSync, "nats-sync", "", "how the embedded NATS server's JetStream store syncs to disk: always (every write), or an interval (default: the server's, 2m; an OS crash or power loss can lose messages acknowledged since the last sync)")
 	return cmd
 }
@@ -153,6 +178,9 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	if o.tasks < 1 {
 		return usageError(errors.New("dev: --tasks: must be >= 1"))
 	}
+	if err := o.checkLLM(); err != nil {
+		return usageError(err)
+	}
 	kind := o.redisKind
 	switch kind {
 	case "auto":
@@ -167,6 +195,13 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	}
 	if err := common.Validate(); err != nil {
 		return fmt.Errorf("settings: %w", err)
+	}
+	var chat tokenize.Chat // ACTLOOP_MODEL_DIR, ACTLOOP_TOKENIZER, ACTLOOP_CHAT_TEMPLATE, as the services read them
+	if err := envconfig.Process("ACTLOOP", &chat); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	if o.modelDir != "" {
+		chat.ModelDir = o.modelDir
 	}
 	if o.dir == "" {
 		d, err := os.MkdirTemp("", "actloop-dev-")
@@ -227,6 +262,8 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	defer stop()
 	st, err := devstack.StartInfra(svcCtx, devstack.Options{Dir: o.dir, RedisKind: kind, Replicas: o.replicas,
 		Slots: o.slots, EnvSlots: o.envSlots, Sim: sim.Config{TimeScale: o.timeScale}, Common: common,
+		ModelDir: chat.ModelDir, Tokenizer: chat.Tokenizer, ChatTemplate: chat.ChatTemplate,
+		LLMURLs: o.llmURLs, LLMAPI: llm.API(o.llmAPI), LLMModel: o.llmModel,
 		CoordinatorAddr: coordLn.Addr().String(), CoordinatorListener: coordLn,
 		AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log, LeastPrivilege: true})
 	if err != nil {
@@ -262,11 +299,19 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	if !o.asJSON {
 		fmt.Fprintf(stderr, "actloop dev: NATS %s, Redis %s (%s), %d replicas x %d slots, logs in %s\n",
 			st.NATS.ClientURL(), st.Redis.Addr, st.Redis.Kind, o.replicas, o.slots, logPath)
+		if len(o.llmURLs) > 0 {
+			fmt.Fprintf(stderr, "actloop dev: inference on your servers (%s): %s\n", o.llmAPI, strings.Join(o.llmURLs, ", "))
+		}
 		fmt.Fprintf(stderr, "actloop dev: every server wants credentials, generated for this run; the CLI's (NATS user %s, the API token) are in\n"+
 			"actloop dev:   . %s\n", devstack.TrainerUser, envPath)
 	}
 	pub := bus.NewPublisher(js)
 	samples := demo.Samples(o.tasks, ws, "demo")
+	if len(o.llmURLs) > 0 {
+		for i := range samples {
+			samples[i].Script = nil // the model's own replies, not the simulator's script
+		}
+	}
 	for _, s := range samples {
 		if err := pub.Publish(ctx, schema.SubjectSamples, s.ID, s); err != nil {
 			return err
@@ -274,6 +319,15 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	}
 	sum := devSummary{Trajectories: len(samples), Replicas: o.replicas, Redis: st.Redis.Kind}
 	syncCtx, stopSync := context.WithCancel(ctx)
+	// A service that stops with an error (a gen-worker refusing its
+	// server's tokenizer) ends the run with that error.
+	go func() {
+		select {
+		case <-st.Failed():
+			stopSync()
+		case <-syncCtx.Done():
+		}
+	}()
 	syncErr := make(chan error, 1)
 	if o.syncEvery > 0 {
 		c, err := client.New(nc)
@@ -291,6 +345,12 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 		}
 	})
 	stopSync()
+	select {
+	case <-st.Failed():
+		stop()
+		return st.Wait()
+	default:
+	}
 	if serr := <-syncErr; serr != nil {
 		return serr
 	}
@@ -329,9 +389,33 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	if v := st.Violations(); len(v) > 0 {
 		return fmt.Errorf("permission violations, NATS's or Redis's (docs/security.md's tables are short of what a client does):\n%s", strings.Join(v, "\n"))
 	}
-	if sum.Solved < sum.Trajectories {
+	if sum.Solved < sum.Trajectories && len(o.llmURLs) == 0 {
 		return fmt.Errorf("%d of %d demo tasks not solved (see %s)", sum.Trajectories-sum.Solved, sum.Trajectories, logPath)
 	}
+	return nil
+}
+
+// checkLLM checks the inference-server flags and sets the replicas to
+// the servers' number.
+func (o *devOptions) checkLLM() error {
+	if len(o.llmURLs) == 0 {
+		if o.llmModel != "" {
+			return errors.New("dev: --llm-model: only with --llm-url")
+		}
+		return nil
+	}
+	if !llm.API(o.llmAPI).Valid() {
+		return fmt.Errorf("dev: --llm-api: %q: want %s or %s", o.llmAPI, llm.APISGLang, llm.APIOpenAI)
+	}
+	for _, u := range o.llmURLs {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("dev: --llm-url: %q: want http://host:port", u)
+		}
+	}
+	if o.replicasSet && o.replicas != len(o.llmURLs) {
+		return fmt.Errorf("dev: --replicas %d with %d --llm-url servers: one replica per server", o.replicas, len(o.llmURLs))
+	}
+	o.replicas = len(o.llmURLs)
 	return nil
 }
 
@@ -371,6 +455,9 @@ func serveDev(ctx context.Context, o devOptions, st *devstack.Stack, log *slog.L
 		return <-served
 	case err := <-served:
 		return err
+	case <-st.Failed(): // a service stopped: a gen-worker refusing its server, say
+		stop()
+		return errors.Join(<-served, st.Wait())
 	}
 }
 

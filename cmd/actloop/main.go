@@ -103,7 +103,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		&cobra.Group{ID: "trainer", Title: "Drive a deployment (as a trainer):"},
 		&cobra.Group{ID: "bench", Title: "Measure it:"},
 	)
-	for _, c := range []*cobra.Command{newDevCmd(), newServeCmd(), newSimCmd(), newProbeCmd(), newConfigCmd()} {
+	for _, c := range []*cobra.Command{newDevCmd(), newServeCmd(), newSimCmd(), newProbeCmd(), newConfigCmd(), newTokenizeCmd()} {
 		c.GroupID = "run"
 		root.AddCommand(c)
 	}

@@ -15,6 +15,7 @@
 // src/minisweagent/agents/default.py), with c = Config.For(task, calls):
 //
 //	messages = Opening(…)                  // system: c.System, user: c.Instance(task)
+//	                                       // (or the sample's own messages or ids: SampleOpening)
 //	loop:
 //	    CheckLimits(limits, usage)            // error → end: EndingLimitsExceeded
 //	    out = model(messages, MaxNewTokens(…)) // append assistant: out; calls++

@@ -121,7 +121,7 @@ const SubmitCommand = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A 
 // ErrNoToolTemplate: the tool-call flow under a chat template that cannot
 // render tools.
 var ErrNoToolTemplate = errors.New("the tool_call flow needs a chat template that renders tools " +
-	"(ACTLOOP_CHAT_TEMPLATE=qwen3 or qwen3-nothink)")
+	"(ACTLOOP_CHAT_TEMPLATE=qwen3 or qwen3-nothink, or a model's own template that lists tools: ACTLOOP_MODEL_DIR)")
 
 // Name implements Flow.
 func (ToolCallFlow) Name() string { return schema.FlowToolCall }

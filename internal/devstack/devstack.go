@@ -50,7 +50,18 @@ type Options struct {
 	// ACTLOOP_CHAT_TEMPLATE); default qwen and chatml. Sim.Tokenizer, when
 	// set, wins for the simulators.
 	Tokenizer, ChatTemplate string
-	Common                  service.Common
+	// ModelDir is the model directory of the workers (and simulators), as
+	// ACTLOOP_MODEL_DIR: its tokenizer.json and chat template.
+	ModelDir string
+	// LLMURLs, when set, are the replicas' inference servers instead of
+	// simulators (none is started), one per replica in order: as many as
+	// Replicas. LLMAPI is the API they speak (ACTLOOP_LLM_API; default
+	// sglang) and LLMModel the model of OpenAI-compatible requests
+	// (ACTLOOP_LLM_MODEL).
+	LLMURLs  []string
+	LLMAPI   llm.API
+	LLMModel string
+	Common   service.Common
 	// CoordinatorAddr is where the coordinator serves /v1/status ("" = none).
 	CoordinatorAddr string
 	// CoordinatorListener, when set, is the open listener the first
@@ -83,6 +94,11 @@ type Options struct {
 	// with LeastPrivilege; default env-0 (StartAll's).
 	EnvWorkerIDs []string
 	Log          *slog.Logger
+}
+
+// chat is the workers' tokenize.Chat.
+func (o Options) chat() tokenize.Chat {
+	return tokenize.Chat{ModelDir: o.ModelDir, Tokenizer: o.Tokenizer, ChatTemplate: o.ChatTemplate}
 }
 
 // Credentials are what the stack's servers want from their clients,
@@ -142,6 +158,7 @@ type Stack struct {
 	mu         sync.Mutex
 	wg         sync.WaitGroup
 	errs       []error
+	failed     chan struct{} // closed at the first service error (Failed)
 	clients    []redis.UniversalClient
 	gens       map[string]*genworker.Worker
 	closing    []func()
@@ -156,23 +173,32 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.Tokenizer == "" {
+	if o.Tokenizer == "" && o.ModelDir == "" {
 		o.Tokenizer = tokenize.TokenizerQwen
 	}
-	if o.ChatTemplate == "" {
+	if o.ChatTemplate == "" && o.ModelDir == "" {
 		o.ChatTemplate = tokenize.TemplateChatML
 	}
-	tmpl, err := tokenize.Chat{Tokenizer: o.Tokenizer, ChatTemplate: o.ChatTemplate}.Template()
+	tmpl, err := o.chat().Template()
 	if err != nil {
 		return nil, fmt.Errorf("devstack: %w", err)
+	}
+	if len(o.LLMURLs) > 0 && len(o.LLMURLs) != o.Replicas {
+		return nil, fmt.Errorf("devstack: %d inference servers for %d replicas", len(o.LLMURLs), o.Replicas)
+	}
+	if o.LLMAPI == "" {
+		o.LLMAPI = llm.APISGLang
 	}
 	if o.Sim.Tokenizer == nil {
 		o.Sim.Tokenizer = tmpl.Tokenizer()
 	}
-	if err := sim.CheckTokenizer(o.Sim.Tokenizer); err != nil {
-		return nil, fmt.Errorf("devstack: the simulator speaks ChatML: %w", err)
+	if len(o.LLMURLs) == 0 {
+		if err := sim.CheckTokenizer(o.Sim.Tokenizer); err != nil {
+			return nil, fmt.Errorf("devstack: the simulator speaks ChatML: %w", err)
+		}
 	}
-	s = &Stack{Template: tmpl, Opts: o, Sims: map[string]*sim.Server{}, SimURLs: map[string]string{}}
+	s = &Stack{Template: tmpl, Opts: o, Sims: map[string]*sim.Server{}, SimURLs: map[string]string{},
+		failed: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -210,7 +236,11 @@ func StartInfra(ctx context.Context, o Options) (s *Stack, err error) {
 			}
 		}
 	}
-	for _, name := range s.Replicas {
+	simulated := s.Replicas
+	if len(o.LLMURLs) > 0 {
+		simulated = nil // the replicas are the user's servers
+	}
+	for _, name := range simulated {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("simulator listen: %w", err)
@@ -490,6 +520,9 @@ func (s *Stack) goAs(ctx context.Context, name string, login service.Common, bui
 		if err := run(ctx); err != nil && ctx.Err() == nil && !d.NC.IsClosed() {
 			s.mu.Lock()
 			s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
+			if len(s.errs) == 1 {
+				close(s.failed)
+			}
 			s.mu.Unlock()
 		}
 	})
@@ -573,9 +606,13 @@ func (s *Stack) GenWorkerConfig(replica string) genworker.Config {
 	var cfg genworker.Config
 	service.Defaults(&cfg)
 	cfg.Common, cfg.Replica, cfg.Slots, cfg.LLMURL, cfg.WorkerID = s.as(s.Opts.Common, service.NATSGenWorker, replica), replica, s.Opts.Slots, s.SimURLs[replica], "gen-"+replica
+	if i := slices.Index(s.Replicas, replica); i >= 0 && i < len(s.Opts.LLMURLs) {
+		cfg.LLMURL = s.Opts.LLMURLs[i]
+	}
+	cfg.LLMAPI, cfg.LLMModel = s.Opts.LLMAPI, s.Opts.LLMModel
 	cfg.Addr = "" // no health server per worker in one process
 	cfg.AgentConfig = s.Opts.AgentConfig
-	cfg.Tokenizer, cfg.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
+	cfg.Chat = s.Opts.chat()
 	return cfg
 }
 
@@ -619,7 +656,7 @@ func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
 	// A development stack must run on a machine with only Go: bubblewrap
 	// where it works, else unisolated, which the env-worker logs loudly.
 	c.AllowUnisolated = true
-	c.Tokenizer, c.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
+	c.Chat = s.Opts.chat()
 	return c
 }
 
@@ -645,7 +682,7 @@ func (s *Stack) PredictorConfig() predictor.Config {
 	var cfg predictor.Config
 	service.Defaults(&cfg)
 	cfg.Common, cfg.Addr = s.as(s.Opts.Common, service.NATSPredictor, ""), ""
-	cfg.Tokenizer, cfg.ChatTemplate = s.Opts.Tokenizer, s.Opts.ChatTemplate
+	cfg.Chat = s.Opts.chat()
 	return cfg
 }
 
@@ -683,6 +720,10 @@ func (s *Stack) Wait() error {
 	defer s.mu.Unlock()
 	return errors.Join(s.errs...)
 }
+
+// Failed is closed when a service has stopped with an error (a gen-worker
+// that refuses its inference server, say); Wait returns it.
+func (s *Stack) Failed() <-chan struct{} { return s.failed }
 
 // Close stops the simulators, Redis and NATS. Stop the services first
 // (cancel their ctx, then Wait).

@@ -266,8 +266,9 @@ func (w *Worker) backend(t *traj.Trajectory) (sandbox.Backend, error) {
 	return b, nil
 }
 
-// startStep starts the sandbox, runs setup, and renders the system prompt
-// and task as the first tokens. A sample whose sandbox cannot be set up
+// startStep starts the sandbox, runs setup, and renders the sample's
+// prompt (its task through the agent's templates, its messages through the
+// chat template, or its token ids as given) as the first tokens. A sample whose sandbox cannot be set up
 // (a setup command fails, the workspace or patch is unusable) or whose
 // prompt cannot be rendered ends failed: no retry would do better. One
 // whose own wall clock stops its setup ends limit_exceeded
@@ -281,7 +282,7 @@ func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Transi
 	if err != nil {
 		return traj.Failed{Reason: "flow: " + err.Error()}, nil
 	}
-	msgs, prompt, err := ag.Opening(ag.Config, w.tmpl, t.Sample.Task)
+	msgs, prompt, err := ag.SampleOpening(w.tmpl, &t.Sample)
 	if err != nil {
 		return traj.Failed{Reason: "prompt: " + err.Error()}, nil
 	}
@@ -747,7 +748,9 @@ func (w *Worker) replay(ctx context.Context, b sandbox.Backend, t *traj.Trajecto
 		return nil, traj.Replay{}, bus.Fatal(err)
 	}
 	var actions []string
-	for _, m := range full.Messages {
+	// A sample's own messages open the conversation; none of their
+	// assistant turns ran a command.
+	for _, m := range full.Messages[min(len(t.Sample.Messages), len(full.Messages)):] {
 		if m.Role != schema.RoleAssistant || len(actions) == t.Commands {
 			continue
 		}

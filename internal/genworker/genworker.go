@@ -4,7 +4,8 @@
 // priority.DispatchLimit), runs one LLM call per
 // step, its max_new_tokens capped to fit the server's context length,
 // appends the generated tokens, parses the action and publishes the step
-// that follows.
+// that follows. It takes no step before it has checked its tokenization
+// against its server's, and refuses to run on a mismatch (tokcheck.go).
 //
 // Acks: a step that ran (or was already committed) → ack; undecodable →
 // dead letter; inference unavailable or Redis/NATS errors → nak with
@@ -175,6 +176,7 @@ type Worker struct {
 	sched     *schedulingCheck
 	load      atomic.Pointer[llm.Load] // the server's, at the last read (loadLoop)
 	ctxLen    serverContext            // the server's context length (contextLoop)
+	tokCheck  tokenCheck               // the tokenizer checked against the server's (tokenCheckLoop)
 	spans     *llmSpans
 
 	sources []jetstream.Consumer // one per class, in priority.DispatchOrder
@@ -243,7 +245,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, PullWait: c.PullWait, StopTimeout: c.ShutdownTimeout,
 		Preempt: w.tracker, PreemptFrom: highSources(),
 		Ready: func() bool {
-			return w.sched.agrees() && !w.tracker.isPaused() && !w.health.isDown() && w.ctxLen.ready()
+			return w.sched.agrees() && !w.tracker.isPaused() && !w.health.isDown() && w.ctxLen.ready() && w.tokCheck.ready()
 		}}
 	if w.cfg.Steal {
 		r.Steal = w.stealer.Steal
@@ -257,6 +259,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return w.heartbeat(ctx) })
 	g.Go(func() error { return w.loadLoop(ctx) })
 	g.Go(func() error { return w.contextLoop(ctx) })
+	g.Go(func() error { return w.tokenCheckLoop(ctx) })
 	g.Go(func() error { return w.health.run(ctx) })
 	g.Go(func() error { return w.watchControl(ctx) })
 	g.Go(func() error { return w.watchScheduling(ctx) })

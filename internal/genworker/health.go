@@ -27,11 +27,12 @@ type replicaHealth struct {
 	down    bool
 	changed chan struct{} // signalled (non-blocking) on every transition
 	up      chan struct{} // signalled (non-blocking) when the replica comes back
+	tokUp   chan struct{} // the same, for the tokenizer check (tokcheck.go)
 }
 
 func newReplicaHealth(downAfter int, interval time.Duration, gen llm.Generator, log *slog.Logger) *replicaHealth {
 	h := &replicaHealth{downAfter: downAfter, interval: interval, log: log, changed: make(chan struct{}, 1),
-		up: make(chan struct{}, 1)}
+		up: make(chan struct{}, 1), tokUp: make(chan struct{}, 1)}
 	if hc, ok := gen.(llm.HealthChecker); ok {
 		h.check = hc.Health
 	}
@@ -64,9 +65,11 @@ func (h *replicaHealth) observe(err error, probe bool) {
 		h.down, h.fails = false, 0
 		h.log.Info("inference server is back: serving again")
 		h.signal()
-		select {
-		case h.up <- struct{}{}:
-		default:
+		for _, c := range []chan struct{}{h.up, h.tokUp} {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
 		}
 	case err == nil && !h.down:
 		if !probe { // a probe's success says nothing of generations failing

@@ -118,11 +118,5 @@ func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
-	if c.Tokenizer == "" {
-		c.Tokenizer = tokenize.TokenizerQwen
-	}
-	if c.ChatTemplate == "" {
-		c.ChatTemplate = tokenize.TemplateChatML
-	}
-	return c
+	return c // an unset tokenizer and template: tokenize.Chat's defaults
 }

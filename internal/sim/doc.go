@@ -41,6 +41,12 @@
 // a 400 in SGLang's and vLLM's words: an input of that many tokens or more,
 // or an input and max_new_tokens of more together.
 //
+// Tokenizer endpoints. POST /tokenize and /detokenize (and SGLang's
+// /v1/tokenize and /v1/detokenize) answer as SGLang and vLLM do
+// ({"tokens", "count", "max_model_len"}; {"prompt", "text"}) with
+// Config.Tokenizer, so a gen-worker's start-up check compares its own
+// tokenization with the simulator's exactly as with a real server.
+//
 // Control. /abort_request aborts by rid prefix (as SGLang's scheduler
 // matches) or all; /pause_generation pauses in abort, in_place or retract mode
 // until /continue_generation; /update_weight_version changes the version

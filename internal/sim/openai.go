@@ -16,7 +16,8 @@ import (
 // (vllm/entrypoints/openai/protocol.py, serving_completion.py,
 // serving_tokenization.py): POST /v1/completions (streamed or not) runs the
 // same scheduler, cost model and replies as /generate; POST /tokenize and
-// POST /detokenize use the byte-level tokenizer. The request id is the
+// POST /detokenize (and SGLang's /v1/tokenize and /v1/detokenize) use the
+// configured tokenizer. The request id is the
 // X-Request-Id header, else request_id, else a random one; /abort_request
 // aborts by it as for /generate. A client that disconnects aborts its request.
 // A streamed answer carries the tokens generated so far every
@@ -32,8 +33,12 @@ const defaultMaxTokens = 16
 // registerOpenAI adds the OpenAI-compatible routes to s.mux.
 func (s *Server) registerOpenAI() {
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	// SGLang serves both paths (http_server.py, openai_v1_tokenize and
+	// openai_v1_detokenize), vLLM the unversioned ones (api_server.py).
 	s.mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	s.mux.HandleFunc("POST /v1/tokenize", s.handleTokenize)
 	s.mux.HandleFunc("POST /detokenize", s.handleDetokenize)
+	s.mux.HandleFunc("POST /v1/detokenize", s.handleDetokenize)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 }
 
@@ -363,9 +368,13 @@ func (cw *completionWriter) usage(out *generateOutput) map[string]any {
 }
 
 // tokenizeInput is vLLM's TokenizeCompletionRequest and SGLang's
-// TokenizeRequest: prompt, add_special_tokens (the byte tokenizer adds none).
+// TokenizeRequest: model, prompt, add_special_tokens. The simulator serves
+// one model under any name, and its tokenizers add no special tokens to a
+// prompt, so only prompt matters.
 type tokenizeInput struct {
-	Prompt *string `json:"prompt"`
+	Model            *string `json:"model"`
+	Prompt           *string `json:"prompt"`
+	AddSpecialTokens *bool   `json:"add_special_tokens"`
 }
 
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
@@ -377,7 +386,14 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, errField("prompt", "field required"))
 		return
 	}
-	ids := s.voc.tok.Encode(*in.Prompt)
+	tok := s.cfg.Tokenizer // even one /generate cannot use (no ChatML tokens)
+	if tok == nil {
+		tok = s.voc.tok
+	}
+	ids := tok.Encode(*in.Prompt)
+	if ids == nil {
+		ids = []int32{} // "tokens": [], never null
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"tokens": ids, "count": len(ids), "max_model_len": s.cfg.ContextLength})
 }
 

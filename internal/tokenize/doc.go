@@ -15,8 +15,12 @@
 // a byte-level toy tokenizer (one token per byte plus three ChatML
 // specials) for tests and benchmarks. Templates: ChatML (Qwen2.5), Llama3, and Qwen3 (Qwen3's own
 // template, with or without thinking), which is also a ToolTemplate: it
-// renders tool definitions, tool calls and tool results. Chat picks a
-// tokenizer and a template by name, as the ACTLOOP_TOKENIZER and
+// renders tool definitions, tool calls and tool results. Model is a
+// model's own Jinja chat template (internal/chattemplate) as a
+// ChatTemplate, its pieces the deltas of the template's renderings, checked
+// when it is built (a template that rewrites earlier turns is refused,
+// naming the offset where its renderings diverge). Chat picks a tokenizer
+// and a template as the ACTLOOP_MODEL_DIR, ACTLOOP_TOKENIZER and
 // ACTLOOP_CHAT_TEMPLATE settings do.
 //
 // Every template delimits messages with special tokens, which the

@@ -247,7 +247,12 @@ func TestOpen(t *testing.T) {
 	if _, err := open("testdata/missing.json", "chatml"); err == nil {
 		t.Fatal("a missing tokenizer file opened")
 	}
-	if _, err := open("", "chatml"); err == nil {
+	if tmpl, err := open("", ""); err != nil {
+		t.Fatal(err)
+	} else if _, ok := tmpl.(ChatML); !ok { // the defaults: qwen and chatml
+		t.Fatalf("no names: %T", tmpl)
+	}
+	if _, err := OpenTokenizer(""); err == nil {
 		t.Fatal("an empty tokenizer name opened")
 	}
 	tiny, err := ParseHF(tinyJSON(t, nil))

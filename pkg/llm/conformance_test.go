@@ -30,9 +30,25 @@ func TestConformance(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				llmtest.Run(t, func(t *testing.T) llm.Generator { return newConformanceGen(t, api, recorded) })
+				llmtest.RunTokenizer(t, func(t *testing.T) llm.Tokenizer { return newConformanceTokenizer(t, api, recorded) })
 			})
 		}
 	}
+}
+
+// newConformanceTokenizer is api's client of a fresh simulator, through the
+// strict proxy when recorded.
+func newConformanceTokenizer(t *testing.T, api llm.API, recorded bool) llm.Tokenizer {
+	ts := httptest.NewServer(sim.New(sim.Config{}))
+	t.Cleanup(ts.Close)
+	url := ts.URL
+	if recorded {
+		url = newStrictProxyFor(t, ts.URL, api, "/tokenize").URL
+	}
+	if api == llm.APIOpenAI {
+		return llm.NewOpenAI(url, llm.OpenAIOptions{Model: "actloop/sim"})
+	}
+	return llm.NewSGLang(url, llm.SGLangOptions{})
 }
 
 func newConformanceGen(t *testing.T, api llm.API, recorded bool) llm.Generator {
@@ -107,6 +123,15 @@ type (
 		RequestID              *string           `json:"request_id"`
 		VLLMXArgs              map[string]string `json:"vllm_xargs"`
 	}
+	// tokenizeCompletion is POST /tokenize's body: vLLM's
+	// TokenizeCompletionRequest (vllm/entrypoints/serve/tokenize/protocol.py)
+	// and SGLang's TokenizeRequest have these fields.
+	tokenizeCompletion struct {
+		Model            *string `json:"model"`
+		Prompt           *string `json:"prompt"`
+		AddSpecialTokens *bool   `json:"add_special_tokens"`
+		ReturnTokenStrs  *bool   `json:"return_token_strs"`
+	}
 	vllmStreamOpts struct {
 		IncludeUsage         *bool `json:"include_usage"`
 		ContinuousUsageStats *bool `json:"continuous_usage_stats"`
@@ -117,6 +142,15 @@ type (
 // api does not serve or whose body has a field upstream does not define,
 // and on a completion whose X-Request-Id is not its request_id.
 func newStrictProxy(t *testing.T, target string, api llm.API) *httptest.Server {
+	want := "/generate"
+	if api == llm.APIOpenAI {
+		want = "/v1/completions"
+	}
+	return newStrictProxyFor(t, target, api, want)
+}
+
+// newStrictProxyFor is newStrictProxy that wants a request to path.
+func newStrictProxyFor(t *testing.T, target string, api llm.API, want string) *httptest.Server {
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
@@ -144,10 +178,6 @@ func newStrictProxy(t *testing.T, target string, api llm.API) *httptest.Server {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		want := "/generate"
-		if api == llm.APIOpenAI {
-			want = "/v1/completions"
-		}
 		if paths[want] == 0 {
 			t.Errorf("no %s request went through the proxy (saw %v)", want, paths)
 		}
@@ -191,6 +221,17 @@ func checkRequest(api llm.API, r *http.Request, body []byte) error {
 		if len(c.Prompt) == 0 || c.MaxTokens == nil || c.Logprobs == nil || c.ReturnTokensAsTokenIDs == nil ||
 			!*c.ReturnTokensAsTokenIDs || c.Stream == nil || !*c.Stream {
 			return fmt.Errorf("prompt, max_tokens, logprobs, return_tokens_as_token_ids or stream missing")
+		}
+	case r.URL.Path == "/tokenize":
+		var k tokenizeCompletion
+		if err := strict(&k); err != nil {
+			return err
+		}
+		if k.Prompt == nil || k.AddSpecialTokens == nil {
+			return fmt.Errorf("prompt or add_special_tokens missing")
+		}
+		if api == llm.APISGLang && k.Model != nil {
+			return fmt.Errorf("model sent by the SGLang client")
 		}
 	default:
 		return fmt.Errorf("the %s client has no business with this endpoint", api)

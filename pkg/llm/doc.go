@@ -43,4 +43,10 @@
 //     does not say. A generation the server refuses because its input and
 //     max_new_tokens do not fit the context returns an error that matches
 //     ErrContextLength (errors.Is); it is not Temporary.
+//   - Tokenize (Tokenizer, both backends and ServerTokenizer) has the server
+//     tokenize text with its own tokenizer: POST /tokenize with prompt,
+//     add_special_tokens (and model, when the OpenAI client names one),
+//     reading tokens from the answer, as SGLang and vLLM serve it. A server
+//     without the endpoint (404) answers an error that matches
+//     ErrNoTokenize.
 package llm

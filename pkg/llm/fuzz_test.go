@@ -150,3 +150,30 @@ func FuzzDecodeDetokenize(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeTokenize(f *testing.F) {
+	f.Add([]byte(`{"tokens":[151644,8948,198],"count":3,"max_model_len":40960}`))
+	f.Add([]byte(`{"tokens":[1,2],"count":2,"max_model_len":8,"token_strs":["a","b"]}`))
+	f.Add([]byte(`{"tokens":[]}`))
+	f.Add([]byte(`{"tokens":null}`))
+	f.Add([]byte(`{"tokens":[-1]}`))
+	f.Add([]byte(`{"tokens":[4294967296]}`))
+	f.Add([]byte(`{"detail":"Not Found"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ids, err := decodeTokenize(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadResponse) {
+				t.Fatalf("error %v is not ErrBadResponse", err)
+			}
+			return
+		}
+		if ids == nil {
+			t.Fatal("no error and no tokens")
+		}
+		for i, id := range ids {
+			if id < 0 {
+				t.Fatalf("tokens[%d] = %d", i, id)
+			}
+		}
+	})
+}

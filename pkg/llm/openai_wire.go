@@ -371,17 +371,21 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 // Tokenizer endpoints.
 
 // tokenizeRequest is POST /tokenize's body: vLLM's TokenizeCompletionRequest
-// (vllm/entrypoints/openai/protocol.py: prompt, add_special_tokens) and
-// SGLang's TokenizeRequest (python/sglang/srt/entrypoints/openai/protocol.py:
-// prompt, add_special_tokens) agree. add_special_tokens defaults to true in
-// both, which would add a BOS token; actloop tokenizes parts of a
-// conversation, so it sends false.
+// (vllm/entrypoints/openai/protocol.py, now
+// vllm/entrypoints/serve/tokenize/protocol.py: model, prompt,
+// add_special_tokens, return_token_strs) and SGLang's TokenizeRequest
+// (python/sglang/srt/entrypoints/openai/protocol.py: model, prompt,
+// add_special_tokens) agree. add_special_tokens defaults to true in both,
+// which would add a BOS token; it is always sent. model is sent only when
+// the client names one: both default it to the served model.
 type tokenizeRequest struct {
+	Model            string `json:"model,omitempty"`
 	Prompt           string `json:"prompt"`
 	AddSpecialTokens bool   `json:"add_special_tokens"`
 }
 
-// tokenizeResponse is TokenizeResponse in both: tokens, count, max_model_len.
+// tokenizeResponse is TokenizeResponse in both: tokens, count, max_model_len
+// (and vLLM's token_strs when asked for); only tokens is read.
 type tokenizeResponse struct {
 	Tokens []int32 `json:"tokens"`
 }

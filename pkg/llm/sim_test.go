@@ -3,7 +3,9 @@ package llm_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,5 +92,34 @@ func TestContextLengthOnSimulator(t *testing.T) {
 		if !errors.Is(err, llm.ErrContextLength) || llm.Temporary(err) {
 			t.Fatalf("%T: a request past the context: %v; want ErrContextLength, not temporary", g, err)
 		}
+	}
+}
+
+// TestClientsTokenizeOnSimulator: both generators' Tokenize answer the
+// simulator's own tokenizer's ids, at /tokenize; a server without the
+// endpoint answers ErrNoTokenize.
+func TestClientsTokenizeOnSimulator(t *testing.T) {
+	tok, err := tokenize.OpenTokenizer("qwen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim.New(sim.Config{Tokenizer: tok}))
+	t.Cleanup(ts.Close)
+	const text = "<|im_start|>user\nFix `f(x)` in main.py — 数字 ≥ 10 🙂<|im_end|>\n"
+	want := tok.Encode(text)
+	for _, c := range []llm.Tokenizer{
+		llm.NewSGLang(ts.URL, llm.SGLangOptions{HTTPClient: ts.Client()}),
+		llm.NewOpenAI(ts.URL, llm.OpenAIOptions{HTTPClient: ts.Client()}),
+	} {
+		got, err := c.Tokenize(context.Background(), text, false)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("%T: Tokenize = %v, %v; want %v", c, got, err, want)
+		}
+	}
+	none := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(none.Close)
+	_, err = llm.NewSGLang(none.URL, llm.SGLangOptions{HTTPClient: none.Client()}).Tokenize(context.Background(), text, false)
+	if !errors.Is(err, llm.ErrNoTokenize) {
+		t.Fatalf("no endpoint: %v, want ErrNoTokenize", err)
 	}
 }

@@ -29,6 +29,9 @@ var knownDifferences = map[string]struct {
 		"(1.0, 1e3); encoding/json refuses a fraction or exponent for a Go int."},
 	"bytes, not characters": {true, "family and task are bounded in bytes of UTF-8; JSON Schema's maxLength " +
 		"counts characters, so a string of multi-byte characters can be within it and over the byte limit."},
+	"rules between messages": {true, "the last message is not the assistant's, tool_calls only on an assistant message, " +
+		"tool_call_id only on a tool message, a call's arguments JSON text, the messages' text in bytes: rules across " +
+		"items and fields, or on a string's content, which the schema does not spell out."},
 	"message size": {true, "MaxSampleBytes bounds the message's bytes, an encoding JSON Schema does not see."},
 	"empty or null enum": {false, "purpose, flow and env.tests.format given as \"\" or null, and group_id " +
 		"as \"\", are read as absent (the default) by the decoder; the schema's enums and pattern are Go's " +
@@ -334,6 +337,29 @@ func sampleCorpus() []agreementCase {
 	no("id missing", `{"v":1,"task":"t","env":{"backend":"sim"}}`)
 	no("task missing", `{"v":1,"id":"a","env":{"backend":"sim"}}`)
 	no("env missing", `{"v":1,"id":"a","task":"t"}`)
+
+	// The prompt: exactly one of task, messages and prompt_ids.
+	const user = `[{"role":"user","content":"u"}]`
+	yes("messages", sampleAt("task", `""`, "messages", `[{"role":"system","content":"s"},{"role":"user","content":null}]`))
+	yes("messages with tools", sampleAt("task", "null", "messages", `[{"role":"user","content":"u"},`+
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},`+
+		`{"role":"tool","tool_call_id":"c","content":"r"}]`, "tools", `[{"type":"function","function":{"name":"f"}}]`))
+	yes("prompt_ids", sampleAt("task", `""`, "prompt_ids", `[0,1,2147483647]`))
+	yes("prompt_ids with empty messages", sampleAt("task", `""`, "messages", "[]", "prompt_ids", `[5]`))
+	no("task and messages", sampleAt("messages", user))
+	no("task and prompt_ids", sampleAt("prompt_ids", `[1]`))
+	no("messages and prompt_ids", sampleAt("task", `""`, "messages", user, "prompt_ids", `[1]`))
+	no("no prompt", sampleAt("task", `""`))
+	no("tools without messages", sampleAt("tools", `[{"type":"function","function":{"name":"f"}}]`))
+	no("tool without name", sampleAt("task", `""`, "messages", user, "tools", `[{"function":{}}]`))
+	no("message role unknown", sampleAt("task", `""`, "messages", `[{"role":"developer","content":"u"}]`))
+	no("message role missing", sampleAt("task", `""`, "messages", `[{"content":"u"}]`))
+	no("message unknown field", sampleAt("task", `""`, "messages", `[{"role":"user","content":"u","x":1}]`))
+	no("call without name", sampleAt("task", `""`, "messages", `[{"role":"assistant","tool_calls":[{"function":{}}]},{"role":"user"}]`))
+	no("prompt_ids negative", sampleAt("task", `""`, "prompt_ids", `[-1]`))
+	no("prompt_ids past int32", sampleAt("task", `""`, "prompt_ids", `[2147483648]`))
+	known("messages end with the assistant", sampleAt("task", `""`, "messages", `[{"role":"user","content":"u"},{"role":"assistant","content":"a"}]`),
+		"rules between messages")
 
 	// Groups: group_index below group_size when that is set.
 	yes("group index below size", sampleAt("group_size", "4", "group_index", "3"))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -53,6 +54,11 @@ func checkFields(p *problems, b []byte, t reflect.Type, path string, also ...str
 			}
 			if ft.Kind() == reflect.Struct && ft.PkgPath() == t.PkgPath() {
 				checkFields(p, raw, ft, at)
+			}
+			if et := ft; et.Kind() == reflect.Slice && et.Elem().Kind() == reflect.Struct && et.Elem().PkgPath() == t.PkgPath() {
+				for i, el := range elements(raw) {
+					checkFields(p, el, et.Elem(), at+"["+strconv.Itoa(i)+"]")
+				}
 			}
 		}
 		seen[key] = true
@@ -110,6 +116,34 @@ func (s *scanner) member() (key string, value []byte, ok bool) {
 	v0 := s.i
 	s.skip()
 	return key, s.b[v0:s.i], true
+}
+
+// elements returns the JSON text of each element of the array b (none
+// when b is null).
+func elements(b []byte) [][]byte {
+	s := scanner{b: b}
+	s.ws()
+	if s.i >= len(s.b) || s.b[s.i] != '[' {
+		return nil
+	}
+	s.i++
+	var out [][]byte
+	for {
+		s.ws()
+		if s.i < len(s.b) && s.b[s.i] == ',' {
+			s.i++
+			s.ws()
+		}
+		if s.i >= len(s.b) || s.b[s.i] == ']' {
+			return out
+		}
+		v0 := s.i
+		s.skip()
+		if s.i == v0 {
+			return out
+		}
+		out = append(out, s.b[v0:s.i])
+	}
 }
 
 // str consumes a string and returns its text between the quotes, escapes

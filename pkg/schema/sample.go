@@ -127,11 +127,18 @@ type Sample struct {
 	// "purpose": "validation".
 	Purpose string `json:"purpose,omitempty"`
 	// Flow is the agent flow (FlowBash, the default, or FlowToolCall).
-	Flow     string   `json:"flow,omitempty"`
-	Task     string   `json:"task" jsonschema:"required"`
-	Env      Env      `json:"env" jsonschema:"required"`
-	Limits   Limits   `json:"limits"`
-	Sampling Sampling `json:"sampling"`
+	Flow string `json:"flow,omitempty"`
+	// Task, Messages and PromptIDs are the prompt; a sample sets exactly
+	// one. Task is rendered by the agent configuration's system and
+	// instance templates; Messages (with Tools) by the chat template
+	// alone; PromptIDs are the opening's token ids as given.
+	Task      string            `json:"task,omitempty"`
+	Messages  []PromptMessage   `json:"messages,omitempty"`
+	Tools     []json.RawMessage `json:"tools,omitempty"`
+	PromptIDs []int32           `json:"prompt_ids,omitempty"`
+	Env       Env               `json:"env" jsonschema:"required"`
+	Limits    Limits            `json:"limits"`
+	Sampling  Sampling          `json:"sampling"`
 	// Script is a list of model replies, one per turn, that the simulator
 	// returns instead of generating; real inference servers ignore it.
 	Script []string `json:"script,omitempty"`
@@ -265,12 +272,7 @@ func (s *Sample) Validate() error {
 	if s.Flow != "" && !slices.Contains(Flows, s.Flow) {
 		p.add("flow", "unknown flow %q (want one of %s)", clip(s.Flow), strings.Join(Flows, ", "))
 	}
-	switch {
-	case s.Task == "":
-		p.add("task", "missing")
-	case len(s.Task) > MaxTaskBytes:
-		p.add("task", "%d bytes exceeds the limit of %d", len(s.Task), MaxTaskBytes)
-	}
+	s.validPrompt(&p)
 	switch s.Env.Backend {
 	case BackendLocal, BackendSim:
 	case "":
@@ -361,6 +363,18 @@ func (s *Sample) validText(p *problems) {
 	}
 	list("sampling.stop", s.Sampling.Stop)
 	list("script", s.Script)
+	for i, m := range s.Messages {
+		at := "messages[" + strconv.Itoa(i) + "]"
+		text(at+".content", m.Content)
+		text(at+".name", m.Name)
+		text(at+".tool_call_id", m.ToolCallID)
+		for j, c := range m.ToolCalls {
+			call := at + ".tool_calls[" + strconv.Itoa(j) + "]"
+			text(call+".id", c.ID)
+			text(call+".function.name", c.Function.Name)
+			text(call+".function.arguments", c.Function.Arguments)
+		}
+	}
 }
 
 func nonNegative(p *problems, field string, v int64) {

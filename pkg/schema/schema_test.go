@@ -66,7 +66,7 @@ func TestDecodeSample(t *testing.T) {
 
 func TestDecodeSampleReportsEveryProblem(t *testing.T) {
 	_, err := DecodeSample([]byte(`{"v":1,"id":"","task":"","env":{"backend":"x"}}`))
-	for _, f := range []string{"id:", "task:", "env.backend:"} {
+	for _, f := range []string{"id:", "task: missing (exactly one of task, messages, prompt_ids must be set; got none)", "env.backend:"} {
 		if err == nil || !strings.Contains(err.Error(), f) {
 			t.Errorf("error %v does not name %s", err, f)
 		}
@@ -228,6 +228,12 @@ func FuzzDecodeSample(f *testing.F) {
 	// Invalid UTF-8 and deep metadata (TestDecodeInvalidUTF8, TestDecodeSampleMetadataDepth).
 	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"script":["x` + "\xff" + `"],"metadata":{"k":"` + "\xe2\x98" + `"}}`))
 	f.Add([]byte(sampleWith(`"metadata":` + nested(MaxMetadataDepth+1))))
+	// The prompt as messages or token ids (TestDecodeSamplePrompt).
+	f.Add([]byte(`{"v":1,"id":"a","env":{"backend":"sim"},"messages":[{"role":"system","content":"s"},{"role":"user","content":null},` +
+		`{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},` +
+		`{"role":"tool","tool_call_id":"c","name":"f","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}]}`))
+	f.Add([]byte(`{"v":1,"id":"a","env":{"backend":"sim"},"prompt_ids":[151644,872,198,-1,2147483647]}`))
+	f.Add([]byte(`{"v":1,"id":"a","task":"t","env":{"backend":"sim"},"prompt_ids":[],"messages":[{"role":"assistant","content":"a","x":1}],"tools":[1]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := DecodeSample(b)
 		if err != nil {
@@ -244,6 +250,16 @@ func FuzzDecodeSample(f *testing.F) {
 		}
 		if err := s.Validate(); err != nil {
 			t.Fatalf("decoded sample does not validate: %v", err)
+		}
+		set := 0
+		for _, ok := range []bool{s.Task != "", len(s.Messages) > 0, len(s.PromptIDs) > 0} {
+			if ok {
+				set++
+			}
+		}
+		if n := len(s.Messages); set != 1 || n > 0 && s.Messages[n-1].Role == RoleAssistant ||
+			slices.ContainsFunc(s.PromptIDs, func(id int32) bool { return id < 0 }) {
+			t.Fatalf("accepted a prompt that is not exactly one of task, messages and prompt_ids, or is bad: %s", b)
 		}
 		out, err := json.Marshal(s)
 		if err != nil {

@@ -200,8 +200,14 @@ class Client:
     def submit(self, samples: Iterable[Mapping[str, Any]]) -> int:
         """Submits samples (dicts in actloop's sample format; `v` defaults to 1):
         all are validated first, and none is stored unless all are valid
-        (SubmitError names each bad line). Returns how many were stored."""
-        lines = [json.dumps({"v": 1, **s}) for s in samples]
+        (SubmitError names each bad line). Returns how many were stored.
+
+        A sample's prompt is exactly one of "task" (text for the agent's
+        templates), "messages" (OpenAI chat messages, with "tools" if any,
+        rendered by the model's chat template) and "prompt_ids" (the
+        opening's token ids as given: any sequence of ints, such as a
+        tokenizer's output or a NumPy array, is sent as a list)."""
+        lines = [json.dumps(_wire(s)) for s in samples]
         if not lines:
             return 0
         answer = self._call("POST", "/v1/samples", raw="\n".join(lines).encode(),
@@ -282,3 +288,13 @@ class Client:
     def status(self) -> dict:
         """The coordinator's status."""
         return self._call("GET", "/v1/status")
+
+
+def _wire(sample: Mapping[str, Any]) -> dict:
+    """The sample as JSON takes it: v defaults to 1, and prompt_ids given as
+    any sequence of ints (a tuple, a NumPy array) is a list of Python ints."""
+    s = {"v": 1, **sample}
+    ids = s.get("prompt_ids")
+    if ids is not None and not isinstance(ids, list):
+        s["prompt_ids"] = [int(i) for i in ids]
+    return s

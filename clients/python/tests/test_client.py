@@ -146,6 +146,39 @@ class ClientTest(unittest.TestCase):
                 return
             self.assertLess(time.monotonic(), deadline, "no result")
 
+    def test_prompt_as_messages_or_token_ids(self):
+        msgs = [{"role": "system", "content": "You run shell commands."},
+                {"role": "user", "content": "Submit at once."}]
+        # Qwen ids of "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n", given as a
+        # tuple (the client sends any sequence of ints as a list).
+        ids = (151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198)
+        by_msgs, by_ids = self.prefix + "-msgs", self.prefix + "-ids"
+        with self.assertRaises(SubmitError) as cm:
+            self.client.submit([sample(by_ids, prompt_ids=ids),
+                                sample(by_msgs, task="", messages=msgs + [{"role": "assistant", "content": "a"}])])
+        self.assertEqual([x.line for x in cm.exception.errors], [1, 2])
+        self.assertIn("exactly one of task, messages, prompt_ids must be set; got task and prompt_ids",
+                      cm.exception.errors[0].error)
+        self.assertIn("messages[2].role", cm.exception.errors[1].error)
+        self.assertEqual(self.client.submit([sample(by_msgs, task="", messages=msgs),
+                                             sample(by_ids, task="", prompt_ids=ids)]), 2)
+        got = {}
+        deadline = time.monotonic() + 120
+        for r in self.client.results(self.prefix + "-prompts", wait=2):
+            if r.traj_id in (by_msgs, by_ids):
+                got[r.traj_id] = r
+                if len(got) == 2:
+                    break
+            self.assertLess(time.monotonic(), deadline, "no result")
+        m, i = got[by_msgs], got[by_ids]
+        self.assertEqual(m.status, "submitted")
+        self.assertEqual(m.messages[:2], msgs)
+        self.assertEqual(m.messages[2]["role"], "assistant")
+        self.assertEqual(i.status, "submitted")
+        self.assertEqual(i.prompt_len, len(ids))
+        self.assertEqual(i.tokens[:len(ids)], list(ids))
+        self.assertEqual(i.loss_mask[:len(ids)], [0] * len(ids))
+
     def test_control_calls_and_errors(self):
         self.assertIn("control", self.client.control())
         with self.assertRaises(ActloopError) as cm:
@@ -179,6 +212,12 @@ class OfflineTest(unittest.TestCase):
         r = Result.from_json({"traj_id": "t", "status": "submitted", "replaced_outputs": 2})
         self.assertEqual(r.replaced_outputs, 2)
         self.assertEqual(Result.from_json({"traj_id": "t", "status": "submitted"}).replaced_outputs, 0)
+
+    def test_prompt_ids_are_sent_as_a_list(self):
+        from actloop.client import _wire
+
+        self.assertEqual(_wire({"id": "a", "prompt_ids": (1, 2)}), {"v": 1, "id": "a", "prompt_ids": [1, 2]})
+        self.assertEqual(_wire({"id": "a", "task": "t"}), {"v": 1, "id": "a", "task": "t"})
 
     def test_unreachable_gateway_raises(self):
         c = Client("http://127.0.0.1:9", timeout=2)

@@ -1,7 +1,8 @@
 // Package llmtest is the conformance suite every llm.Generator backend
 // passes: scripted replies, the length cap, log-probs, determinism, abort of a
 // running generation by rid (and by rid prefix, for an llm.PrefixAborter),
-// and abort of an unknown rid. Run it from a backend's tests with a
+// and abort of an unknown rid; and, for an llm.Tokenizer, the server's
+// tokenization (RunTokenizer). Run it from a backend's tests with a
 // constructor for a fresh generator.
 //
 // The suite scripts replies through Request.Reply, which only the simulator
@@ -68,6 +69,30 @@ func Run(t *testing.T, newGen func(t *testing.T) llm.Generator) {
 	t.Run("AbortRunning", func(t *testing.T) { t.Parallel(); testAbortRunning(t, newGen(t)) })
 	t.Run("AbortUnknown", func(t *testing.T) { t.Parallel(); testAbortUnknown(t, newGen(t)) })
 	t.Run("AbortPrefix", func(t *testing.T) { t.Parallel(); testAbortPrefix(t, newGen(t)) })
+}
+
+// RunTokenizer runs the suite's tokenizer part on a backend's
+// llm.Tokenizer (newTok returns a fresh one): the server's ids of ChatML
+// text, with and without special tokens added (the simulator's byte
+// vocabulary adds none), and an error for a body that is not text.
+func RunTokenizer(t *testing.T, newTok func(t *testing.T) llm.Tokenizer) {
+	t.Run("Tokenize", func(t *testing.T) { t.Parallel(); testTokenize(t, newTok(t)) })
+}
+
+func testTokenize(t *testing.T, tk llm.Tokenizer) {
+	const text = "<|im_start|>user\nList the files in /tmp.<|im_end|>\n<|im_start|>assistant\n"
+	for _, special := range []bool{false, true} {
+		ids, err := tk.Tokenize(ctxFor(t), text, special)
+		if err != nil {
+			t.Fatalf("Tokenize(special %v): %v", special, err)
+		}
+		if want := Encode(text); !slices.Equal(ids, want) {
+			t.Fatalf("Tokenize(special %v) = %v, want %v", special, ids, want)
+		}
+	}
+	if ids, err := tk.Tokenize(ctxFor(t), "", false); err != nil || len(ids) != 0 {
+		t.Fatalf("Tokenize(\"\") = %v, %v; want no ids", ids, err)
+	}
 }
 
 // The simulator's byte vocabulary: ids 0-255 are the bytes themselves,

@@ -960,6 +960,11 @@ containers:
         mountPath: {{ include "actloop.agentConfigPath" . | dir }}
         readOnly: true
       {{- end }}
+      {{- if and (get . "agentConfig") $ctx.Values.model.dir $ctx.Values.model.volume }}
+      - name: model
+        mountPath: {{ $ctx.Values.model.dir }}
+        readOnly: true
+      {{- end }}
       {{- with include "actloop.securityMounts" $sec | trim }}
       {{- . | nindent 6 }}
       {{- end }}
@@ -976,6 +981,10 @@ volumes:
   - name: agent-config
     configMap:
       name: {{ include "actloop.fullname" $ctx }}-agent
+  {{- end }}
+  {{- if and (get . "agentConfig") $ctx.Values.model.dir $ctx.Values.model.volume }}
+  - name: model
+    {{- toYaml $ctx.Values.model.volume | nindent 4 }}
   {{- end }}
   {{- with include "actloop.securityVolumes" $sec | trim }}
   {{- . | nindent 2 }}
@@ -1051,11 +1060,25 @@ are the services' to check.
 {{- end }}
 - name: ACTLOOP_SLOTS
   value: {{ .g.slots | toString | quote }}
-- name: ACTLOOP_TOKENIZER
-  value: {{ .ctx.Values.model.tokenizer | quote }}
-- name: ACTLOOP_CHAT_TEMPLATE
-  value: {{ .ctx.Values.model.chatTemplate | quote }}
+{{- include "actloop.modelEnv" .ctx }}
 {{- include "actloop.agentConfigEnv" .ctx }}
+{{- end }}
+
+{{/* The model's tokenizer settings, for workers: each only when set (an
+unset one is the service's default, or ACTLOOP_MODEL_DIR's). */}}
+{{- define "actloop.modelEnv" -}}
+{{- with .Values.model.dir }}
+- name: ACTLOOP_MODEL_DIR
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.model.tokenizer }}
+- name: ACTLOOP_TOKENIZER
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.model.chatTemplate }}
+- name: ACTLOOP_CHAT_TEMPLATE
+  value: {{ . | quote }}
+{{- end }}
 {{- end }}
 
 {{/* The env-worker's own settings. */}}
@@ -1068,10 +1091,7 @@ are the services' to check.
   value: {{ $c.sandbox.root | quote }}
 - name: ACTLOOP_SANDBOX_ISOLATION
   value: {{ $c.sandbox.isolation | quote }}
-- name: ACTLOOP_TOKENIZER
-  value: {{ .Values.model.tokenizer | quote }}
-- name: ACTLOOP_CHAT_TEMPLATE
-  value: {{ .Values.model.chatTemplate | quote }}
+{{- include "actloop.modelEnv" . }}
 {{- include "actloop.agentConfigEnv" . }}
 {{- end }}
 

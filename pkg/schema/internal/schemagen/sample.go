@@ -2,6 +2,7 @@ package schemagen
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"time"
@@ -13,16 +14,20 @@ import (
 )
 
 var sampleExtensions = map[reflect.Type]extension{
-	reflect.TypeFor[schema.Sample]():   extendSample,
-	reflect.TypeFor[schema.Env]():      extendEnv,
-	reflect.TypeFor[schema.Tests]():    extendTests,
-	reflect.TypeFor[schema.Limits]():   extendLimits,
-	reflect.TypeFor[schema.Sampling](): extendSampling,
+	reflect.TypeFor[schema.Sample]():        extendSample,
+	reflect.TypeFor[schema.Env]():           extendEnv,
+	reflect.TypeFor[schema.Tests]():         extendTests,
+	reflect.TypeFor[schema.Limits]():        extendLimits,
+	reflect.TypeFor[schema.Sampling]():      extendSampling,
+	reflect.TypeFor[schema.PromptMessage](): extendPromptMessage,
+	reflect.TypeFor[schema.ToolCall]():      extendToolCall,
+	reflect.TypeFor[schema.FunctionCall]():  extendFunctionCall,
 }
 
 func extendSample(s *jsonschema.Schema) error {
 	s.ID = "https://actloop.dev/schema/v1/sample.schema.json"
 	s.Title = fmt.Sprintf("actloop sample (v%d)", schema.Version)
+	promptOneOf(s)
 	s.Description = "One rollout request a trainer publishes on actloop.samples. " +
 		"A field not listed here is refused, at any depth but inside metadata. Every string must be valid UTF-8 " +
 		"(the decoder refuses invalid bytes, which JSON Schema validators see only after their parser replaced them)."
@@ -64,8 +69,27 @@ func extendSample(s *jsonschema.Schema) error {
 				"(bash and submit as tools, Qwen3-style <tool_call>; needs ACTLOOP_CHAT_TEMPLATE=qwen3 or qwen3-nothink)."
 		},
 		"task": func(p *jsonschema.Schema) {
-			p.MinLength = size(1)
 			p.MaxLength = size(schema.MaxTaskBytes)
+			p.Description = "The task text, rendered by the agent configuration's system and instance templates. " +
+				"Exactly one of task, messages and prompt_ids is set (an empty one counts as unset)."
+		},
+		"messages": func(p *jsonschema.Schema) {
+			p.MaxItems = size(schema.MaxPromptMessages)
+			p.Description = fmt.Sprintf("The opening as OpenAI chat messages, rendered by the model's chat template "+
+				"with the generation prompt; the agent's system and instance templates are not applied. The last "+
+				"message is not the assistant's. At most %d messages, their text (contents and arguments) at most %d bytes.",
+				schema.MaxPromptMessages, schema.MaxMessagesBytes)
+		},
+		"tools": func(p *jsonschema.Schema) {
+			p.MaxItems = size(schema.MaxTools)
+			p.Items = toolDefinition()
+			p.Description = "OpenAI tool definitions, rendered with messages (only with messages)."
+		},
+		"prompt_ids": func(p *jsonschema.Schema) {
+			p.MaxItems = size(schema.MaxPromptIDs)
+			between(p.Items, 0, math.MaxInt32)
+			p.Description = fmt.Sprintf("The opening's token ids, used as given (loss mask 0), as a reference "+
+				"loop's raw_prompt_ids; at most %d.", schema.MaxPromptIDs)
 		},
 		"script": func(p *jsonschema.Schema) {
 			nullable(p.Items) // a null reply is "", as encoding/json reads it
@@ -75,6 +99,67 @@ func extendSample(s *jsonschema.Schema) error {
 			p.Description = fmt.Sprintf("Any JSON, arrays and objects nested at most %d deep (a limit "+
 				"JSON Schema cannot express; the decoder refuses deeper); passed through to the result. "+
 				"A trainer's own data goes here.", schema.MaxMetadataDepth)
+		},
+	})
+}
+
+// promptOneOf says that exactly one of task, messages and prompt_ids is
+// set, where "" and [] count as unset, and that tools go with messages.
+func promptOneOf(s *jsonschema.Schema) {
+	set := func(name string, p *jsonschema.Schema) *jsonschema.Schema {
+		props := jsonschema.NewProperties()
+		props.Set(name, p)
+		return &jsonschema.Schema{Required: []string{name}, Properties: props}
+	}
+	s.OneOf = []*jsonschema.Schema{
+		set("task", &jsonschema.Schema{Type: "string", MinLength: size(1)}),
+		set("messages", &jsonschema.Schema{Type: "array", MinItems: size(1)}),
+		set("prompt_ids", &jsonschema.Schema{Type: "array", MinItems: size(1)}),
+	}
+	s.If = set("tools", &jsonschema.Schema{Type: "array", MinItems: size(1)})
+	s.Then = set("messages", &jsonschema.Schema{Type: "array", MinItems: size(1)})
+}
+
+// toolDefinition is an OpenAI tool definition: an object whose function
+// has a name; the rest is the model's to read.
+func toolDefinition() *jsonschema.Schema {
+	name := jsonschema.NewProperties()
+	name.Set("name", &jsonschema.Schema{Type: "string", MinLength: size(1)})
+	fn := &jsonschema.Schema{Type: "object", Required: []string{"name"}, Properties: name}
+	props := jsonschema.NewProperties()
+	props.Set("type", &jsonschema.Schema{Enum: anys(schema.ToolTypeFunction)})
+	props.Set("function", fn)
+	return &jsonschema.Schema{Type: "object", Required: []string{"function"}, Properties: props}
+}
+
+func extendPromptMessage(s *jsonschema.Schema) error {
+	return props(s, map[string]func(p *jsonschema.Schema){
+		"role": func(p *jsonschema.Schema) {
+			p.Enum = anys(schema.RoleSystem, schema.RoleUser, schema.RoleAssistant, schema.RoleTool)
+		},
+		"content": func(p *jsonschema.Schema) {
+			p.Description = "The message's text; null reads as \"\"."
+		},
+		"tool_calls": func(p *jsonschema.Schema) {
+			p.Description = "An assistant message's function calls."
+		},
+		"tool_call_id": func(p *jsonschema.Schema) {
+			p.Description = "The call a tool message answers."
+		},
+	})
+}
+
+func extendToolCall(s *jsonschema.Schema) error {
+	return props(s, map[string]func(p *jsonschema.Schema){
+		"type": func(p *jsonschema.Schema) { p.Enum = anys(schema.ToolTypeFunction) },
+	})
+}
+
+func extendFunctionCall(s *jsonschema.Schema) error {
+	return props(s, map[string]func(p *jsonschema.Schema){
+		"name": func(p *jsonschema.Schema) { p.MinLength = size(1) },
+		"arguments": func(p *jsonschema.Schema) {
+			p.Description = "The arguments as JSON text, as the model wrote them."
 		},
 	})
 }
