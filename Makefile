@@ -38,15 +38,20 @@ docs:
 # report; they do not fail on a number.
 BENCH_MODES = default,trajectory,trajectory-tuned,trajectory-first-batch,async,async-capped-tuned,action-fcfs,action-lpt-history,action-lpt-learned,action-lpt-oracle,action-sjf-history,action-sjf-learned,action-lpt-history-sync,action-fcfs-no-kv-admission,action-fcfs-no-kv-dispatch,action-fcfs-no-preemption,action-fcfs-no-hold,action-lpt-history-by-tokens,reference
 
+# The second machine (CodeLlama-34B at tensor parallel 2 on H100s): the
+# RL-scale scenarios, actloop as shipped against the tuned baselines.
+BENCH_MODES_H100 = default,trajectory-tuned,async-capped-tuned,async
+
 bench:
 	@mkdir -p bench
 	$(GO) build -o bench/actloop ./cmd/actloop
 	bench/actloop bench-sync --json > bench/sync.json
 	bench/actloop bench --scenarios all --seeds 3 --modes $(BENCH_MODES) --json --charts bench > bench/results.json
+	bench/actloop bench --machine h100-codellama34b-tp2 --scenarios swe-rl-64k,swe-rl-128k --seeds 3 --modes $(BENCH_MODES_H100) --json > bench/results-h100.json
 	bench/actloop bench-crosscheck --scenarios tool-fast --modes trajectory,async,action-fcfs --time-scale 0.2 --json > bench/crosscheck.json
 	for n in 1 2 4; do bench/actloop bench-pipeline --gen-workers $$n --env-workers $$n --json || exit 1; done > bench/pipeline.json
 	@rm -f bench/actloop
-	@cat bench/results.json bench/crosscheck.json bench/sync.json bench/pipeline.json
+	@cat bench/results.json bench/results-h100.json bench/crosscheck.json bench/sync.json bench/pipeline.json
 
 # The long chaos run (test/chaos): 500 trajectories under 60 faults; the
 # report lands in test-artifacts/ and on the terminal. CHAOS_SEED picks the

@@ -210,7 +210,10 @@ type Result struct {
 	// over Seeds runs (counters per run), the makespan's spread is
 	// MakespanMinS..MakespanMaxS, and the bound splits into the work
 	// (BoundWorkS) and the longest critical path (BoundPathS).
-	Engine              string  `json:"engine"`
+	Engine string `json:"engine"`
+	// Machine is the virtual engine's servers' model and GPUs
+	// (MachineNames).
+	Machine             string  `json:"machine,omitempty"`
 	Seeds               int     `json:"seeds,omitempty"`
 	MakespanMinS        float64 `json:"makespan_min_s,omitempty"`
 	MakespanMaxS        float64 `json:"makespan_max_s,omitempty"`

@@ -333,7 +333,7 @@ func (s Scheduling) runVirtual(sc workload.Scenario, modes []Mode, stderr io.Wri
 			runs[k] = inSequence(parts)
 		}
 		r := aggregate(runs, bs)
-		r.Scenario, r.Mode, r.Engine = sc.Name, m.Name, EngineVirtual
+		r.Scenario, r.Mode, r.Engine, r.Machine = sc.Name, m.Name, EngineVirtual, cmp.Or(s.Machine, MachineA100Llama8B)
 		if nb > 1 {
 			r.Batches = nb
 		}
