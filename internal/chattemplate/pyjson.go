@@ -75,7 +75,7 @@ func encodeJSON(b *strings.Builder, v any, opts jsonOptions, level int) error {
 		}
 		return encodeObject(b, keys, vals, opts, level)
 	case string:
-		writeJSONString(b, x, opts.ensureASCII)
+		WriteJSONString(b, x, opts.ensureASCII)
 		return nil
 	case bool:
 		if x {
@@ -182,7 +182,7 @@ func encodeObject(b *strings.Builder, keys []string, vals []any, opts jsonOption
 			b.WriteString(opts.itemSep)
 		}
 		opts.newline(b, level+1)
-		writeJSONString(b, keys[i], opts.ensureASCII)
+		WriteJSONString(b, keys[i], opts.ensureASCII)
 		b.WriteString(opts.keySep)
 		if err := encodeJSON(b, vals[i], opts, level+1); err != nil {
 			return err
@@ -213,9 +213,10 @@ func encodeArray(b *strings.Builder, vals []any, opts jsonOptions, level int) er
 	return nil
 }
 
-// writeJSONString is Python's json string encoder. Invalid UTF-8 bytes, which
-// a Python str cannot hold, are written as U+FFFD.
-func writeJSONString(b *strings.Builder, s string, ensureASCII bool) {
+// WriteJSONString is Python's json string encoder (ensure_ascii as given).
+// Invalid UTF-8 bytes, which a Python str cannot hold, are written as
+// U+FFFD.
+func WriteJSONString(b *strings.Builder, s string, ensureASCII bool) {
 	b.WriteByte('"')
 	for _, r := range s {
 		switch r {

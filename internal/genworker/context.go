@@ -71,22 +71,26 @@ func (w *Worker) contextLoop(ctx context.Context) error {
 			failed, unbounded = false, true
 		}
 		w.ctxLen.tried.Store(true)
-		var retry *time.Timer
-		var retryC <-chan time.Time
-		if failed {
-			retry = time.NewTimer(w.cfg.LLMHealthInterval)
-			retryC = retry.C
-		}
-		select {
-		case <-ctx.Done():
-		case <-retryC:
-		case <-w.health.up:
-		}
-		if retry != nil {
-			retry.Stop()
-		}
-		if ctx.Err() != nil {
+		if !w.waitAgain(ctx, failed, w.health.up) {
 			return nil
 		}
 	}
+}
+
+// waitAgain waits until a loop reading the server should read it again:
+// after ACTLOOP_LLM_HEALTH_INTERVAL when its last read failed, and whenever
+// the server comes back (up). It reports false once ctx has ended.
+func (w *Worker) waitAgain(ctx context.Context, failed bool, up <-chan struct{}) bool {
+	var retryC <-chan time.Time
+	if failed {
+		retry := time.NewTimer(w.cfg.LLMHealthInterval)
+		defer retry.Stop()
+		retryC = retry.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-retryC:
+	case <-up:
+	}
+	return ctx.Err() == nil
 }

@@ -244,21 +244,7 @@ func (w *Worker) tokenCheckLoop(ctx context.Context) error {
 			failed = false
 			w.tokCheck.done.Store(true)
 		}
-		var retry *time.Timer
-		var retryC <-chan time.Time
-		if failed {
-			retry = time.NewTimer(w.cfg.LLMHealthInterval)
-			retryC = retry.C
-		}
-		select {
-		case <-ctx.Done():
-		case <-retryC:
-		case <-w.health.tokUp:
-		}
-		if retry != nil {
-			retry.Stop()
-		}
-		if ctx.Err() != nil {
+		if !w.waitAgain(ctx, failed, w.health.tokUp) {
 			return nil
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/actloop/actloop/internal/chattemplate"
 )
 
 // pyJSON returns the JSON value raw written as transformers' tojson filter
@@ -54,7 +56,7 @@ func writePyValue(b *strings.Builder, dec *json.Decoder) error {
 				if i > 0 {
 					b.WriteString(", ")
 				}
-				writePyString(b, key)
+				chattemplate.WriteJSONString(b, key, false)
 				b.WriteString(": ")
 				if err := writePyValue(b, dec); err != nil {
 					return err
@@ -77,7 +79,7 @@ func writePyValue(b *strings.Builder, dec *json.Decoder) error {
 			return fmt.Errorf("JSON: %w", err)
 		}
 	case string:
-		writePyString(b, v)
+		chattemplate.WriteJSONString(b, v, false)
 	case json.Number:
 		b.WriteString(pyNumber(string(v)))
 	case bool:
@@ -86,37 +88,6 @@ func writePyValue(b *strings.Builder, dec *json.Decoder) error {
 		b.WriteString("null")
 	}
 	return nil
-}
-
-// writePyString writes s as Python's json module does with
-// ensure_ascii=False: only '"', '\\' and control characters are escaped.
-func writePyString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		default:
-			if r < 0x20 {
-				fmt.Fprintf(b, `\u%04x`, r)
-			} else {
-				b.WriteRune(r)
-			}
-		}
-	}
-	b.WriteByte('"')
 }
 
 // pyNumber writes a JSON number as Python reads and writes it: an int when
