@@ -2,9 +2,9 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
+	"github.com/actloop/actloop/internal/testkit"
 	"io"
 	"os"
 	"path/filepath"
@@ -29,20 +29,7 @@ const (
 func tokenizeModelDir(t *testing.T, tokGz, model string) string {
 	t.Helper()
 	dir := t.TempDir()
-	f, err := os.Open(tokGz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(dir, "tokenizer.json"), data)
+	writeFile(t, filepath.Join(dir, "tokenizer.json"), testkit.Gunzip(t, tokGz))
 	if model != "" {
 		cfg, err := os.ReadFile(filepath.Join(templateDir, "models", model, "tokenizer_config.json"))
 		if err != nil {

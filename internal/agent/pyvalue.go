@@ -3,12 +3,13 @@ package agent
 import (
 	"fmt"
 	"maps"
-	"math"
 	"math/big"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/actloop/actloop/internal/chattemplate"
 )
 
 // Jinja2 prints {{ x }} as Python's str(x): a float as 0.0, None as None, a
@@ -29,7 +30,7 @@ func (pyNone) String() string { return "None" }
 // pyFloat is a Python float: it prints as repr(float) (0.0, 1e+16, nan, inf).
 type pyFloat float64
 
-func (f pyFloat) String() string { return pyFloatRepr(float64(f)) }
+func (f pyFloat) String() string { return chattemplate.PyFloatRepr(float64(f)) }
 
 // pyList is a Python list: it prints as its repr.
 type pyList []any
@@ -80,9 +81,9 @@ func writeRepr(b *strings.Builder, v any) {
 	case *big.Int:
 		b.WriteString(x.String())
 	case float64:
-		b.WriteString(pyFloatRepr(x))
+		b.WriteString(chattemplate.PyFloatRepr(x))
 	case pyFloat:
-		b.WriteString(pyFloatRepr(float64(x)))
+		b.WriteString(chattemplate.PyFloatRepr(float64(x)))
 	case pyList:
 		writeListRepr(b, x)
 	case []any:
@@ -171,28 +172,4 @@ func writeStringRepr(b *strings.Builder, s string) {
 		}
 	}
 	b.WriteByte(quote)
-}
-
-// pyFloatRepr is Python's repr(float): the shortest digits that read back
-// as f, in positional notation with at least one decimal when the exponent
-// is in [-4, 16), else as d.ddde±XX.
-func pyFloatRepr(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "nan"
-	case math.IsInf(f, 1):
-		return "inf"
-	case math.IsInf(f, -1):
-		return "-inf"
-	}
-	e := strconv.FormatFloat(f, 'e', -1, 64)
-	exp, _ := strconv.Atoi(e[strings.IndexByte(e, 'e')+1:])
-	if exp < -4 || exp >= 16 {
-		return e
-	}
-	s := strconv.FormatFloat(f, 'f', -1, 64)
-	if !strings.Contains(s, ".") {
-		s += ".0"
-	}
-	return s
 }

@@ -20,7 +20,7 @@ func pyStr(v *exec.Value) string {
 		}
 		return "False"
 	case v.IsFloat():
-		return pyFloatRepr(v.Float())
+		return PyFloatRepr(v.Float())
 	}
 	return v.String()
 }

@@ -264,13 +264,13 @@ func pyFloatJSON(f float64) string {
 	case math.IsInf(f, -1):
 		return "-Infinity"
 	}
-	return pyFloatRepr(f)
+	return PyFloatRepr(f)
 }
 
-// pyFloatRepr is Python's repr(float): the shortest digits that round-trip,
+// PyFloatRepr is Python's repr(float): the shortest digits that round-trip,
 // in positional notation when the decimal exponent is in [-4, 16), else in
 // scientific notation with at least two exponent digits.
-func pyFloatRepr(f float64) string {
+func PyFloatRepr(f float64) string {
 	switch {
 	case math.IsNaN(f):
 		return "nan"

@@ -150,8 +150,8 @@ func TestPyFloatRepr(t *testing.T) {
 		0: "0.0", 1: "1.0", -2.5: "-2.5", 0.1: "0.1", 1e16: "1e+16", 1e15: "1000000000000000.0",
 		1.5e-5: "1.5e-05", 0.0001: "0.0001", 123456789.125: "123456789.125", 1e100: "1e+100",
 	} {
-		if got := pyFloatRepr(f); got != want {
-			t.Errorf("pyFloatRepr(%v) = %q, want %q", f, got, want)
+		if got := PyFloatRepr(f); got != want {
+			t.Errorf("PyFloatRepr(%v) = %q, want %q", f, got, want)
 		}
 	}
 }

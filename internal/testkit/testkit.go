@@ -3,7 +3,9 @@
 package testkit
 
 import (
+	"compress/gzip"
 	"context"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -158,4 +160,24 @@ func FreePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Gunzip returns the content of the gzipped file at path (a test fixture
+// such as a model's tokenizer.json.gz).
+func Gunzip(t testing.TB, path string) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

@@ -1,8 +1,6 @@
 package tokenize_test
 
 import (
-	"compress/gzip"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/actloop/actloop/internal/agent"
+	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -69,19 +68,7 @@ func TestChatTemplateSettings(t *testing.T) {
 // rendering of the whole conversation, tools included.
 func TestModelDirFlows(t *testing.T) {
 	dir := t.TempDir()
-	zf, err := os.Open("models/qwen3/tokenizer.json.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zf.Close()
-	zr, err := gzip.NewReader(zf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testkit.Gunzip(t, "models/qwen3/tokenizer.json.gz")
 	cfg, err := os.ReadFile("../chattemplate/testdata/models/qwen2_5/tokenizer_config.json")
 	if err != nil {
 		t.Fatal(err)
