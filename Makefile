@@ -36,7 +36,7 @@ docs:
 # the pipeline's own cost with 1, 2 and 4 workers of each kind (one JSON
 # object or array a line); figures in bench/ (see docs/benchmarks.md). They
 # report; they do not fail on a number.
-BENCH_MODES = default,trajectory,trajectory-tuned,trajectory-first-batch,async,async-capped-tuned,action-fcfs,action-lpt-history,action-lpt-learned,action-lpt-oracle,action-sjf-history,action-sjf-learned,action-lpt-history-sync,action-fcfs-no-kv-admission,action-fcfs-no-kv-dispatch,action-fcfs-no-preemption,action-fcfs-no-hold,action-lpt-history-by-tokens,reference
+BENCH_MODES = default,trajectory,trajectory-tuned,trajectory-first-batch,async,async-capped-tuned,action-fcfs,action-lpt-history,action-lpt-learned,action-lpt-oracle,action-sjf-history,action-sjf-learned,action-lpt-history-sync,action-fcfs-no-kv-admission,action-fcfs-no-kv-dispatch,action-fcfs-preemption,action-fcfs-no-hold,action-lpt-history-by-tokens,reference
 
 # The second machine (CodeLlama-34B at tensor parallel 2 on H100s): the
 # RL-scale scenarios, actloop as shipped against the tuned baselines.

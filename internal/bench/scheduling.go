@@ -43,8 +43,7 @@ type Mode struct {
 	// Without turns one of action-level scheduling's mechanisms off, for
 	// ablations: AblateKVAdmission (admission by the adaptive count limit:
 	// the coordinator's ACTLOOP_KV_BUDGET=0), AblateKVDispatch (each
-	// gen-worker runs its slots only: its ACTLOOP_KV_BUDGET=0) or
-	// AblatePreemption (ACTLOOP_PREEMPT=false), AblateHold (the
+	// gen-worker runs its slots only: its ACTLOOP_KV_BUDGET=0), AblateHold (the
 	// coordinator holds no trajectory: its ACTLOOP_HOLD=false) or
 	// AblateRankByTime (lpt
 	// and sjf rank by tokens: ACTLOOP_RANK_BY=tokens).
@@ -58,13 +57,16 @@ type Mode struct {
 	// settings (ACTLOOP_SLOTS, the admission floor and ceiling, the
 	// policy and the predictor), nothing set for the scenario.
 	Shipped bool
-	// With turns on a mechanism the services do not run yet, measured in
-	// the virtual engine before it is built into them: WithKVResidency
+	// With turns on a mechanism that is off by default: WithPreemption (a
+	// high step preempts the newest low generation: ACTLOOP_PREEMPT=true),
+	// or one the services do not run yet, measured in the virtual engine
+	// before it is built into them: WithKVResidency
 	// (admission by the KV running requests need, on servers with a host
 	// tier: virtual.Config.KVResidency) or WithReferenceLoop (siiRL-agentic's
 	// action-level loop: its dispatch order, virtual.DispatchReference, and
 	// its admission, a fixed count of 1.5 × slots a replica with no KV
-	// awareness; ModeReference).
+	// awareness, and its preemption of the newest low generation;
+	// ModeReference).
 	With string
 	// FirstBatch tunes the knob on a drifting scenario's first batch only
 	// and holds that setting for the others, as a user sets it once at the
@@ -78,7 +80,6 @@ type Mode struct {
 const (
 	AblateKVAdmission = "kv-admission"
 	AblateKVDispatch  = "kv-dispatch"
-	AblatePreemption  = "preemption"
 	AblateHold        = "hold"
 	AblateRankByTime  = "rank-by-time"
 )
@@ -87,6 +88,7 @@ const (
 const (
 	WithKVResidency   = "kv-residency"
 	WithReferenceLoop = "reference-loop"
+	WithPreemption    = "preemption"
 )
 
 // Knobs a tuned Mode sweeps.
@@ -128,7 +130,7 @@ var Modes = []Mode{
 	{Name: "action-lpt-history-sync", Kind: "action", Policy: "lpt", Predictor: predictor.BackendHistory, Sync: true},
 	{Name: "action-fcfs-no-kv-admission", Kind: "action", Policy: "fcfs", Without: AblateKVAdmission},
 	{Name: "action-fcfs-no-kv-dispatch", Kind: "action", Policy: "fcfs", Without: AblateKVDispatch},
-	{Name: "action-fcfs-no-preemption", Kind: "action", Policy: "fcfs", Without: AblatePreemption},
+	{Name: "action-fcfs-preemption", Kind: "action", Policy: "fcfs", With: WithPreemption},
 	{Name: "action-fcfs-no-hold", Kind: "action", Policy: "fcfs", Without: AblateHold},
 	{Name: "action-lpt-history-by-tokens", Kind: "action", Policy: "lpt", Predictor: predictor.BackendHistory, Without: AblateRankByTime},
 	{Name: ModeDefault + "-kv-residency", Kind: "action", Policy: priority.NameFCFS, Predictor: predictor.BackendHistory, Shipped: true, With: WithKVResidency},
@@ -644,7 +646,7 @@ func runOne(ctx context.Context, m Mode, plans []workload.Trajectory, o runOpts)
 	}
 	for _, r := range st.Replicas {
 		gc := st.GenWorkerConfig(r)
-		gc.Preempt = m.Kind == "action" && m.Without != AblatePreemption
+		gc.Preempt = m.Kind == "action" && m.With == WithPreemption
 		if m.Kind == "trajectory" {
 			gc.Scheduling = priority.SchedulingTrajectory
 		}

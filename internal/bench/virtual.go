@@ -65,14 +65,13 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 		cfg.KVBudget = 0
 	case AblateKVDispatch:
 		cfg.DispatchKVBudget = 0
-	case AblatePreemption:
-		cfg.Preempt = false
 	case AblateHold:
 		cfg.Hold = false
 	case AblateRankByTime:
 		cfg.RankBy = priority.RankByTokens
 	}
 	cfg.KVResidency = m.With == WithKVResidency
+	cfg.Preempt = m.Kind == virtual.KindAction && (m.With == WithPreemption || m.With == WithReferenceLoop)
 	if m.With == WithReferenceLoop {
 		// A semaphore a replica, over-subscribed 1.5 × (async_factor),
 		// fixed and by count; the slots and the preemption of the newest

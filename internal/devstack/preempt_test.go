@@ -44,6 +44,7 @@ func TestPreemptionKeepsTheTokenStream(t *testing.T) {
 	}
 	gcfg := e.stack.GenWorkerConfig("r0")
 	gcfg.KVBudget = 0 // one slot, however much the server's pool holds: it is full
+	gcfg.Preempt = true
 	if _, err := e.stack.StartGenWorkerWith(e.ctx, gcfg, nil); err != nil {
 		t.Fatal(err)
 	}

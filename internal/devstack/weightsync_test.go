@@ -10,6 +10,7 @@ import (
 
 	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/genworker"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/schema"
@@ -18,6 +19,13 @@ import (
 // startSyncStack starts a coordinator, a gen-worker per replica and an
 // env-worker whose commands take no time.
 func startSyncStack(t *testing.T, e *env, tweak func(*coordinator.Config)) *coordinator.Coordinator {
+	t.Helper()
+	return startSyncStackWith(t, e, tweak, nil)
+}
+
+// startSyncStackWith is startSyncStack with genTweak applied to each
+// gen-worker's configuration.
+func startSyncStackWith(t *testing.T, e *env, tweak func(*coordinator.Config), genTweak func(*genworker.Config)) *coordinator.Coordinator {
 	t.Helper()
 	cfg := e.stack.CoordinatorConfig()
 	cfg.PredictTimeout = 0
@@ -29,7 +37,11 @@ func startSyncStack(t *testing.T, e *env, tweak func(*coordinator.Config)) *coor
 		t.Fatal(err)
 	}
 	for _, r := range e.stack.Replicas {
-		if _, err := e.stack.StartGenWorker(e.ctx, r, nil); err != nil {
+		gcfg := e.stack.GenWorkerConfig(r)
+		if genTweak != nil {
+			genTweak(&gcfg)
+		}
+		if _, err := e.stack.StartGenWorkerWith(e.ctx, gcfg, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -365,7 +377,8 @@ func TestRepeatedPauseResumeWithPreemption(t *testing.T) {
 		o.Slots = 2
 		o.Sim = sim.Config{TimeScale: 0.1, MaxTurns: 4}
 	})
-	coord := startSyncStack(t, e, func(c *coordinator.Config) { c.Policy, c.HighSlots = "lpt", 1 })
+	coord := startSyncStackWith(t, e, func(c *coordinator.Config) { c.Policy, c.HighSlots = "lpt", 1 },
+		func(g *genworker.Config) { g.Preempt = true })
 	const n = 8
 	var samples []schema.Sample
 	for i := range n {

@@ -68,8 +68,9 @@ type Config struct {
 	PredictTimeout time.Duration `envconfig:"PREDICT_TIMEOUT" default:"200ms"`
 	// Preempt lets a high-priority step preempt the newest low-priority
 	// generation when every slot is busy (never under
-	// ACTLOOP_SCHEDULING=trajectory).
-	Preempt bool `envconfig:"PREEMPT" default:"true"`
+	// ACTLOOP_SCHEDULING=trajectory). Off by default: it measured no gain
+	// on any scenario of the bench (docs/benchmarks.md).
+	Preempt bool `envconfig:"PREEMPT" default:"false"`
 	// KVBudget is the share of the server's KV pool (as it reports it) the
 	// running generations' inputs and output reserves may fill: beyond its
 	// SLOTS the worker runs more generations while they fit, up to 1,024.

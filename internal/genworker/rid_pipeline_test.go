@@ -148,6 +148,7 @@ func TestOneRequestIDPerTrajectory(t *testing.T) {
 	}
 	gcfg := stack.GenWorkerConfig("r0")
 	gcfg.LLMURL, gcfg.KVBudget = ts.URL, 0 // one generation at a time
+	gcfg.Preempt = true
 	if _, err := stack.StartGenWorkerWith(ctx, gcfg, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func Defaults(replicas, slots int) Config {
 	return Config{Replicas: replicas, Server: batching.DefaultConfig(), Slots: slots, Kind: KindAction,
 		Policy: priority.NameFCFS, MaxNew: 8192,
 		AdaptInterval: 5 * time.Second, SnapshotInterval: 200 * time.Millisecond, AgeLimit: 2 * time.Minute,
-		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, DispatchKVBudget: 1, Preempt: true, Hold: true, RankBy: priority.RankByTime, SampleEveryS: 10}
+		PreemptCooldown: 30 * time.Second, ReprefillLimit: 0.5, KVBudget: 1, DispatchKVBudget: 1, Hold: true, RankBy: priority.RankByTime, SampleEveryS: 10}
 }
 
 // floor and ceiling of the admission limit, as the coordinator's

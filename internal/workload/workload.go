@@ -334,7 +334,7 @@ var trainingScenarios = []Scenario{
 	func() Scenario {
 		sc := rlScenarios[0]
 		sc.Name = "swe-rl-drift"
-		sc.About = "synchronous RL over 4 consecutive batches of 128 prompts × 8 whose turns and replies grow batch over batch (DriftGrowth), on 2 replicas"
+		sc.About = "synchronous RL over 4 consecutive batches of 128 prompts × 8 whose turns grow batch over batch as SkyRL-Agent's did in training (DriftGrowth), on 2 replicas"
 		sc.Tasks, sc.Replicas = 1024, 2
 		sc.Drift = DriftGrowth
 		return sc
@@ -349,15 +349,19 @@ var trainingScenarios = []Scenario{
 	}(),
 }
 
-// DriftGrowth is swe-rl-drift's growth per batch. It is an assumption, not
-// a measurement: the sources this project cites for RL on SWE agents
-// (DeepSWE's blog, SkyRL-v0 and SkyRL-Agent, Golubev et al. 2025,
-// arXiv:2508.03501) report that trajectories get longer as training goes
-// on, but none of the pages we could read gives the per-step figures of
-// turns and reply tokens, so the factors here are ours: turns up 80 % and
-// replies up 50 % over the four batches, in even steps, under the same
-// 50-step cap and 64k context (which cut the longest).
-var DriftGrowth = []Growth{{Turns: 1, Reply: 1}, {Turns: 1.25, Reply: 1.15}, {Turns: 1.5, Reply: 1.3}, {Turns: 1.8, Reply: 1.5}}
+// DriftGrowth is swe-rl-drift's growth per batch, four evenly spaced
+// points of a published training run: the average turns per trajectory of
+// SkyRL-Agent's SA-SWE-32B (Qwen3-32B trained by RL alone on SWE tasks,
+// arXiv:2511.16108), read off its training plot ("Avg. # turns" against
+// training steps, NovaSky-AI/SkyRL, skyrl-agent/assets/
+// reward_usage_none_combo_plot.png) at steps 20, 65, 110 and 155: 18.6,
+// 21.7, 23.6 and 24.2 turns, factors 1.00, 1.17, 1.27 and 1.30 (read from
+// the pixels against the axis ticks; the figure gives no numbers in text).
+// Replies keep their length: no source we could read gives how a
+// multi-turn SWE agent's tokens per reply move during RL training (the
+// growing response lengths published, DeepSeek-R1's and single-turn
+// code-repair runs', are of one long reply, not of an agent's turns).
+var DriftGrowth = []Growth{{Turns: 1, Reply: 1}, {Turns: 1.17, Reply: 1}, {Turns: 1.27, Reply: 1}, {Turns: 1.30, Reply: 1}}
 
 // Lookup returns the scenario or variant named name.
 func Lookup(name string) (Scenario, bool) {
