@@ -18,9 +18,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/actloop/actloop/internal/telemetry"
+	"github.com/actloop/actloop/pkg/sandbox"
 )
 
 func main() {
+	if code, ok := sandbox.Forwarder(os.Args); ok { // a sandbox's port forwarder
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/actloop/actloop/internal/chattemplate"
 )
 
 // ToolCall is one function call in an assistant message.
@@ -155,7 +157,7 @@ func (q Qwen3) RenderTools(msgs []Msg, tools []json.RawMessage, generationPrompt
 func toolsJSON(tools []json.RawMessage) ([]string, error) {
 	js := make([]string, len(tools))
 	for i, t := range tools {
-		s, err := pyJSON(t)
+		s, err := chattemplate.PyDumps(t)
 		if err != nil {
 			return nil, fmt.Errorf("tool %d: %w", i, err)
 		}

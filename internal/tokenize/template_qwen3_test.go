@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/actloop/actloop/internal/chattemplate"
 )
 
 // qwen3Golden is one conversation of testdata/qwen3/golden.json, rendered
@@ -340,8 +342,8 @@ func TestPyJSON(t *testing.T) {
 		{`[[],{}]`, `[[], {}]`},
 	}
 	for _, tt := range tests {
-		if got, err := pyJSON([]byte(tt.in)); err != nil || got != tt.want {
-			t.Errorf("pyJSON(%s) = %s, %v; want %s", tt.in, got, err, tt.want)
+		if got, err := chattemplate.PyDumps([]byte(tt.in)); err != nil || got != tt.want {
+			t.Errorf("chattemplate.PyDumps(%s) = %s, %v; want %s", tt.in, got, err, tt.want)
 		}
 	}
 }
@@ -360,22 +362,22 @@ func FuzzPyJSON(f *testing.F) {
 		if json.Unmarshal(data, &in) != nil {
 			return
 		}
-		out, err := pyJSON(data)
+		out, err := chattemplate.PyDumps(data)
 		if err != nil {
 			if strings.Contains(err.Error(), "repeated") {
 				return
 			}
-			t.Fatalf("pyJSON(%q): %v", data, err)
+			t.Fatalf("chattemplate.PyDumps(%q): %v", data, err)
 		}
 		var back any
 		if err := json.Unmarshal([]byte(out), &back); err != nil {
-			t.Fatalf("pyJSON(%q) = %q, not JSON: %v", data, out, err)
+			t.Fatalf("chattemplate.PyDumps(%q) = %q, not JSON: %v", data, out, err)
 		}
 		if !reflect.DeepEqual(back, in) { // numbers compare with ==: -0 is 0, as Python reads it
-			t.Fatalf("pyJSON(%q) = %q: value changed", data, out)
+			t.Fatalf("chattemplate.PyDumps(%q) = %q: value changed", data, out)
 		}
-		if again, err := pyJSON([]byte(out)); err != nil || again != out {
-			t.Fatalf("pyJSON(%q) = %q, then %q, %v", data, out, again, err)
+		if again, err := chattemplate.PyDumps([]byte(out)); err != nil || again != out {
+			t.Fatalf("chattemplate.PyDumps(%q) = %q, then %q, %v", data, out, again, err)
 		}
 	})
 }

@@ -64,6 +64,15 @@
 // ResolveWorkspace is the check a caller makes before Start on a
 // workspace named by untrusted input.
 //
+// A Local sandbox is also a Server: it serves one HTTP handler of the
+// caller's to its commands (the proxy flow's model endpoint). Under
+// bubblewrap without the host's network, the handler listens on a Unix
+// socket in the sandbox's /tmp and each command runs under a forwarder
+// (ForwarderName: a copy of the program's own executable, which must call
+// Forwarder first thing in main) that carries connections to ServePort of
+// the sandbox's loopback to it; nothing else of the host's network is
+// reachable. Docker and Sim sandboxes do not serve yet.
+//
 // For a caller that crashed between Start and persisting the handle: Local
 // replaces a sandbox left under the same id by an earlier process, so Start
 // can simply be retried with the same id; Sim sandboxes do not survive the

@@ -54,16 +54,21 @@ type Local struct {
 	disk          string // DiskTmpfs or DiskWatch, after DiskAuto is resolved
 	diskErr       error  // why DiskAuto did not pick DiskTmpfs
 	cg            *cgroups
-	cgErr         error  // why no cgroup is used
-	limitsCfg     Limits // for the notes that name a limit
-	uid           int    // the user commands run as under bwrap; -1: the worker's own
-	path          string // PATH for commands, taken from the host
+	cgErr         error     // why no cgroup is used
+	limitsCfg     Limits    // for the notes that name a limit
+	uid           int       // the user commands run as under bwrap; -1: the worker's own
+	path          string    // PATH for commands, taken from the host
+	network       bool      // bwrap sandboxes share the host's network (LocalConfig.Network)
+	forwarder     forwarder // mounted in a sandbox that serves (see Serve)
 
 	mu   sync.Mutex
 	live map[string]bool // ids started by this Local and not yet closed
 }
 
-var _ Backend = (*Local)(nil)
+var (
+	_ Backend = (*Local)(nil)
+	_ Server  = (*localSandbox)(nil)
+)
 
 const (
 	localHandlePrefix = "local:"
@@ -71,6 +76,7 @@ const (
 	tmpDirName        = "+tmp"
 	trashDirName      = "+trash"
 	gitDirName        = "+git"
+	binDirName        = "+bin"
 	defaultPath       = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	bwrapProbeTimeout = 30 * time.Second
 )
@@ -207,7 +213,9 @@ func (l *Local) initBwrap(cfg LocalConfig) error {
 	}
 	if !cfg.Network {
 		args = append(args, "--unshare-net")
+		l.forwarder.path = filepath.Join(l.root, binDirName, ForwarderName)
 	}
+	l.network = cfg.Network
 	uid := -1
 	if os.Geteuid() == 0 {
 		uid = cfg.SandboxUID

@@ -359,7 +359,9 @@ func TestLocalCgroupLimits(t *testing.T) {
 		}
 		sb := sandboxtest.Start(t, l, "cgroup", sandbox.Spec{})
 		// tail buffers its whole input to print the last 512 MiB of it.
-		cmd := "head -c 1G /dev/zero | tail -c 512M | wc -c"
+		// pipefail: the pipeline fails with tail, whether the kill took
+		// the whole command or tail alone (then wc exits 0).
+		cmd := "set -o pipefail; head -c 1G /dev/zero | tail -c 512M | wc -c"
 		wantLimit(t, cmd, sandboxtest.Exec(t, sb, cmd), sandbox.LimitMemory, "sandbox limit: memory")
 		cmd = "for i in $(seq 40); do sleep 1 & done; wait"
 		res := sandboxtest.Exec(t, sb, cmd)

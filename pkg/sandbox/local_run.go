@@ -37,6 +37,9 @@ type runOpts struct {
 	// bind is a host directory mounted read-write at bwrapScratch under
 	// bwrap ("" for none): the diff's scratch.
 	bind string
+	// forward mounts the forwarder (Local.forwarder) read-only at
+	// /ForwarderName under bwrap: argv runs under it (see Serve).
+	forward bool
 }
 
 // bwrapScratch is where the diff's scratch directory is mounted under bwrap.
@@ -319,6 +322,9 @@ func (l *Local) command(o runOpts) []string {
 	)
 	if o.bind != "" {
 		args = append(args, "--bind", o.bind, bwrapScratch)
+	}
+	if o.forward {
+		args = append(args, "--ro-bind", l.forwarder.path, "/"+ForwarderName)
 	}
 	args = append(args,
 		"--chdir", o.dir,

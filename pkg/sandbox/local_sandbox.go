@@ -31,6 +31,7 @@ type localSandbox struct {
 	nextOp   uint64
 	running  map[uint64]context.CancelCauseFunc
 	inflight sync.WaitGroup
+	serving  *serving // the handler it serves (Serve), or nil
 }
 
 var (
@@ -146,11 +147,12 @@ func (s *localSandbox) Exec(ctx context.Context, cmd string, timeout time.Durati
 	defer end()
 	fullBefore := s.l.fullOf(s)
 	out := newHeadTail(s.l.outputLimit)
+	argv, forward := s.servedArgv([]string{"bash", "-c", cmd})
 	res, err := s.l.run(ctx, runOpts{
 		dir: s.dir, tmpDir: s.tmpDir, env: s.env,
-		argv:   []string{"bash", "-c", cmd},
+		argv:   argv,
 		stdout: out, combined: true, timeout: timeout, id: s.id,
-		watch: !s.tmpfs,
+		watch: !s.tmpfs, forward: forward,
 	})
 	r := ExecResult{
 		ReturnCode: res.code,
@@ -420,6 +422,7 @@ func (s *localSandbox) Close(context.Context) error {
 	}
 	s.mu.Unlock()
 	s.inflight.Wait()
+	s.stopServing()
 	err := s.l.remove(s.id)
 	s.l.release(s.id)
 	return err

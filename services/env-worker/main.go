@@ -7,9 +7,13 @@ import (
 	"os"
 
 	"github.com/actloop/actloop/internal/launch"
+	"github.com/actloop/actloop/pkg/sandbox"
 )
 
 func main() {
+	if code, ok := sandbox.Forwarder(os.Args); ok { // a sandbox's port forwarder
+		os.Exit(code)
+	}
 	if err := launch.Run("env-worker"); err != nil {
 		fmt.Fprintln(os.Stderr, "env-worker:", err)
 		os.Exit(1)

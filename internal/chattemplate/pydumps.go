@@ -1,4 +1,4 @@
-package tokenize
+package chattemplate
 
 import (
 	"bytes"
@@ -6,20 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
-
-	"github.com/actloop/actloop/internal/chattemplate"
 )
 
-// pyJSON returns the JSON value raw written as transformers' tojson filter
-// writes it into a chat template: json.dumps(json.loads(raw),
-// ensure_ascii=False). That is ", " and ": " between items, keys in the
-// order given, non-ASCII characters as they are, integers as written and
-// other numbers as Python's repr of a float. A key repeated in one object is
+// PyDumps returns the JSON value raw as Python writes it with
+// json.dumps(json.loads(raw), ensure_ascii=False): as transformers' tojson
+// filter writes a tool's JSON into a chat template, and as vLLM's tool
+// parsers write a call's arguments. That is ", " and ": " between items,
+// keys in the order given, non-ASCII characters as they are, integers as
+// written and other numbers as Python's repr of a float. A key repeated in one object is
 // an error (Python would keep the first key's place and the last value).
-func pyJSON(raw []byte) (string, error) {
+func PyDumps(raw []byte) (string, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var b strings.Builder
@@ -56,7 +54,7 @@ func writePyValue(b *strings.Builder, dec *json.Decoder) error {
 				if i > 0 {
 					b.WriteString(", ")
 				}
-				chattemplate.WriteJSONString(b, key, false)
+				WriteJSONString(b, key, false)
 				b.WriteString(": ")
 				if err := writePyValue(b, dec); err != nil {
 					return err
@@ -79,7 +77,7 @@ func writePyValue(b *strings.Builder, dec *json.Decoder) error {
 			return fmt.Errorf("JSON: %w", err)
 		}
 	case string:
-		chattemplate.WriteJSONString(b, v, false)
+		WriteJSONString(b, v, false)
 	case json.Number:
 		b.WriteString(pyNumber(string(v)))
 	case bool:
@@ -91,7 +89,8 @@ func writePyValue(b *strings.Builder, dec *json.Decoder) error {
 }
 
 // pyNumber writes a JSON number as Python reads and writes it: an int when
-// it has no fraction or exponent, else a float in repr's shortest form.
+// it has no fraction or exponent, else a float in repr's shortest form (out
+// of range: the infinity Python's float() reads it as).
 func pyNumber(s string) string {
 	if !strings.ContainsAny(s, ".eE") {
 		if s == "-0" {
@@ -99,21 +98,6 @@ func pyNumber(s string) string {
 		}
 		return s
 	}
-	f, _ := strconv.ParseFloat(s, 64) // out of range: ±Inf or 0, as Python's float()
-	switch {
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	}
-	e := strconv.FormatFloat(f, 'e', -1, 64)
-	exp, _ := strconv.Atoi(e[strings.IndexByte(e, 'e')+1:])
-	if exp < -4 || exp >= 16 {
-		return e // repr's exponent form: shortest digits, "e+16", "e-05"
-	}
-	fixed := strconv.FormatFloat(f, 'f', -1, 64)
-	if !strings.Contains(fixed, ".") {
-		fixed += ".0"
-	}
-	return fixed
+	f, _ := strconv.ParseFloat(s, 64)
+	return pyFloatJSON(f)
 }
