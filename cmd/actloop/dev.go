@@ -23,6 +23,7 @@ import (
 	"github.com/actloop/actloop/internal/bus"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/envworker"
 	"github.com/actloop/actloop/internal/gateway"
 	"github.com/actloop/actloop/internal/localnats"
 	"github.com/actloop/actloop/internal/localredis"
@@ -203,6 +204,10 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	if o.modelDir != "" {
 		chat.ModelDir = o.modelDir
 	}
+	var reward envworker.Reward // ACTLOOP_REWARD_*, as the env-workers read them
+	if err := envconfig.Process("ACTLOOP", &reward); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
 	if o.dir == "" {
 		d, err := os.MkdirTemp("", "actloop-dev-")
 		if err != nil {
@@ -265,7 +270,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 		ModelDir: chat.ModelDir, Tokenizer: chat.Tokenizer, ChatTemplate: chat.ChatTemplate,
 		LLMURLs: o.llmURLs, LLMAPI: llm.API(o.llmAPI), LLMModel: o.llmModel,
 		CoordinatorAddr: coordLn.Addr().String(), CoordinatorListener: coordLn,
-		AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log, LeastPrivilege: true})
+		AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log, LeastPrivilege: true, Reward: &reward})
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/actloop/actloop/pkg/client"
-	"github.com/actloop/actloop/pkg/schema"
 )
 
 // ServeTrainerConsumers creates the trainers' consumers of results and
@@ -23,7 +22,11 @@ import (
 // deliveries would land on any subject of the account (issue 31).
 // Creating is idempotent, so any coordinator of the queue group may
 // answer. Each consumer is deleted by the server after
-// client.ConsumerInactive without a pull.
+// client.ConsumerInactive without a pull. A run's consumer
+// (client.ConsumerRequest.Run) records its run (client.MetaRun); the
+// trainer's side refuses a name in use for another subject or run before
+// it asks (client.EnsureConsumerRequest), since this user may not look
+// consumers up.
 func ServeTrainerConsumers(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) error {
 	return serveTrainerConsumers(ctx, nc, js, log, client.ConsumerInactive)
 }
@@ -55,9 +58,7 @@ func createTrainerConsumer(ctx context.Context, js jetstream.JetStream, data []b
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	cfg := client.ConsumerConfig(req.Name, req.Subject)
-	cfg.InactiveThreshold = inactive
-	if _, err := js.CreateOrUpdateConsumer(ctx, schema.StreamResults, cfg); err != nil {
+	if _, err := client.CreateConsumer(ctx, js, req, inactive); err != nil {
 		return fmt.Errorf("consumer %s of %s: %w", req.Name, req.Subject, err)
 	}
 	return nil

@@ -93,7 +93,9 @@ type Options struct {
 	// EnvWorkerIDs are the env-workers that get a NATS user of their own
 	// with LeastPrivilege; default env-0 (StartAll's).
 	EnvWorkerIDs []string
-	Log          *slog.Logger
+	// Reward is the env-workers' reward settings; nil: their defaults.
+	Reward *envworker.Reward
+	Log    *slog.Logger
 }
 
 // chat is the workers' tokenize.Chat.
@@ -657,6 +659,9 @@ func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
 	// where it works, else unisolated, which the env-worker logs loudly.
 	c.AllowUnisolated = true
 	c.Chat = s.Opts.chat()
+	if s.Opts.Reward != nil {
+		c.Reward = *s.Opts.Reward
+	}
 	return c
 }
 

@@ -16,6 +16,44 @@ import (
 	"github.com/actloop/actloop/pkg/schema"
 )
 
+// Reward is how an env-worker scores a trajectory beyond its eval: which
+// trajectories are scored and the reward endpoint (ACTLOOP_REWARD_*);
+// `actloop dev` reads it as the env-worker does.
+type Reward struct {
+	// RewardOn says which trajectories the eval scores: `submitted` (those
+	// the agent submitted, as the reference loop does; one ended by a limit
+	// gets reward 0 and its diff, not evaluated) or `always` (every
+	// trajectory that ran to an end, a limit's included). A reward endpoint
+	// (ACTLOOP_REWARD_URL, a sample's reward) is asked only for a
+	// trajectory this lets the eval score.
+	RewardOn string `envconfig:"REWARD_ON" default:"submitted"`
+	// RewardURL is the deployment's reward endpoint: once a scored
+	// trajectory's eval has run, the env-worker POSTs the trajectory to it
+	// and the reward is its answer's (docs/agent.md, "Reward"); a
+	// sample's reward.url takes its place where allowed. Empty: none but
+	// the samples' own.
+	RewardURL string `envconfig:"REWARD_URL"`
+	// RewardURLs are the prefixes (comma-separated) a sample's reward.url
+	// must start with to be called, each an http or https URL naming its
+	// host and the "/" after it (http://judge:8000/ matches
+	// http://judge:8000/score, never http://judge:8000.evil.example/);
+	// ACTLOOP_REWARD_URL itself is always allowed. A sample naming another
+	// URL gets reward 0 and a reward_error naming this setting, and nothing
+	// is called: the env-worker's network is not the sample's to reach.
+	// Empty, the default: samples may not name a URL.
+	RewardURLs []string `envconfig:"REWARD_URLS"`
+	// RewardTimeout bounds one attempt to ask the reward endpoint, where
+	// a sample's reward.timeout_ms does not; at most 1h. An attempt past
+	// it is given up and may be tried again (ACTLOOP_REWARD_RETRIES).
+	RewardTimeout time.Duration `envconfig:"REWARD_TIMEOUT" default:"60s"`
+	// RewardRetries is the attempts to ask the reward endpoint after the
+	// first, where a sample's reward.retries does not say (0 to 10): on a
+	// connection error, a 5xx answer or a timeout, never on a 4xx, after a
+	// back-off from 500ms, doubling, with jitter. When none answers, the
+	// reward is 0 and reward_error says why.
+	RewardRetries int `envconfig:"REWARD_RETRIES" default:"2"`
+}
+
 // Config is an env-worker's settings (ACTLOOP_ prefix).
 type Config struct {
 	service.Common
@@ -41,11 +79,7 @@ type Config struct {
 	// stopped past it), so a huge file in a sandbox costs the worker no
 	// more than this.
 	MaxDiffBytes int `envconfig:"MAX_DIFF_BYTES" default:"1048576"`
-	// RewardOn says which trajectories the eval scores: `submitted` (those
-	// the agent submitted, as the reference loop does; one ended by a limit
-	// gets reward 0 and its diff, not evaluated) or `always` (every
-	// trajectory that ran to an end, a limit's included).
-	RewardOn string `envconfig:"REWARD_ON" default:"submitted"`
+	Reward           // ACTLOOP_REWARD_*: how a trajectory is scored
 	// SandboxReplay: a trajectory whose sandbox is gone (its env-worker
 	// restarted without it: a new machine, a wiped disk) gets a new one in
 	// which its commands so far run again, in order, before its next step;
@@ -216,6 +250,7 @@ func (c *Config) Validate() error {
 	if c.RewardOn != RewardOnSubmitted && c.RewardOn != RewardOnAlways {
 		errs = append(errs, fmt.Errorf("ACTLOOP_REWARD_ON: %q is not %q or %q", c.RewardOn, RewardOnSubmitted, RewardOnAlways))
 	}
+	errs = append(errs, c.validReward()...)
 	switch c.SandboxBackend {
 	case BackendLocal:
 		if err := c.local().Validate(); err != nil {
@@ -258,6 +293,30 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.Chat.Validate())
 	return errors.Join(errs...)
+}
+
+// validReward checks the reward endpoint settings.
+func (c *Config) validReward() []error {
+	var errs []error
+	if c.RewardURL != "" {
+		if err := schema.CheckRewardURL(c.RewardURL); err != nil {
+			errs = append(errs, fmt.Errorf("ACTLOOP_REWARD_URL: %w", err))
+		}
+	}
+	for _, p := range c.RewardURLs {
+		if err := checkRewardPrefix(p); err != nil {
+			errs = append(errs, fmt.Errorf("ACTLOOP_REWARD_URLS: %w", err))
+		}
+	}
+	if c.RewardTimeout <= 0 || c.RewardTimeout > schema.MaxRewardTimeout {
+		errs = append(errs, fmt.Errorf("ACTLOOP_REWARD_TIMEOUT: must be in (0, %v] (schema.MaxRewardTimeout), got %v",
+			schema.MaxRewardTimeout, c.RewardTimeout))
+	}
+	if c.RewardRetries < 0 || c.RewardRetries > schema.MaxRewardRetries {
+		errs = append(errs, fmt.Errorf("ACTLOOP_REWARD_RETRIES: must be in [0, %d] (schema.MaxRewardRetries), got %d",
+			schema.MaxRewardRetries, c.RewardRetries))
+	}
+	return errs
 }
 
 func (c *Config) local() sandbox.LocalConfig {

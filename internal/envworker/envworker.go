@@ -1,8 +1,9 @@
 // Package envworker runs environment steps: it starts and bootstraps a
 // trajectory's sandbox (any worker, from actloop.env.start), then runs each
 // action in it (the owner, from actloop.env.<id>), and at the end takes the
-// diff, scores it by running the sample's eval command in a fresh sandbox,
-// cleans up and publishes the result.
+// diff, scores it by running the sample's eval command in a fresh sandbox
+// (and asks the reward endpoint the sample or the deployment names, if
+// any: reward_call.go), cleans up and publishes the result.
 //
 // Acks: a step that ran (or was already committed) → ack; undecodable →
 // dead letter; Redis/NATS trouble → nak with back-off; a sandbox that cannot
@@ -53,6 +54,7 @@ type Worker struct {
 	agents   agent.Agents
 	board    *priority.Board
 	control  bus.ControlView // the newest control state: staleness of results
+	rewards  *rewardCaller
 
 	own, start jetstream.Consumer
 	driver     *traj.Driver
@@ -88,7 +90,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agents: agents, board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
-		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics()}
+		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics(), rewards: newRewardCaller()}
 	w.local, _ = runner.(*sandbox.Local)
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log, Lease: d.Common.StepLease}
 	if w.own, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-"+cfg.ID, bus.SubjectEnv(cfg.ID)); err != nil {
@@ -115,6 +117,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return w.heartbeat(ctx) })
 	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, w.mux(), w.d.Log) })
 	err := g.Wait()
+	w.rewards.hc.CloseIdleConnections()
 	for _, b := range w.backends {
 		if c, ok := b.(io.Closer); ok { // the Docker backend's idle connections
 			_ = c.Close()
@@ -440,9 +443,9 @@ func (w *Worker) runAction(ctx context.Context, sb sandbox.Sandbox, t *traj.Traj
 	return res, err
 }
 
-// finishStep takes the diff, scores it in a fresh sandbox (under
-// ACTLOOP_REWARD_ON=submitted only a submitted trajectory's) and removes
-// the trajectory's sandbox.
+// finishStep takes the diff, scores it in a fresh sandbox and by the
+// reward endpoint, if any (under ACTLOOP_REWARD_ON=submitted only a
+// submitted trajectory's), and removes the trajectory's sandbox.
 func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
 	if err := w.owns(t); err != nil {
 		return nil, err
@@ -478,16 +481,24 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Trans
 	if ev.note != "" {
 		reason += "; " + ev.note
 	}
-	return traj.Finished{Reason: reason, Diff: diff, Reward: ev.reward, Tests: ev.tests, Replay: replay}, nil
+	f := traj.Finished{Reason: reason, Diff: diff, Reward: ev.reward, RewardComponents: ev.components, Tests: ev.tests,
+		Replay: replay}
+	if err := w.endpointReward(ctx, t, ev, &f); err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // evaluation is the verdict on a trajectory. note explains a 0 that is not
-// the eval's verdict; tests holds each listed test's outcome, for samples
-// that list tests.
+// the eval's verdict; components are its JSON reward line's; tests holds
+// each listed test's outcome, for samples that list tests; run is the
+// eval's run, for a reward endpoint, nil when no eval ran.
 type evaluation struct {
-	reward float64
-	note   string
-	tests  map[string]string
+	reward     float64
+	components map[string]float64
+	note       string
+	tests      map[string]string
+	run        *schema.RewardEval
 }
 
 // missingTests gives every test of ts the outcome MISSING: the eval did not
@@ -503,10 +514,11 @@ func missingTests(ts *schema.Tests) map[string]string {
 	return m
 }
 
-// evaluate runs the eval command in a fresh sandbox with diff applied. A
-// sample that lists tests (env.tests) is scored by the eval's output: reward
-// 1 when every listed test is reported passed (internal/testlog); any other by
-// the exit code: reward 1 when it exits 0.
+// evaluate runs the eval command in a fresh sandbox with diff applied and
+// scores it (score): by its JSON reward line, or for a sample that lists
+// tests (env.tests) by its output: reward 1 when every listed test is
+// reported passed (internal/testlog); any other by the exit code: reward 1
+// when it exits 0.
 func (w *Worker) evaluate(ctx context.Context, t *traj.Trajectory, diff string) (evaluation, error) {
 	env := t.Sample.Env
 	if env.Eval == "" {
@@ -556,6 +568,8 @@ func (w *Worker) runEval(ctx context.Context, step trace.Span, b sandbox.Backend
 	step.SetAttributes(attribute.Int64("eval_ms", time.Since(started).Milliseconds()),
 		attribute.Int("eval_exit_code", res.ReturnCode), attribute.String("eval_limit", res.Limit))
 	ev := score(env, res)
+	ev.run = &schema.RewardEval{ExitCode: res.ReturnCode, TimedOut: res.TimedOut, Reward: ev.reward,
+		Components: ev.components, Output: tail(res.Output, schema.MaxRewardEvalOutputBytes)}
 	if res.Limit != "" && !res.TimedOut {
 		// The agent's change made the eval run into a sandbox limit: the
 		// verdict stands, and the reason says why.
@@ -564,27 +578,40 @@ func (w *Worker) runEval(ctx context.Context, step trace.Span, b sandbox.Backend
 	return ev, nil
 }
 
-// score is the verdict of an eval that ran and gave res.
+// score is the verdict of an eval that ran and gave res. A timed-out eval
+// scores 0. Otherwise its JSON reward line (evalRewardLine), if it prints
+// one, gives the reward and its components, whatever the exit code and the
+// listed tests (whose outcomes the result still reports); a line whose
+// reward is not a finite number scores 0, with a note naming the field.
+// Without one, a sample that lists tests scores 1 when every one passed,
+// any other 1 when the eval exits 0.
 func score(env schema.Env, res sandbox.ExecResult) evaluation {
+	ev := evaluation{}
 	if env.Tests != nil {
 		// A timed-out eval's partial output still says which tests ran.
-		ev := evaluation{}
 		ev.reward, ev.tests = testlog.Score(*env.Tests, res.Output)
-		switch {
-		case res.TimedOut:
-			ev.reward, ev.note = 0, "eval timed out"
-		case res.Truncated && ev.reward == 0:
-			ev.note = "eval output was cut at ACTLOOP_OUTPUT_LIMIT; tests in the cut part read as MISSING"
+	}
+	if res.TimedOut {
+		ev.reward, ev.note = 0, "eval timed out"
+		return ev
+	}
+	if r, ok, err := evalRewardLine(res.Output); ok {
+		if err != nil {
+			ev.reward, ev.note = 0, "eval's JSON reward line: "+err.Error()
+			return ev
 		}
+		ev.reward, ev.components = r.value, r.components
 		return ev
 	}
 	switch {
-	case res.TimedOut:
-		return evaluation{note: "eval timed out"}
+	case env.Tests != nil:
+		if res.Truncated && ev.reward == 0 {
+			ev.note = "eval output was cut at ACTLOOP_OUTPUT_LIMIT; tests in the cut part read as MISSING"
+		}
 	case res.ReturnCode == 0:
-		return evaluation{reward: 1}
+		ev.reward = 1
 	}
-	return evaluation{}
+	return ev
 }
 
 // joinNote appends note to notes, "; " between.

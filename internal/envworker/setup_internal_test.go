@@ -46,8 +46,10 @@ func newTestWorker(t *testing.T, edit func(*Config)) *Worker {
 	rdb, _ := testkit.StartRedis(t, localredis.KindInProcess)
 	d := &service.Deps{Store: traj.New(rdb, time.Now), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: time.Now}
 	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agents: agents, m: newEnvMetrics(), boxes: map[string]sandbox.Sandbox{},
+		rewards: newRewardCaller(),
 		backends: map[string]sandbox.Backend{schema.BackendLocal: local,
 			schema.BackendSim: sandbox.NewSim(sandbox.SimConfig{TimeScale: 1})}}
+	t.Cleanup(w.rewards.hc.CloseIdleConnections)
 	t.Cleanup(func() { // a sandbox on a tmpfs must be unmounted before its dir goes
 		w.mu.Lock()
 		defer w.mu.Unlock()

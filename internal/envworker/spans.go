@@ -20,6 +20,8 @@ const (
 	spanStart = "sandbox.start" // create a sandbox and run its setup, retries included
 	spanExec  = "sandbox.exec"  // run one command: an action, a replayed one, the eval
 	spanEval  = "sandbox.eval"  // score a diff: a fresh sandbox, the eval command, the verdict
+	// spanReward: ask the reward endpoint for a trajectory's reward, retries included.
+	spanReward = "reward.endpoint"
 )
 
 // Attributes of the sandbox spans.

@@ -63,9 +63,11 @@ type Gateway struct {
 	cfg    Config
 	d      *service.Deps
 	bodies *client.Bodies
-	// consumers caches the durable consumers made so far (an optimisation:
-	// CreateOrUpdateConsumer is idempotent).
-	consumers sync.Map // name+"\x00"+subject -> jetstream.Consumer
+	// consumers caches the durable consumers made so far, each for
+	// consumerTTL (an optimisation: making one is idempotent; made again,
+	// client.EnsureConsumerRequest sees a name taken up for another
+	// subject or run after the server deleted an unused one).
+	consumers sync.Map // name+"\x00"+subject+"\x00"+run -> cachedConsumer
 
 	requests *prometheus.CounterVec   // by route and code
 	seconds  *prometheus.HistogramVec // by route
@@ -173,6 +175,9 @@ type SubmitReply struct {
 	// Errors leaves out.
 	Omitted int    `json:"omitted,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Already lists the ids of a resubmitted batch (resubmit=true) found
+	// stored by an earlier attempt: counted in Accepted, not stored again.
+	Already []string `json:"already,omitempty"`
 }
 
 // lineErrors collects a batch's LineErrors, keeping the first
@@ -217,7 +222,19 @@ func (e *lineErrors) reply(summary string) SubmitReply {
 // answers 409 for a sample the stream answers as a duplicate of one
 // stored within its duplicate window (client.PublishSample: the samples
 // before it are stored, it and the rest are not).
+//
+// With resubmit=true the caller says the batch is one it submitted before
+// and whose answer it lost (a retry): a sample whose id an earlier result
+// holds, or the stream answers as a duplicate, is taken as that earlier
+// attempt's, stored: it counts in accepted and is listed in already, and
+// the rest are published. Ids unique to the caller (a run prefix) make
+// that exact.
 func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
+	resubmit, err := boolParam(r.URL.Query(), "resubmit")
+	if err != nil {
+		fail(w, http.StatusBadRequest, err)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxSubmitBytes+1))
 	switch {
 	case err != nil:
@@ -264,8 +281,14 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, SubmitReply{Error: fmt.Sprintf("%v; none was submitted", err)})
 		return
 	}
+	var already []string
+	stored := make([]bool, len(lines)) // by an earlier attempt (resubmit)
 	for i, err := range taken {
-		if err != nil {
+		switch {
+		case err != nil && resubmit:
+			stored[i] = true
+			already = append(already, ids[i])
+		case err != nil:
 			errs.add(i+1, ids[i], err.Error())
 		}
 	}
@@ -274,8 +297,13 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for i, l := range lines {
+		if stored[i] {
+			continue
+		}
 		err := client.PublishSample(r.Context(), g.d.JS, ids[i], l)
 		switch {
+		case errors.Is(err, client.ErrIDTaken) && resubmit:
+			already = append(already, ids[i])
 		case errors.Is(err, client.ErrIDTaken):
 			errs.add(i+1, ids[i], err.Error())
 			rep := errs.reply(fmt.Sprintf("sample %s (line %d): its id is taken; the first %d are stored, it and the rest are not", ids[i], i+1, i))
@@ -283,12 +311,12 @@ func (g *Gateway) submit(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusConflict, rep)
 			return
 		case err != nil:
-			writeJSON(w, http.StatusServiceUnavailable, SubmitReply{Accepted: i,
+			writeJSON(w, http.StatusServiceUnavailable, SubmitReply{Accepted: i, Already: already,
 				Error: fmt.Sprintf("sample %s (line %d): %v; the first %d are stored: submit the samples from line %d on again", ids[i], i+1, err, i, i+1)})
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, SubmitReply{Accepted: len(lines)})
+	writeJSON(w, http.StatusOK, SubmitReply{Accepted: len(lines), Already: already})
 }
 
 // splitSamples cuts a body into samples: the elements of a JSON array, or
@@ -338,7 +366,10 @@ type ReadReply struct {
 // read answers a long poll on the durable consumer named by the consumer
 // parameter of subject's messages: up to max (default 16) deliveries,
 // waiting up to wait_ms (default 5,000) for the first and returning those
-// that came by then.
+// that came by then. With run, the consumer is that run's
+// (client.ConsumerRequest.Run): it hands out only the messages of ids
+// that start with run + "." and acknowledges the others unseen; a
+// consumer name in use for another subject or run is refused (409).
 func (g *Gateway) read(subject string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -363,12 +394,26 @@ func (g *Gateway) read(subject string) http.HandlerFunc {
 			fail(w, http.StatusBadRequest, err)
 			return
 		}
-		cons, err := g.consumer(r.Context(), name, subject)
-		if err != nil {
+		run := q.Get("run")
+		if q.Has("run") && !client.ValidRun(run) {
+			fail(w, http.StatusBadRequest, fmt.Errorf("run: %q is not a run (%s: an id's first part, without '.')", run, client.RunPattern))
+			return
+		}
+		cons, err := g.consumer(r.Context(), name, subject, run)
+		switch {
+		case errors.Is(err, client.ErrConsumerConflict):
+			fail(w, http.StatusConflict, err)
+			return
+		case err != nil:
 			fail(w, http.StatusServiceUnavailable, err)
 			return
 		}
-		msgs, err := fetch(cons, batchMax, time.Duration(waitMS)*time.Millisecond)
+		var msgs []jetstream.Msg
+		if run == "" {
+			msgs, err = fetch(cons, batchMax, time.Duration(waitMS)*time.Millisecond)
+		} else {
+			msgs, err = fetchRun(cons, batchMax, time.Duration(waitMS)*time.Millisecond, client.RunSubjectPrefix(subject, run))
+		}
 		if err != nil {
 			fail(w, http.StatusServiceUnavailable, fmt.Errorf("fetch from %s: %w", name, err))
 			return
@@ -425,6 +470,39 @@ func fetch(cons jetstream.Consumer, n int, wait time.Duration) ([]jetstream.Msg,
 	return out, pull(cons.FetchNoWait(n - 1))
 }
 
+// fetchRun is fetch of the messages whose subject starts with prefix (a
+// run's, client.RunSubjectPrefix): the others are acknowledged, never to
+// come again to this consumer, which is the run's. It reads on until it
+// has n, or has some and no more are there now, or wait has passed.
+func fetchRun(cons jetstream.Consumer, n int, wait time.Duration, prefix string) ([]jetstream.Msg, error) {
+	deadline := time.Now().Add(wait)
+	var out []jetstream.Msg
+	for {
+		left := time.Until(deadline)
+		w := max(left, 0)
+		if len(out) > 0 {
+			w = 0 // some to answer with: only what is there now
+		}
+		msgs, err := fetch(cons, n-len(out), w)
+		for _, m := range msgs {
+			if strings.HasPrefix(m.Subject(), prefix) {
+				out = append(out, m)
+			} else {
+				_ = m.Ack() // another run's
+			}
+		}
+		if err != nil {
+			for _, m := range out {
+				_ = m.Nak()
+			}
+			return nil, err
+		}
+		if len(out) == n || (len(msgs) == 0 && (len(out) > 0 || left <= 0)) || time.Now().After(deadline) {
+			return out, nil
+		}
+	}
+}
+
 func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
 	v := q.Get(name)
 	if v == "" {
@@ -437,18 +515,43 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
 	return n, nil
 }
 
-// consumer creates, or takes up again, the durable consumer name of
-// subject on the results stream, as pkg/client does.
-func (g *Gateway) consumer(ctx context.Context, name, subject string) (jetstream.Consumer, error) {
-	key := name + "\x00" + subject
-	if c, ok := g.consumers.Load(key); ok {
-		return c.(jetstream.Consumer), nil
+// consumerTTL is how long the gateway uses a consumer it made without
+// asking for it again.
+const consumerTTL = time.Minute
+
+type cachedConsumer struct {
+	c  jetstream.Consumer
+	at time.Time
+}
+
+// boolParam reads an optional true/false parameter.
+func boolParam(q url.Values, name string) (bool, error) {
+	v := q.Get(name)
+	if v == "" {
+		return false, nil
 	}
-	c, err := client.EnsureConsumer(ctx, g.d.NC, g.d.JS, name, subject)
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s: %q is not true or false", name, v)
+	}
+	return b, nil
+}
+
+// consumer creates, or takes up again, the durable consumer name of
+// subject (of run, when not "") on the results stream, as pkg/client does.
+func (g *Gateway) consumer(ctx context.Context, name, subject, run string) (jetstream.Consumer, error) {
+	key := name + "\x00" + subject + "\x00" + run
+	if c, ok := g.consumers.Load(key); ok && time.Since(c.(cachedConsumer).at) < consumerTTL {
+		return c.(cachedConsumer).c, nil
+	}
+	c, err := client.EnsureConsumerRequest(ctx, g.d.NC, g.d.JS, client.ConsumerRequest{Name: name, Subject: subject, Run: run})
+	if errors.Is(err, client.ErrConsumerConflict) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)
 	}
-	g.consumers.Store(key, c)
+	g.consumers.Store(key, cachedConsumer{c: c, at: time.Now()})
 	return c, nil
 }
 

@@ -212,6 +212,113 @@ func TestSubmitReadAcknowledge(t *testing.T) {
 	}
 }
 
+// A run's reader sees its run's results and groups only: the ids that
+// start with "<run>.", whatever else the stream holds; its consumer name
+// cannot be taken up for another run, for every run or for the other
+// subject (409); and a batch submitted again as a retry (resubmit=true)
+// is taken as stored, not refused (issue 33).
+func TestRunScopedReads(t *testing.T) {
+	a := newAPI(t)
+	group := func(id, gid string, index int) string {
+		var s schema.Sample
+		if err := json.Unmarshal([]byte(sampleLine(t, id)), &s); err != nil {
+			t.Fatal(err)
+		}
+		s.GroupID, s.GroupIndex, s.GroupSize = gid, index, 2
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	mine := []string{"ra.0", "ra.1", "ra.g-0", "ra.g-1"}
+	batch := []string{sampleLine(t, "ra.0"), sampleLine(t, "rb.0"), sampleLine(t, "ra.1"), sampleLine(t, "ra-0"),
+		sampleLine(t, "rab.0"), group("ra.g-0", "ra.g", 0), group("ra.g-1", "ra.g", 1), group("rb.g-0", "rb.g", 0),
+		group("rb.g-1", "rb.g", 1)}
+	var rep SubmitReply
+	if st := a.call("POST", "/v1/samples", strings.Join(batch, "\n"), &rep); st != http.StatusOK || rep.Accepted != len(batch) {
+		t.Fatalf("submit: %d %+v", st, rep)
+	}
+	// The answer was lost, say: the same batch again as a retry is stored
+	// already, every id of it.
+	if st := a.call("POST", "/v1/samples?resubmit=true", strings.Join(batch, "\n"), &rep); st != http.StatusOK ||
+		rep.Accepted != len(batch) || len(rep.Already) != len(batch) {
+		t.Fatalf("the batch again, resubmit=true: %d %+v", st, rep)
+	}
+	if st := a.call("POST", "/v1/samples", batch[0], &rep); st != http.StatusConflict {
+		t.Fatalf("an id again without resubmit: %d %+v", st, rep)
+	}
+
+	got := map[string]int{}
+	testkit.Eventually(t, wait, "run ra's results", func() bool {
+		var rr ReadReply
+		if st := a.call("GET", "/v1/results?consumer=ra-results&run=ra&max=3&wait_ms=1000", nil, &rr); st != http.StatusOK {
+			t.Fatalf("read run ra: %d", st)
+		}
+		var acks []string
+		for _, d := range rr.Deliveries {
+			got[d.Result.TrajID]++
+			acks = append(acks, d.Ack)
+		}
+		var sr SettleReply
+		if st := a.call("POST", "/v1/ack", SettleRequest{Acks: acks}, &sr); st != http.StatusOK || sr.Settled != len(acks) {
+			t.Fatalf("ack: %d %+v", st, sr)
+		}
+		return len(got) >= len(mine)
+	})
+	for _, id := range mine {
+		if got[id] != 1 {
+			t.Errorf("run ra: %s read %d times, want once; read %v", id, got[id], got)
+		}
+	}
+	if len(got) != len(mine) {
+		t.Errorf("run ra read %v, want %v only", got, mine)
+	}
+	// The other runs' results came and were acknowledged unseen.
+	var rr ReadReply
+	if st := a.call("GET", "/v1/results?consumer=ra-results&run=ra&wait_ms=0", nil, &rr); st != http.StatusOK || len(rr.Deliveries) != 0 {
+		t.Fatalf("run ra after its results: %d, %d deliveries", st, len(rr.Deliveries))
+	}
+	testkit.Eventually(t, wait, "run ra's group", func() bool {
+		var rr ReadReply
+		if st := a.call("GET", "/v1/groups?consumer=ra-groups&run=ra&wait_ms=1000", nil, &rr); st != http.StatusOK {
+			t.Fatalf("groups of run ra: %d", st)
+		}
+		for _, d := range rr.Deliveries {
+			if d.Group.GroupID != "ra.g" {
+				t.Fatalf("run ra was handed group %s", d.Group.GroupID)
+			}
+			return true
+		}
+		return false
+	})
+	// A reader of every run still reads them all.
+	all := map[string]bool{}
+	testkit.Eventually(t, wait, "every result on a consumer of every run", func() bool {
+		var rr ReadReply
+		a.call("GET", "/v1/results?consumer=all&max=64&wait_ms=1000", nil, &rr)
+		var acks []string
+		for _, d := range rr.Deliveries {
+			all[d.Result.TrajID] = true
+			acks = append(acks, d.Ack)
+		}
+		a.call("POST", "/v1/ack", SettleRequest{Acks: acks}, nil)
+		return len(all) == len(batch)
+	})
+
+	for _, c := range []struct{ path, says string }{
+		{"/v1/results?consumer=ra-results&run=rb&wait_ms=0", "reads actloop.results.> of run ra, not actloop.results.> of run rb"},
+		{"/v1/results?consumer=ra-results&wait_ms=0", "not actloop.results.> (every run)"},
+		{"/v1/groups?consumer=ra-results&run=ra&wait_ms=0", "not actloop.groups.> of run ra"},
+		{"/v1/results?consumer=all&run=ra&wait_ms=0", "reads actloop.results.> (every run), not actloop.results.> of run ra"},
+	} {
+		var e schema.APIError
+		if st := a.call("GET", c.path, nil, &e); st != http.StatusConflict || !strings.Contains(e.Error, c.says) {
+			t.Errorf("GET %s: %d %q, want 409 saying %q", c.path, st, e.Error, c.says)
+		}
+	}
+}
+
 // A batch that is wrong throughout gets a bounded answer: the first
 // MaxLineErrors errors, each cut to MaxLineErrorBytes, and how many more
 // were left out (issue 31, item 12); members of a group at odds are
@@ -271,6 +378,9 @@ func TestRefusals(t *testing.T) {
 		{"POST", "/v1/ack", SettleRequest{Acks: []string{"$JS.ACK.ACTLOOP_RESULTS.coordinator-results.1.1.1.1.0"}},
 			http.StatusBadRequest, "a delivery of a service's consumer"},
 		{"GET", "/v1/results?consumer=t&max=0", nil, http.StatusBadRequest, "max"},
+		{"GET", "/v1/results?consumer=t&run=a.b", nil, http.StatusBadRequest, "run"},
+		{"GET", "/v1/groups?consumer=t&run=", nil, http.StatusBadRequest, "run"},
+		{"POST", "/v1/samples?resubmit=maybe", "", http.StatusBadRequest, "resubmit"},
 		{"GET", "/v1/groups?consumer=t&wait_ms=3600001", nil, http.StatusBadRequest, "wait_ms"},
 		{"POST", "/v1/ack", SettleRequest{Acks: []string{"$KV.actloop_control.state"}}, http.StatusBadRequest, "acks[0]"},
 		{"POST", "/v1/samples", "", http.StatusBadRequest, "no sample"},

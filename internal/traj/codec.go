@@ -61,6 +61,20 @@ var fields = []field{
 	}},
 	{name: "reward", encode: func(t *Trajectory) string { return strconv.FormatFloat(t.Reward, 'g', -1, 64) },
 		decode: func(t *Trajectory, v string) (err error) { t.Reward, err = strconv.ParseFloat(v, 64); return err }},
+	// reward_components: JSON object, the reward's named parts.
+	{name: "reward_components", encode: func(t *Trajectory) string {
+		if len(t.RewardComponents) == 0 {
+			return ""
+		}
+		b, _ := json.Marshal(t.RewardComponents) // finite numbers (schema.CheckRewardComponents) always encode
+		return string(b)
+	}, decode: func(t *Trajectory, v string) error {
+		if t.RewardComponents = nil; v != "" && json.Unmarshal([]byte(v), &t.RewardComponents) != nil {
+			t.RewardComponents = nil
+		}
+		return nil
+	}},
+	strField("reward_error", func(t *Trajectory) *string { return &t.RewardError }),
 	fixed(strField("trace", func(t *Trajectory) *string { return &t.Trace })),
 	{name: "sample", encode: func(t *Trajectory) string {
 		b, _ := json.Marshal(t.Sample) // a validated sample always encodes

@@ -139,7 +139,8 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 	r := schema.Result{
 		ResultHead: schema.ResultHead{V: schema.Version, TrajID: t.ID, SampleID: s.ID, GroupID: s.GroupID,
 			GroupIndex: s.GroupIndex, GroupSize: s.GroupSize, Family: s.Family, Purpose: schema.ResultPurpose(s.Purpose), Status: t.ResultStatus(),
-			Limit: t.Limit, Reason: t.Reason, Reward: t.Reward, Replica: t.Replica,
+			Limit: t.Limit, Reason: t.Reason, Reward: t.Reward, RewardComponents: t.RewardComponents,
+			RewardError: t.RewardError, Replica: t.Replica,
 			Turns: t.Calls, Commands: t.Commands, GenTokens: t.GenTokens, AdmittedAt: t.AdmittedAt.UTC(),
 			FinishedAt: t.FinishedAt.UTC(), MinVersion: -1, MaxVersion: -1, Restarts: t.Restarts, PromptLen: t.PromptLen,
 			Replays: t.Replays, Diverged: t.Diverged, ReplacedOutputs: t.Replaced},
@@ -150,7 +151,7 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 		r.Messages = []schema.Message{}
 	}
 	if !schema.Trainable(r.Status) {
-		r.Reward = 0
+		r.Reward, r.RewardComponents = 0, nil
 		if n := min(t.PromptLen, len(t.Tokens)); n > 0 {
 			r.Tokens, r.Logprobs, r.LossMask, r.Versions = t.Tokens[:n], t.Logprobs[:n], make([]int8, n), t.Versions[:n]
 			r.NumTokens = n

@@ -53,18 +53,22 @@ type Trajectory struct {
 	Action  string
 	// End is the result's status once the trajectory's end is known
 	// (schema.StatusSubmitted, …), Limit the limit that ended it.
-	End       string
-	Limit     string
-	Reason    string
-	Diff      string
-	Tests     map[string]string // per-test outcome of the eval, for samples that list tests
-	Reward    float64
-	Trace     string
-	Sample    schema.Sample
-	Calls     int
-	Commands  int
-	GenTokens int
-	PromptLen int
+	End    string
+	Limit  string
+	Reason string
+	Diff   string
+	Tests  map[string]string // per-test outcome of the eval, for samples that list tests
+	Reward float64
+	// RewardComponents are the reward's named parts, RewardError why the
+	// reward endpoint gave none (schema.ResultHead's fields).
+	RewardComponents map[string]float64
+	RewardError      string
+	Trace            string
+	Sample           schema.Sample
+	Calls            int
+	Commands         int
+	GenTokens        int
+	PromptLen        int
 	// RID is the trajectory's request id, made at its first generation and
 	// kept across its turns, resumes and moves, so the engine sees one
 	// multi-turn request. Resuming and TurnGen describe an interrupted

@@ -364,7 +364,11 @@ type Finished struct {
 	Reason string
 	Diff   string
 	Reward float64
-	Tests  map[string]string // each listed test's outcome, for samples that list tests
+	// RewardComponents and RewardError: the reward's named parts, and why
+	// the reward endpoint gave none (schema.ResultHead's fields).
+	RewardComponents map[string]float64
+	RewardError      string
+	Tests            map[string]string // each listed test's outcome, for samples that list tests
 	// Replay: the sandbox was rebuilt by replay to take the diff.
 	Replay Replay
 }
@@ -374,6 +378,7 @@ func (f Finished) apply(t *Trajectory, now time.Time) (appended, error) {
 		return appended{}, err
 	}
 	t.Status, t.Reason, t.Diff, t.Reward, t.Tests, t.FinishedAt = StatusTerminated, f.Reason, f.Diff, f.Reward, f.Tests, now
+	t.RewardComponents, t.RewardError = f.RewardComponents, f.RewardError
 	f.Replay.apply(t)
 	return appended{}, nil
 }

@@ -196,6 +196,7 @@ func TestLimitReachedDuringSetup(t *testing.T) {
 func TestCodecRoundTrip(t *testing.T) {
 	want := Trajectory{ID: "c", Status: StatusNeedsEnvStep, Seq: 9, Replica: "r", Owner: "o", Handle: "h", Action: "a",
 		Reason: "why", Diff: "d", Tests: map[string]string{"t": "FAILED"}, Reward: 0.25, Trace: "tp",
+		RewardComponents: map[string]float64{"pass_rate": 0.5, "style": -1e-3}, RewardError: "reward endpoint: http status 500",
 		Sample: schema.Sample{V: schema.Version, ID: "c", Task: "task"}, Calls: 1, Commands: 2, GenTokens: 3, PromptLen: 4,
 		End: schema.StatusLimitExceeded, Limit: schema.LimitStep, FormatErrors: 3, RID: "rid", Resuming: true, TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, LastExit: -9, LastObs: 10, Digests: "00ff -", Replays: 1, Diverged: 1, Replaced: 3, Run: 2, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
 		UpdatedAt: time.UnixMilli(3), FinishedAt: time.UnixMilli(4)}
@@ -223,11 +224,11 @@ func TestCodecRoundTrip(t *testing.T) {
 // Any hash decodes to a trajectory or a clear error naming the field,
 // never a panic; what decodes encodes back to the same state.
 func FuzzDecodeHash(f *testing.F) {
-	f.Add("needs_generation", "3", "7", "1700000000000", "{\"a\":\"PASSED\"}", "0.5", `{"v":1,"id":"x"}`)
-	f.Add("", "x", "-1", "0", "{", "NaN", "")
-	f.Fuzz(func(t *testing.T, status, seq, calls, at, tests, reward, sample string) {
+	f.Add("needs_generation", "3", "7", "1700000000000", "{\"a\":\"PASSED\"}", "0.5", `{"v":1,"id":"x"}`, `{"a":1}`)
+	f.Add("", "x", "-1", "0", "{", "NaN", "", `{"a":1e999}`)
+	f.Fuzz(func(t *testing.T, status, seq, calls, at, tests, reward, sample, components string) {
 		h := map[string]string{fieldStatus: status, fieldSeq: seq, "calls": calls, "admitted_at": at, "tests": tests,
-			"reward": reward, "sample": sample}
+			"reward": reward, "sample": sample, "reward_components": components}
 		got, err := decodeHash("x", h)
 		if err != nil {
 			return

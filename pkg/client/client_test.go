@@ -663,3 +663,51 @@ func TestConsumersExpireWhenUnused(t *testing.T) {
 		}
 	}
 }
+
+// A consumer name is one subject's and one run's: asked for with another,
+// it is refused (ErrConsumerConflict) and left as it was; asked for again
+// as it is, it is taken up. (No coordinator answers here: the client makes
+// the consumer itself, as the coordinator does, through CreateConsumer.)
+func TestConsumerNameKeepsItsSubjectAndRun(t *testing.T) {
+	e := newEnv(t)
+	ask := func(name, subject, run string) error {
+		_, err := client.EnsureConsumerRequest(e.ctx, e.nc, e.js, client.ConsumerRequest{Name: name, Subject: subject, Run: run})
+		return err
+	}
+	if err := ask("run-a", schema.SubjectResults, "ra"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ask("run-a", schema.SubjectResults, "ra"); err != nil {
+		t.Fatalf("taken up again: %v", err)
+	}
+	for _, c := range []struct{ subject, run, says string }{
+		{schema.SubjectResults, "rb", "consumer run-a reads actloop.results.> of run ra, not actloop.results.> of run rb"},
+		{schema.SubjectResults, "", "not actloop.results.> (every run)"},
+		{schema.SubjectGroups, "ra", "not actloop.groups.> of run ra"},
+	} {
+		err := ask("run-a", c.subject, c.run)
+		if !errors.Is(err, client.ErrConsumerConflict) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s of run %q: %v, want ErrConsumerConflict saying %q", c.subject, c.run, err, c.says)
+		}
+	}
+	cons, err := e.js.Consumer(e.ctx, schema.StreamResults, "run-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := cons.CachedInfo().Config; cfg.FilterSubject != schema.SubjectResults || cfg.Metadata[client.MetaRun] != "ra" {
+		t.Errorf("after the refusals: filter %s, run %q", cfg.FilterSubject, cfg.Metadata[client.MetaRun])
+	}
+	// A consumer made before runs existed (no metadata) is every run's.
+	if _, err := e.js.CreateOrUpdateConsumer(e.ctx, schema.StreamResults, client.ConsumerConfig("old", schema.SubjectGroups)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ask("old", schema.SubjectGroups, ""); err != nil {
+		t.Errorf("an old consumer taken up: %v", err)
+	}
+	if err := ask("old", schema.SubjectResults, ""); !errors.Is(err, client.ErrConsumerConflict) {
+		t.Errorf("an old consumer of groups asked for results: %v", err)
+	}
+	if err := ask("bad", schema.SubjectResults, "r.1"); err == nil || errors.Is(err, client.ErrConsumerConflict) {
+		t.Errorf("a run with a dot: %v", err)
+	}
+}

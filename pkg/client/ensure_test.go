@@ -1,6 +1,7 @@
 package client
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/actloop/actloop/pkg/schema"
@@ -26,5 +27,26 @@ func TestConsumerRequestValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want error %v", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestConsumerRequestRun(t *testing.T) {
+	for run, ok := range map[string]bool{"": true, "r20261207-ab12": true, "A_b-9": true, "a.b": false, "-a": false,
+		"x*": false, strings.Repeat("r", 48): true, strings.Repeat("r", 49): false} {
+		err := ConsumerRequest{V: 1, Name: "trainer", Subject: schema.SubjectResults, Run: run}.Validate()
+		if (err == nil) != ok {
+			t.Errorf("run %q: Validate() = %v, want ok %v", run, err, ok)
+		}
+	}
+	if got := RunSubjectPrefix(schema.SubjectResults, "r1"); got != "actloop.results.r1~" || !strings.HasPrefix(schema.SubjectResult("r1.a.b"), got) ||
+		strings.HasPrefix(schema.SubjectResult("r10.a"), got) {
+		t.Errorf("RunSubjectPrefix(results, r1) = %q", got)
+	}
+	if got := RunSubjectPrefix(schema.SubjectGroups, "r1"); got != "actloop.groups.r1~" || !strings.HasPrefix(schema.SubjectGroup("r1.g"), got) {
+		t.Errorf("RunSubjectPrefix(groups, r1) = %q", got)
+	}
+	cfg := ConsumerRequest{V: 1, Name: "n", Subject: schema.SubjectGroups, Run: "r1"}.Config()
+	if cfg.Metadata[MetaRun] != "r1" || cfg.FilterSubject != schema.SubjectGroups || cfg.Durable != "n" {
+		t.Errorf("Config() = %+v", cfg)
 	}
 }

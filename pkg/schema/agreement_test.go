@@ -32,6 +32,8 @@ var knownDifferences = map[string]struct {
 	"rules between messages": {true, "the last message is not the assistant's, tool_calls only on an assistant message, " +
 		"tool_call_id only on a tool message, a call's arguments JSON text, the messages' text in bytes: rules across " +
 		"items and fields, or on a string's content, which the schema does not spell out."},
+	"reward url": {true, "reward.url must parse as a URL (Go's net/url: a port of digits, escapes well formed); " +
+		"the schema checks its scheme and that a host follows, not the whole URL grammar."},
 	"message size": {true, "MaxSampleBytes bounds the message's bytes, an encoding JSON Schema does not see."},
 	"empty or null enum": {false, "purpose, flow and env.tests.format given as \"\" or null, and group_id " +
 		"as \"\", are read as absent (the default) by the decoder; the schema's enums and pattern are Go's " +
@@ -361,6 +363,21 @@ func sampleCorpus() []agreementCase {
 	known("messages end with the assistant", sampleAt("task", `""`, "messages", `[{"role":"user","content":"u"},{"role":"assistant","content":"a"}]`),
 		"rules between messages")
 
+	// The reward endpoint.
+	yes("reward", sampleAt("reward", `{"url":"https://judge:8000/score?x=1","timeout_ms":3600000,"retries":10}`))
+	yes("reward without url", sampleAt("reward", `{"timeout_ms":0,"retries":0}`))
+	yes("reward null", sampleAt("reward", `null`))
+	yes("reward url upper case scheme", sampleAt("reward", `{"url":"HTTP://judge/"}`))
+	no("reward timeout past", sampleAt("reward", `{"timeout_ms":3600001}`))
+	no("reward retries past", sampleAt("reward", `{"retries":11}`))
+	no("reward retries negative", sampleAt("reward", `{"retries":-1}`))
+	no("reward url ftp", sampleAt("reward", `{"url":"ftp://judge/"}`))
+	no("reward url relative", sampleAt("reward", `{"url":"/score"}`))
+	no("reward url without host", sampleAt("reward", `{"url":"http:///score"}`))
+	no("reward url too long", sampleAt("reward", `{"url":"http://j/`+strings.Repeat("a", schema.MaxRewardURLBytes)+`"}`))
+	no("reward unknown field", sampleAt("reward", `{"urls":["http://j/"]}`))
+	known("reward url unparsable", sampleAt("reward", `{"url":"http://j:port/"}`), "reward url")
+
 	// Groups: group_index below group_size when that is set.
 	yes("group index below size", sampleAt("group_size", "4", "group_index", "3"))
 	yes("group index without size", sampleAt("group_size", "0", "group_index", "4095"))
@@ -368,6 +385,15 @@ func sampleCorpus() []agreementCase {
 	known("group index past size", sampleAt("group_size", "1", "group_index", "4095"), "group_index below group_size")
 	no("group index past size and largest", sampleAt("group_size", "4", "group_index", "4096"))
 	return cs
+}
+
+// manyComponents is a reward_components object of n components.
+func manyComponents(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`"c%d":%d`, i, i)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 const minimal = `{"v":1,"id":"a","task":"t","env":{"backend":"sim"}}`
@@ -440,6 +466,7 @@ func TestResultSchemaAcceptsResults(t *testing.T) {
 		Limit: schema.LimitStep, Reason: "step_limit 3", Reward: 0, Replica: "r0", MinVersion: 2, MaxVersion: 3,
 		Stale: true, Restarts: 1, Replays: 1, Diverged: 1, Turns: 3, Commands: 2, GenTokens: 2, NumTokens: 3,
 		PromptLen: 1, StaleTokens: 1, AdmittedAt: at, FinishedAt: at.Add(time.Minute),
+		RewardComponents: map[string]float64{"judge": 0.5, "len": -3}, RewardError: "",
 		Body: &schema.BodyRef{Bucket: schema.BucketResultBodies, Name: "t-1", Size: 10, SHA256: strings.Repeat("0f", 32)}}
 	full := schema.Result{ResultHead: head, Tokens: []int32{1, 2, 3}, Logprobs: []float32{0, -0.5, -1},
 		LossMask: []int8{0, 1, 1}, Versions: []int32{-1, 2, 3},
@@ -502,6 +529,10 @@ func TestResultSchemaAcceptsResults(t *testing.T) {
 		{"unknown role", edit("messages", `[{"role":"robot","content":"x"}]`), false},
 		{"bad sha256", edit("body", `{"bucket":"b","name":"n","size":1,"sha256":"ABC"}`), false},
 		{"no status", edit("status", ""), false},
+		{"reward_error", edit("reward_error", `"reward endpoint: http status 500"`), true},
+		{"reward component not a number", edit("reward_components", `{"a":"1"}`), false},
+		{"reward component unnamed", edit("reward_components", `{"":1}`), false},
+		{"reward components past the bound", edit("reward_components", manyComponents(schema.MaxRewardComponents+1)), false},
 		{"v 2", edit("v", "2"), false},
 	} {
 		if err := validate(sch, tc.in); (err == nil) != tc.ok {

@@ -64,6 +64,16 @@ func TestDecodeSampleBounds(t *testing.T) {
 		{"setup at bound", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","setup":[` + setupList(MaxSetupCommands) + `]}}`, "", ""},
 		{"setup commands", `{"v":1,"id":"a","task":"t","env":{"backend":"sim","setup":[` + setupList(MaxSetupCommands+1) + `]}}`,
 			"env.setup", "env.setup: lists 257 commands, more than 256"},
+		// The reward endpoint.
+		{"reward at bounds", sampleWith(`"reward":{"url":"http://judge:8000/score","timeout_ms":3600000,"retries":10}`), "", ""},
+		{"reward timeout", sampleWith(`"reward":{"timeout_ms":3600001}`), "reward.timeout_ms", "must be <= 3600000 (1 h)"},
+		{"reward retries", sampleWith(`"reward":{"retries":11}`), "reward.retries", "must be <= 10, got 11"},
+		{"reward retries negative", sampleWith(`"reward":{"retries":-1}`), "reward.retries", ">= 0"},
+		{"reward url scheme", sampleWith(`"reward":{"url":"file:///etc/passwd"}`), "reward.url", "must be an http or https URL"},
+		{"reward url host", sampleWith(`"reward":{"url":"http:/score"}`), "reward.url", "must name a host"},
+		{"reward url length", sampleWith(`"reward":{"url":"http://j/` + strings.Repeat("a", MaxRewardURLBytes) + `"}`),
+			"reward.url", "longer than 2048 bytes"},
+		{"reward unknown field", sampleWith(`"reward":{"timeout":5}`), "reward.timeout", "unknown field"},
 		// Ids.
 		{"id dot", `{"v":1,"id":".","task":"t","env":{"backend":"sim"}}`, "id", IDPattern},
 		{"id dot dot", `{"v":1,"id":"..","task":"t","env":{"backend":"sim"}}`, "id", `got ".."`},
@@ -212,6 +222,8 @@ func TestSampleJSONSchemaAgreesWithValidate(t *testing.T) {
 		"sampling.min_p":            1,
 		"group_size":                MaxGroupSize,
 		"group_index":               MaxGroupSize - 1,
+		"reward.timeout_ms":         MaxRewardTimeout.Milliseconds(),
+		"reward.retries":            MaxRewardRetries,
 	} {
 		if m := prop(path).Maximum; m == nil || *m != float64(want) {
 			t.Errorf("%s maximum %v, Go's bound is %d", path, m, want)
@@ -222,6 +234,9 @@ func TestSampleJSONSchemaAgreesWithValidate(t *testing.T) {
 	}
 	if m := prop("task").MaxLength; m == nil || *m != MaxTaskBytes {
 		t.Errorf("task maxLength %v, want %d", m, MaxTaskBytes)
+	}
+	if m := prop("reward.url").MaxLength; m == nil || *m != MaxRewardURLBytes {
+		t.Errorf("reward.url maxLength %v, want %d", m, MaxRewardURLBytes)
 	}
 	if m := prop("env.setup").MaxItems; m == nil || *m != MaxSetupCommands {
 		t.Errorf("env.setup maxItems %v, want %d", m, MaxSetupCommands)

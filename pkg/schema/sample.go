@@ -142,6 +142,10 @@ type Sample struct {
 	// Script is a list of model replies, one per turn, that the simulator
 	// returns instead of generating; real inference servers ignore it.
 	Script []string `json:"script,omitempty"`
+	// Reward names a reward endpoint asked for the trajectory's reward
+	// after the eval (docs/agent.md, "Reward"); nil: the deployment's
+	// ACTLOOP_REWARD_URL, if it sets one.
+	Reward *RewardEndpoint `json:"reward,omitempty"`
 	// Metadata is passed through untouched to the result.
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
@@ -157,7 +161,8 @@ type Env struct {
 	SetupTimeoutMS int64    `json:"setup_timeout_ms,omitempty"`
 	EvalTimeoutMS  int64    `json:"eval_timeout_ms,omitempty"`
 	// Tests, when set, scores the eval by its test results instead of its
-	// exit code: reward 1 when every listed test passed.
+	// exit code: reward 1 when every listed test passed. An eval's JSON
+	// reward line goes before either (docs/agent.md, "Reward").
 	Tests *Tests `json:"tests,omitempty"`
 }
 
@@ -324,6 +329,7 @@ func (s *Sample) Validate() error {
 	if v := s.Sampling.MinP; v < 0 || v > 1 {
 		p.add("sampling.min_p", "must be in [0, 1], got %g", v)
 	}
+	s.Reward.validate(&p)
 	s.validText(&p)
 	switch {
 	case len(s.Metadata) == 0:

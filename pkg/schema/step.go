@@ -205,6 +205,14 @@ type ResultHead struct {
 	// limit reached, what went wrong, with any note on its scoring.
 	Reason string  `json:"reason"`
 	Reward float64 `json:"reward"`
+	// RewardComponents are the reward's named parts: the other numeric
+	// fields of the eval's JSON reward line, or of the reward endpoint's
+	// answer (docs/agent.md, "Reward"); absent when there are none.
+	RewardComponents map[string]float64 `json:"reward_components,omitempty"`
+	// RewardError says why the reward endpoint gave no reward (the reward
+	// is then 0, and the status the trajectory's); absent when it did, or
+	// when none was asked.
+	RewardError string `json:"reward_error,omitempty"`
 	// Replica is the inference replica the trajectory ran on last; "" when
 	// it never ran.
 	Replica    string `json:"replica,omitempty"`
@@ -701,7 +709,7 @@ func (e *Event) Validate() error {
 // Validate implements validator.
 func (r *Result) Validate() error {
 	var p problems
-	headFields(&p, r.TrajID, r.Status)
+	headFields(&p, r.TrajID, r.Status, r.RewardComponents)
 	n := len(r.Tokens)
 	if len(r.Logprobs) != n || len(r.LossMask) != n || len(r.Versions) != n {
 		p.add("tokens", "tokens, logprobs, loss_mask and versions differ in length (%d, %d, %d, %d)",
@@ -717,7 +725,7 @@ func (r *Result) Validate() error {
 // name.
 func (r *ResultHead) Validate() error {
 	var p problems
-	headFields(&p, r.TrajID, r.Status)
+	headFields(&p, r.TrajID, r.Status, r.RewardComponents)
 	if r.NumTokens < 0 {
 		p.add("num_tokens", "must be >= 0, got %d", r.NumTokens)
 	}
@@ -725,9 +733,12 @@ func (r *ResultHead) Validate() error {
 	return p.err()
 }
 
-func headFields(p *problems, trajID, status string) {
+func headFields(p *problems, trajID, status string, components map[string]float64) {
 	if !ValidID(trajID) {
 		p.add("traj_id", "invalid id %q", clip(trajID))
+	}
+	if err := CheckRewardComponents(components); err != nil {
+		p.add("reward_components", "%v", err)
 	}
 	if !slices.Contains(Statuses, status) {
 		p.add("status", "unknown status %q (want one of %s)", clip(status), strings.Join(Statuses, ", "))

@@ -5,19 +5,24 @@ simulated model and sandboxes run samples of env.backend "sim", as
 `actloop dev --serve` starts; the Go test TestPythonClient runs them so.
 """
 
+import asyncio
 import json
 import os
 import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "examples"))
 
-from actloop import ActloopError, Client, Result, SubmitError  # noqa: E402
+from localserver import LocalServer  # noqa: E402
+from actloop import ActloopError, AsyncClient, Client, Result, SubmitError, serve_reward  # noqa: E402
 
 URL = os.environ.get("ACTLOOP_GATEWAY_URL")
 TOKEN = os.environ.get("ACTLOOP_API_TOKEN")
@@ -68,7 +73,7 @@ class ClientTest(unittest.TestCase):
         kept = []
         # A trainer reads two results and dies while handling the second:
         # the first is acknowledged, the second is not.
-        first = Client(URL, TOKEN)
+        first = Client(URL, TOKEN, run=self.client.run)
         it = first.results(consumer)
         for r in it:
             if r.traj_id not in ids:
@@ -79,7 +84,7 @@ class ClientTest(unittest.TestCase):
             kept.append(r.traj_id)
         # It comes back as a new process under the same consumer name and
         # gets the rest, the unfinished one included, each once.
-        second = Client(URL, TOKEN)
+        second = Client(URL, TOKEN, run=self.client.run)
         deadline = time.monotonic() + 120
         for r in second.results(consumer, wait=2):
             if r.traj_id in ids:
@@ -108,14 +113,25 @@ class ClientTest(unittest.TestCase):
 
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "records.jsonl")
-            n = grpo_loop.run(URL, TOKEN, prompts=2, rollouts=2, out=out, prefix=self.prefix, consumer=self.prefix)
+            seen = []
+            n = grpo_loop.run(URL, TOKEN, prompts=2, rollouts=2, out=out, progress=lambda d, t: seen.append((d, t)))
             self.assertEqual(n, 4)
+            self.assertEqual(seen[-1], (4, 4))
             with open(out) as f:
                 records = [json.loads(line) for line in f]
-            # Run again under the same ids: refused, naming each id and the
+            run = records[0]["run"]
+            # A second step is a new run: the same prompt ids again, its own
+            # results only.
+            out2 = os.path.join(d, "records2.jsonl")
+            self.assertEqual(grpo_loop.run(URL, TOKEN, prompts=2, rollouts=2, out=out2), 4)
+            with open(out2) as f:
+                second = [json.loads(line) for line in f]
+            self.assertNotEqual(second[0]["run"], run)
+            self.assertEqual(sorted(r["traj_id"] for r in second), sorted(r["traj_id"] for r in records))
+            # Run again under the same run: refused, naming each id and the
             # earlier run, instead of waiting for results that never come.
             with self.assertRaises(SubmitError) as cm:
-                grpo_loop.run(URL, TOKEN, prompts=2, rollouts=2, out=out, prefix=self.prefix, consumer=self.prefix)
+                grpo_loop.run(URL, TOKEN, prompts=2, rollouts=2, out=out, run=run)
             self.assertEqual(cm.exception.status, 409)
             self.assertEqual(cm.exception.accepted, 0)
             self.assertEqual(sorted(x.id for x in cm.exception.errors), sorted(r["traj_id"] for r in records))
@@ -188,6 +204,107 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.client.abort(traj_ids=[self.prefix + "-nobody"])["not_found"], [self.prefix + "-nobody"])
 
 
+class DropFirstSubmitAnswer(LocalServer):
+    """A proxy to the gateway that forwards every request but, for the first
+    POST /v1/samples, closes the connection instead of giving the answer:
+    the batch is stored, and the client does not know."""
+
+    def __init__(self, upstream):
+        self.submits = 0
+
+        def handle(method, path, headers, body):
+            req = urllib.request.Request(upstream + path, data=body or None, method=method)
+            for k in ("Authorization", "Content-Type"):
+                if headers.get(k):
+                    req.add_header(k, headers[k])
+            try:
+                with urllib.request.urlopen(req, timeout=300) as resp:
+                    status, data = resp.status, resp.read()
+            except urllib.error.HTTPError as e:
+                status, data = e.code, e.read()
+            if method == "POST" and path.startswith("/v1/samples"):
+                self.submits += 1
+                if self.submits == 1:
+                    return None
+            return status, data
+
+        super().__init__(handle)
+
+
+@unittest.skipUnless(URL, "ACTLOOP_GATEWAY_URL is not set: no gateway to test against")
+class RunTest(unittest.TestCase):
+    """Runs against a gateway: each reads only its own results."""
+
+    def test_two_runs_with_the_same_ids_read_only_their_own(self):
+        a, b = Client(URL, TOKEN, timeout=60), Client(URL, TOKEN, timeout=60)
+        ids = ["x-0", "x-1", "x-2"]
+        for c in (a, b):
+            self.assertEqual(c.submit(sample(i) for i in ids), 3)
+        for c in (a, b):
+            progress = []
+            got = c.collect(timeout=120, wait=2, on_progress=lambda d, t: progress.append((d, t)))
+            self.assertEqual([r.traj_id for r in got], ids)
+            self.assertEqual([r.raw["traj_id"] for r in got], [f"{c.run}.{i}" for i in ids])
+            self.assertEqual(progress[0], (0, 3))
+            self.assertEqual(progress[-1], (3, 3))
+            self.assertEqual(c._stash, {}, "a result of another run was read")
+        # Nothing of the other run, or any other, comes to a run's reader.
+        self.assertEqual(list(a.results(until_idle=True, wait=1)), [])
+        # A consumer name is one run's: another run using it is refused.
+        with self.assertRaises(ActloopError) as cm:
+            list(b.results(f"{a.run}-results", until_idle=True, wait=0))
+        self.assertEqual(cm.exception.status, 409)
+        self.assertIn(f"of run {a.run}", cm.exception.reason)
+
+    @unittest.skipUnless(os.environ.get("ACTLOOP_TEST_REWARD_PORT"), "no reward port the stack allows")
+    def test_reward_endpoint_served_from_a_function(self):
+        # The stack allows reward URLs under http://127.0.0.1:<this port>/
+        # (ACTLOOP_REWARD_URLS), as a deployment names its reward service.
+        port = int(os.environ["ACTLOOP_TEST_REWARD_PORT"])
+        seen = []
+
+        def score(traj):
+            seen.append(traj)
+            return {"reward": 0.25 if traj["eval"]["exit_code"] == 0 else 0.0, "style": 0.5}
+
+        with serve_reward(score, port=port) as srv:
+            c = Client(URL, TOKEN, timeout=60)
+            self.assertEqual(c.submit([sample("rw-0", reward={"url": srv.url + "/score"})]), 1)
+            got = c.collect(timeout=120, wait=2)
+        self.assertEqual(len(got), 1)
+        r = got[0]
+        self.assertEqual((r.status, r.reward, r.reward_components, r.reward_error), ("submitted", 0.25, {"style": 0.5}, ""),
+                         r.raw)
+        self.assertEqual(len(seen), 1)
+        t = seen[0]
+        self.assertEqual((t["traj_id"], t["status"], t["eval"]["exit_code"]), (f"{c.run}.rw-0", "submitted", 0))
+        self.assertTrue(t["messages"], t)
+
+    def test_a_submit_whose_answer_was_lost_is_not_refused(self):
+        proxy = DropFirstSubmitAnswer(URL)
+        self.addCleanup(proxy.close)
+        c = Client(proxy.url, TOKEN, timeout=60, backoff_base=0.01)
+        ids = [f"lost-{i}" for i in range(4)]
+        self.assertEqual(c.submit(sample(i) for i in ids), 4)
+        self.assertEqual(proxy.submits, 2)
+        got = c.collect(timeout=120, wait=2)
+        self.assertEqual([r.traj_id for r in got], ids)
+        self.assertTrue(all(r.status == "submitted" for r in got), [(r.status, r.reason) for r in got])
+
+    def test_async_client(self):
+        async def main():
+            async with AsyncClient(URL, TOKEN, timeout=60) as c:
+                self.assertEqual(await c.submit([sample("a-0"), sample("a-1")]), 2)
+                got = set()
+                async for r in c.results(wait=2):
+                    got.add(r.traj_id)
+                    if len(got) == 2:
+                        break
+                return got
+
+        self.assertEqual(asyncio.run(main()), {"a-0", "a-1"})
+
+
 class OfflineTest(unittest.TestCase):
     def test_advantages_are_group_normalised(self):
         sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "examples"))
@@ -220,7 +337,7 @@ class OfflineTest(unittest.TestCase):
         self.assertEqual(_wire({"id": "a", "task": "t"}), {"v": 1, "id": "a", "task": "t"})
 
     def test_unreachable_gateway_raises(self):
-        c = Client("http://127.0.0.1:9", timeout=2)
+        c = Client("http://127.0.0.1:9", timeout=2, retries=0)
         with self.assertRaises(OSError):
             c.control()
 

@@ -122,8 +122,11 @@ var sections = []section{
 			"WORKER_ID":       "names the worker in its heartbeat, its pause reports and failure reports; default the host name and the replica",
 			"GEN_WORKER_ADDR": "the HTTP address: `/healthz`, `/readyz`, `/metrics` and `/v1/stats` (see [operations.md](operations.md#a-gen-workers-stats))",
 		}},
+	{title: "Reward", file: "internal/envworker/config.go", typ: "Reward", readBy: []string{"env-worker", "`actloop dev`"},
+		intro: "`envworker.Reward`, part of `envworker.Config`: which trajectories are scored and the reward endpoint " +
+			"([agent.md](agent.md#reward)). `actloop dev` reads them for its env-worker."},
 	{title: "env-worker", file: "internal/envworker/config.go", typ: "Config", readBy: []string{"env-worker"},
-		intro: "`envworker.Config`, besides the settings of every service and the tokenizer's. " +
+		intro: "`envworker.Config`, besides the settings of every service, the tokenizer's and the reward's. " +
 			"The sandbox settings are explained in [security.md](security.md#sandboxes).",
 		notes: map[string]string{
 			"ENV_SLOTS":              "concurrent env steps",

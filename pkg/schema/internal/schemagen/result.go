@@ -112,6 +112,16 @@ func extendResultHead(s *jsonschema.Schema) error {
 			p.Description = "Why the trajectory ended, in words: submitted, the limit reached, or what went wrong, " +
 				"with any note on its scoring."
 		},
+		"reward_components": func(p *jsonschema.Schema) {
+			p.MaxProperties = size(schema.MaxRewardComponents)
+			p.PropertyNames = &jsonschema.Schema{MinLength: size(1), MaxLength: size(schema.MaxRewardComponentBytes)}
+			p.Description = "The reward's named parts: the other numeric fields of the eval's JSON reward line, or " +
+				"of the reward endpoint's answer (docs/agent.md, \"Reward\"); absent when there are none."
+		},
+		"reward_error": func(p *jsonschema.Schema) {
+			p.Description = "Why the reward endpoint gave no reward (a refused URL, a timeout, an error answer): " +
+				"the reward is then 0 and status stays the trajectory's. Absent when it answered or none was asked."
+		},
 		"replica": func(p *jsonschema.Schema) {
 			p.Description = "The inference replica it ran on last; absent when it never ran."
 		},

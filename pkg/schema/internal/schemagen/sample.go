@@ -14,14 +14,15 @@ import (
 )
 
 var sampleExtensions = map[reflect.Type]extension{
-	reflect.TypeFor[schema.Sample]():        extendSample,
-	reflect.TypeFor[schema.Env]():           extendEnv,
-	reflect.TypeFor[schema.Tests]():         extendTests,
-	reflect.TypeFor[schema.Limits]():        extendLimits,
-	reflect.TypeFor[schema.Sampling]():      extendSampling,
-	reflect.TypeFor[schema.PromptMessage](): extendPromptMessage,
-	reflect.TypeFor[schema.ToolCall]():      extendToolCall,
-	reflect.TypeFor[schema.FunctionCall]():  extendFunctionCall,
+	reflect.TypeFor[schema.Sample]():         extendSample,
+	reflect.TypeFor[schema.Env]():            extendEnv,
+	reflect.TypeFor[schema.Tests]():          extendTests,
+	reflect.TypeFor[schema.Limits]():         extendLimits,
+	reflect.TypeFor[schema.Sampling]():       extendSampling,
+	reflect.TypeFor[schema.PromptMessage]():  extendPromptMessage,
+	reflect.TypeFor[schema.ToolCall]():       extendToolCall,
+	reflect.TypeFor[schema.FunctionCall]():   extendFunctionCall,
+	reflect.TypeFor[schema.RewardEndpoint](): extendRewardEndpoint,
 }
 
 func extendSample(s *jsonschema.Schema) error {
@@ -94,6 +95,11 @@ func extendSample(s *jsonschema.Schema) error {
 		"script": func(p *jsonschema.Schema) {
 			nullable(p.Items) // a null reply is "", as encoding/json reads it
 			p.Description = "Scripted model replies, one per turn (simulator only)."
+		},
+		"reward": func(p *jsonschema.Schema) {
+			p.Description = "A reward endpoint: after the eval, the env-worker POSTs the finished trajectory to it " +
+				"and takes the reward from its answer (docs/agent.md, \"Reward\"). Absent: the deployment's " +
+				"ACTLOOP_REWARD_URL, if set."
 		},
 		"metadata": func(p *jsonschema.Schema) {
 			p.Description = fmt.Sprintf("Any JSON, arrays and objects nested at most %d deep (a limit "+
@@ -182,7 +188,9 @@ func extendEnv(s *jsonschema.Schema) error {
 				"ACTLOOP_SETUP_MAX_COMMANDS may allow fewer).", schema.MaxSetupCommands)
 		},
 		"eval": func(p *jsonschema.Schema) {
-			p.Description = "Command run in a fresh sandbox with the trajectory's diff applied; without tests, exit 0 = reward 1."
+			p.Description = "Command run in a fresh sandbox with the trajectory's diff applied; without tests, exit 0 = reward 1. " +
+				"A last output line that is a JSON object with a numeric reward ({\"reward\": 0.8, …}) gives the reward " +
+				"instead, its other numeric fields the components (docs/agent.md, \"Reward\")."
 		},
 		"step_timeout_ms": func(p *jsonschema.Schema) {
 			duration(p, schema.MaxStepTimeout, schema.DefaultStepTimeout, "Per command")
@@ -195,7 +203,7 @@ func extendEnv(s *jsonschema.Schema) error {
 		},
 		"tests": func(p *jsonschema.Schema) {
 			p.Description = "Tests the eval must pass (SWE-bench FAIL_TO_PASS, PASS_TO_PASS); when set, reward 1 " +
-				"exactly when the eval's output reports every one PASSED."
+				"exactly when the eval's output reports every one PASSED (unless it prints a JSON reward line)."
 		},
 	})
 }
@@ -215,6 +223,28 @@ func extendTests(s *jsonschema.Schema) error {
 			p.Default = schema.TestLogPytest
 			p.Description = "How the eval reports each test: pytest -rA summary lines (PASSED/FAILED/ERROR <test id>), " +
 				"Django runtests.py --verbosity 2 lines, or sympy bin/test --verbose lines."
+		},
+	})
+}
+
+func extendRewardEndpoint(s *jsonschema.Schema) error {
+	return props(s, map[string]func(p *jsonschema.Schema){
+		"url": func(p *jsonschema.Schema) {
+			p.MaxLength = size(schema.MaxRewardURLBytes)
+			p.Pattern = "^[hH][tT][tT][pP][sS]?://[^/?#]"
+			p.Description = "An absolute http or https URL; absent: the deployment's ACTLOOP_REWARD_URL. The env-worker " +
+				"calls it only when it is ACTLOOP_REWARD_URL or starts with a prefix in ACTLOOP_REWARD_URLS; " +
+				"otherwise the reward is 0 and reward_error says why."
+		},
+		"timeout_ms": func(p *jsonschema.Schema) {
+			between(p, 0, schema.MaxRewardTimeout.Milliseconds())
+			p.Description = "One attempt; 0 = the deployment's ACTLOOP_REWARD_TIMEOUT; at most " +
+				human(schema.MaxRewardTimeout) + "."
+		},
+		"retries": func(p *jsonschema.Schema) {
+			between(p, 0, schema.MaxRewardRetries)
+			p.Description = "Attempts after the first, on a connection error, a 5xx answer or a timeout (never " +
+				"on a 4xx); absent = the deployment's ACTLOOP_REWARD_RETRIES."
 		},
 	})
 }
