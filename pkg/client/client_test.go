@@ -711,3 +711,62 @@ func TestConsumerNameKeepsItsSubjectAndRun(t *testing.T) {
 		t.Errorf("a run with a dot: %v", err)
 	}
 }
+
+// A run's consumer yields the results and groups of its run's ids alone
+// (those that start with run + "."), acknowledging the others unseen, so
+// they do not come to it again; a consumer of every run sees them all.
+func TestRunResultsYieldTheRunsAlone(t *testing.T) {
+	e := newEnv(t)
+	for _, id := range []string{"ra.1", "rb.1", "ra.2", "rab.1", "ra"} {
+		e.publish(t, id+":9:result", result(id))
+	}
+	e.publish(t, "group:ra.g", schema.GroupDone{V: schema.Version, GroupID: "ra.g", Size: 1, TrajIDs: []string{"ra.1"}})
+	e.publish(t, "group:rb.g", schema.GroupDone{V: schema.Version, GroupID: "rb.g", Size: 1, TrajIDs: []string{"rb.1"}})
+
+	res, err := e.c.RunResults(e.ctx, "ra-results", "ra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	fetchAll(t, e.ctx, res, 2, func(d *client.Delivery) {
+		r, err := d.Result(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.TrajID)
+		if err := d.Ack(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if strings.Join(got, ",") != "ra.1,ra.2" {
+		t.Fatalf("run ra's results: %v, want ra.1,ra.2", got)
+	}
+	// The rest of the stream holds no result of run ra.
+	for d, err := range res.Fetch(e.ctx, 10, 200*time.Millisecond) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := d.Result(e.ctx)
+		t.Fatalf("run ra's consumer yielded %s", r.TrajID)
+	}
+	if b, err := res.Backlog(e.ctx); err != nil || b.Pending != 0 || b.Unacked != 0 {
+		t.Fatalf("backlog after the run's results: %+v, %v; want the others acknowledged", b, err)
+	}
+	groups, err := e.c.RunGroups(e.ctx, "ra-groups", "ra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetchAll(t, e.ctx, groups, 1, func(d *client.Delivery) {
+		if g, err := d.Group(); err != nil || g.GroupID != "ra.g" {
+			t.Fatalf("run ra's group: %+v, %v", g, err)
+		}
+	})
+	all, err := e.c.Results(e.ctx, "every-run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetchAll(t, e.ctx, all, 5, func(*client.Delivery) {})
+	if _, err := e.c.RunResults(e.ctx, "ra-results", "rb"); !errors.Is(err, client.ErrConsumerConflict) {
+		t.Fatalf("run ra's consumer asked for run rb: %v, want ErrConsumerConflict", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,20 +24,35 @@ type Consumer struct {
 	name   string
 	seen   *dedupe
 	bodies *Bodies
+	prefix string // a run's consumer: the subjects it yields (RunSubjectPrefix); "" yields all
 }
 
 // Results creates, or takes up again, the durable consumer name of
 // finished trajectories (schema.Result on actloop.results.<traj_id>), starting at the
 // oldest result the stream keeps.
 func (c *Client) Results(ctx context.Context, name string) (*Consumer, error) {
-	return c.consumer(ctx, name, schema.SubjectResults, trajKey)
+	return c.consumer(ctx, name, schema.SubjectResults, "", trajKey)
 }
 
 // Groups creates, or takes up again, the durable consumer name of
 // completed groups (schema.GroupDone on actloop.groups.<group_id>). Give it a name of
 // its own: a consumer's name is its position.
 func (c *Client) Groups(ctx context.Context, name string) (*Consumer, error) {
-	return c.consumer(ctx, name, schema.SubjectGroups, groupKey)
+	return c.consumer(ctx, name, schema.SubjectGroups, "", groupKey)
+}
+
+// RunResults is Results for one run (RunPattern): the consumer records
+// its run, so its name cannot be taken up for another (ErrConsumerConflict),
+// and Fetch yields only the results of ids that start with run + ".",
+// acknowledging the others unseen (the run's samples are submitted with
+// such ids: "<run>.<id>"). Give every run a consumer name of its own.
+func (c *Client) RunResults(ctx context.Context, name, run string) (*Consumer, error) {
+	return c.consumer(ctx, name, schema.SubjectResults, run, trajKey)
+}
+
+// RunGroups is Groups for one run, as RunResults is Results.
+func (c *Client) RunGroups(ctx context.Context, name, run string) (*Consumer, error) {
+	return c.consumer(ctx, name, schema.SubjectGroups, run, groupKey)
 }
 
 // ConsumerInactive is how long a trainer's consumer may go without a pull
@@ -55,13 +71,18 @@ func ConsumerConfig(name, subject string) jetstream.ConsumerConfig {
 		InactiveThreshold: ConsumerInactive}
 }
 
-func (c *Client) consumer(ctx context.Context, name, subject string, key func([]byte) string) (*Consumer, error) {
+// consumer makes the consumer name of subject, of run when not "".
+func (c *Client) consumer(ctx context.Context, name, subject, run string, key func([]byte) string) (*Consumer, error) {
 	if schema.ServiceConsumer(name) {
 		return nil, fmt.Errorf("consumer %s: a service's consumer of %s; name one of your own", name, schema.StreamResults)
 	}
-	cons, err := EnsureConsumer(ctx, c.nc, c.js, name, subject)
+	cons, err := EnsureConsumerRequest(ctx, c.nc, c.js, ConsumerRequest{Name: name, Subject: subject, Run: run})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s of %s: %w", name, subject, err)
+	}
+	prefix := ""
+	if run != "" {
+		prefix = RunSubjectPrefix(subject, run)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -70,7 +91,7 @@ func (c *Client) consumer(ctx context.Context, name, subject string, key func([]
 		seen = newDedupe(key)
 		c.seen[name+"\x00"+subject] = seen
 	}
-	return &Consumer{c: cons, name: name, seen: seen, bodies: c.bodies}, nil
+	return &Consumer{c: cons, name: name, seen: seen, bodies: c.bodies, prefix: prefix}, nil
 }
 
 // Fetch pulls up to batch deliveries, yielding each as it arrives, until
@@ -99,6 +120,10 @@ func (c *Consumer) Fetch(ctx context.Context, batch int, wait time.Duration) ite
 		for m := range msgs {
 			if ctx.Err() != nil {
 				break // the rest come again after AckWait
+			}
+			if !strings.HasPrefix(m.Subject(), c.prefix) {
+				_ = m.Ack() // another run's, on this run's consumer
+				continue
 			}
 			key := c.seen.key(m.Data())
 			switch c.seen.take(key, time.Now()) {
