@@ -240,7 +240,7 @@ type Result struct {
 	Sweep       [][2]float64 `json:"sweep,omitempty"`
 	BatchCaps   []int        `json:"batch_caps,omitempty"`
 	Retractions int64        `json:"retractions"`
-	// Holds counts the trajectories held for want of room (priority.Hold),
+	// Holds counts the trajectories held for want of room (priority.KVPools.Hold),
 	// each time one was, per run.
 	Holds           int64 `json:"holds,omitempty"`
 	PrefilledTokens int64 `json:"prefilled_tokens,omitempty"`

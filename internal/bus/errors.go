@@ -70,7 +70,7 @@ func (e *waitError) Error() string { return e.err.Error() }
 func (e *waitError) Unwrap() error { return e.err }
 
 // Wait marks err as "not now": the message's work may not run yet (its
-// trajectory is held, priority.Hold). The message is handed back to be
+// trajectory is held, priority.KVPools.Hold). The message is handed back to be
 // delivered again after d, never given up on for it, and logged at debug
 // level only: waiting is the expected course, not a failure.
 func Wait(d time.Duration, err error) error { return &waitError{after: d, err: err} }

@@ -27,7 +27,7 @@ type activeTraj struct {
 	entry   traj.ActiveEntry // as the index keeps it: enough for a fallback result
 	fact    priority.Fact
 	kv      priority.Footprint // its use of KV, from its newest progress report (Replica unset)
-	held    bool               // held (priority.Hold) at the last snapshot
+	held    bool               // held (priority.KVPools.Hold) at the last snapshot
 	turnSeq int64              // newest prediction's seq
 	span    trace.Span         // nil when admitted before this process started
 	movedAt time.Time          // when moved off a replica that went down
@@ -319,7 +319,7 @@ func (s *activeSet) facts(force bool) ([]priority.Fact, []priority.Footprint, bo
 	return facts, kv, true
 }
 
-// hold records which trajectories are held (priority.Hold) and returns
+// hold records which trajectories are held (priority.KVPools.Hold) and returns
 // how many are.
 func (s *activeSet) hold(held map[string]bool) int {
 	s.mu.Lock()

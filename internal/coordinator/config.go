@@ -47,7 +47,7 @@ type Config struct {
 	// Hold makes admission by KV reversible: while the contexts of a
 	// replica's trajectories would overfill its pool, the last of them in
 	// policy order are held (their gen steps wait; no sample is admitted
-	// there) until the others have made room (priority.Hold). Only while
+	// there) until the others have made room (priority.KVPools.Hold). Only while
 	// admission goes by KV.
 	Hold   bool   `envconfig:"HOLD" default:"true"`
 	Policy string `envconfig:"POLICY" default:"fcfs"`

@@ -130,7 +130,7 @@ func (c *Coordinator) publishSnapshots(ctx context.Context, facts []priority.Fac
 	return nil
 }
 
-// hold decides which active trajectories are held (priority.Hold over kv
+// hold decides which active trajectories are held (priority.KVPools.Hold over kv
 // in order, the policy's), records it, and returns the held ones by
 // replica; none unless ACTLOOP_HOLD is on and admission goes by KV.
 func (c *Coordinator) hold(facts []priority.Fact, kv []priority.Footprint, order []int, now time.Time) map[string]map[string]bool {
@@ -141,7 +141,8 @@ func (c *Coordinator) hold(facts []priority.Fact, kv []priority.Footprint, order
 		for k, i := range order {
 			ordered[k] = kv[i]
 		}
-		for k, h := range priority.Hold(ordered, capacity, c.cfg.KVBudget, priority.PerTurn(ordered)) {
+		pools := priority.KVPools{Capacity: capacity, Budget: c.cfg.KVBudget}
+		for k, h := range pools.Hold(ordered, priority.PerTurn(ordered)) {
 			if f := facts[order[k]]; h {
 				ids[f.TrajID] = true
 				if out[f.Replica] == nil {

@@ -306,7 +306,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	telemetry.AddLogAttrs(ctx, "traj_id", step.TrajID, "seq", step.Seq)
 	if w.board.Held(step.Replica, step.TrajID) {
 		// Its replica's contexts would overfill the pool: it waits, without
-		// taking a slot, until a snapshot lets it go (priority.Hold).
+		// taking a slot, until a snapshot lets it go (priority.KVPools.Hold).
 		w.held.Add(1)
 		return bus.Wait(priority.HeldRetry, fmt.Errorf("gen step of %s: held by its replica's snapshot", step.TrajID))
 	}

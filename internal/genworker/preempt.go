@@ -321,7 +321,7 @@ type Stats struct {
 	// Stolen counts gen steps taken from another replica's queue (ACTLOOP_STEAL).
 	Stolen int64 `json:"stolen"`
 	// HeldSteps counts gen steps handed back because their trajectory was
-	// held (priority.Hold), each delivery.
+	// held (priority.KVPools.Hold), each delivery.
 	HeldSteps int64 `json:"held_steps"`
 	// Restarts counts trajectories started again because they went stale
 	// (ACTLOOP_STALE_POLICY=restart).

@@ -85,9 +85,10 @@ type Config struct {
 	// in action-level runs.
 	Preempt bool
 	// Hold holds trajectories while the contexts on their replica would
-	// overfill its pool (priority.Hold; the coordinator's ACTLOOP_HOLD), in
-	// action-level runs with admission by KV and without KVResidency (which
-	// the coordinator does not do).
+	// overfill its pool (priority.KVPools.Hold; the coordinator's
+	// ACTLOOP_HOLD), in action-level runs with admission by KV; with
+	// KVResidency, by the pools as KV residency counts them (which the
+	// coordinator does not do).
 	Hold bool
 	// KVResidency makes admission by KV count against the device pools
 	// only the KV of trajectories that generate, not that of those whose

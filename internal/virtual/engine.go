@@ -36,7 +36,7 @@ type traj struct {
 	predTurns float64            // the predictor's remaining turns (-1: none)
 	turn      int                // the turn being generated (0-based)
 	partial   int                // tokens of this turn kept from interrupted generations
-	held      bool               // held (priority.Hold): its gen steps wait
+	held      bool               // held (priority.KVPools.Hold): its gen steps wait
 	parked    bool               // held with a gen step waiting for its release
 	resumed   bool               // interrupted: its next gen step waits in its resume class (priority.StepClass)
 	ctx       []batching.Segment // the context before this turn's reply
@@ -443,56 +443,57 @@ func (e *engine) admitKV() {
 		active[k] = t.kv
 		active[k].Replica = e.names[t.replica]
 		active[k].Held = t.held
+		active[k].Offloadable = e.cfg.resident() && t.inExec
 	}
 	waiting := make([]priority.Footprint, len(order))
 	for k, j := range order {
 		waiting[k] = priority.Footprint{RemainingTurns: e.ts[e.waitingIDs[j]].predTurns}
 	}
+	e.startAll(order, e.pools().Admit(e.names, active, waiting))
+}
+
+// pools are the replicas' KV pools as admission and holding count them:
+// with KV residency, a trajectory whose command runs counts against the
+// device pool not at all (Footprint.Offloadable, OnDevice 0), and every
+// admitted context against the host pool.
+func (e *engine) pools() priority.KVPools {
 	capacity := make(map[string]int, len(e.names))
 	for _, name := range e.names {
 		capacity[name] = e.cfg.Server.MaxTotalTokens
 	}
 	pools := priority.KVPools{Capacity: capacity, Budget: e.cfg.KVBudget, Slots: e.cfg.Slots}
 	if !e.cfg.resident() {
-		e.startAll(order, pools.Admit(e.names, active, waiting))
-		return
-	}
-	for k, i := range e.activeIDs {
-		active[k].Offloadable = e.ts[i].inExec
+		return pools
 	}
 	srv := e.cfg.Server
 	host := srv.HostTokens // a copy of what is on the device too
 	if srv.WritePolicy == batching.WriteBack {
 		host += srv.MaxTotalTokens
 	}
-	total := make(map[string]int, len(e.names))
+	pools.Total = make(map[string]int, len(e.names))
 	for _, name := range e.names {
-		total[name] = max(host, srv.MaxTotalTokens)
+		pools.Total[name] = max(host, srv.MaxTotalTokens)
 	}
-	pools.Total = total // OnDevice 0: running requests only
-	e.startAll(order, pools.Admit(e.names, active, waiting))
+	return pools // OnDevice 0: running requests only
 }
 
-// hold decides which active trajectories are held (priority.Hold), in the
+// hold decides which active trajectories are held (priority.KVPools.Hold), in the
 // newest ranking's order, as the coordinator does when it publishes its
 // snapshots: a held trajectory's gen steps wait, and one let go has its
 // waiting step back at its gen-worker after HeldRetry, when the gen-worker
 // that handed it back is delivered it again.
 func (e *engine) hold() {
-	if e.cfg.Kind != KindAction || e.cfg.KVBudget == 0 || !e.cfg.Hold || e.cfg.resident() {
-		return // with KVResidency, admission counts the device's share alone
+	if e.cfg.Kind != KindAction || e.cfg.KVBudget == 0 || !e.cfg.Hold {
+		return
 	}
 	fs := make([]priority.Footprint, len(e.activeIDs))
 	for k, i := range e.activeIDs {
 		t := e.ts[i]
 		fs[k] = t.kv
 		fs[k].Replica, fs[k].Held = e.names[t.replica], t.held
+		fs[k].Offloadable = e.cfg.resident() && t.inExec
 	}
-	capacity := make(map[string]int, len(e.names))
-	for _, name := range e.names {
-		capacity[name] = e.cfg.Server.MaxTotalTokens
-	}
-	held := priority.Hold(fs, capacity, e.cfg.KVBudget, priority.PerTurn(fs))
+	held := e.pools().Hold(fs, priority.PerTurn(fs))
 	for k, i := range e.activeIDs {
 		t := e.ts[i]
 		switch {

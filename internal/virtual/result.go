@@ -24,7 +24,7 @@ type Result struct {
 	ResumedTokens           int64 // output kept across interruptions
 	Reprefilled             int64 // prompt tokens prefilled again (the gen-workers' count)
 	Retractions             int64
-	Holds                   int64 // trajectories held (priority.Hold), each time
+	Holds                   int64 // trajectories held (priority.KVPools.Hold), each time
 	Prefilled, Cached       int64 // input tokens computed, and served from the cache
 	Evicted                 int64
 	// With a host tier (hierarchical cache): input tokens loaded back from

@@ -1,6 +1,9 @@
 package priority
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Holding: admission made reversible. Admission by KV (KVPools.Admit)
 // commits a trajectory to a replica on an expectation of how far its
@@ -31,9 +34,9 @@ const (
 const HeldRetry = time.Second
 
 // Hold returns which trajectories are held after this decision, given fs in
-// policy order (best first) with each one's Held as decided before, the
-// replicas' pools (capacity, in tokens), the share of each the contexts may
-// fill (budget) and the context tokens a model call adds (perTurn, PerTurn).
+// policy order (best first) with each one's Held as decided before, p's
+// pools (Capacity, in tokens, and the share Budget the contexts may fill)
+// and the context tokens a model call adds (perTurn, PerTurn).
 //
 // A trajectory's need is its context after its last reply and one turn's
 // growth (the observation not yet in its reported context, and its next
@@ -44,40 +47,57 @@ const HeldRetry = time.Second
 // budget × capacity, stopping at the first that does not fit (so that a
 // large one is not passed over for ever). A replica without a capacity
 // (not reported) holds nothing.
-func Hold(fs []Footprint, capacity map[string]int, budget, perTurn float64) []bool {
+//
+// With KV residency (p.Total set, for servers with a host-memory KV tier),
+// an Offloadable trajectory's need counts p.OnDevice of itself against the
+// device pool, and every unheld trajectory's whole need must also fit
+// budget × Total: one is held while either is over, an Offloadable one
+// only for Total (holding it frees no more of the device than OnDevice).
+func (p KVPools) Hold(fs []Footprint, perTurn float64) []bool {
 	held := make([]bool, len(fs))
 	byReplica := map[string][]int{}
 	for i, f := range fs {
-		if f.Finishing || capacity[f.Replica] <= 0 {
+		if f.Finishing || p.Capacity[f.Replica] <= 0 {
 			continue
 		}
 		byReplica[f.Replica] = append(byReplica[f.Replica], i)
 		held[i] = f.Held
 	}
 	need := func(i int) float64 { return float64(fs[i].Context) + perTurn }
+	device := func(i int) float64 {
+		if fs[i].Offloadable && p.Total != nil {
+			return need(i) * p.OnDevice
+		}
+		return need(i)
+	}
 	for r, idx := range byReplica {
-		full := budget * float64(capacity[r])
-		sum := 0.0
+		full, whole := p.Budget*float64(p.Capacity[r]), math.Inf(1)
+		if p.Total != nil {
+			whole = p.Budget * float64(p.Total[r])
+		}
+		dev, all := 0.0, 0.0
 		for _, i := range idx {
 			if !held[i] {
-				sum += need(i)
+				dev, all = dev+device(i), all+need(i)
 			}
 		}
-		for k := len(idx) - 1; k >= 0 && sum > HoldAbove*full; k-- {
-			if i := idx[k]; !held[i] {
-				held[i] = true
-				sum -= need(i)
+		for k := len(idx) - 1; k >= 0 && (dev > HoldAbove*full || all > HoldAbove*whole); k-- {
+			i := idx[k]
+			if held[i] || (all <= HoldAbove*whole && device(i) == 0) {
+				continue
 			}
+			held[i] = true
+			dev, all = dev-device(i), all-need(i)
 		}
 		for _, i := range idx {
 			if !held[i] {
 				continue
 			}
-			if sum+need(i) > ReleaseBelow*full {
+			if dev+device(i) > ReleaseBelow*full || all+need(i) > ReleaseBelow*whole {
 				break
 			}
 			held[i] = false
-			sum += need(i)
+			dev, all = dev+device(i), all+need(i)
 		}
 	}
 	return held

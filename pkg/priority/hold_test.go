@@ -48,7 +48,7 @@ func TestHold(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := priority.Hold(tt.fs, capacity, 1, tt.perTurn); !slices.Equal(got, tt.want) {
+			if got := (priority.KVPools{Capacity: capacity, Budget: 1}).Hold(tt.fs, tt.perTurn); !slices.Equal(got, tt.want) {
 				t.Fatalf("Hold = %v, want %v", got, tt.want)
 			}
 		})
@@ -64,7 +64,7 @@ func TestHoldIsStable(t *testing.T) {
 		fs = append(fs, priority.Footprint{Replica: "a", Context: 500 + 137*k%3000, Held: k%7 == 3})
 	}
 	for _, budget := range []float64{0.5, 0.9, 1} {
-		first := priority.Hold(fs, capacity, budget, 250)
+		first := (priority.KVPools{Capacity: capacity, Budget: budget}).Hold(fs, 250)
 		again := slices.Clone(fs)
 		need := 0.0
 		for k := range again {
@@ -76,8 +76,50 @@ func TestHoldIsStable(t *testing.T) {
 		if need > priority.HoldAbove*budget*50000 {
 			t.Fatalf("budget %v: unheld need %v over the pool's %v", budget, need, budget*50000)
 		}
-		if second := priority.Hold(again, capacity, budget, 250); !slices.Equal(first, second) {
+		if second := (priority.KVPools{Capacity: capacity, Budget: budget}).Hold(again, 250); !slices.Equal(first, second) {
 			t.Fatalf("budget %v: a second decision changed the first:\n%v\n%v", budget, first, second)
 		}
+	}
+}
+
+// With KV residency (Total set), a trajectory whose command runs
+// (Offloadable) counts OnDevice of its need against the device pool, and
+// every unheld one its whole need against Total: one is held while either
+// is over, an Offloadable one only for Total.
+func TestHoldWithKVResidency(t *testing.T) {
+	pools := priority.KVPools{Capacity: map[string]int{"a": 10000}, Budget: 1, Total: map[string]int{"a": 20000}}
+	at := func(context int, offloadable, held bool) priority.Footprint {
+		return priority.Footprint{Replica: "a", Context: context, Offloadable: offloadable, Held: held}
+	}
+	tests := []struct {
+		name string
+		fs   []priority.Footprint
+		want []bool
+	}{
+		{"contexts in their commands leave the device to those that generate",
+			[]priority.Footprint{at(4000, false, false), at(4000, true, false), at(4000, true, false), at(4000, false, false)},
+			[]bool{false, false, false, false}},
+		{"the device overfills with those that generate: the last of them is held, not one in its command",
+			[]priority.Footprint{at(4000, false, false), at(4000, false, false), at(4000, false, false), at(4000, true, false)},
+			[]bool{false, false, true, false}},
+		{"both tiers together overfill: the last is held, in its command or not",
+			[]priority.Footprint{at(6000, true, false), at(6000, true, false), at(6000, true, false), at(6000, true, false)},
+			[]bool{false, false, false, true}},
+		{"a held one is let go when both have room",
+			[]priority.Footprint{at(3000, true, false), at(3000, false, true)},
+			[]bool{false, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := pools.Hold(tt.fs, 0); !slices.Equal(got, tt.want) {
+				t.Fatalf("Hold = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// Without Total, Offloadable changes nothing: every context counts on
+	// the device.
+	fs := []priority.Footprint{at(6000, true, false), at(6000, true, false)}
+	if got := (priority.KVPools{Capacity: pools.Capacity, Budget: 1}).Hold(fs, 0); !slices.Equal(got, []bool{false, true}) {
+		t.Fatalf("without residency: %v", got)
 	}
 }
