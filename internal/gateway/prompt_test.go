@@ -47,7 +47,7 @@ func TestSubmitPromptForms(t *testing.T) {
 		t.Fatalf("bad prompts: %d %+v", st, bad)
 	}
 	for i, want := range []string{
-		"sample: exactly one of task, messages, prompt_ids must be set; got task and prompt_ids",
+		"prompt_ids: set beside task (exactly one of task, messages, prompt_ids must be set)",
 		"messages[2].role: the last message is the assistant's",
 		"prompt_ids[1]: must be >= 0, got -1",
 	} {

@@ -81,10 +81,12 @@ func (s *Sample) validPrompt(p *problems) {
 		// Named as the field a sample most often lacks, as before messages
 		// and prompt_ids were known.
 		p.add("task", "missing (%s; got none)", one)
-	case 2:
-		p.add("sample", "%s; got %s and %s", one, set[0], set[1])
-	case 3:
-		p.add("sample", "%s; got %s, %s and %s", one, set[0], set[1], set[2])
+	default:
+		// Named as the fields set beside the first, so that the error
+		// names a field as every other does.
+		for _, f := range set[1:] {
+			p.add(f, "set beside %s (%s)", set[0], one)
+		}
 	}
 	if len(s.Task) > MaxTaskBytes {
 		p.add("task", "%d bytes exceeds the limit of %d", len(s.Task), MaxTaskBytes)

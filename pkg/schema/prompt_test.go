@@ -43,9 +43,9 @@ func TestDecodeSamplePrompt(t *testing.T) {
 		{"empty task and messages count as unset", `"task":"","messages":[],"prompt_ids":[1]`, ""},
 
 		{"none", `"task":""`, "task: missing (exactly one of task, messages, prompt_ids must be set; got none)"},
-		{"task and prompt_ids", `"task":"t","prompt_ids":[1]`, "sample: exactly one of task, messages, prompt_ids must be set; got task and prompt_ids"},
+		{"task and prompt_ids", `"task":"t","prompt_ids":[1]`, "prompt_ids: set beside task (exactly one of task, messages, prompt_ids must be set)"},
 		{"all three", `"task":"t","messages":[{"role":"user","content":"u"}],"prompt_ids":[1]`,
-			"got task, messages and prompt_ids"},
+			"messages: set beside task (exactly one of task, messages, prompt_ids must be set)\nprompt_ids: set beside task"},
 		{"tools without messages", `"task":"t","tools":[{"type":"function","function":{"name":"f"}}]`, "tools: given without messages"},
 		{"role missing", `"messages":[{"content":"u"}]`, "messages[0].role: missing"},
 		{"role unknown", `"messages":[{"role":"user","content":"u"},{"role":"developer","content":"d"}]`, `messages[1].role: unknown role "developer"`},

@@ -173,7 +173,7 @@ class ClientTest(unittest.TestCase):
             self.client.submit([sample(by_ids, prompt_ids=ids),
                                 sample(by_msgs, task="", messages=msgs + [{"role": "assistant", "content": "a"}])])
         self.assertEqual([x.line for x in cm.exception.errors], [1, 2])
-        self.assertIn("exactly one of task, messages, prompt_ids must be set; got task and prompt_ids",
+        self.assertIn("prompt_ids: set beside task (exactly one of task, messages, prompt_ids must be set)",
                       cm.exception.errors[0].error)
         self.assertIn("messages[2].role", cm.exception.errors[1].error)
         self.assertEqual(self.client.submit([sample(by_msgs, task="", messages=msgs),
