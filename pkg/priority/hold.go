@@ -52,7 +52,8 @@ const HeldRetry = time.Second
 // an Offloadable trajectory's need counts p.OnDevice of itself against the
 // device pool, and every unheld trajectory's whole need must also fit
 // budget × Total: one is held while either is over, an Offloadable one
-// only for Total (holding it frees no more of the device than OnDevice).
+// only while Total is (its command is running: holding it would free the
+// device only once it generates again).
 func (p KVPools) Hold(fs []Footprint, perTurn float64) []bool {
 	held := make([]bool, len(fs))
 	byReplica := map[string][]int{}
@@ -83,8 +84,8 @@ func (p KVPools) Hold(fs []Footprint, perTurn float64) []bool {
 		}
 		for k := len(idx) - 1; k >= 0 && (dev > HoldAbove*full || all > HoldAbove*whole); k-- {
 			i := idx[k]
-			if held[i] || (all <= HoldAbove*whole && device(i) == 0) {
-				continue
+			if held[i] || (all <= HoldAbove*whole && fs[i].Offloadable && p.Total != nil) {
+				continue // the device alone is over: holding one in its command frees no room there
 			}
 			held[i] = true
 			dev, all = dev-device(i), all-need(i)

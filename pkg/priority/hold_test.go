@@ -116,6 +116,14 @@ func TestHoldWithKVResidency(t *testing.T) {
 			}
 		})
 	}
+	// Counted at half on the device, one in its command still leaves the
+	// holding to those that generate while only the device is over.
+	half := pools
+	half.OnDevice = 0.5
+	fs0 := []priority.Footprint{at(4500, false, false), at(4500, false, false), at(4500, true, false)}
+	if got := half.Hold(fs0, 0); !slices.Equal(got, []bool{false, true, false}) {
+		t.Fatalf("OnDevice 0.5: %v, want the second held, not the third (in its command)", got)
+	}
 	// Without Total, Offloadable changes nothing: every context counts on
 	// the device.
 	fs := []priority.Footprint{at(6000, true, false), at(6000, true, false)}
