@@ -6,18 +6,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
 )
-
-func templateNamed(t testing.TB, name string) tokenize.ChatTemplate {
-	t.Helper()
-	tmpl, err := tokenize.Chat{Tokenizer: tokenize.TokenizerQwen, ChatTemplate: name}.Template()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tmpl
-}
 
 // A sample's messages open the conversation as the chat template renders
 // them whole with the generation prompt, which for plain messages is also
@@ -31,7 +23,7 @@ func TestSampleOpeningMessages(t *testing.T) {
 	s := &schema.Sample{Messages: given}
 	for _, name := range []string{tokenize.TemplateChatML, tokenize.TemplateQwen3, tokenize.TemplateQwen3NoThink} {
 		t.Run(name, func(t *testing.T) {
-			tmpl := templateNamed(t, name)
+			tmpl := testkit.ChatTemplate(t, name)
 			ag, err := Agents{}.For(schema.FlowBash)
 			if err != nil {
 				t.Fatal(err)
@@ -64,7 +56,7 @@ func TestSampleOpeningMessages(t *testing.T) {
 // Tools and tool calls render through the template's tools rendering;
 // under the tool_call flow messages without tools get the flow's.
 func TestSampleOpeningMessagesWithTools(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateQwen3)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateQwen3)
 	tt := tmpl.(tokenize.ToolTemplate)
 	tool := json.RawMessage(`{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}`)
 	given := []schema.PromptMessage{
@@ -106,7 +98,7 @@ func TestSampleOpeningMessagesWithTools(t *testing.T) {
 
 	// A template without tools refuses them, by name.
 	ag, _ := Agents{}.For(schema.FlowBash)
-	if _, _, err := ag.SampleOpening(templateNamed(t, tokenize.TemplateChatML), &schema.Sample{Messages: given}); !errors.Is(err, ErrMessagesNeedToolTemplate) {
+	if _, _, err := ag.SampleOpening(testkit.ChatTemplate(t, tokenize.TemplateChatML), &schema.Sample{Messages: given}); !errors.Is(err, ErrMessagesNeedToolTemplate) {
 		t.Errorf("chatml with tool calls: %v, want ErrMessagesNeedToolTemplate", err)
 	}
 	// The model must answer the last message.
@@ -118,7 +110,7 @@ func TestSampleOpeningMessagesWithTools(t *testing.T) {
 // A sample's prompt_ids are the opening's ids exactly, whatever the
 // template would make of their text; the message holds their decoding.
 func TestSampleOpeningPromptIDs(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateQwen3)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateQwen3)
 	// Not what the template writes: ids the tokenizer would not produce
 	// for this text (the characters one by one), and an id past the
 	// vocabulary.
@@ -153,7 +145,7 @@ func TestSampleOpeningPromptIDs(t *testing.T) {
 
 // A sample's task still opens with the flow's own messages.
 func TestSampleOpeningTask(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateQwen3)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateQwen3)
 	for _, flow := range schema.Flows {
 		ag, err := Agents{}.For(flow)
 		if err != nil {

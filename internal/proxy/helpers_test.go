@@ -14,17 +14,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
-// templateNamed returns a built-in chat template over the Qwen3 tokenizer
-// built into the binary, as internal/agent's tests do.
-func templateNamed(t testing.TB, name string) tokenize.ChatTemplate {
-	t.Helper()
-	tmpl, err := tokenize.Chat{Tokenizer: tokenize.TokenizerQwen, ChatTemplate: name}.Template()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tmpl
-}
-
 // generate is a scripted model: text as tmpl's tokenizer encodes it,
 // followed by the turn's stop token, finished by it.
 func generate(tmpl tokenize.ChatTemplate, text string) llm.Result {

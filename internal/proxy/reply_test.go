@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/llm"
 	"github.com/actloop/actloop/pkg/schema"
@@ -77,23 +78,23 @@ func TestHermes(t *testing.T) {
 }
 
 func TestParsersFor(t *testing.T) {
-	if p := ParsersFor(templateNamed(t, tokenize.TemplateQwen3)); p.Reasoning != (Think{Thinking: true}) || p.Tools != (Hermes{}) {
+	if p := ParsersFor(testkit.ChatTemplate(t, tokenize.TemplateQwen3)); p.Reasoning != (Think{Thinking: true}) || p.Tools != (Hermes{}) {
 		t.Fatalf("qwen3: %+v", p)
 	}
-	if p := ParsersFor(templateNamed(t, tokenize.TemplateQwen3NoThink)); p.Reasoning != (Think{}) || p.Tools != (Hermes{}) {
+	if p := ParsersFor(testkit.ChatTemplate(t, tokenize.TemplateQwen3NoThink)); p.Reasoning != (Think{}) || p.Tools != (Hermes{}) {
 		t.Fatalf("qwen3-nothink: %+v", p)
 	}
-	if p := ParsersFor(templateNamed(t, tokenize.TemplateChatML)); p.Reasoning != nil || p.Tools != nil {
+	if p := ParsersFor(testkit.ChatTemplate(t, tokenize.TemplateChatML)); p.Reasoning != nil || p.Tools != nil {
 		t.Fatalf("chatml: %+v", p)
 	}
 	req := &ChatRequest{}
-	if p := ParsersFor(templateNamed(t, tokenize.TemplateQwen3)).ForRequest(req); p.Tools != nil {
+	if p := ParsersFor(testkit.ChatTemplate(t, tokenize.TemplateQwen3)).ForRequest(req); p.Tools != nil {
 		t.Fatal("tools parsed for a request without tools")
 	}
 }
 
 func TestParseChatReply(t *testing.T) {
-	q3 := templateNamed(t, tokenize.TemplateQwen3)
+	q3 := testkit.ChatTemplate(t, tokenize.TemplateQwen3)
 	tok := q3.Tokenizer()
 	imEnd := q3.StopTokenIDs()[0]
 	call := "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call>"

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/actloop/actloop/internal/agent"
+	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -77,7 +78,7 @@ func runTurns(t *testing.T, tmpl tokenize.ChatTemplate, turns []turn) (*Conversa
 // exactly the whole conversation rendered, since the replies' ids are the
 // tokenizer's own.
 func TestConversationContinues(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateChatML)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateChatML)
 	turns := []turn{
 		{add: []schema.PromptMessage{sys("You are terse."), user("Say hi.")}, reply: "hi", newSegment: true, reason: "first call"},
 		{add: []schema.PromptMessage{user("Again.")}, reply: "hi again"},
@@ -103,7 +104,7 @@ func TestConversationContinues(t *testing.T) {
 // What a continuation appends is exactly the turn close, the new messages
 // and the generation prompt.
 func TestContinuationAppends(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateChatML)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateChatML)
 	var conv Conversation
 	call := Call{Messages: []schema.PromptMessage{user("q")}}
 	step, err := conv.Next(call, tmpl)
@@ -136,7 +137,7 @@ func TestContinuationAppends(t *testing.T) {
 // An agent that rewrites its history mid-way starts a new segment, which
 // later calls continue.
 func TestConversationRewrite(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateChatML)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateChatML)
 	turns := []turn{
 		{add: []schema.PromptMessage{sys("s"), user("task")}, reply: "step 1", newSegment: true, reason: "first call"},
 		{add: []schema.PromptMessage{user("obs 1")}, reply: "step 2"},
@@ -153,7 +154,7 @@ func TestConversationRewrite(t *testing.T) {
 
 // The reasons a chat call starts a new segment.
 func TestNewSegmentReasons(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateQwen3)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateQwen3)
 	base := []schema.PromptMessage{sys("s"), user("task")}
 	reply := "<think>\nok\n</think>\n\ndone"
 	edited := func(f func(m []schema.PromptMessage) []schema.PromptMessage) []turn {
@@ -204,7 +205,7 @@ func TestNewSegmentReasons(t *testing.T) {
 func TestToolCallRoundTrip(t *testing.T) {
 	for _, name := range []string{tokenize.TemplateQwen3, tokenize.TemplateQwen3NoThink} {
 		t.Run(name, func(t *testing.T) {
-			tmpl := templateNamed(t, name)
+			tmpl := testkit.ChatTemplate(t, name)
 			tt := tmpl.(tokenize.ToolTemplate)
 			var conv Conversation
 			call := Call{Messages: []schema.PromptMessage{sys("s"), user("list and show")}, Tools: agent.Tools}
@@ -267,7 +268,7 @@ func TestToolCallRoundTrip(t *testing.T) {
 // Tool messages under a template that renders no tools are an error, on a
 // continuation as on a new segment.
 func TestToolMessagesNeedToolTemplate(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateChatML)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateChatML)
 	var conv Conversation
 	call := Call{Messages: []schema.PromptMessage{user("q")}}
 	step, err := conv.Next(call, tmpl)
@@ -288,7 +289,7 @@ func TestToolMessagesNeedToolTemplate(t *testing.T) {
 // Text completions continue a segment by token ids: the previous prompt
 // and its generated ids, then more.
 func TestNextIDs(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateChatML)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateChatML)
 	tok := tmpl.Tokenizer()
 	var conv Conversation
 	prompt := "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
@@ -334,7 +335,7 @@ func TestConversationLong(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
 	}
-	tmpl := templateNamed(t, tokenize.TemplateChatML)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateChatML)
 	obs := strings.Repeat("line of tool output 0123456789\n", 40)
 	turns := []turn{{add: []schema.PromptMessage{sys("s"), user("task")}, reply: "ok", newSegment: true, reason: "first call"}}
 	for range 300 {
@@ -350,7 +351,7 @@ func TestConversationLong(t *testing.T) {
 // with content null and sent back in the next request's JSON with a tool
 // message, decodes to a continuation.
 func TestRoundTripThroughJSON(t *testing.T) {
-	tmpl := templateNamed(t, tokenize.TemplateQwen3NoThink)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateQwen3NoThink)
 	tools := `[{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]`
 	first := `{"model": "m", "messages": [{"role": "developer", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "go"}]}], "tools": ` + tools + `}`
 	req, err := DecodeChatRequest([]byte(first))

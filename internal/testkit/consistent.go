@@ -3,6 +3,7 @@ package testkit
 import (
 	"fmt"
 	"slices"
+	"testing"
 
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
@@ -96,4 +97,15 @@ func Consistent(tmpl tokenize.ChatTemplate, r schema.Result) error {
 		}
 	}
 	return nil
+}
+
+// ChatTemplate returns the built-in chat template name over the Qwen
+// tokenizer built into the binary.
+func ChatTemplate(t testing.TB, name string) tokenize.ChatTemplate {
+	t.Helper()
+	tmpl, err := tokenize.Chat{Tokenizer: tokenize.TokenizerQwen, ChatTemplate: name}.Template()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
 }
