@@ -49,7 +49,7 @@ func TestSchedulingRunsEveryMode(t *testing.T) {
 	bound := virtual.LowerBound(sc.Generate(1, 8), virtual.Defaults(2, 8))
 	var live []string
 	for _, m := range Modes {
-		if m.Tune == "" && m.With == "" {
+		if m.Tune == "" && m.With == "" && m.Without != AblatePartialRollout {
 			live = append(live, m.Name)
 		}
 	}
@@ -452,6 +452,39 @@ func TestHiCacheScenarioIsOnForEveryMode(t *testing.T) {
 	live = Scheduling{Scenarios: "tool-fast", Modes: ModeDefault + "-kv-residency", Engine: EngineLive, Tasks: 4, TimeScale: 1}
 	if err := live.Validate(); err == nil || !strings.Contains(err.Error(), WithKVResidency) {
 		t.Errorf("live engine with a mode the services do not have: %v", err)
+	}
+}
+
+// The no-partial-rollout row is the shipped default with only the
+// trainer's syncs discarding their aborted partials: on a steady-state
+// scenario its trainer has DiscardPartials and nothing else differs from
+// default's; elsewhere (no trainer) it is default's configuration; the live
+// engine, whose services cannot discard them, refuses it.
+func TestNoPartialRolloutModeDiscardsAtTheBatchEnd(t *testing.T) {
+	m, ok := lookupMode(ModeDefault + "-no-partial-rollout")
+	d, _ := lookupMode(ModeDefault)
+	if !ok || !m.Shipped || m.Without != AblatePartialRollout {
+		t.Fatalf("mode %+v, want the shipped default without partial rollout", m)
+	}
+	var s Scheduling
+	for _, name := range []string{"swe-rl-steady", "swe-rl-steady" + workload.HiCacheSuffix, "swe-longtail"} {
+		sc, _ := workload.Lookup(name)
+		got, want := s.virtualConfig(m, sc, s.tasksOf(sc)), s.virtualConfig(d, sc, s.tasksOf(sc))
+		if (sc.Steady != nil) != (got.Trainer != nil) || got.Trainer != nil && !got.Trainer.DiscardPartials || want.Trainer != nil && want.Trainer.DiscardPartials {
+			t.Errorf("%s: trainer %+v (default's %+v), want DiscardPartials on a steady-state scenario only, for this mode only", name, got.Trainer, want.Trainer)
+		}
+		if got.Trainer != nil {
+			tr := *got.Trainer
+			tr.DiscardPartials = false
+			got.Trainer = &tr
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %+v, want default's %+v but the trainer's DiscardPartials", name, got, want)
+		}
+	}
+	live := Scheduling{Scenarios: "tool-fast", Modes: m.Name, Engine: EngineLive, Tasks: 4, TimeScale: 1}
+	if err := live.Validate(); err == nil || !strings.Contains(err.Error(), AblatePartialRollout) {
+		t.Errorf("live engine without partial rollout: %v", err)
 	}
 }
 

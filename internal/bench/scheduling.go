@@ -44,9 +44,13 @@ type Mode struct {
 	// ablations: AblateKVAdmission (admission by the adaptive count limit:
 	// the coordinator's ACTLOOP_KV_BUDGET=0), AblateKVDispatch (each
 	// gen-worker runs its slots only: its ACTLOOP_KV_BUDGET=0), AblateHold (the
-	// coordinator holds no trajectory: its ACTLOOP_HOLD=false) or
-	// AblateRankByTime (lpt
-	// and sjf rank by tokens: ACTLOOP_RANK_BY=tokens).
+	// coordinator holds no trajectory: its ACTLOOP_HOLD=false),
+	// AblateRankByTime (lpt and sjf rank by tokens: ACTLOOP_RANK_BY=tokens)
+	// or AblatePartialRollout (a steady-state scenario's weight sync at a
+	// batch's end discards the output of the generations it aborts instead
+	// of keeping it: virtual.Trainer.DiscardPartials; virtual engine only,
+	// as the services have no such setting; on a scenario that is not
+	// steady-state, the same as the mode without it).
 	Without string
 	// Tune names the knob the bench sweeps for this mode on every scenario,
 	// reporting the best setting (virtual engine only): TuneSlots (a
@@ -82,6 +86,8 @@ const (
 	AblateKVDispatch  = "kv-dispatch"
 	AblateHold        = "hold"
 	AblateRankByTime  = "rank-by-time"
+	// AblatePartialRollout is the tail: partial rollout at a batch's end.
+	AblatePartialRollout = "partial-rollout"
 )
 
 // Mechanisms a Mode may turn on.
@@ -133,6 +139,7 @@ var Modes = []Mode{
 	{Name: "action-fcfs-preemption", Kind: "action", Policy: "fcfs", With: WithPreemption},
 	{Name: "action-fcfs-no-hold", Kind: "action", Policy: "fcfs", Without: AblateHold},
 	{Name: "action-lpt-history-by-tokens", Kind: "action", Policy: "lpt", Predictor: predictor.BackendHistory, Without: AblateRankByTime},
+	{Name: ModeDefault + "-no-partial-rollout", Kind: "action", Policy: priority.NameFCFS, Predictor: predictor.BackendHistory, Shipped: true, Without: AblatePartialRollout},
 	{Name: ModeDefault + "-kv-residency", Kind: "action", Policy: priority.NameFCFS, Predictor: predictor.BackendHistory, Shipped: true, With: WithKVResidency},
 	{Name: "action-fcfs-kv-residency", Kind: "action", Policy: "fcfs", With: WithKVResidency},
 	{Name: ModeReference, Kind: "action", Policy: "fcfs", With: WithReferenceLoop},
@@ -190,8 +197,11 @@ type Result struct {
 	SlotUseSeries []float64 `json:"slot_use_series"`
 	Preemptions   int64     `json:"preemptions"`
 	ResumedTokens int64     `json:"resumed_tokens"`
-	WastedTokens  int64     `json:"wasted_tokens"`
-	Reprefilled   int64     `json:"reprefilled_tokens"`
+	// WastedTokens is output thrown away and generated again: on the live
+	// engine by a server's own abort; on the virtual engine by a weight
+	// sync that discards partials (AblatePartialRollout), per run.
+	WastedTokens int64 `json:"wasted_tokens"`
+	Reprefilled  int64 `json:"reprefilled_tokens"`
 	// With weight syncs: how many, and per trajectory the spread of the
 	// weight versions its tokens came from (max − min), mean and largest.
 	Syncs          int     `json:"syncs,omitempty"`
@@ -361,6 +371,9 @@ func (s Scheduling) plan() ([]Mode, []workload.Scenario, error) {
 			}
 			if m.With != "" {
 				errs = append(errs, fmt.Errorf("--modes: %s turns on %s, which only the virtual engine runs (the services do not have it yet)", m.Name, m.With))
+			}
+			if m.Without == AblatePartialRollout {
+				errs = append(errs, fmt.Errorf("--modes: %s turns off %s at a batch's end, which only the virtual engine's trainer does (steady-state scenarios)", m.Name, m.Without))
 			}
 		}
 		for _, sc := range scs {

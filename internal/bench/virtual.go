@@ -55,7 +55,7 @@ func (s Scheduling) virtualConfig(m Mode, sc workload.Scenario, tasks int) virtu
 	}
 	if st := sc.Steady; st != nil { // the trainer's syncs, the same for every mode
 		cfg.Trainer = &virtual.Trainer{BatchSize: st.BatchSize, Batches: st.Batches, WarmupBatches: st.WarmupBatches,
-			MaxStaleness: st.MaxStaleness}
+			MaxStaleness: st.MaxStaleness, DiscardPartials: m.Without == AblatePartialRollout}
 		cfg.SyncPauseS = s.PauseMS / 1000
 	} else if m.Sync {
 		cfg.SyncEvery = s.syncEveryOf(sc)
@@ -415,6 +415,7 @@ func inSequence(parts []virtual.Result) virtual.Result {
 		r.GeneratedTokens += p.GeneratedTokens
 		r.Preemptions += p.Preemptions
 		r.ResumedTokens += p.ResumedTokens
+		r.DiscardedTokens += p.DiscardedTokens
 		r.Reprefilled += p.Reprefilled
 		r.Retractions += p.Retractions
 		r.Holds += p.Holds
@@ -598,6 +599,7 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 		r.TokensPerS += v.TokensPerS / n
 		r.Preemptions += v.Preemptions
 		r.ResumedTokens += v.ResumedTokens
+		r.WastedTokens += v.DiscardedTokens
 		r.Reprefilled += v.Reprefilled
 		r.Retractions += v.Retractions
 		r.Holds += v.Holds
@@ -627,6 +629,7 @@ func aggregate(runs []virtual.Result, bounds []virtual.Bound) Result {
 	// Counters are per seed too.
 	r.Preemptions /= int64(len(runs))
 	r.ResumedTokens /= int64(len(runs))
+	r.WastedTokens /= int64(len(runs))
 	r.Reprefilled /= int64(len(runs))
 	r.Retractions /= int64(len(runs))
 	r.Holds /= int64(len(runs))

@@ -216,7 +216,7 @@ func TestSubmitReadAcknowledge(t *testing.T) {
 // start with "<run>.", whatever else the stream holds; its consumer name
 // cannot be taken up for another run, for every run or for the other
 // subject (409); and a batch submitted again as a retry (resubmit=true)
-// is taken as stored, not refused (issue 33).
+// is taken as stored, not refused.
 func TestRunScopedReads(t *testing.T) {
 	a := newAPI(t)
 	group := func(id, gid string, index int) string {

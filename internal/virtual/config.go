@@ -96,7 +96,7 @@ type Config struct {
 	// (Server.HostTokens > 0) to hold their contexts meanwhile; every
 	// context must still fit in the host pools (priority.KVPools.Total). The
 	// coordinator does not do this yet: it is the engine's measure of the
-	// mechanism (issue 29, item 5).
+	// mechanism.
 	KVResidency bool
 
 	// Dispatch is the order in which each gen-worker takes its waiting

@@ -45,8 +45,12 @@ type traj struct {
 	genTokens int
 	calls     int
 	kv        priority.Footprint // from its newest progress report, as the coordinator knows it
-	versions  [2]int64           // min and max weight version of its tokens; min > max: none
-	asks      []predict.Ask      // what the learned predictor was asked of it
+	versions  [2]int64           // min and max weight version of its whole replies' tokens; min > max: none
+	// turnVersions is min and max weight version of this turn's partial
+	// tokens (min > max: none), merged into versions when the reply is
+	// whole; Trainer.DiscardPartials discards them with the partial.
+	turnVersions [2]int64
+	asks         []predict.Ask // what the learned predictor was asked of it
 
 	// Where its time went, in seconds.
 	genQueueS, serverS, envS float64
@@ -174,7 +178,7 @@ func newEngine(cfg Config, plans []workload.Trajectory) (*engine, error) {
 		if err := e.fits(p); err != nil {
 			return nil, err
 		}
-		t := &traj{plan: p, replica: -1, predTurns: -1, preemptedAt: math.Inf(-1), versions: [2]int64{math.MaxInt64, math.MinInt64}}
+		t := &traj{plan: p, replica: -1, predTurns: -1, preemptedAt: math.Inf(-1), versions: noVersions, turnVersions: noVersions}
 		t.ctx = []batching.Segment{{Key: key(p.GroupID, -1, 'p'), Tokens: p.Prompt}}
 		t.ctxLen = p.Prompt
 		e.ts = append(e.ts, t)
@@ -715,24 +719,35 @@ func (e *engine) ended(r int, g *generation, d batching.Done) {
 	t.genCtx = g.input + d.Generated
 }
 
+// noVersions is the versions of no tokens.
+var noVersions = [2]int64{math.MaxInt64, math.MinInt64}
+
 // generated commits what g produced: a whole reply, or (aborted) part of
-// one, which goes back to the queue.
+// one, which goes back to the queue, its partial kept (partial rollout)
+// unless a trainer's sync aborted it under Trainer.DiscardPartials.
 func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	t.serverS += e.now - t.since
 	if d.Generated > 0 {
-		t.versions[0] = min(t.versions[0], g.version)
-		t.versions[1] = max(t.versions[1], g.version)
+		t.turnVersions[0] = min(t.turnVersions[0], g.version)
+		t.turnVersions[1] = max(t.turnVersions[1], g.version)
 	}
 	t.partial += d.Generated
 	t.genTokens += d.Generated
 	t.updatedAt = e.now
 	e.dirty = true
 	if d.Aborted {
-		e.res.ResumedTokens += int64(d.Generated)
+		if e.paused && e.cfg.Trainer != nil && e.cfg.Trainer.DiscardPartials {
+			e.discardPartial(t)
+		} else {
+			e.res.ResumedTokens += int64(d.Generated)
+		}
 		t.resumed = true
 		e.queueGen(g.t) // whoever interrupted it dispatches
 		return
 	}
+	t.versions[0] = min(t.versions[0], t.turnVersions[0])
+	t.versions[1] = max(t.versions[1], t.turnVersions[1])
+	t.turnVersions = noVersions
 	w := e.ws[t.replica]
 	w.tokenS = priority.NextTokenS(w.tokenS, e.now-g.startedAt, d.Generated)
 	e.pace.SetTokenS(e.names[t.replica], w.tokenS)
@@ -758,6 +773,21 @@ func (e *engine) generated(t *traj, g *generation, d batching.Done) {
 	t.since = e.now
 	t.inExec = true
 	e.q.push(e.now+t.plan.Exec[t.turn-1], evEnvDone, g.t)
+}
+
+// discardPartial drops the tokens of t's current turn that a sync
+// interrupted (Trainer.DiscardPartials): all of the turn's partial output,
+// what earlier preemptions of the turn kept included, and the weight
+// versions they came from; the turn is generated again from its start.
+// Its context (prompt, whole replies, observations) is kept, and its gen
+// step is still an interrupted one (its resume class): only the tokens are
+// lost.
+func (e *engine) discardPartial(t *traj) {
+	e.res.DiscardedTokens += int64(t.partial)
+	t.genTokens -= t.partial
+	t.partial = 0
+	t.turnVersions = noVersions
+	t.genCtx = t.ctxLen // its last generation's output is gone
 }
 
 // interrupt aborts g on its server (a preemption or a pause); what it

@@ -22,6 +22,7 @@ type Result struct {
 	TokensPerS              float64
 	Preemptions             int64
 	ResumedTokens           int64 // output kept across interruptions
+	DiscardedTokens         int64 // output a trainer's sync discarded (Trainer.DiscardPartials)
 	Reprefilled             int64 // prompt tokens prefilled again (the gen-workers' count)
 	Retractions             int64
 	Holds                   int64 // trajectories held (priority.KVPools.Hold), each time

@@ -12,8 +12,9 @@ import (
 // while no weight sync is under way; each batch is followed at once by a
 // weight sync (the generations in flight are aborted and their partial
 // output kept, the prefix caches flushed, generation resumed after
-// SyncPauseS under the next weight version, as the engine's syncs do), so
-// the trainer is never the bottleneck: what is measured is the rollout.
+// SyncPauseS under the next weight version, as the engine's syncs do;
+// DiscardPartials drops that partial output instead), so the trainer is
+// never the bottleneck: what is measured is the rollout.
 //
 // Staleness follows actloop's rules (ACTLOOP_MAX_STALENESS,
 // ACTLOOP_STALE_POLICY=keep): a partial generated under an older version
@@ -27,6 +28,20 @@ import (
 type Trainer struct {
 	BatchSize, Batches, WarmupBatches int
 	MaxStaleness                      int64
+	// DiscardPartials is the ablation of actloop's partial rollout at a
+	// batch's end (the tail): a loop without partial
+	// rollout. A generation the weight sync after a batch aborts loses the
+	// output of its turn so far: that turn's partial tokens (those of
+	// earlier preemptions of the turn too) and their weight versions are
+	// dropped, and the turn is generated again from its start under the
+	// new version (more prefill and decode), so a trajectory whose only
+	// old-version tokens were in that partial is not stale for them. The
+	// trajectory itself carries over: its prompt, whole replies and
+	// observations, their versions (and staleness) and its sandbox are
+	// kept. A preemption's abort still keeps its partial. When false
+	// (actloop as it runs), every aborted generation's partial is kept and
+	// continued under the new version, as the gen-workers' pause does.
+	DiscardPartials bool
 }
 
 func (tr *Trainer) validate(c Config) error {

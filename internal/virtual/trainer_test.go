@@ -169,3 +169,95 @@ func TestTrainablePerGPUHourCountsTensorParallelGPUs(t *testing.T) {
 		t.Errorf("trainable per GPU-hour %.3f with one GPU a replica, %.3f with two; want half", g1, g2)
 	}
 }
+
+// tailPlans are three trajectories on one replica: a short one whose end
+// makes the trainer take its first batch (and sync), and two whose replies
+// the sync aborts: one in its first turn, one in its second, after a whole
+// first reply.
+func tailPlans() []workload.Trajectory {
+	return []workload.Trajectory{
+		{ID: "a", GroupID: "ga", GroupSize: 1, Prompt: 500, Tokens: []int{300}},
+		{ID: "b", GroupID: "gb", GroupSize: 1, Prompt: 500, Tokens: []int{1500}},
+		{ID: "c", GroupID: "gc", GroupSize: 1, Prompt: 500, Tokens: []int{20, 3000}, Exec: []float64{0.01}, Obs: []int{10}},
+	}
+}
+
+// With DiscardPartials the weight sync at a batch's end discards the
+// partial output of the generations it aborts (a loop without partial
+// rollout): the turn is generated again from its start, so the servers
+// decode the discarded tokens twice, and the trajectory's tokens and
+// weight versions are its whole replies' only. A trajectory aborted in its
+// first turn is then all of the new version (not stale when taken); one
+// with a whole reply of the old version keeps that reply and its version.
+// Without it (the default) the partials are kept and continued, spanning
+// both versions.
+func TestDiscardPartialsRegeneratesTheAbortedTurn(t *testing.T) {
+	plans := tailPlans()
+	var replyTokens int64
+	for _, p := range plans {
+		for _, n := range p.Tokens {
+			replyTokens += int64(n + replyEndTokens)
+		}
+	}
+	for _, discard := range []bool{false, true} {
+		cfg := Defaults(1, 4)
+		cfg.Trainer = &Trainer{BatchSize: 1, Batches: 2, MaxStaleness: 2, DiscardPartials: discard} // room for all three
+		cfg.SyncPauseS = 0.3
+		e, err := newEngine(cfg, plans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e.res.Syncs == 0 {
+			if err := e.step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, b, c := e.ts[0], e.ts[1], e.ts[2]
+		if !a.finished || b.finished || c.finished || c.turn != 1 || e.version != 0 {
+			t.Fatalf("discard %v: at the sync a finished %v, b %v, c %v in turn %d, version %d; want a finished, b and c generating (c its second turn)",
+				discard, a.finished, b.finished, c.finished, c.turn, e.version)
+		}
+		whole := c.plan.Tokens[0] + replyEndTokens
+		if discard {
+			if b.partial != 0 || c.partial != 0 || b.genTokens != 0 || c.genTokens != whole || e.res.DiscardedTokens == 0 || e.res.ResumedTokens != 0 {
+				t.Fatalf("discard: partials %d and %d, tokens %d and %d, %d discarded, %d resumed; want no partial, c's first reply (%d) only",
+					b.partial, c.partial, b.genTokens, c.genTokens, e.res.DiscardedTokens, e.res.ResumedTokens, whole)
+			}
+			if b.turnVersions != noVersions || c.turnVersions != noVersions || c.versions != [2]int64{0, 0} {
+				t.Fatalf("discard: turn versions %v and %v, c's versions %v; want none, none and [0 0]", b.turnVersions, c.turnVersions, c.versions)
+			}
+		} else if b.partial == 0 || c.partial == 0 || b.genTokens != b.partial || c.genTokens != whole+c.partial || e.res.DiscardedTokens != 0 ||
+			e.res.ResumedTokens != int64(b.partial+c.partial) {
+			t.Fatalf("keep: partials %d and %d, tokens %d and %d, %d discarded, %d resumed; want both partials kept",
+				b.partial, c.partial, b.genTokens, c.genTokens, e.res.DiscardedTokens, e.res.ResumedTokens)
+		}
+		discarded := e.res.DiscardedTokens
+		for !b.finished || !c.finished {
+			if err := e.step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var decoded int64
+		for _, w := range e.ws {
+			decoded += w.generated
+		}
+		if decoded != replyTokens+discarded || e.res.DiscardedTokens != discarded {
+			t.Errorf("discard %v: the server decoded %d tokens, want the replies' %d and the %d discarded", discard, decoded, replyTokens, discarded)
+		}
+		for _, x := range e.ts {
+			if x.genTokens != int(replies([]workload.Trajectory{*x.plan})) {
+				t.Errorf("discard %v: %s has %d tokens, want its replies' %d", discard, x.plan.ID, x.genTokens, replies([]workload.Trajectory{*x.plan}))
+			}
+		}
+		wantB := [2]int64{0, 1} // kept: its partial of version 0, continued under 1
+		if discard {
+			wantB = [2]int64{1, 1} // all generated again under version 1
+		}
+		if b.versions != wantB || c.versions != [2]int64{0, 1} {
+			t.Errorf("discard %v: versions b %v, c %v; want %v and [0 1]", discard, b.versions, c.versions, wantB)
+		}
+		if bt := e.trainer.batches; len(bt) != 2 || !reflect.DeepEqual(bt[1].Staleness, []int64{Staleness(1, wantB[0])}) {
+			t.Errorf("discard %v: batches %+v; want b taken second, %d versions behind", discard, bt, Staleness(1, wantB[0]))
+		}
+	}
+}
