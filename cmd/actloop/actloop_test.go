@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -35,21 +36,12 @@ func TestDevJSON(t *testing.T) {
 }
 
 func testDevJSON(t *testing.T, sync bool) {
-	var stdout, stderr bytes.Buffer
 	args := []string{"dev", "--tasks", "3", "--json", "--dir", t.TempDir(), "--addr", "127.0.0.1:0", "--replicas", "1"}
 	if sync {
 		// Syncs far more often than a trajectory takes: every run has some.
 		args = append(args, "--weight-sync-every", "50ms", "--time-scale", "0.05")
 	}
-	err := run(context.Background(), args, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("dev: %v\n%s", err, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	var sum map[string]any
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
-		t.Fatalf("last line is not JSON: %q", lines[len(lines)-1])
-	}
+	sum := runDevJSON(t, args)
 	for k, want := range map[string]float64{"trajectories": 3, "completed": 3, "fallback": 0, "solved": 3} {
 		if sum[k] != want {
 			t.Errorf("%s = %v, want %v", k, sum[k], want)
@@ -62,6 +54,53 @@ func testDevJSON(t *testing.T, sync bool) {
 	for _, k := range keys {
 		if v, ok := sum[k].(float64); !ok || v <= 0 {
 			t.Errorf("%s = %v, want > 0", k, sum[k])
+		}
+	}
+}
+
+// runDevJSON runs `actloop` with args, which hold dev and --json, and
+// returns the summary on its output's last line.
+func runDevJSON(t *testing.T, args []string) map[string]any {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("dev: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var sum map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
+		t.Fatalf("last line is not JSON: %q", lines[len(lines)-1])
+	}
+	return sum
+}
+
+// `actloop dev --agent` runs the demo batch with a small agent written
+// against the OpenAI HTTP API alone (examples/proxy_agent.py, the proxy
+// flow), through weight syncs, and it solves every task as the built-in
+// agent does.
+func TestDevAgent(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not on PATH: the example agent needs it")
+	}
+	sum := runDevJSON(t, []string{"dev", "--tasks", "6", "--json", "--dir", testkit.SearchableTempDir(t), "--addr", "127.0.0.1:0",
+		"--replicas", "1", "--agent", "python3 ../../examples/proxy_agent.py", "--weight-sync-every", "50ms", "--time-scale", "0.05"})
+	for k, want := range map[string]float64{"trajectories": 6, "completed": 6, "fallback": 0, "solved": 6} {
+		if sum[k] != want {
+			t.Errorf("%s = %v, want %v", k, sum[k], want)
+		}
+	}
+	if v, _ := sum["gen_steps"].(float64); v < 12 {
+		t.Errorf("gen_steps = %v: every task takes the agent two calls or more", sum["gen_steps"])
+	}
+}
+
+// --agent is refused where it cannot run, naming the flag.
+func TestDevAgentUsage(t *testing.T) {
+	for _, args := range [][]string{{"--agent", " "}, {"--agent", "python3 a.py", "--serve"}} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), append([]string{"dev", "--dir", t.TempDir()}, args...), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "--agent") {
+			t.Errorf("%v: %v, want an error naming --agent", args, err)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -112,6 +113,11 @@ type devOptions struct {
 	llmAPI, llmModel string
 	modelDir         string
 	replicasSet      bool // --replicas was given
+	// agent, when set, is the demo batch's own agent (the proxy flow),
+	// its files made absolute; agentFiles are those files, mounted
+	// read-only in the sandboxes.
+	agent      string
+	agentFiles []string
 }
 
 func newDevCmd() *cobra.Command {
@@ -140,7 +146,14 @@ served model's tokenizer and chat template with --model (a model directory
 with its tokenizer.json and tokenizer_config.json, as ACTLOOP_MODEL_DIR) or
 ACTLOOP_TOKENIZER and ACTLOOP_CHAT_TEMPLATE: each gen-worker checks its
 tokenization against the server's at start and refuses to run on a
-mismatch.`,
+mismatch.
+
+With --agent it runs the demo batch with your own agent instead of the
+built-in one (the proxy flow, docs/agent.md): the command runs in each
+trajectory's sandbox with OPENAI_BASE_URL, OPENAI_API_KEY and ACTLOOP_TASK
+set, and each of its calls is one generation step. A word of the command
+that names a file here (a script) is made absolute and the file mounted
+read-only in the sandboxes. examples/proxy_agent.py is such an agent.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.replicasSet = cmd.Flags().Changed("replicas")
@@ -164,6 +177,7 @@ mismatch.`,
 	f.StringVar(&o.llmAPI, "llm-api", string(llm.APISGLang), "with --llm-url, the API they speak: sglang or openai (vLLM)")
 	f.StringVar(&o.llmModel, "llm-model", "", "with --llm-url and --llm-api openai, the model of each request (default: the server's)")
 	f.StringVar(&o.modelDir, "model", "", "the served model's directory (tokenizer.json, tokenizer_config.json), as ACTLOOP_MODEL_DIR")
+	f.StringVar(&o.agent, "agent", "", "run the demo batch with this agent command in each sandbox (the proxy flow), e.g. 'python3 examples/proxy_agent.py'")
 	f.StringVar(&o.natsSync, "nats-sync", "", "how the embedded NATS server's JetStream store syncs to disk: always (every write), or an interval (default: the server's, 2m; an OS crash or power loss can lose messages acknowledged since the last sync)")
 	return cmd
 }
@@ -180,6 +194,9 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 		return usageError(errors.New("dev: --tasks: must be >= 1"))
 	}
 	if err := o.checkLLM(); err != nil {
+		return usageError(err)
+	}
+	if err := o.checkAgent(); err != nil {
 		return usageError(err)
 	}
 	kind := o.redisKind
@@ -270,7 +287,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 		ModelDir: chat.ModelDir, Tokenizer: chat.Tokenizer, ChatTemplate: chat.ChatTemplate,
 		LLMURLs: o.llmURLs, LLMAPI: llm.API(o.llmAPI), LLMModel: o.llmModel,
 		CoordinatorAddr: coordLn.Addr().String(), CoordinatorListener: coordLn,
-		AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), NATSSync: nsync, Log: log, LeastPrivilege: true, Reward: &reward})
+		AgentConfig: os.Getenv("ACTLOOP_AGENT_CONFIG"), ReadOnlyBinds: o.agentFiles, NATSSync: nsync, Log: log, LeastPrivilege: true, Reward: &reward})
 	if err != nil {
 		return err
 	}
@@ -312,9 +329,12 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) (err er
 	}
 	pub := bus.NewPublisher(js)
 	samples := demo.Samples(o.tasks, ws, "demo")
-	if len(o.llmURLs) > 0 {
-		for i := range samples {
+	for i := range samples {
+		if len(o.llmURLs) > 0 {
 			samples[i].Script = nil // the model's own replies, not the simulator's script
+		}
+		if o.agent != "" {
+			samples[i].Flow, samples[i].Agent = schema.FlowProxy, &schema.Agent{Command: o.agent}
 		}
 	}
 	for _, s := range samples {
@@ -423,6 +443,44 @@ func (o *devOptions) checkLLM() error {
 	o.replicas = len(o.llmURLs)
 	return nil
 }
+
+// checkAgent checks --agent and makes the files it names absolute: a
+// word of the command that names a regular file here becomes its absolute
+// path, to be mounted read-only in the sandboxes.
+func (o *devOptions) checkAgent() error {
+	if o.agent == "" {
+		return nil
+	}
+	if o.serve {
+		return errors.New("dev: --agent: not with --serve (a served stack runs the samples a trainer sends, each naming its agent)")
+	}
+	if strings.TrimSpace(o.agent) == "" {
+		return errors.New("dev: --agent: an empty command")
+	}
+	var err error
+	o.agent = word.ReplaceAllStringFunc(o.agent, func(w string) string {
+		fi, serr := os.Stat(w)
+		if serr != nil || !fi.Mode().IsRegular() || err != nil {
+			return w
+		}
+		abs, aerr := filepath.Abs(w)
+		switch {
+		case aerr != nil:
+			err = fmt.Errorf("dev: --agent: %s: %w", w, aerr)
+		case strings.ContainsAny(abs, " \t\n'\"\\$`"):
+			err = fmt.Errorf("dev: --agent: %s: its absolute path %q holds characters a command line would need to quote", w, abs)
+		default:
+			o.agentFiles = append(o.agentFiles, abs)
+			return abs
+		}
+		return w
+	})
+	return err
+}
+
+// word is a word of a command line, as checkAgent reads it: what lies
+// between white space (the rest of the line is left as written).
+var word = regexp.MustCompile(`\S+`)
 
 // serveDev keeps the stack up until ctx ends, with a gateway (the HTTP
 // trainer API) logged in to NATS as its own user, and writes its address

@@ -36,6 +36,10 @@ type Flow interface {
 	Closing(tmpl tokenize.ChatTemplate, e Ending, submission string) (schema.Message, []int32, bool)
 }
 
+// BuiltinFlows are the flows of the built-in agent, which FlowNamed
+// returns; schema.FlowProxy runs a sample's own agent instead.
+var BuiltinFlows = []string{schema.FlowBash, schema.FlowToolCall}
+
 // FlowNamed returns the flow a sample names; "" is schema.FlowBash.
 func FlowNamed(name string) (Flow, error) {
 	switch name {
@@ -43,8 +47,10 @@ func FlowNamed(name string) (Flow, error) {
 		return BashFlow{}, nil
 	case schema.FlowToolCall:
 		return ToolCallFlow{}, nil
+	case schema.FlowProxy:
+		return nil, fmt.Errorf("flow %q runs the sample's own agent (agent.command): it has no built-in one", name)
 	}
-	return nil, fmt.Errorf("unknown flow %q (want one of %s)", name, strings.Join(schema.Flows, ", "))
+	return nil, fmt.Errorf("unknown flow %q (want one of %s)", name, strings.Join(BuiltinFlows, ", "))
 }
 
 // BashFlow is mini-swe-agent's: the reply holds one ```bash block (the

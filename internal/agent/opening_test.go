@@ -119,7 +119,7 @@ func TestSampleOpeningPromptIDs(t *testing.T) {
 		given = append(given, tmpl.Tokenizer().Encode(string(r))...)
 	}
 	given = append(given, 151644, 77091, 198, 999_999)
-	for _, flow := range schema.Flows {
+	for _, flow := range BuiltinFlows {
 		ag, err := Agents{}.For(flow)
 		if err != nil {
 			t.Fatal(err)
@@ -146,7 +146,7 @@ func TestSampleOpeningPromptIDs(t *testing.T) {
 // A sample's task still opens with the flow's own messages.
 func TestSampleOpeningTask(t *testing.T) {
 	tmpl := testkit.ChatTemplate(t, tokenize.TemplateQwen3)
-	for _, flow := range schema.Flows {
+	for _, flow := range BuiltinFlows {
 		ag, err := Agents{}.For(flow)
 		if err != nil {
 			t.Fatal(err)

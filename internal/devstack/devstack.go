@@ -73,6 +73,9 @@ type Options struct {
 	// AgentConfig is the workers' mini-swe-agent configuration file ("" =
 	// the built-in default), as ACTLOOP_AGENT_CONFIG.
 	AgentConfig string
+	// ReadOnlyBinds are host paths mounted read-only in the env-workers'
+	// sandboxes, as ACTLOOP_SANDBOX_RO_BINDS (a proxy-flow agent's files).
+	ReadOnlyBinds []string
 	// NATSSync is how the embedded NATS server's JetStream store syncs to
 	// disk (the zero value: the server's default, every two minutes).
 	NATSSync localnats.Sync
@@ -659,6 +662,7 @@ func (s *Stack) EnvWorkerConfig(id string) envworker.Config {
 	// where it works, else unisolated, which the env-worker logs loudly.
 	c.AllowUnisolated = true
 	c.Chat = s.Opts.chat()
+	c.ReadOnlyBinds = s.Opts.ReadOnlyBinds
 	if s.Opts.Reward != nil {
 		c.Reward = *s.Opts.Reward
 	}

@@ -59,12 +59,17 @@ type Worker struct {
 	own, start jetstream.Consumer
 	driver     *traj.Driver
 
-	local   *sandbox.Local // the local backend, nil with Docker: for the status
-	mu      sync.Mutex
-	boxes   map[string]sandbox.Sandbox // by trajectory id
-	evals   atomic.Int64
-	replays atomic.Int64 // sandboxes rebuilt by replaying commands
-	m       *envMetrics
+	local *sandbox.Local // the local backend, nil with Docker: for the status
+	mu    sync.Mutex
+	boxes map[string]sandbox.Sandbox // by trajectory id
+	// agentRuns are the proxy flow's agents this worker runs, by
+	// trajectory id (proxy.go); life is the context they run under, the
+	// worker's own, set by Run.
+	agentRuns map[string]*agentRun
+	life      context.Context
+	evals     atomic.Int64
+	replays   atomic.Int64 // sandboxes rebuilt by replaying commands
+	m         *envMetrics
 }
 
 // Replays is how many lost sandboxes this worker rebuilt by replaying their
@@ -90,7 +95,8 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, d: d, tmpl: tmpl, agents: agents, board: &priority.Board{},
 		backends: map[string]sandbox.Backend{schema.BackendLocal: runner, schema.BackendSim: sandbox.NewSim(cfg.sim())},
-		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics(), rewards: newRewardCaller()}
+		boxes:    map[string]sandbox.Sandbox{}, m: newEnvMetrics(), rewards: newRewardCaller(),
+		agentRuns: map[string]*agentRun{}, life: context.Background()}
 	w.local, _ = runner.(*sandbox.Local)
 	w.driver = &traj.Driver{Store: d.Store, PublishNext: w.publishNext, Log: d.Log, Lease: d.Common.StepLease}
 	if w.own, err = d.Topo.Consumer(ctx, d.JS, bus.StreamEnv, "env-"+cfg.ID, bus.SubjectEnv(cfg.ID)); err != nil {
@@ -106,6 +112,7 @@ func New(ctx context.Context, cfg Config, d *service.Deps) (*Worker, error) {
 // sandboxes it owns come before starting new ones.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.registerMetrics().Close()
+	w.life = ctx
 	c := w.d.Common
 	r := &bus.Runner{Name: "env-" + w.cfg.ID, Sources: []jetstream.Consumer{w.own, w.start}, Slots: w.cfg.Slots,
 		Handler: w.handle, GiveUp: w.giveUp, Publisher: w.d.Pub, Log: w.d.Log.With("worker", w.cfg.ID),
@@ -115,8 +122,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	g.Go(func() error { return bus.WatchBoard(ctx, w.d.JS, w.board, w.d.Log) })
 	g.Go(func() error { return bus.WatchControl(ctx, w.d.JS, w.d.Log, w.control.Set) })
 	g.Go(func() error { return w.heartbeat(ctx) })
+	g.Go(func() error { return w.watchAgents(ctx) })
 	g.Go(func() error { return service.Serve(ctx, w.cfg.Addr, w.mux(), w.d.Log) })
 	err := g.Wait()
+	w.mu.Lock()
+	runs := w.agentRuns
+	w.agentRuns = map[string]*agentRun{}
+	w.mu.Unlock()
+	for _, r := range runs { // their trajectories end as agents lost (proxyExec)
+		r.stop()
+	}
 	w.rewards.hc.CloseIdleConnections()
 	for _, b := range w.backends {
 		if c, ok := b.(io.Closer); ok { // the Docker backend's idle connections
@@ -222,7 +237,13 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 		return nil
 	case schema.EnvStart:
 		s = traj.Step{Want: traj.StatusStarting, Run: w.startStep, Discard: func(ctx context.Context, tr traj.Transition) {
-			if st, ok := tr.(traj.Started); ok { // another delivery started one, or a retry starts anew
+			// Another delivery started one, or a retry starts anew.
+			switch st := tr.(type) {
+			case traj.Started:
+				w.closeSandbox(ctx, step.TrajID, st.Handle)
+			case traj.Called:
+				w.closeSandbox(ctx, step.TrajID, st.Handle)
+			case traj.AgentExited:
 				w.closeSandbox(ctx, step.TrajID, st.Handle)
 			}
 		}}
@@ -281,13 +302,19 @@ func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Transi
 	if err != nil {
 		return nil, err
 	}
-	ag, err := w.agents.For(t.Sample.Flow)
-	if err != nil {
-		return traj.Failed{Reason: "flow: " + err.Error()}, nil
-	}
-	msgs, prompt, err := ag.SampleOpening(w.tmpl, &t.Sample)
-	if err != nil {
-		return traj.Failed{Reason: "prompt: " + err.Error()}, nil
+	proxied := t.Sample.Flow == schema.FlowProxy
+	var (
+		msgs   []schema.Message
+		prompt []int32
+	)
+	if !proxied { // a proxy-flow agent writes its own prompt
+		ag, err := w.agents.For(t.Sample.Flow)
+		if err != nil {
+			return traj.Failed{Reason: "flow: " + err.Error()}, nil
+		}
+		if msgs, prompt, err = ag.SampleOpening(w.tmpl, &t.Sample); err != nil {
+			return traj.Failed{Reason: "prompt: " + err.Error()}, nil
+		}
 	}
 	// Setup runs within the sample's wall clock, and stops when the
 	// trajectory ends meanwhile (the trainer aborted it).
@@ -314,6 +341,9 @@ func (w *Worker) startStep(ctx context.Context, t *traj.Trajectory) (traj.Transi
 		return nil, err
 	}
 	w.remember(t.ID, sb)
+	if proxied {
+		return w.proxyStart(ctx, t, sb)
+	}
 	return traj.Started{Owner: w.cfg.ID, Handle: sb.Handle(), Messages: msgs, Prompt: prompt}, nil
 }
 
@@ -385,6 +415,9 @@ func (w *Worker) execStep(ctx context.Context, t *traj.Trajectory) (traj.Transit
 	if err := w.owns(t); err != nil {
 		return nil, err
 	}
+	if t.Sample.Flow == schema.FlowProxy {
+		return w.proxyExec(ctx, t)
+	}
 	sb, replay, err := w.sandbox(ctx, t)
 	if err != nil {
 		return nil, err
@@ -450,6 +483,7 @@ func (w *Worker) finishStep(ctx context.Context, t *traj.Trajectory) (traj.Trans
 	if err := w.owns(t); err != nil {
 		return nil, err
 	}
+	w.stopAgent(t.ID) // a proxy-flow agent still running (a limit ended it): the diff is of what it left
 	reason := t.Reason
 	var diff string
 	sb, replay, err := w.sandbox(ctx, t)
@@ -671,6 +705,9 @@ func (w *Worker) startFresh(ctx context.Context, b sandbox.Backend, t *traj.Traj
 	if wc := t.Sample.Limits.WallClock(); first && wc > 0 && !t.AdmittedAt.IsZero() {
 		spec.SetupDeadline = t.AdmittedAt.Add(wc)
 	}
+	if t.Sample.Flow == schema.FlowProxy {
+		spec.Env = map[string]string{"ACTLOOP_TASK": t.Sample.Task} // its agent's task
+	}
 	return w.startSandbox(ctx, b, t.ID, spec, func() { w.closeSandbox(ctx, t.ID, t.Handle) })
 }
 
@@ -825,6 +862,7 @@ func (w *Worker) remember(id string, sb sandbox.Sandbox) {
 // closeSandbox removes trajectory id's sandbox: the one this process holds,
 // and the one handle names if that is another; best effort.
 func (w *Worker) closeSandbox(ctx context.Context, id, handle string) {
+	w.stopAgent(id)
 	w.mu.Lock()
 	sb := w.boxes[id]
 	delete(w.boxes, id)

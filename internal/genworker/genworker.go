@@ -394,16 +394,17 @@ func (w *Worker) Handler() http.Handler {
 // reduced by what it already produced.
 func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (traj.Transition, error) {
 	s := t.Sample
-	ag, err := w.agents.For(s.Flow)
+	f, err := w.flowOf(t)
 	if err != nil {
 		return nil, bus.Fatal(err)
 	}
-	lim := agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, ag.Config.StepLimit), TokenBudget: s.Limits.TokenBudget,
-		WallClock: s.Limits.WallClock(), FormatErrorLimit: s.Limits.FormatErrorLimit, ContextLength: w.ctxLen.length()}
-	// The context is the call's input: the conversation, and a resumed
-	// turn's output so far.
+	lim := f.limits
+	lim.ContextLength = w.ctxLen.length()
+	// The context is the call's input: the conversation (a proxy-flow
+	// trajectory's current segment), and a resumed turn's output so far.
+	input := t.Tokens[min(t.Segment, len(t.Tokens)):]
 	use := agent.Usage{Calls: t.Calls, Tokens: t.GenTokens, Elapsed: w.d.Now().Sub(t.AdmittedAt), FormatErrors: t.FormatErrors,
-		Context: len(t.Tokens)}
+		Context: len(input)}
 	// Loaded without its versions (the policy changed meanwhile), t has
 	// no oldest version: the next step checks. A validation rollout is
 	// not training data: staleness does not restart it.
@@ -413,14 +414,14 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 	if t.TurnGen == 0 { // limits are checked before each model call, not before a resume
 		var le *agent.LimitError
 		if err := agent.CheckLimits(lim, use); errors.As(err, &le) {
-			return traj.LimitReached{Limit: le.Limit, Reason: err.Error(),
-				Closing: traj.Closing(ag, w.tmpl, agent.EndingLimitsExceeded, "")}, nil
+			return traj.LimitReached{Limit: le.Limit, Reason: err.Error(), Closing: f.closing()}, nil
 		}
 	}
 	partial := t.Tokens[len(t.Tokens)-t.TurnGen:]
 	rid := t.RID
 	var res llm.Result
-	if maxNew := agent.MaxNewTokens(s.Sampling.MaxNewTokens-t.TurnGen, lim, use); maxNew > 0 {
+	maxNew := agent.MaxNewTokens(f.maxNew-t.TurnGen, lim, use)
+	if maxNew > 0 {
 		if rid == "" { // its first generation: recorded before it is sent, kept for the rest
 			var err error
 			// This worker's prefix: a pause aborts all of its requests at once.
@@ -432,20 +433,12 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 				return nil, err
 			}
 		}
-		req := llm.Request{
-			RID:      rid,
-			InputIDs: t.Tokens,
-			Sampling: llm.SamplingParams{
-				MaxNewTokens: maxNew,
-				Temperature:  s.Sampling.Temperature, TopP: s.Sampling.TopP, TopK: s.Sampling.TopK,
-				MinP: s.Sampling.MinP, Stop: s.Sampling.Stop, StopTokenIDs: w.tmpl.StopTokenIDs(),
-			},
-		}
+		req := llm.Request{RID: rid, InputIDs: input, Sampling: f.sampling(maxNew)}
 		if t.Calls < len(s.Script) {
 			req.Reply = s.Script[t.Calls]
 		}
 		g.rid, g.trajID, g.notBefore = rid, t.ID, t.PreemptedAt.Add(w.cfg.PreemptCooldown)
-		g.need = int64(len(t.Tokens) + priority.OutputReserve(maxNew))
+		g.need = int64(len(input) + priority.OutputReserve(maxNew))
 		if err := w.tracker.start(ctx, g); err != nil {
 			return nil, err // shutting down while paused
 		}
@@ -494,12 +487,12 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 			return traj.LimitReached{Limit: schema.LimitContextLength,
 				Reason: fmt.Sprintf("%v: %s reached: the server refused the call: %v", agent.ErrLimitsExceeded,
 					schema.LimitContextLength, err),
-				Closing: traj.Closing(ag, w.tmpl, agent.EndingLimitsExceeded, "")}, nil
+				Closing: f.closing()}, nil
 		case errors.Is(err, llm.ErrContextLength):
 			// A resumed turn the server has no room for ends with what it
 			// has, as one capped to the room left would; the next call
 			// meets the limit.
-			res = llm.Result{}
+			res = llm.Result{Finish: llm.Finish{Type: llm.FinishLength, Matched: -1}}
 		case err != nil && (llm.Temporary(err) || duplicateRID(err)):
 			return nil, fmt.Errorf("generate on %s: %w", w.cfg.Replica, err)
 		case err != nil:
@@ -523,10 +516,59 @@ func (w *Worker) step(ctx context.Context, t *traj.Trajectory, g *generation) (t
 		if err == nil {
 			w.account(t, res)
 		}
-	} // else the turn spent its whole budget (or the context's room) before it was interrupted: it ends here
+	} else { // the turn spent its whole budget (or the context's room) before it was interrupted: it ends here
+		res.Finish = llm.Finish{Type: llm.FinishLength, Matched: -1}
+	}
 	out := append(slices.Clone(partial), res.OutputIDs...)
 	turn := traj.Turn{Output: res.OutputIDs, Logprobs: res.Logprobs, Version: int32(g.version),
-		CloseTurn: w.tmpl.CloseTurn(out), Text: w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs())), RID: rid}
+		Text: w.tok.Decode(trimStop(out, w.tmpl.StopTokenIDs())), RID: rid}
+	return f.turn(turn, out, res.Finish)
+}
+
+// flow is what one gen step of a trajectory does as its flow has it: the
+// limits it checks, the most tokens it asks for, its sampling, the message
+// a limit ends the conversation with, and what its turn commits.
+type flow struct {
+	limits   agent.Limits // but the context length, the server's
+	maxNew   int          // the most new tokens the turn may have
+	sampling func(maxNew int) llm.SamplingParams
+	closing  func() *traj.UserTurn
+	// turn is the transition a whole turn commits: turn without its
+	// closing tokens; out its output ids whole, a resumed turn's included.
+	turn func(turn traj.Turn, out []int32, finish llm.Finish) (traj.Transition, error)
+}
+
+// flowOf returns the flow of t's sample: a built-in agent's, or the proxy
+// flow's (proxyFlow).
+func (w *Worker) flowOf(t *traj.Trajectory) (flow, error) {
+	s := t.Sample
+	if s.Flow == schema.FlowProxy {
+		return w.proxyFlow(t)
+	}
+	ag, err := w.agents.For(s.Flow)
+	if err != nil {
+		return flow{}, err
+	}
+	return flow{
+		limits: agent.Limits{StepLimit: agent.MinLimit(s.Limits.StepLimit, ag.Config.StepLimit), TokenBudget: s.Limits.TokenBudget,
+			WallClock: s.Limits.WallClock(), FormatErrorLimit: s.Limits.FormatErrorLimit},
+		maxNew: s.Sampling.MaxNewTokens,
+		sampling: func(maxNew int) llm.SamplingParams {
+			return llm.SamplingParams{MaxNewTokens: maxNew, Temperature: s.Sampling.Temperature, TopP: s.Sampling.TopP,
+				TopK: s.Sampling.TopK, MinP: s.Sampling.MinP, Stop: s.Sampling.Stop, StopTokenIDs: w.tmpl.StopTokenIDs()}
+		},
+		closing: func() *traj.UserTurn { return traj.Closing(ag, w.tmpl, agent.EndingLimitsExceeded, "") },
+		turn: func(turn traj.Turn, out []int32, _ llm.Finish) (traj.Transition, error) {
+			turn.CloseTurn = w.tmpl.CloseTurn(out)
+			return w.action(t, ag, turn)
+		},
+	}, nil
+}
+
+// action reads a built-in agent's turn: the action it holds, or a format
+// error fed back to the model.
+func (w *Worker) action(t *traj.Trajectory, ag agent.Agent, turn traj.Turn) (traj.Transition, error) {
+	s := t.Sample
 	action, perr := ag.Action(ag.Config, turn.Text)
 	var fe *agent.FormatError
 	switch {
@@ -552,7 +594,7 @@ func (w *Worker) account(t *traj.Trajectory, res llm.Result) {
 	if t.GenCtx == 0 || res.PromptTokens == 0 {
 		return // a first generation, or a server that reports no counts
 	}
-	fresh := len(t.Tokens) - t.GenCtx
+	fresh := len(t.Tokens) - t.Segment - t.GenCtx
 	if re := res.PromptTokens - res.CachedTokens - fresh; re > 0 {
 		w.tracker.reprefilled.Add(int64(re))
 	}

@@ -6,10 +6,9 @@
 // calls as one token stream, and turns a generation back into OpenAI's
 // response, whole or as server-sent events. It does no I/O, reads no
 // clock and keeps no global state; the HTTP handler, the scheduler and the
-// trajectory's state machine are the caller's. No caller exists yet: the
-// proxy flow that serves this endpoint to an agent (a flow, its
-// transitions, the env-worker's endpoint over sandbox.Server) is not built,
-// and a sample cannot ask for it.
+// trajectory's state machine are the caller's: the env-worker serves the
+// endpoint to a proxy-flow sample's agent (internal/envworker, proxy.go;
+// docs/agent.md, "The proxy flow").
 //
 // # One call
 //

@@ -10,16 +10,21 @@ import (
 // SamplingFields are the sampling fields of a chat or text completion
 // request, nil where the request leaves them out. top_k and min_p are
 // vLLM's extensions (its chat-completion-sampling-params).
+//
+// Its JSON (the names of the request's fields) is how a proxy-flow
+// trajectory keeps a call's fields for its generation step.
 type SamplingFields struct {
-	Temperature, TopP, MinP *float64
-	TopK                    *int
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	MinP        *float64 `json:"min_p,omitempty"`
+	TopK        *int     `json:"top_k,omitempty"`
 	// MaxTokens is max_completion_tokens, else max_tokens.
-	MaxTokens *int
-	Stop      []string
+	MaxTokens *int     `json:"max_tokens,omitempty"`
+	Stop      []string `json:"stop,omitempty"`
 	// Seed is accepted and not applied: llm.SamplingParams carries no seed
 	// (actloop's generations are sampled by the server's own generator),
 	// so a request with a seed is served unseeded.
-	Seed *int64
+	Seed *int64 `json:"seed,omitempty"`
 }
 
 // check bounds the fields as vLLM's SamplingParams does, within the

@@ -31,6 +31,10 @@ type Step struct {
 	Reason     string
 	// Prompt is the generation's input: the segment with Append.
 	Prompt []int32
+	// From is the index of the first message the call adds to the
+	// conversation: those after the previous reply, or 0 for a new segment
+	// (all of them).
+	From int
 
 	chat bool // a chat call (Next), not a text completion (NextIDs)
 }
@@ -71,7 +75,7 @@ func (c *Conversation) Next(call Call, tmpl tokenize.ChatTemplate) (Step, error)
 			return Step{}, err
 		}
 		if why == "" {
-			return Step{Append: ids, Prompt: concat(c.segment, ids), chat: true}, nil
+			return Step{Append: ids, Prompt: concat(c.segment, ids), From: from, chat: true}, nil
 		}
 		reason = why
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -106,6 +107,28 @@ var fields = []field{
 	// replaced: commands whose output held invalid UTF-8.
 	counter("replaced", func(t *Trajectory) *int { return &t.Replaced }),
 	fixed(counter("run", func(t *Trajectory) *int { return &t.Run })),
+	// segment, segment_starts, call, finish: the proxy flow's (see
+	// Trajectory); segment_starts are offsets separated by spaces.
+	counter("segment", func(t *Trajectory) *int { return &t.Segment }),
+	{name: "segment_starts", encode: func(t *Trajectory) string {
+		parts := make([]string, len(t.SegmentStarts))
+		for i, n := range t.SegmentStarts {
+			parts[i] = strconv.Itoa(n)
+		}
+		return strings.Join(parts, " ")
+	}, decode: func(t *Trajectory, v string) error {
+		t.SegmentStarts = nil
+		for f := range strings.FieldsSeq(v) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				return err
+			}
+			t.SegmentStarts = append(t.SegmentStarts, n)
+		}
+		return nil
+	}},
+	strField("call", func(t *Trajectory) *string { return &t.Call }),
+	strField("finish", func(t *Trajectory) *string { return &t.Finish }),
 	fixed(timeField("admitted_at", func(t *Trajectory) *time.Time { return &t.AdmittedAt })),
 	timeField(fieldUpdatedAt, func(t *Trajectory) *time.Time { return &t.UpdatedAt }),
 	timeField("finished_at", func(t *Trajectory) *time.Time { return &t.FinishedAt }),

@@ -155,6 +155,9 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 		if n := min(t.PromptLen, len(t.Tokens)); n > 0 {
 			r.Tokens, r.Logprobs, r.LossMask, r.Versions = t.Tokens[:n], t.Logprobs[:n], make([]int8, n), t.Versions[:n]
 			r.NumTokens = n
+			if len(t.SegmentStarts) > 0 {
+				r.Segments = []int{0} // the prompt: the first segment's start
+			}
 		} else {
 			r.PromptLen = 0
 		}
@@ -162,6 +165,7 @@ func Result(t *Trajectory, ctl schema.Control) schema.Result {
 	}
 	r.Tokens, r.Logprobs, r.LossMask, r.Versions = t.Tokens, t.Logprobs, t.Mask, t.Versions
 	r.NumTokens = len(t.Tokens)
+	r.Segments = t.SegmentStarts
 	lo, hi := int32(math.MaxInt32), int32(-1)
 	staleBefore := ctl.StaleBefore()
 	if s.Validation() {

@@ -102,11 +102,21 @@ type Trajectory struct {
 	// Run is 0 for a trajectory's first run, and counts the times it was
 	// admitted again after its state was lost: its seqs start over, so its
 	// work messages carry the run in their ids (MsgID).
-	Run         int
-	PreemptedAt time.Time
-	AdmittedAt  time.Time
-	UpdatedAt   time.Time
-	FinishedAt  time.Time
+	Run int
+	// Proxy flow: Segment is where the current segment of the token
+	// stream starts (a generation's input is the stream from there), and
+	// SegmentStarts where each one started, in order. Call is the pending
+	// call's own sampling fields as JSON (proxy.SamplingFields; "" for
+	// none), Finish how the last turn's generation ended (JSON of an
+	// llm.Finish; "" for none).
+	Segment       int
+	SegmentStarts []int
+	Call          string
+	Finish        string
+	PreemptedAt   time.Time
+	AdmittedAt    time.Time
+	UpdatedAt     time.Time
+	FinishedAt    time.Time
 
 	// Filled only when loaded with WithMessages / WithTokens (Tokens alone
 	// with WithTokenIDs).

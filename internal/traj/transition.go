@@ -115,6 +115,9 @@ type Turn struct {
 	CloseTurn []int32
 	Text      string
 	RID       string
+	// Finish is how the generation ended, JSON of an llm.Finish, for a
+	// proxy-flow turn (its reply says so); "" otherwise.
+	Finish string
 }
 
 // add appends the turn and counts it; t holds the context it continued.
@@ -124,11 +127,11 @@ func (u Turn) add(t *Trajectory, a *appended) {
 	a.messages = append(a.messages, schema.Message{Role: schema.RoleAssistant, Content: u.Text})
 	t.Calls++
 	t.GenTokens += len(u.Output)
-	t.GenCtx = len(t.Tokens) + len(u.Output)
+	t.GenCtx = len(t.Tokens) - t.Segment + len(u.Output)
 	if u.RID != "" {
 		t.RID = u.RID
 	}
-	t.Resuming, t.TurnGen = false, 0
+	t.Resuming, t.TurnGen, t.Finish = false, 0, u.Finish
 }
 
 // Generated: the model's turn holds an action (needs_generation →
@@ -190,7 +193,7 @@ func (i Interrupted) apply(t *Trajectory, now time.Time) (appended, error) {
 	t.Resuming = true
 	t.TurnGen += n
 	t.GenTokens += n
-	t.GenCtx = len(t.Tokens) + n
+	t.GenCtx = len(t.Tokens) - t.Segment + n
 	if i.Preempted {
 		t.Preempts++
 		t.PreemptedAt = now
@@ -211,7 +214,8 @@ func Closing(f agent.Flow, tmpl tokenize.ChatTemplate, e agent.Ending, submissio
 // LimitReached: a limit ends the trajectory before its next model call
 // (needs_generation → finishing), or, for the wall clock, during its
 // sandbox's setup (starting → terminated: there is no sandbox to take a
-// diff of, and no conversation). Limit names it (schema.LimitStep, …);
+// diff of, and no conversation) or while a proxy-flow agent works
+// between calls (needs_env_step → finishing). Limit names it (schema.LimitStep, …);
 // Closing is the message that ends the conversation, if any (none from
 // starting).
 type LimitReached struct {
@@ -220,10 +224,13 @@ type LimitReached struct {
 }
 
 func (l LimitReached) apply(t *Trajectory, now time.Time) (appended, error) {
-	if err := from(t, l, StatusNeedsGeneration, StatusStarting); err != nil {
+	if err := from(t, l, StatusNeedsGeneration, StatusStarting, StatusNeedsEnvStep); err != nil {
 		return appended{}, err
 	}
 	starting := t.Status == StatusStarting
+	if t.Status == StatusNeedsEnvStep {
+		t.Commands++ // a proxy-flow agent's work since its last answer
+	}
 	t.Status, t.Reason, t.Limit, t.End = StatusFinishing, l.Reason, l.Limit, schema.StatusLimitExceeded
 	if l.Limit == schema.LimitFormatError {
 		t.End = schema.StatusFormatErrorLimit
@@ -239,6 +246,77 @@ func (l LimitReached) apply(t *Trajectory, now time.Time) (appended, error) {
 	return a, nil
 }
 
+// Called: a proxy-flow agent called its endpoint (starting or
+// needs_env_step → needs_generation; docs/agent.md, "The proxy flow"). The
+// call's tokens go to the stream untrained, its messages to the result's
+// list, and its sampling fields wait for its generation. From starting,
+// Owner and Handle are the env-worker's and the sandbox's, as Started's;
+// from needs_env_step the agent's work since the previous reply counts as
+// one command. apply needs t's token ids loaded: a new segment starts at
+// their end.
+type Called struct {
+	Owner, Handle string
+	// Append are the tokens the call adds; NewSegment says they start a
+	// new segment (always at the first call).
+	Append     []int32
+	NewSegment bool
+	// Messages are what the call adds to the result's messages: those
+	// after the previous call's reply, or all of them for a new segment.
+	Messages []schema.Message
+	// Call is the call's own sampling fields, JSON (Trajectory.Call).
+	Call string
+}
+
+func (c Called) apply(t *Trajectory, _ time.Time) (appended, error) {
+	if err := from(t, c, StatusStarting, StatusNeedsEnvStep); err != nil {
+		return appended{}, err
+	}
+	if t.Status == StatusStarting {
+		t.Owner, t.Handle = c.Owner, c.Handle
+	} else {
+		t.Commands++
+	}
+	if c.NewSegment || len(t.SegmentStarts) == 0 {
+		t.Segment = len(t.Tokens)
+		t.SegmentStarts = append(slices.Clip(t.SegmentStarts), t.Segment)
+	}
+	if t.PromptLen == 0 {
+		t.PromptLen = len(t.Tokens) + len(c.Append)
+	}
+	t.Status, t.Call, t.Action = StatusNeedsGeneration, c.Call, ""
+	a := appended{messages: c.Messages}
+	a.add(c.Append, nil, 0, -1)
+	return a, nil
+}
+
+// AgentExited: a proxy-flow agent exited, or was lost (starting or
+// needs_env_step → finishing): with Code 0 it submitted its work (reason
+// "submitted"), else it failed, and Reason says how (its code and its
+// output's tail). Owner and Handle as Called's, from starting.
+type AgentExited struct {
+	Owner, Handle string
+	Code          int
+	Reason        string
+}
+
+func (x AgentExited) apply(t *Trajectory, _ time.Time) (appended, error) {
+	if err := from(t, x, StatusStarting, StatusNeedsEnvStep); err != nil {
+		return appended{}, err
+	}
+	if t.Status == StatusStarting {
+		t.Owner, t.Handle = x.Owner, x.Handle
+	} else {
+		t.Commands++
+	}
+	t.Status, t.Call, t.LastExit = StatusFinishing, "", x.Code
+	if x.Code == 0 {
+		t.Reason, t.End = ReasonSubmitted, schema.StatusSubmitted
+	} else {
+		t.Reason, t.End = x.Reason, schema.StatusFailed
+	}
+	return appended{}, nil
+}
+
 // Restarted: a trajectory whose tokens went stale starts again: its
 // messages, tokens, counts and request id go, and a fresh sandbox starts
 // (the env start closes the old one) (needs_generation → starting).
@@ -250,6 +328,7 @@ func (r Restarted) apply(t *Trajectory, _ time.Time) (appended, error) {
 	}
 	t.Calls, t.GenTokens, t.Commands, t.TurnGen, t.GenCtx, t.PromptLen = 0, 0, 0, 0, 0, 0
 	t.RID, t.Resuming, t.Action, t.Reason = "", false, "", ""
+	t.Segment, t.SegmentStarts, t.Call, t.Finish = 0, nil, "", ""
 	t.Status = StatusStarting
 	t.FormatErrors, t.End, t.Limit, t.Replaced = 0, "", "", 0
 	t.Restarts++

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,9 +77,40 @@ func TestTransitions(t *testing.T) {
 				}
 				return ""
 			}},
-		{"limit", LimitReached{Reason: "step limit"}, []Status{StatusNeedsGeneration, StatusStarting},
+		{"limit", LimitReached{Reason: "step limit"}, []Status{StatusNeedsGeneration, StatusStarting, StatusNeedsEnvStep},
 			func(t *Trajectory, a appended) string {
 				if t.Reason != "step limit" || len(a.tokens) != 0 || t.End != schema.StatusLimitExceeded {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"called", Called{Owner: "w", Handle: "h", Append: []int32{5, 6}, Messages: []schema.Message{{Role: "user", Content: "go"}},
+			Call: `{"max_tokens":9}`}, []Status{StatusStarting, StatusNeedsEnvStep},
+			func(t *Trajectory, a appended) string {
+				// From starting: the sandbox's; from an env step: the
+				// agent's work counts as a command. The first call starts
+				// the stream's first segment, at its end (20 tokens here).
+				owner, commands := "", 2
+				if t.Owner == "w" {
+					owner, commands = "w", 1
+				}
+				if t.Status != StatusNeedsGeneration || (owner == "w") != (t.Handle == "h") || t.Commands != commands ||
+					t.Call != `{"max_tokens":9}` || t.Action != "" || t.Segment != 20 || !slices.Equal(t.SegmentStarts, []int{20}) ||
+					t.PromptLen != 4 || !slices.Equal(a.tokens, []int32{5, 6}) || !slices.Equal(a.mask, []int8{0, 0}) || len(a.messages) != 1 {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"exited", AgentExited{Code: 0}, []Status{StatusStarting, StatusNeedsEnvStep},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusFinishing || t.End != schema.StatusSubmitted || t.Reason != ReasonSubmitted || len(a.tokens) != 0 {
+					return fmt.Sprintf("%+v %+v", t, a)
+				}
+				return ""
+			}},
+		{"exited failing", AgentExited{Code: 2, Reason: "the agent exited with code 2"}, []Status{StatusStarting, StatusNeedsEnvStep},
+			func(t *Trajectory, a appended) string {
+				if t.Status != StatusFinishing || t.End != schema.StatusFailed || t.Reason != "the agent exited with code 2" || t.LastExit != 2 {
 					return fmt.Sprintf("%+v %+v", t, a)
 				}
 				return ""
@@ -86,7 +118,8 @@ func TestTransitions(t *testing.T) {
 		{"restarted", Restarted{}, []Status{StatusNeedsGeneration},
 			func(t *Trajectory, a appended) string {
 				if t.Status != StatusStarting || t.Restarts != 1 || t.Calls != 0 || t.GenTokens != 0 || t.Commands != 0 ||
-					t.TurnGen != 0 || t.PromptLen != 0 || t.RID != "" || t.Resuming || t.Action != "" || !a.reset {
+					t.TurnGen != 0 || t.PromptLen != 0 || t.RID != "" || t.Resuming || t.Action != "" || !a.reset ||
+					t.Segment != 0 || t.SegmentStarts != nil {
 					return fmt.Sprintf("%+v %+v", t, a)
 				}
 				return ""
@@ -199,7 +232,8 @@ func TestCodecRoundTrip(t *testing.T) {
 		RewardComponents: map[string]float64{"pass_rate": 0.5, "style": -1e-3}, RewardError: "reward endpoint: http status 500",
 		Sample: schema.Sample{V: schema.Version, ID: "c", Task: "task"}, Calls: 1, Commands: 2, GenTokens: 3, PromptLen: 4,
 		End: schema.StatusLimitExceeded, Limit: schema.LimitStep, FormatErrors: 3, RID: "rid", Resuming: true, TurnGen: 5, GenCtx: 6, Preempts: 7, Restarts: 8, LastExit: -9, LastObs: 10, Digests: "00ff -", Replays: 1, Diverged: 1, Replaced: 3, Run: 2, PreemptedAt: time.UnixMilli(1), AdmittedAt: time.UnixMilli(2),
-		UpdatedAt: time.UnixMilli(3), FinishedAt: time.UnixMilli(4)}
+		UpdatedAt: time.UnixMilli(3), FinishedAt: time.UnixMilli(4), Segment: 30, SegmentStarts: []int{0, 30}, Call: `{"stop":["x"]}`,
+		Finish: `{"Type":1}`}
 	h := map[string]string{}
 	args := encodeFields(&Trajectory{Seq: -1}, &want, false)
 	for i := 0; i < len(args); i += 2 {
@@ -244,6 +278,57 @@ func FuzzDecodeHash(f *testing.F) {
 		}
 		if fmt.Sprint(*again) != fmt.Sprint(*got) {
 			t.Fatalf("round trip:\n got %+v\nwant %+v", *again, *got)
+		}
+	})
+}
+
+// A call that continues the stream keeps its segment; one that does not
+// starts a new segment at the stream's end; Restarted forgets them all.
+func TestCalledSegments(t *testing.T) {
+	tr := Trajectory{ID: "x", Status: StatusNeedsEnvStep, Tokens: make([]int32, 50), Segment: 10, SegmentStarts: []int{0, 10}}
+	if _, err := (Called{Append: []int32{1}}).apply(&tr, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Segment != 10 || !slices.Equal(tr.SegmentStarts, []int{0, 10}) {
+		t.Fatalf("a continuing call moved the segment: %d %v", tr.Segment, tr.SegmentStarts)
+	}
+	tr.Status = StatusNeedsEnvStep
+	if _, err := (Called{Append: []int32{1}, NewSegment: true}).apply(&tr, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Segment != 50 || !slices.Equal(tr.SegmentStarts, []int{0, 10, 50}) {
+		t.Fatalf("a new segment at %d %v, want 50 [0 10 50]", tr.Segment, tr.SegmentStarts)
+	}
+	if _, err := (Restarted{}).apply(&tr, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Segment != 0 || tr.SegmentStarts != nil || tr.Call != "" {
+		t.Fatalf("restarted with segment %d %v, call %q", tr.Segment, tr.SegmentStarts, tr.Call)
+	}
+}
+
+// Any segment_starts field decodes to offsets or a clear error naming the
+// field, and what decodes encodes back the same.
+func FuzzDecodeSegmentStarts(f *testing.F) {
+	f.Add("0 30 712")
+	f.Add("")
+	f.Add("0 x")
+	f.Fuzz(func(t *testing.T, v string) {
+		got, err := decodeHash("x", map[string]string{"segment_starts": v})
+		if err != nil {
+			if !strings.Contains(err.Error(), "segment_starts") {
+				t.Fatalf("error %v does not name the field", err)
+			}
+			return
+		}
+		args := encodeFields(&Trajectory{Seq: -1}, got, false)
+		h := map[string]string{}
+		for i := 0; i < len(args); i += 2 {
+			h[args[i].(string)] = args[i+1].(string)
+		}
+		again, err := decodeHash("x", h)
+		if err != nil || !slices.Equal(again.SegmentStarts, got.SegmentStarts) {
+			t.Fatalf("%q: decoded %v, again %v (%v)", v, got.SegmentStarts, again.SegmentStarts, err)
 		}
 	})
 }

@@ -46,13 +46,14 @@ type Local struct {
 	bwrapErr      error  // why bubblewrap is not used under IsolationAuto
 	bwrap         string // absolute path of bwrap; "" without isolation
 	bwrapArgs     []string
-	limits        string // the shell prelude that sets the rlimits; "" for none
-	gitLimits     string // the same without the file size limit, for Local's own git commands
-	seccomp       []byte // the compiled seccomp filter bwrap loads; nil without bwrap
-	disableUserns bool   // bwrap has --disable-userns (0.8.0 and later)
-	diskBytes     int64  // Limits.DiskMB in bytes; 0: no disk limit
-	disk          string // DiskTmpfs or DiskWatch, after DiskAuto is resolved
-	diskErr       error  // why DiskAuto did not pick DiskTmpfs
+	roBinds       []string // bwrap arguments of LocalConfig.ReadOnlyBinds
+	limits        string   // the shell prelude that sets the rlimits; "" for none
+	gitLimits     string   // the same without the file size limit, for Local's own git commands
+	seccomp       []byte   // the compiled seccomp filter bwrap loads; nil without bwrap
+	disableUserns bool     // bwrap has --disable-userns (0.8.0 and later)
+	diskBytes     int64    // Limits.DiskMB in bytes; 0: no disk limit
+	disk          string   // DiskTmpfs or DiskWatch, after DiskAuto is resolved
+	diskErr       error    // why DiskAuto did not pick DiskTmpfs
 	cg            *cgroups
 	cgErr         error     // why no cgroup is used
 	limitsCfg     Limits    // for the notes that name a limit
@@ -207,7 +208,11 @@ func (l *Local) initBwrap(cfg LocalConfig) error {
 	if err != nil {
 		return fmt.Errorf("isolation %q: bubblewrap not found on PATH: %w", IsolationBwrap, err)
 	}
-	args, err := bwrapSystemArgs(cfg.ReadOnlyBinds)
+	args, err := bwrapSystemArgs()
+	if err != nil {
+		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
+	}
+	binds, err := roBindArgs(cfg.ReadOnlyBinds)
 	if err != nil {
 		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
 	}
@@ -232,7 +237,7 @@ func (l *Local) initBwrap(cfg LocalConfig) error {
 		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
 	}
 	defer func() { _ = removeAll(probe) }()
-	l.bwrap, l.bwrapArgs, l.uid = bin, args, uid
+	l.bwrap, l.bwrapArgs, l.roBinds, l.uid = bin, args, binds, uid
 	l.seccomp, l.disableUserns = filter, bytes.Contains(help, []byte("--disable-userns"))
 	if err := l.own(probe); err != nil {
 		return fmt.Errorf("isolation %q: %w", IsolationBwrap, err)
@@ -251,7 +256,7 @@ func (l *Local) initBwrap(cfg LocalConfig) error {
 		err = fmt.Errorf("%w (commands run as uid %d: every parent of %s must be searchable by it)", err, uid, l.root)
 	}
 	if err != nil {
-		l.bwrap, l.bwrapArgs, l.uid, l.seccomp, l.disableUserns = "", nil, -1, nil, false
+		l.bwrap, l.bwrapArgs, l.roBinds, l.uid, l.seccomp, l.disableUserns = "", nil, nil, -1, nil, false
 		return fmt.Errorf("isolation %q: bubblewrap does not work here: %w", IsolationBwrap, err)
 	}
 	l.isolation = IsolationBwrap
@@ -259,9 +264,9 @@ func (l *Local) initBwrap(cfg LocalConfig) error {
 }
 
 // bwrapSystemArgs mounts the system directories read-only: /usr and /etc,
-// the top-level bin and lib directories (as the symlinks they are on a
-// merged-/usr system), and extra.
-func bwrapSystemArgs(extra []string) ([]string, error) {
+// and the top-level bin and lib directories (as the symlinks they are on a
+// merged-/usr system).
+func bwrapSystemArgs() ([]string, error) {
 	var args []string
 	for _, p := range []string{"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
 		fi, err := os.Lstat(p)
@@ -279,6 +284,14 @@ func bwrapSystemArgs(extra []string) ([]string, error) {
 			args = append(args, "--ro-bind", p, p)
 		}
 	}
+	return args, nil
+}
+
+// roBindArgs mounts extra (LocalConfig.ReadOnlyBinds) read-only, each at
+// its own path; they go after the sandbox's /tmp, so that one under the
+// host's /tmp is not hidden by it.
+func roBindArgs(extra []string) ([]string, error) {
+	var args []string
 	for _, p := range extra {
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("read-only bind: %w", err)

@@ -239,3 +239,17 @@ func TestLocalAutoPicksBwrap(t *testing.T) {
 		t.Fatalf("Isolation() = %q, BwrapError() = %v; want bwrap", l.Isolation(), l.BwrapError())
 	}
 }
+
+// A read-only bind is there, read-only, wherever it lies: one under the
+// host's /tmp is not hidden by the sandbox's own /tmp, which stays the
+// sandbox's.
+func TestBwrapReadOnlyBinds(t *testing.T) {
+	dir := testkit.SearchableTempDir(t) // under the host's /tmp
+	if err := os.WriteFile(filepath.Join(dir, "tool.sh"), []byte("echo from the tool\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := sandboxtest.Start(t, newBwrap(t, sandbox.LocalConfig{ReadOnlyBinds: []string{dir}}), "binds", sandbox.Spec{})
+	sandboxtest.WantOutput(t, sb, "bash "+filepath.Join(dir, "tool.sh"), "from the tool\n")
+	sandboxtest.WantOutput(t, sb, "touch "+filepath.Join(dir, "new")+" 2>/dev/null && echo wrote || echo refused", "refused\n")
+	sandboxtest.WantOutput(t, sb, "echo mine > /tmp/own && cat /tmp/own", "mine\n")
+}

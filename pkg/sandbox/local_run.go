@@ -323,6 +323,7 @@ func (l *Local) command(o runOpts) []string {
 	if o.bind != "" {
 		args = append(args, "--bind", o.bind, bwrapScratch)
 	}
+	args = append(args, l.roBinds...)
 	if o.forward {
 		args = append(args, "--ro-bind", l.forwarder.path, "/"+ForwarderName)
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -61,6 +62,7 @@ const serveSocket = ".actloop-serve.sock"
 // when it cannot listen or start the command.
 func Forwarder(args []string) (int, bool) {
 	if len(args) == 0 || filepath.Base(args[0]) != ForwarderName {
+		forwarderReady.Store(true)
 		return 0, false
 	}
 	if len(args) < 4 {
@@ -98,6 +100,15 @@ func Forwarder(args []string) (int, bool) {
 	}
 	return ws.ExitStatus(), true
 }
+
+// forwarderReady is set once the program has called Forwarder (and is not
+// a forwarder itself): only then can its executable be one.
+var forwarderReady atomic.Bool
+
+// ErrNoForwarder is a Serve under bubblewrap in a program that does not
+// call Forwarder first thing: a copy of its executable would not forward.
+var ErrNoForwarder = errors.New("this program does not call sandbox.Forwarder first thing in main (or TestMain): " +
+	"its executable cannot forward a bubblewrap sandbox's port")
 
 // forward passes each connection ln accepts to the Unix socket.
 func forward(ln net.Listener, socket string) {
@@ -141,6 +152,9 @@ type forwarder struct {
 }
 
 func (f *forwarder) install() error {
+	if !forwarderReady.Load() {
+		return ErrNoForwarder
+	}
 	f.once.Do(func() {
 		exe, err := os.Executable()
 		if err != nil {
@@ -178,6 +192,37 @@ func (f *forwarder) install() error {
 		}
 	})
 	return f.err
+}
+
+// listenUnix listens on a Unix socket named name in dir. A socket's path
+// is bounded (108 bytes with its terminating NUL on Linux) and a sandbox's
+// /tmp can lie deeper than that, so it binds through a descriptor of dir
+// (/proc/self/fd/N/name), which the kernel resolves to the same file; the
+// listener removes it when closed, which it does before the descriptor is.
+func listenUnix(dir, name string) (net.Listener, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name))
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return &dirListener{Listener: ln, dir: d}, nil
+}
+
+// dirListener is a Unix listener bound through dir's descriptor, which it
+// keeps open until it is closed.
+type dirListener struct {
+	net.Listener
+	dir *os.File
+}
+
+func (l *dirListener) Close() error {
+	err := l.Listener.Close()
+	l.dir.Close()
+	return err
 }
 
 // serving is a handler a sandbox serves.
@@ -222,7 +267,7 @@ func (s *localSandbox) Serve(h http.Handler) (string, func(), error) {
 		}
 		host := filepath.Join(s.tmpDir, serveSocket)
 		_ = os.Remove(host) // one left by a process that died
-		if ln, err = net.Listen("unix", host); err != nil {
+		if ln, err = listenUnix(s.tmpDir, serveSocket); err != nil {
 			return "", nil, fmt.Errorf("sandbox %s: serve: %w", s.id, err)
 		}
 		if err := s.l.own(host); err != nil {

@@ -6,9 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/pkg/sandbox"
 	"github.com/actloop/actloop/pkg/sandbox/sandboxtest"
 )
@@ -33,6 +36,14 @@ func TestServe(t *testing.T) {
 	}{
 		{"unisolated", func(t *testing.T) *sandbox.Local { return newLocal(t, sandbox.LocalConfig{}) }},
 		{"bwrap", func(t *testing.T) *sandbox.Local { return newBwrap(t, sandbox.LocalConfig{}) }},
+		// A root deeper than a Unix socket's path may be long (108 bytes).
+		{"bwrap-deep-root", func(t *testing.T) *sandbox.Local {
+			root := filepath.Join(testkit.SearchableTempDir(t), strings.Repeat("d", 60), strings.Repeat("e", 60))
+			if err := os.MkdirAll(root, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return newBwrap(t, sandbox.LocalConfig{Root: root})
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sb := sandboxtest.Start(t, tc.local(t), "served", sandbox.Spec{})
@@ -64,7 +75,7 @@ func TestServe(t *testing.T) {
 			if res.ReturnCode != 7 || res.Output != "out\n" {
 				t.Fatalf("exit through the forwarder: %+v", res)
 			}
-			if tc.name == "bwrap" {
+			if strings.HasPrefix(tc.name, "bwrap") {
 				// A listener of the host's loopback stays out of reach.
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {

@@ -34,6 +34,8 @@ var knownDifferences = map[string]struct {
 		"items and fields, or on a string's content, which the schema does not spell out."},
 	"reward url": {true, "reward.url must parse as a URL (Go's net/url: a port of digits, escapes well formed); " +
 		"the schema checks its scheme and that a host follows, not the whole URL grammar."},
+	"proxy flow rules": {true, "flow \"proxy\" needs agent.command, a local backend and a task of at most " +
+		"MaxAgentTaskBytes, and agent goes with that flow only: rules between fields, which the schema does not spell out."},
 	"message size": {true, "MaxSampleBytes bounds the message's bytes, an encoding JSON Schema does not see."},
 	"empty or null enum": {false, "purpose, flow and env.tests.format given as \"\" or null, and group_id " +
 		"as \"\", are read as absent (the default) by the decoder; the schema's enums and pattern are Go's " +
@@ -234,6 +236,10 @@ func sampleCorpus() []agreementCase {
 		{"env.tests.format", schema.TestLogs, []string{"junit", "Pytest"}},
 	} {
 		for _, v := range e.good {
+			if v == schema.FlowProxy {
+				known(e.path+" "+v+" without an agent", withTests(e.path, quote(v)), "proxy flow rules")
+				continue
+			}
 			yes(e.path+" "+v, withTests(e.path, quote(v)))
 		}
 		for _, v := range e.bad {
@@ -243,6 +249,12 @@ func sampleCorpus() []agreementCase {
 		known(e.path+" empty", withTests(e.path, `""`), "empty or null enum")
 		known(e.path+" null", withTests(e.path, "null"), "empty or null enum")
 	}
+	proxy := `{"v":1,"id":"a","task":"t","flow":"proxy","agent":{"command":"python3 agent.py"},"env":{"backend":"local"}}`
+	yes("proxy flow", proxy)
+	no("proxy agent without command", strings.Replace(proxy, `"command":"python3 agent.py"`, "", 1))
+	no("proxy agent command a number", strings.Replace(proxy, `"python3 agent.py"`, "1", 1))
+	known("proxy flow on sim", strings.Replace(proxy, `"local"`, `"sim"`, 1), "proxy flow rules")
+	known("agent without the proxy flow", strings.Replace(proxy, `"flow":"proxy",`, "", 1), "proxy flow rules")
 	yes("backend local", with("env.backend", `"local"`))
 	no("backend k8s", with("env.backend", `"k8s"`))
 	no("backend empty", with("env.backend", `""`))

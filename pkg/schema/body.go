@@ -32,7 +32,7 @@ import (
 //	16+4n   4n    logprobs, float32 LE
 //	16+8n   4n    versions, int32 LE
 //	16+12n  n     loss_mask, int8
-//	16+13n  m     JSON object: messages, diff, tests, metadata (as in Result)
+//	16+13n  m     JSON object: messages, segments, diff, tests, metadata (as in Result)
 //
 // Every array starts on a 4-byte boundary, so a reader can view it in
 // place (numpy.frombuffer with dtype "<i4", "<f4", "<i4", "i1").
@@ -88,6 +88,7 @@ func (b *BodyRef) validate(p *problems) {
 // bodyJSON is the JSON part of a body.
 type bodyJSON struct {
 	Messages []Message         `json:"messages"`
+	Segments []int             `json:"segments,omitempty"`
 	Diff     string            `json:"diff,omitempty"`
 	Tests    map[string]string `json:"tests,omitempty"`
 	Metadata json.RawMessage   `json:"metadata,omitempty"`
@@ -103,7 +104,10 @@ func EncodeBody(r *Result) ([]byte, error) {
 	if n > MaxBodyTokens {
 		return nil, fieldErr("tokens", "%d tokens exceeds the limit of %d", n, MaxBodyTokens)
 	}
-	j, err := json.Marshal(bodyJSON{Messages: r.Messages, Diff: r.Diff, Tests: r.Tests, Metadata: r.Metadata})
+	if err := checkSegments(r.Segments, n); err != nil {
+		return nil, err
+	}
+	j, err := json.Marshal(bodyJSON{Messages: r.Messages, Segments: r.Segments, Diff: r.Diff, Tests: r.Tests, Metadata: r.Metadata})
 	if err != nil {
 		return nil, fmt.Errorf("body of %s: %w", r.TrajID, err)
 	}
@@ -185,7 +189,26 @@ func DecodeBody(b []byte, r *Result) error {
 	if j.Messages == nil {
 		j.Messages = []Message{}
 	}
-	r.Messages, r.Diff, r.Tests, r.Metadata = j.Messages, j.Diff, j.Tests, j.Metadata
+	if err := checkSegments(j.Segments, int(n)); err != nil {
+		return err
+	}
+	r.Messages, r.Segments, r.Diff, r.Tests, r.Metadata = j.Messages, j.Segments, j.Diff, j.Tests, j.Metadata
+	return nil
+}
+
+// checkSegments checks a result's segments against its n tokens: none, or
+// starts that begin at 0 and rise, each a token's index.
+func checkSegments(segs []int, n int) error {
+	for i, s := range segs {
+		switch {
+		case i == 0 && s != 0:
+			return fieldErr("segments", "the first segment starts at %d, not 0", s)
+		case i > 0 && s <= segs[i-1]:
+			return fieldErr("segments", "segment %d starts at %d, not after segment %d's %d", i, s, i-1, segs[i-1])
+		case s >= n && !(i == 0 && n == 0):
+			return fieldErr("segments", "segment %d starts at %d, past the %d tokens", i, s, n)
+		}
+	}
 	return nil
 }
 

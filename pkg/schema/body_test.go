@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -59,8 +60,19 @@ func TestBodyRoundTrip(t *testing.T) {
 			t.Fatalf("n=%d: layout differs from the documented one", n)
 		}
 	}
+	// A proxy-flow result's segments travel in the JSON part.
+	r := bodyResult(100)
+	r.Segments = []int{0, 40}
+	b, err := EncodeBody(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Result{ResultHead: r.ResultHead}
+	if err := DecodeBody(b, &got); err != nil || !reflect.DeepEqual(got.Segments, r.Segments) {
+		t.Fatalf("segments %v (%v), want %v", got.Segments, err, r.Segments)
+	}
 	var empty Result
-	b, err := EncodeBody(&empty)
+	b, err = EncodeBody(&empty)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +105,16 @@ func TestBodyRefusesBadInput(t *testing.T) {
 		binary.LittleEndian.PutUint32(h[12:], m)
 		return h
 	}
+	for _, segs := range [][]int{{5}, {0, 0}, {0, 7, 3}, {0, 10}} {
+		r := bodyResult(10)
+		r.Segments = segs
+		if _, err := EncodeBody(&r); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "segments") {
+			t.Errorf("segments %v: %v, want ErrInvalid naming segments", segs, err)
+		}
+	}
+	const badSegments = `{"messages":[],"segments":[3]}`
 	for name, b := range map[string][]byte{
+		"bad segments":  gz(append(header("ALRB", 1, 0, uint32(len(badSegments))), badSegments...)),
 		"not gzip":      []byte("ALRB"),
 		"bad magic":     gz(append(header("XXXX", 1, 0, 2), "{}"...)),
 		"newer format":  gz(append(header("ALRB", 2, 0, 2), "{}"...)),

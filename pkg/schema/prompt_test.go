@@ -161,3 +161,32 @@ func TestPromptRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// The proxy flow takes an agent command and a task, on a local sandbox;
+// every rule is refused naming its field.
+func TestDecodeSampleProxyFlow(t *testing.T) {
+	agent := `"flow":"proxy","agent":{"command":"python3 agent.py"}`
+	local := func(extra string) string { return `{"v":1,"id":"a","env":{"backend":"local"},` + extra + `}` }
+	tests := []struct{ name, in, want string }{
+		{"valid", local(agent + `,"task":"t"`), ""},
+		{"task at the limit", local(agent + `,"task":"` + strings.Repeat("t", MaxAgentTaskBytes) + `"`), ""},
+		{"no agent", local(`"flow":"proxy","task":"t"`), `agent.command: missing (flow "proxy" runs the sample's own agent command)`},
+		{"blank command", local(`"flow":"proxy","agent":{"command":" "},"task":"t"`), "agent.command: missing"},
+		{"long command", local(`"flow":"proxy","agent":{"command":"` + strings.Repeat("x", MaxAgentCommandBytes+1) + `"},"task":"t"`),
+			"agent.command: 4097 bytes exceeds the limit of 4096"},
+		{"agent without the flow", local(`"agent":{"command":"a"},"task":"t"`), `agent: set with flow "bash" (an agent command goes with flow "proxy" only)`},
+		{"messages", local(agent + `,"messages":[{"role":"user","content":"u"}]`), `flow: "proxy" takes a task`},
+		{"task past the limit", local(agent + `,"task":"` + strings.Repeat("t", MaxAgentTaskBytes+1) + `"`),
+			"task: 98305 bytes exceeds the proxy flow's limit of 98304"},
+		{"sim", promptSample(agent + `,"task":"t"`), `env.backend: "sim" cannot run an agent (flow "proxy" needs "local")`},
+	}
+	for _, tt := range tests {
+		_, err := DecodeSample([]byte(tt.in))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}

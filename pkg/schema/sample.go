@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,8 +127,12 @@ type Sample struct {
 	// not touch it, it counts towards no group, and its result says
 	// "purpose": "validation".
 	Purpose string `json:"purpose,omitempty"`
-	// Flow is the agent flow (FlowBash, the default, or FlowToolCall).
+	// Flow is the agent flow (FlowBash, the default, FlowToolCall or
+	// FlowProxy).
 	Flow string `json:"flow,omitempty"`
+	// Agent is the command the proxy flow runs (FlowProxy; no other flow
+	// takes one).
+	Agent *Agent `json:"agent,omitempty"`
 	// Task, Messages and PromptIDs are the prompt; a sample sets exactly
 	// one. Task is rendered by the agent configuration's system and
 	// instance templates; Messages (with Tools) by the chat template
@@ -148,6 +153,53 @@ type Sample struct {
 	Reward *RewardEndpoint `json:"reward,omitempty"`
 	// Metadata is passed through untouched to the result.
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// Agent is a proxy-flow sample's own agent: Command runs with bash in the
+// trajectory's sandbox, with OPENAI_BASE_URL, OPENAI_API_KEY and
+// ACTLOOP_TASK set (docs/agent.md, "The proxy flow").
+type Agent struct {
+	Command string `json:"command" jsonschema:"required"`
+}
+
+// Bounds of a proxy-flow sample.
+const (
+	// MaxAgentCommandBytes bounds agent.command: a command line, not a
+	// script (put a script in the workspace or a setup command).
+	MaxAgentCommandBytes = 4 << 10
+	// MaxAgentTaskBytes bounds a proxy-flow sample's task, which its agent
+	// reads from the environment variable ACTLOOP_TASK: Linux refuses to
+	// start a program with one environment string over 128 KiB
+	// (MAX_ARG_STRLEN), and the rest leaves room for the others.
+	MaxAgentTaskBytes = 96 << 10
+)
+
+// validAgent checks a sample's flow against its agent: the proxy flow
+// needs an agent command, a task (given to it whole) and a local sandbox
+// (the one backend whose commands run for real); no other flow takes one.
+func (s *Sample) validAgent(p *problems) {
+	if s.Flow != FlowProxy {
+		if s.Agent != nil {
+			p.add("agent", "set with flow %q (an agent command goes with flow %q only)", cmp.Or(s.Flow, FlowBash), FlowProxy)
+		}
+		return
+	}
+	switch {
+	case s.Agent == nil || strings.TrimSpace(s.Agent.Command) == "":
+		p.add("agent.command", "missing (flow %q runs the sample's own agent command)", FlowProxy)
+	case len(s.Agent.Command) > MaxAgentCommandBytes:
+		p.add("agent.command", "%d bytes exceeds the limit of %d", len(s.Agent.Command), MaxAgentCommandBytes)
+	}
+	if len(s.Messages) > 0 || len(s.PromptIDs) > 0 {
+		p.add("flow", "%q takes a task (the agent writes its own messages), not messages or prompt_ids", FlowProxy)
+	}
+	if len(s.Task) > MaxAgentTaskBytes {
+		p.add("task", "%d bytes exceeds the proxy flow's limit of %d (its agent reads it from the environment)",
+			len(s.Task), MaxAgentTaskBytes)
+	}
+	if s.Env.Backend == BackendSim {
+		p.add("env.backend", "%q cannot run an agent (flow %q needs %q)", BackendSim, FlowProxy, BackendLocal)
+	}
 }
 
 // Env says where and how a trajectory's commands run and how it is scored.
@@ -278,6 +330,7 @@ func (s *Sample) Validate() error {
 		p.add("flow", "unknown flow %q (want one of %s)", clip(s.Flow), strings.Join(Flows, ", "))
 	}
 	s.validPrompt(&p)
+	s.validAgent(&p)
 	switch s.Env.Backend {
 	case BackendLocal, BackendSim:
 	case "":
@@ -359,6 +412,9 @@ func (s *Sample) validText(p *problems) {
 	}
 	text("family", s.Family)
 	text("task", s.Task)
+	if s.Agent != nil {
+		text("agent.command", s.Agent.Command)
+	}
 	text("env.image", s.Env.Image)
 	text("env.workspace", s.Env.Workspace)
 	list("env.setup", s.Env.Setup)

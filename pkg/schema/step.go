@@ -38,10 +38,14 @@ const (
 	// tool messages (<tool_response>). Needs a chat template that renders
 	// tools (ACTLOOP_CHAT_TEMPLATE=qwen3 or qwen3-nothink).
 	FlowToolCall = "tool_call"
+	// FlowProxy: the sample's own agent (Sample.Agent) runs in its sandbox
+	// and calls an OpenAI-compatible endpoint for this trajectory alone;
+	// each call is one generation step (docs/agent.md, "The proxy flow").
+	FlowProxy = "proxy"
 )
 
 // Flows lists the agent flows.
-var Flows = []string{FlowBash, FlowToolCall}
+var Flows = []string{FlowBash, FlowToolCall, FlowProxy}
 
 // GenStep asks the gen-worker of Replica to run generation step Seq of a
 // trajectory. Published on actloop.gen.<replica>.hi or .lo.
@@ -173,7 +177,13 @@ type Result struct {
 	LossMask []int8    `json:"loss_mask"`
 	Versions []int32   `json:"versions"`
 	Messages []Message `json:"messages"`
-	Diff     string    `json:"diff,omitempty"`
+	// Segments, for a proxy-flow trajectory, is where each segment of its
+	// token stream starts (the first at 0): a call that did not extend the
+	// previous call's prompt and reply (the agent rewrote its history)
+	// starts a new one, its prompt rendered whole (docs/agent.md, "The
+	// token stream"). Absent for the built-in flows, whose stream is one.
+	Segments []int  `json:"segments,omitempty"`
+	Diff     string `json:"diff,omitempty"`
 	// Tests holds each test the sample lists (env.tests) with its outcome in
 	// the eval: PASSED, FAILED, ERROR, SKIPPED or MISSING (not in the eval's
 	// output). Absent for samples scored by exit code.

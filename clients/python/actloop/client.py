@@ -147,6 +147,9 @@ class Result:
     # their observations (docs/trainer-api.md, "Result").
     replaced_outputs: int = 0
     messages: List[Dict[str, Any]] = field(default_factory=list)
+    # A proxy-flow trajectory's segments: where each starts in tokens (the
+    # first at 0); empty for the built-in flows, whose stream is one.
+    segments: List[int] = field(default_factory=list)
     metadata: Any = None
     # The reward endpoint's named components (its answer's numeric fields
     # other than reward), and why it gave no reward, when it failed.
@@ -182,6 +185,7 @@ class Result:
             diff=d.get("diff", ""),
             replaced_outputs=d.get("replaced_outputs", 0),
             messages=list(d.get("messages") or []),
+            segments=list(d.get("segments") or []),
             metadata=d.get("metadata"),
             reward_components={str(k): float(v) for k, v in (d.get("reward_components") or {}).items()},
             reward_error=d.get("reward_error", ""),

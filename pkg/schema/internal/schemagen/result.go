@@ -44,6 +44,11 @@ func extendResult(s *jsonschema.Schema) error {
 			p.Description = fmt.Sprintf("Weight version that generated each token; -1 for tokens not generated. "+
 				"An int32 (int32 in the body): weight versions are at most %d.", schema.MaxWeightVersion)
 		},
+		"segments": func(p *jsonschema.Schema) {
+			p.Items.Minimum = num(0)
+			p.Description = "Proxy flow only: where each segment of tokens starts, rising from 0 (a new one where " +
+				"the agent rewrote its history); absent for the other flows."
+		},
 		"tests": func(p *jsonschema.Schema) {
 			p.AdditionalProperties.Enum = anys(testOutcomes...)
 			p.Description = "Each test the sample lists in env.tests, with its outcome in the eval; absent for " +

@@ -66,8 +66,18 @@ func extendSample(s *jsonschema.Schema) error {
 		"flow": func(p *jsonschema.Schema) {
 			p.Enum = anys(schema.Flows...)
 			p.Default = schema.FlowBash
-			p.Description = "Agent flow: bash (one ```bash block per reply, mini-swe-agent's) or tool_call " +
-				"(bash and submit as tools, Qwen3-style <tool_call>; needs ACTLOOP_CHAT_TEMPLATE=qwen3 or qwen3-nothink)."
+			p.Description = "Agent flow: bash (one ```bash block per reply, mini-swe-agent's), tool_call " +
+				"(bash and submit as tools, Qwen3-style <tool_call>; needs ACTLOOP_CHAT_TEMPLATE=qwen3 or qwen3-nothink) " +
+				"or proxy (the sample's own agent, agent.command, calling an OpenAI-compatible endpoint; needs agent, " +
+				"a task and env.backend local; docs/agent.md, \"The proxy flow\")."
+		},
+		"agent": func(p *jsonschema.Schema) {
+			p.Description = "The proxy flow's agent (flow proxy only, and then required)."
+			if c, ok := p.Properties.Get("command"); ok {
+				c.MaxLength = size(schema.MaxAgentCommandBytes)
+				c.Description = "The agent's command line, run with bash in the trajectory's sandbox with " +
+					"OPENAI_BASE_URL, OPENAI_API_KEY and ACTLOOP_TASK set."
+			}
 		},
 		"task": func(p *jsonschema.Schema) {
 			p.MaxLength = size(schema.MaxTaskBytes)
