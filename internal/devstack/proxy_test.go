@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	"github.com/actloop/actloop/internal/agent"
+	"github.com/actloop/actloop/internal/coordinator"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
@@ -20,8 +22,9 @@ import (
 // proxyAgent is a test agent written against the OpenAI HTTP API alone
 // (python3, standard library). Its first argument says what it does:
 //
-//	chat N     N chat calls, each extending the last with the reply and a
-//	           user message; every reply's content goes to replies.txt
+//	chat N [M] N chat calls of at most M tokens (64), each extending the
+//	           last with the reply and a user message; every reply's
+//	           content goes to replies.txt
 //	rewrite    three calls: two that extend, then one that drops the
 //	           history (a new segment)
 //	stream     one streamed chat call, its deltas joined into replies.txt
@@ -53,7 +56,7 @@ task = os.environ["ACTLOOP_TASK"]
 msgs = [{"role": "system", "content": "You are a test."}, {"role": "user", "content": task}]
 if mode == "chat":
     for i in range(int(sys.argv[2])):
-        r = chat(msgs, max_tokens=64)
+        r = chat(msgs, max_tokens=int(sys.argv[3]) if len(sys.argv) > 3 else 64)
         note(r)
         msgs += [{"role": "assistant", "content": r}, {"role": "user", "content": "go on %d" % i}]
 elif mode == "rewrite":
@@ -98,6 +101,14 @@ elif mode == "badkey":
 // written under a directory mounted read-only in the sandboxes.
 func proxyEnv(t *testing.T) (*env, string) {
 	t.Helper()
+	e, cmd, _ := proxyEnvWith(t, nil)
+	return e, cmd
+}
+
+// proxyEnvWith is proxyEnv with tweak applied to the stack's options; it
+// returns the coordinator too.
+func proxyEnvWith(t *testing.T, tweak func(*devstack.Options)) (*env, string, *coordinator.Coordinator) {
+	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("the local sandbox backend runs on Linux")
 	}
@@ -109,9 +120,14 @@ func proxyEnv(t *testing.T) (*env, string) {
 	if err := os.WriteFile(script, []byte(proxyAgent), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvWith(t, 1, func(o *devstack.Options) { o.ReadOnlyBinds = []string{dir} })
-	startOneOfEach(t, e, e.stack.CoordinatorConfig(), nil)
-	return e, "python3 " + script
+	e := newEnvWith(t, 1, func(o *devstack.Options) {
+		o.ReadOnlyBinds = []string{dir}
+		if tweak != nil {
+			tweak(o)
+		}
+	})
+	coord := startOneOfEach(t, e, e.stack.CoordinatorConfig(), nil)
+	return e, "python3 " + script, coord
 }
 
 func (e *env) proxySample(id, command string, script ...string) schema.Sample {
@@ -279,5 +295,46 @@ func TestProxyFlowEnds(t *testing.T) {
 	}
 	if r := got[hang.ID]; r.Status != schema.StatusFailed || !strings.Contains(r.Reason, "env.step_timeout_ms") || r.Turns != 1 {
 		t.Errorf("hanging agent: %s %q after %d turns", r.Status, r.Reason, r.Turns)
+	}
+}
+
+// A pause in the middle of a call's generation keeps its partial output
+// and the resume continues it under the same request id: the agent gets
+// the whole reply, as one answer, and the stream is token for token an
+// uninterrupted run's, the weight version switching once.
+func TestProxyFlowSurvivesAPause(t *testing.T) {
+	e, agentCmd, coord := proxyEnvWith(t, func(o *devstack.Options) {
+		o.Sim = sim.Config{TimeScale: 1} // generations long enough in wall time to be caught
+	})
+	reply := strings.Repeat("a long and winding reply ", 80)
+	s := e.proxySample("px-pause", agentCmd+" chat 2 1024", reply, "short")
+	s.Sampling.MaxNewTokens = 1024
+	e.submit(s)
+	testkit.Eventually(t, wait, "the first call's generation to have output", func() bool { return liveRequests(e, 5) >= 1 })
+	if _, err := coord.Pause(e.ctx, schema.PauseRequest{Mode: schema.PauseAbort}); err != nil {
+		t.Fatal(err)
+	}
+	v := int64(1)
+	if _, err := coord.Resume(e.ctx, schema.ResumeRequest{WeightVersion: &v}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.results(1)[s.ID]
+	if got.Status != schema.StatusSubmitted || got.Turns != 2 || !strings.Contains(got.Diff, "+"+strings.TrimSpace(reply)) {
+		t.Fatalf("%s %q, %d turns: the agent did not get the whole reply (diff %q)", got.Status, got.Reason, got.Turns, got.Diff)
+	}
+	versionsSwitchOnce(t, got)
+	// The first reply, the first run of trained tokens, holds both
+	// versions: the pause caught its generation.
+	first := got.PromptLen
+	end := first + slices.Index(got.LossMask[first:], 0)
+	if v := got.Versions[first:end]; v[0] != 0 || v[len(v)-1] != 1 {
+		t.Fatalf("the first reply's versions run %d..%d: the pause did not catch its generation", v[0], v[len(v)-1])
+	}
+	again := s
+	again.ID = "px-pause-again"
+	e.submit(again)
+	ref := e.results(2)[again.ID]
+	if !slices.Equal(got.Tokens, ref.Tokens) || !slices.Equal(got.LossMask, ref.LossMask) || !slices.Equal(got.Segments, ref.Segments) {
+		t.Fatal("the paused run's stream differs from an uninterrupted one")
 	}
 }
