@@ -1,6 +1,7 @@
 package envworker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -53,14 +54,17 @@ type agentRun struct {
 	tmpl    tokenize.ChatTemplate
 	parsers proxy.Parsers
 	calls   chan *agentCall // the endpoint's calls, to the step that waits for one
-	exited  chan struct{}   // closed once the agent's process ended
-	res     sandbox.ExecResult
-	err     error           // set with res before exited closes
-	ctx     context.Context // the agent's: ended by stop, or the worker's end
-	done    chan struct{}   // closed by stop
-	stopped sync.Once
-	cancel  context.CancelFunc
-	unserve func()
+	// keepAlive is how often a streamed call waiting for its answer gets
+	// an SSE comment (keepAliveEvery).
+	keepAlive time.Duration
+	exited    chan struct{} // closed once the agent's process ended
+	res       sandbox.ExecResult
+	err       error           // set with res before exited closes
+	ctx       context.Context // the agent's: ended by stop, or the worker's end
+	done      chan struct{}   // closed by stop
+	stopped   sync.Once
+	cancel    context.CancelFunc
+	unserve   func()
 
 	// The trajectory's steps alone read and change these, one step at a
 	// time (traj.Driver runs one step of a trajectory at a time).
@@ -75,7 +79,68 @@ type agentCall struct {
 	text     *proxy.CompletionRequest
 	step     proxy.Step
 	answered bool
-	answer   chan func(http.ResponseWriter) // buffered: the step never waits for the handler
+	answer   chan func(*callWriter) // buffered: the step never waits for the handler
+}
+
+// callWriter writes a call's answer: whole as JSON, or as server-sent
+// events for a call that asked to stream, whose headers may have gone out
+// already (keepAlive).
+type callWriter struct {
+	w       http.ResponseWriter
+	stream  bool
+	started bool // a stream's headers are out: the status is 200, errors go as events
+}
+
+// keepAliveEvery is how often a streamed call that waits for its
+// generation gets an SSE comment, so that a client's read timeout (the
+// time between two chunks) does not end it while it is queued.
+const keepAliveEvery = 15 * time.Second
+
+// start sends a stream's headers, once.
+func (cw *callWriter) start() {
+	if cw.started {
+		return
+	}
+	cw.started = true
+	cw.w.Header().Set("Content-Type", "text/event-stream")
+	cw.w.Header().Set("Cache-Control", "no-cache")
+	cw.w.WriteHeader(http.StatusOK)
+}
+
+// keepAlive sends a stream's headers and an SSE comment, which clients
+// ignore.
+func (cw *callWriter) keepAlive() {
+	cw.start()
+	_, _ = io.WriteString(cw.w, ": waiting for the generation\n\n")
+	if f, ok := cw.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// events writes a stream's events (once its headers are out).
+func (cw *callWriter) events(write func(io.Writer) error) {
+	cw.start()
+	_ = write(cw.w)
+}
+
+// json writes a whole answer.
+func (cw *callWriter) json(v any) {
+	cw.w.Header().Set("Content-Type", "application/json")
+	_ = proxy.WriteJSON(cw.w, v)
+}
+
+// error answers status and body as OpenAI's servers do; in a stream whose
+// headers are out, as vLLM does there: an event holding the error, then
+// [DONE].
+func (cw *callWriter) error(status int, body proxy.ErrorBody) {
+	if cw.started {
+		b, _ := json.Marshal(body) // plain strings always encode
+		_, _ = fmt.Fprintf(cw.w, "data: %s\n\ndata: [DONE]\n\n", b)
+		return
+	}
+	cw.w.Header().Set("Content-Type", "application/json")
+	cw.w.WriteHeader(status)
+	_ = proxy.WriteJSON(cw.w, body)
 }
 
 // stop ends the agent and its endpoint; calls waiting get 503. Idempotent.
@@ -102,7 +167,7 @@ func (w *Worker) launch(t *traj.Trajectory, sb sandbox.Sandbox) (*agentRun, erro
 	ctx, cancel := context.WithCancel(w.life)
 	r := &agentRun{key: "sk-actloop-" + hex.EncodeToString(key), model: servedModel, tmpl: w.tmpl,
 		parsers: proxy.ParsersFor(w.tmpl), calls: make(chan *agentCall), exited: make(chan struct{}), done: make(chan struct{}),
-		ctx: ctx, cancel: cancel, taken: map[int]*agentCall{}}
+		ctx: ctx, cancel: cancel, taken: map[int]*agentCall{}, keepAlive: keepAliveEvery}
 	url, unserve, err := srv.Serve(r)
 	if err != nil {
 		cancel()
@@ -352,13 +417,13 @@ func (r *agentRun) answer(c *agentCall, t *traj.Trajectory, now time.Time) error
 		}
 	}
 	meta := proxy.Meta{ID: fmt.Sprintf("%s-%d", t.ID, t.Calls), Created: now.Unix()}
-	var write func(http.ResponseWriter)
+	var write func(*callWriter)
 	if c.chat != nil {
 		reply, err := proxy.ParseChatReply(r.tmpl, res, r.parsers.ForRequest(c.chat))
 		if err != nil {
 			return err
 		}
-		meta.Model = cmpModel(c.chat.Model, r.model)
+		meta.Model = cmp.Or(c.chat.Model, r.model)
 		resp := reply.Chat(meta, len(c.step.Prompt), c.chat.Logprobs)
 		write = respond(c.chat.Stream, func(w io.Writer) error { return proxy.WriteChatStream(w, resp, c.chat.IncludeUsage) }, resp)
 		r.conv.Commit(c.step, c.chat.Call(), reply)
@@ -367,7 +432,7 @@ func (r *agentRun) answer(c *agentCall, t *traj.Trajectory, now time.Time) error
 		if err != nil {
 			return err
 		}
-		meta.Model = cmpModel(c.text.Model, r.model)
+		meta.Model = cmp.Or(c.text.Model, r.model)
 		resp := reply.Completion(meta, len(c.step.Prompt), c.text.Logprobs != nil)
 		write = respond(c.text.Stream, func(w io.Writer) error { return proxy.WriteCompletionStream(w, resp, c.text.IncludeUsage) }, resp)
 		r.conv.Commit(c.step, proxy.Call{}, reply)
@@ -377,39 +442,24 @@ func (r *agentRun) answer(c *agentCall, t *traj.Trajectory, now time.Time) error
 	return nil
 }
 
-func cmpModel(asked, served string) string {
-	if asked != "" {
-		return asked
-	}
-	return served
-}
-
-// respond writes a response whole as JSON, or as server-sent events.
-func respond(stream bool, events func(io.Writer) error, whole any) func(http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
+// respond writes a response as server-sent events, or whole as JSON.
+func respond(stream bool, events func(io.Writer) error, whole any) func(*callWriter) {
+	return func(cw *callWriter) {
 		if stream {
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.Header().Set("Cache-Control", "no-cache")
-			_ = events(w)
+			cw.events(events)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = proxy.WriteJSON(w, whole)
+		cw.json(whole)
 	}
 }
 
 // writeError answers err as OpenAI's servers do (proxy.ErrorFor).
-func writeError(err error) func(http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
-		status, body := proxy.ErrorFor(err)
-		writeErrorBody(w, status, body)
-	}
+func writeError(err error) func(*callWriter) {
+	return func(cw *callWriter) { cw.error(proxy.ErrorFor(err)) }
 }
 
 func writeErrorBody(w http.ResponseWriter, status int, body proxy.ErrorBody) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = proxy.WriteJSON(w, body)
+	(&callWriter{w: w}).error(status, body)
 }
 
 func errorBody(message, typ string) proxy.ErrorBody {
@@ -487,32 +537,46 @@ func (r *agentRun) serveCall(w http.ResponseWriter, req *http.Request) {
 		}
 		return
 	}
-	c := &agentCall{answer: make(chan func(http.ResponseWriter), 1)}
+	c := &agentCall{answer: make(chan func(*callWriter), 1)}
+	cw := &callWriter{w: w}
 	if req.URL.Path == "/v1/chat/completions" {
-		c.chat, err = proxy.DecodeChatRequest(body)
+		if c.chat, err = proxy.DecodeChatRequest(body); err == nil {
+			cw.stream = c.chat.Stream
+		}
 	} else {
-		c.text, err = proxy.DecodeCompletionRequest(body)
+		if c.text, err = proxy.DecodeCompletionRequest(body); err == nil {
+			cw.stream = c.text.Stream
+		}
 	}
 	if err != nil {
-		writeError(err)(w)
+		writeError(err)(cw)
 		return
 	}
 	gone := func() {
-		writeErrorBody(w, http.StatusServiceUnavailable, errorBody("the trajectory is over: no more calls are served", "server_error"))
+		cw.error(http.StatusServiceUnavailable, errorBody("the trajectory is over: no more calls are served", "server_error"))
 	}
-	select {
-	case r.calls <- c:
-	case <-r.done:
-		gone()
-		return
-	case <-req.Context().Done():
-		return
-	}
-	select {
-	case write := <-c.answer:
-		write(w)
-	case <-r.done:
-		gone()
-	case <-req.Context().Done():
+	tick := time.NewTicker(r.keepAlive)
+	defer tick.Stop()
+	for sent := false; ; {
+		var calls chan<- *agentCall
+		if !sent {
+			calls = r.calls
+		}
+		select {
+		case calls <- c:
+			sent = true
+		case write := <-c.answer:
+			write(cw)
+			return
+		case <-tick.C:
+			if cw.stream {
+				cw.keepAlive()
+			}
+		case <-r.done:
+			gone()
+			return
+		case <-req.Context().Done():
+			return
+		}
 	}
 }

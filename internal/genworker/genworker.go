@@ -554,8 +554,9 @@ func (w *Worker) flowOf(t *traj.Trajectory) (flow, error) {
 			WallClock: s.Limits.WallClock(), FormatErrorLimit: s.Limits.FormatErrorLimit},
 		maxNew: s.Sampling.MaxNewTokens,
 		sampling: func(maxNew int) llm.SamplingParams {
-			return llm.SamplingParams{MaxNewTokens: maxNew, Temperature: s.Sampling.Temperature, TopP: s.Sampling.TopP,
-				TopK: s.Sampling.TopK, MinP: s.Sampling.MinP, Stop: s.Sampling.Stop, StopTokenIDs: w.tmpl.StopTokenIDs()}
+			p := w.sampling(s)
+			p.MaxNewTokens = maxNew
+			return p
 		},
 		closing: func() *traj.UserTurn { return traj.Closing(ag, w.tmpl, agent.EndingLimitsExceeded, "") },
 		turn: func(turn traj.Turn, out []int32, _ llm.Finish) (traj.Transition, error) {
@@ -563,6 +564,13 @@ func (w *Worker) flowOf(t *traj.Trajectory) (flow, error) {
 			return w.action(t, ag, turn)
 		},
 	}, nil
+}
+
+// sampling is s's sampling parameters, the chat template's stop tokens
+// with them, but for the max new tokens.
+func (w *Worker) sampling(s schema.Sample) llm.SamplingParams {
+	return llm.SamplingParams{Temperature: s.Sampling.Temperature, TopP: s.Sampling.TopP, TopK: s.Sampling.TopK,
+		MinP: s.Sampling.MinP, Stop: s.Sampling.Stop, StopTokenIDs: w.tmpl.StopTokenIDs()}
 }
 
 // action reads a built-in agent's turn: the action it holds, or a format

@@ -42,8 +42,7 @@ func (w *Worker) proxyFlow(t *traj.Trajectory) (flow, error) {
 	if call.MaxTokens != nil {
 		f.maxNew = *call.MaxTokens
 	}
-	base := llm.SamplingParams{Temperature: s.Sampling.Temperature, TopP: s.Sampling.TopP, TopK: s.Sampling.TopK,
-		MinP: s.Sampling.MinP, Stop: s.Sampling.Stop, StopTokenIDs: w.tmpl.StopTokenIDs()}
+	base := w.sampling(s)
 	f.sampling = func(maxNew int) llm.SamplingParams {
 		p, err := call.Params(base, maxNew)
 		if err != nil { // maxNew < 1: the step asks for none (never called so)
