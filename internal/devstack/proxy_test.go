@@ -37,6 +37,7 @@ const proxyAgent = `
 import json, os, sys, urllib.request, urllib.error
 
 base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+assert os.environ["OPENAI_API_BASE"] == base
 
 def post(path, body, k=None):
     req = urllib.request.Request(base + path, data=json.dumps(body).encode(),

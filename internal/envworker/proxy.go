@@ -153,7 +153,8 @@ func (r *agentRun) stop() {
 }
 
 // launch starts t's agent in sb, serving its endpoint there: the agent's
-// command with OPENAI_BASE_URL and OPENAI_API_KEY set (ACTLOOP_TASK is in
+// command with OPENAI_BASE_URL (and OPENAI_API_BASE, the name older
+// clients read) and OPENAI_API_KEY set (ACTLOOP_TASK is in
 // the sandbox's environment from its start, startFresh). It runs under the
 // worker's life, not the step's: it outlives the step that starts it.
 func (w *Worker) launch(t *traj.Trajectory, sb sandbox.Sandbox) (*agentRun, error) {
@@ -174,7 +175,7 @@ func (w *Worker) launch(t *traj.Trajectory, sb sandbox.Sandbox) (*agentRun, erro
 		return nil, err
 	}
 	r.unserve = unserve
-	cmd := "export OPENAI_BASE_URL=" + url + "/v1 OPENAI_API_KEY=" + r.key + "\n" + t.Sample.Agent.Command
+	cmd := "export OPENAI_BASE_URL=" + url + "/v1 OPENAI_API_BASE=" + url + "/v1 OPENAI_API_KEY=" + r.key + "\n" + t.Sample.Agent.Command
 	go func() {
 		defer close(r.exited)
 		r.res, r.err = sb.Exec(ctx, cmd, 0)
