@@ -31,9 +31,11 @@ import (
 // trajectory's env steps are the agent's work between calls. A start step
 // launches the agent and ends at its first call; an exec step answers the
 // call from the turn just generated and ends at the next call. Either
-// ends instead when the agent exits (AgentExited) or the wall clock runs
-// out (LimitReached). The agent lives in this process: an env-worker that
-// restarts loses it, and its trajectory fails (agentLost).
+// ends instead when the agent exits or falls silent past
+// env.step_timeout_ms (AgentExited) or the wall clock runs out
+// (LimitReached). The agent lives in this process: an env-worker that
+// restarts loses it, and its trajectory fails (agentLost); watchAgents
+// stops one whose trajectory no longer needs it.
 
 // MaxCallBytes bounds the body of one call to the endpoint: a conversation
 // of a full context (a million tokens of text) in JSON, with room to spare.

@@ -93,7 +93,10 @@ func TestEndpointKeepsAStreamedCallAlive(t *testing.T) {
 		t.Fatalf("first line %q (%v), status %d, type %q: want an SSE comment", line, err, res.StatusCode, res.Header.Get("Content-Type"))
 	}
 	c.answer <- func(cw *callWriter) {
-		cw.events(func(w io.Writer) error { _, err := io.WriteString(w, "data: {\"x\":1}\n\ndata: [DONE]\n\n"); return err })
+		cw.events(func(w io.Writer) error {
+			_, err := io.WriteString(w, "data: {\"x\":1}\n\ndata: [DONE]\n\n")
+			return err
+		})
 	}
 	rest, _ := io.ReadAll(rd)
 	if !strings.HasSuffix(string(rest), "data: {\"x\":1}\n\ndata: [DONE]\n\n") {
