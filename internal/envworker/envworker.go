@@ -705,8 +705,8 @@ func (w *Worker) startFresh(ctx context.Context, b sandbox.Backend, t *traj.Traj
 	if wc := t.Sample.Limits.WallClock(); first && wc > 0 && !t.AdmittedAt.IsZero() {
 		spec.SetupDeadline = t.AdmittedAt.Add(wc)
 	}
-	if t.Sample.Flow == schema.FlowProxy {
-		spec.Env = map[string]string{"ACTLOOP_TASK": t.Sample.Task} // its agent's task
+	if t.Sample.Flow == schema.FlowProxy { // its agent's task, and its endpoint
+		spec.Env, spec.Serve = map[string]string{"ACTLOOP_TASK": t.Sample.Task}, true
 	}
 	return w.startSandbox(ctx, b, t.ID, spec, func() { w.closeSandbox(ctx, t.ID, t.Handle) })
 }

@@ -162,7 +162,7 @@ func (r *agentRun) stop() {
 func (w *Worker) launch(t *traj.Trajectory, sb sandbox.Sandbox) (*agentRun, error) {
 	srv, ok := sb.(sandbox.Server)
 	if !ok {
-		return nil, fmt.Errorf("backend %q cannot serve the proxy flow's endpoint to its sandboxes (the local backend can; docker cannot yet)",
+		return nil, fmt.Errorf("backend %q cannot serve the proxy flow's endpoint to its sandboxes",
 			w.backendName(w.backends[t.Sample.Env.Backend]))
 	}
 	key := make([]byte, 24)

@@ -162,6 +162,7 @@ type (
 		Hard int64  `json:"Hard"`
 	}
 	dockerExecCreate struct {
+		AttachStdin  bool     `json:"AttachStdin,omitempty"`
 		AttachStdout bool     `json:"AttachStdout"`
 		AttachStderr bool     `json:"AttachStderr"`
 		Tty          bool     `json:"Tty"`
@@ -234,7 +235,7 @@ func (d *Docker) start(ctx context.Context, id, image string, spec Spec) (*docke
 		return nil, fmt.Errorf("start sandbox %s: remove leftover: %w", id, err)
 	}
 	env := envList(spec.Env)
-	create := d.createBody(id, image, spec.Env)
+	create := d.createBody(id, image, spec.Env, spec.Serve)
 	// POST /containers/create?name=...; 404 when the image is missing.
 	q := url.Values{"name": {name}}
 	err := d.call(ctx, http.MethodPost, "/containers/create", q, create, nil)
@@ -330,9 +331,10 @@ type dockerSandbox struct {
 	name string
 	env  []string
 
-	mu     sync.Mutex
-	closed bool
-	done   chan struct{} // closed by Close: interrupts running execs
+	mu      sync.Mutex
+	closed  bool
+	done    chan struct{}  // closed by Close: interrupts running execs
+	serving *dockerServing // the handler it serves, if any (Serve)
 }
 
 var (
@@ -680,7 +682,12 @@ func (s *dockerSandbox) Close(ctx context.Context) error {
 		s.closed = true
 		close(s.done)
 	}
+	v := s.serving
+	s.serving = nil
 	s.mu.Unlock()
+	if v != nil {
+		v.stop()
+	}
 	if err := s.d.remove(context.WithoutCancel(ctx), s.name); err != nil {
 		return fmt.Errorf("close sandbox %s: %w", s.id, err)
 	}

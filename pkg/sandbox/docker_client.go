@@ -359,3 +359,41 @@ func (d *Docker) Close() error {
 	d.client.CloseIdleConnections()
 	return nil
 }
+
+// upgrade sends a POST whose answer hijacks the connection (an exec's
+// start with its stdin attached: "Connection: Upgrade", "Upgrade: tcp",
+// answered 101) and returns the connection: the multiplexed output to
+// read, the stdin to write. ctx bounds the request only: the connection
+// lives until it is closed.
+func (d *Docker) upgrade(ctx context.Context, path string, body any) (io.ReadWriteCloser, error) {
+	v, err := d.apiVersion(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docker POST %s: %w", path, err)
+	}
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.base+"/v"+v+path, bytes.NewReader(buf))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "tcp")
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("docker POST %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, &apiError{method: http.MethodPost, path: path, status: resp.StatusCode, message: strings.TrimSpace(string(b))}
+	}
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		resp.Body.Close()
+		return nil, fmt.Errorf("docker POST %s: the upgraded connection cannot be written", path)
+	}
+	return rw, nil
+}

@@ -51,7 +51,7 @@ const dockerTmpfsOptions = "rw,exec,nosuid,nodev"
 // directories are read-only. StorageOpt (a quota on the container's
 // writable layer) is not set: nothing can write to that layer, and only
 // some storage drivers accept it (overlay2 on xfs with pquota).
-func (d *Docker) createBody(id, image string, specEnv map[string]string) dockerCreate {
+func (d *Docker) createBody(id, image string, specEnv map[string]string, serve bool) dockerCreate {
 	c := dockerCreate{
 		Image: image, User: d.cfg.User,
 		Entrypoint: []string{}, Cmd: []string{"sleep", "infinity"}, WorkingDir: d.cfg.WorkDir,
@@ -80,6 +80,16 @@ func (d *Docker) createBody(id, image string, specEnv map[string]string) dockerC
 	}
 	hc := &c.HostConfig
 	hc.Mounts = []dockerMount{work}
+	if serve { // the forwarder's volume (docker_serve.go), the root being read-only
+		fw := dockerMount{Type: "volume", Target: DockerServeDir}
+		fw.VolumeOptions.NoCopy = true
+		fw.VolumeOptions.Labels = map[string]string{dockerLabel: id}
+		fw.VolumeOptions.DriverConfig.Name = "local"
+		fw.VolumeOptions.DriverConfig.Options = map[string]string{
+			"type": "tmpfs", "device": "tmpfs", "o": fmt.Sprintf("%s,size=%dm,mode=0755", dockerTmpfsOptions, dockerServeDirMB),
+		}
+		hc.Mounts = append(hc.Mounts, fw)
+	}
 	if !d.cfg.Network {
 		hc.NetworkMode = "none"
 	}

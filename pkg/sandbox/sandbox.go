@@ -37,6 +37,11 @@ type Spec struct {
 	// configured default; any other must be allowed by DockerConfig.Images);
 	// Local and Sim ignore it.
 	Image string
+	// Serve says the sandbox will serve a handler to its commands
+	// (Server.Serve): Docker gives the container a volume for the
+	// forwarder (DockerServeDir) then, and refuses to serve without one;
+	// Local serves either way.
+	Serve bool
 }
 
 // DefaultSetupTimeout bounds a setup command when Spec.SetupTimeout is 0.

@@ -59,11 +59,15 @@ const serveSocket = ".actloop-serve.sock"
 // As a forwarder its arguments are: the TCP address to listen on, the Unix
 // socket to pass connections to, and the command to run (its argv). It
 // exits with the command's exit code (128+N for death by signal N), or 125
-// when it cannot listen or start the command.
+// when it cannot listen or start the command. As a tunnel (Docker's
+// sandboxes, see tunnel) they are "--tunnel" and the TCP address.
 func Forwarder(args []string) (int, bool) {
 	if len(args) == 0 || filepath.Base(args[0]) != ForwarderName {
 		forwarderReady.Store(true)
 		return 0, false
+	}
+	if len(args) == 3 && args[1] == tunnelFlag {
+		return tunnel(args[2], os.Stdin, os.Stdout), true
 	}
 	if len(args) < 4 {
 		fmt.Fprintf(os.Stderr, "%s: want <listen address> <socket> <command...>, got %q\n", ForwarderName, args[1:])

@@ -17,13 +17,17 @@ import (
 )
 
 // get is a command that sends GET path to baseURL with bash alone (no curl
-// in a bare sandbox) and prints the answer's body, or "refused".
+// or sed in a bare sandbox or a test image) and prints the answer's body,
+// or "refused".
 func get(baseURL, path string) string {
 	hostPort := strings.TrimPrefix(baseURL, "http://")
 	host, port, _ := strings.Cut(hostPort, ":")
 	return fmt.Sprintf(`{ exec 3<>/dev/tcp/%s/%s; } 2>/dev/null || { echo refused; exit 0; }
 printf 'GET %s HTTP/1.0\r\nHost: sandbox\r\n\r\n' >&3
-sed '1,/^\r$/d' <&3`, host, port, path)
+body=0
+while IFS= read -r l <&3 || [ -n "$l" ]; do
+  if [ $body = 1 ]; then echo "$l"; elif [ "$l" = $'\r' ]; then body=1; fi
+done`, host, port, path)
 }
 
 // A served handler answers the sandbox's commands at the URL Serve gives,
@@ -97,5 +101,41 @@ func TestServe(t *testing.T) {
 			defer stop()
 			sandboxtest.WantOutput(t, sb, get(url, "/"), "again\n")
 		})
+	}
+}
+
+// A Docker sandbox started to serve (Spec.Serve) serves a handler to its
+// commands at ServePort of the container's loopback, through the tunnel,
+// while the container has no network; after stop the port is closed, and
+// one started without Spec.Serve refuses to serve, saying why.
+func TestDockerServe(t *testing.T) {
+	host, image := realEngine(t)
+	d := newDocker(t, host, sandbox.DockerConfig{Image: image, NamePrefix: fmt.Sprintf("actloop-test-%d-", os.Getpid())})
+	sb := sandboxtest.Start(t, d, "served", sandbox.Spec{Serve: true})
+	srv, ok := sb.(sandbox.Server)
+	if !ok {
+		t.Fatalf("%T is no sandbox.Server", sb)
+	}
+	url, stop, err := srv.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "served "+r.URL.Path+"\n")
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if url != fmt.Sprintf("http://127.0.0.1:%d", sandbox.ServePort) {
+		t.Fatalf("base URL %q", url)
+	}
+	for _, path := range []string{"/v1/models", "/again"} {
+		sandboxtest.WantOutput(t, sb, get(url, path), "served "+path+"\n")
+	}
+	if _, _, err := srv.Serve(http.NotFoundHandler()); !errors.Is(err, sandbox.ErrServing) {
+		t.Fatalf("second Serve: %v, want ErrServing", err)
+	}
+	stop()
+	sandboxtest.WantOutput(t, sb, get(url, "/after"), "refused\n")
+
+	plain := sandboxtest.Start(t, d, "plain", sandbox.Spec{})
+	if _, _, err := plain.(sandbox.Server).Serve(http.NotFoundHandler()); err == nil || !strings.Contains(err.Error(), "Spec.Serve") {
+		t.Fatalf("Serve without Spec.Serve: %v", err)
 	}
 }
