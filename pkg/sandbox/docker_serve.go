@@ -94,23 +94,27 @@ func tunnel(addr string, in io.Reader, out io.WriteCloser) int {
 	}
 }
 
-// pipe copies a and b both ways until both directions end.
+// pipe copies a and b both ways until both directions end, closing the
+// writing half of each (the whole of a connection that has none) once its
+// reader ends.
 func pipe(a, b net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(b, a)
-		if cw, ok := b.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			_ = b.Close()
-		}
+		closeWrite(b)
 		close(done)
 	}()
 	_, _ = io.Copy(a, b)
-	if cw, ok := a.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	}
+	closeWrite(a)
 	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
 }
 
 // tunnelConfig is both sides' yamux configuration: its defaults, with

@@ -128,19 +128,7 @@ func forward(ln net.Listener, socket string) {
 				return
 			}
 			defer u.Close()
-			done := make(chan struct{})
-			go func() {
-				_, _ = io.Copy(u, c)
-				if cw, ok := u.(interface{ CloseWrite() error }); ok {
-					_ = cw.CloseWrite()
-				}
-				close(done)
-			}()
-			_, _ = io.Copy(c, u)
-			if cw, ok := c.(interface{ CloseWrite() error }); ok {
-				_ = cw.CloseWrite()
-			}
-			<-done
+			pipe(c, u)
 		}()
 	}
 }
