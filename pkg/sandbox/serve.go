@@ -19,7 +19,8 @@ import (
 
 // Server is a Sandbox whose commands can reach one HTTP service of the
 // caller's (the proxy flow's model endpoint, for example) and, where the
-// backend isolates the network, nothing else. Local implements it.
+// backend isolates the network, nothing else. Local implements it, and
+// Docker's sandboxes started with Spec.Serve (docker_serve.go).
 type Server interface {
 	// Serve serves h to the commands Exec runs from now on, at the base
 	// URL it returns (http://127.0.0.1:<port>), until stop is called or
@@ -44,8 +45,9 @@ var ErrServing = errors.New("sandbox already serves a handler")
 const ForwarderName = "actloop-forward"
 
 // ServePort is the loopback port a bubblewrap sandbox's commands reach a
-// served handler on: each command has a network namespace of its own, so
-// it cannot be taken by anything but the sandbox's own processes.
+// served handler on (each command has a network namespace of its own, so
+// it cannot be taken by anything but the sandbox's own processes), and a
+// Docker container's (the container's own loopback).
 const ServePort = 27121
 
 // serveSocket is the Unix socket's name in the sandbox's /tmp.
