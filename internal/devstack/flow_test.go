@@ -10,6 +10,7 @@ import (
 	"github.com/actloop/actloop/internal/agent"
 	"github.com/actloop/actloop/internal/demo"
 	"github.com/actloop/actloop/internal/devstack"
+	"github.com/actloop/actloop/internal/testkit"
 	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
 )
@@ -71,7 +72,7 @@ func TestToolCallFlowEndToEnd(t *testing.T) {
 		t.Errorf("the submit call's result is %q, want the submission (the diff)", m)
 	}
 
-	tmpl := testTemplateNamed(t, tokenize.TemplateQwen3).(tokenize.ToolTemplate)
+	tmpl := testkit.ChatTemplate(t, tokenize.TemplateQwen3).(tokenize.ToolTemplate)
 	msgs := make([]tokenize.Msg, len(r.Messages))
 	for i, m := range r.Messages {
 		msgs[i] = tokenize.Msg{Role: m.Role, Content: m.Content}

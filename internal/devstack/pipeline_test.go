@@ -136,17 +136,7 @@ func readStream[T any](e *env, stream, subject string, n int, key func(T) string
 // real Qwen tokenizer with ChatML.
 func testTemplate(t testing.TB) tokenize.ChatTemplate {
 	t.Helper()
-	return testTemplateNamed(t, tokenize.TemplateChatML)
-}
-
-// testTemplateNamed is the chat template name over the real Qwen tokenizer.
-func testTemplateNamed(t testing.TB, name string) tokenize.ChatTemplate {
-	t.Helper()
-	tmpl, err := tokenize.Chat{Tokenizer: tokenize.TokenizerQwen, ChatTemplate: name}.Template()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tmpl
+	return testkit.ChatTemplate(t, tokenize.TemplateChatML)
 }
 
 // checkConsistent asserts testkit.Consistent of a completed result.

@@ -15,7 +15,6 @@ import (
 	"github.com/actloop/actloop/internal/devstack"
 	"github.com/actloop/actloop/internal/sim"
 	"github.com/actloop/actloop/internal/testkit"
-	"github.com/actloop/actloop/internal/tokenize"
 	"github.com/actloop/actloop/pkg/schema"
 )
 
@@ -164,10 +163,7 @@ func TestProxyFlowChatCallsAreOneStream(t *testing.T) {
 	if r.Turns != 3 || r.Commands != 3 || !slices.Equal(r.Segments, []int{0}) {
 		t.Errorf("turns %d commands %d segments %v: want 3, 3 (two between calls, one after the last) and [0]", r.Turns, r.Commands, r.Segments)
 	}
-	tmpl, err := tokenize.Chat{}.Template()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmpl := testTemplate(t)
 	// The conversation as the agent sent it last, rendered whole, then the
 	// last reply's ids.
 	conv := []schema.PromptMessage{{Role: schema.RoleSystem, Content: "You are a test."}, {Role: schema.RoleUser, Content: "say something"}}
@@ -223,10 +219,7 @@ func TestProxyFlowRewrittenHistoryStartsASegment(t *testing.T) {
 	if len(r.Segments) != 2 || r.Segments[0] != 0 || r.Segments[1] <= r.PromptLen {
 		t.Fatalf("segments %v, want [0 n] with n past the first prompt (%d)", r.Segments, r.PromptLen)
 	}
-	tmpl, err := tokenize.Chat{}.Template()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmpl := testTemplate(t)
 	_, want, err := agent.MessagesOpening(tmpl, []schema.PromptMessage{{Role: schema.RoleSystem, Content: "You are a test."},
 		{Role: schema.RoleUser, Content: "summary: say something"}}, nil)
 	if err != nil {

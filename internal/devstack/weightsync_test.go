@@ -208,9 +208,18 @@ func TestPauseWithADeadWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both have reported, and the coordinator has their heartbeats (read by
+	// another watch, later on a loaded machine): the pause waits for both.
 	testkit.Eventually(t, wait, "both workers running", func() bool {
 		c := coord.Control()
-		return len(c.Workers) == 2 && !c.Control.Paused
+		st, _ := coord.Status(e.ctx) // st holds what could be read
+		live := 0
+		for _, r := range st.Replicas {
+			if r.Live {
+				live++
+			}
+		}
+		return live == 2 && len(c.Workers) == 2 && !c.Control.Paused
 	})
 	dead.NC.Close() // no heartbeat, no report
 	_, err = coord.Pause(e.ctx, schema.PauseRequest{TimeoutMS: 200})

@@ -248,7 +248,12 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 			}
 		}}
 	case schema.EnvExec:
-		s = traj.Step{Want: traj.StatusNeedsEnvStep, Run: w.execStep}
+		s = traj.Step{Want: traj.StatusNeedsEnvStep, Run: w.execStep, More: func(t *traj.Trajectory) traj.Parts {
+			if t.Sample.Flow == schema.FlowProxy {
+				return traj.WithTokens // the reply to answer the agent's call with
+			}
+			return 0
+		}}
 	case schema.EnvFinish:
 		s = traj.Step{Parts: traj.WithAll, Want: traj.StatusFinishing, Run: w.finishStep}
 	}

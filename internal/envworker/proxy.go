@@ -136,8 +136,7 @@ func (cw *callWriter) json(v any) {
 // [DONE].
 func (cw *callWriter) error(status int, body proxy.ErrorBody) {
 	if cw.started {
-		b, _ := json.Marshal(body) // plain strings always encode
-		_, _ = fmt.Fprintf(cw.w, "data: %s\n\ndata: [DONE]\n\n", b)
+		_ = proxy.WriteErrorStream(cw.w, body)
 		return
 	}
 	cw.w.Header().Set("Content-Type", "application/json")
@@ -279,22 +278,14 @@ func (w *Worker) proxyStart(ctx context.Context, t *traj.Trajectory, sb sandbox.
 	return tr, err
 }
 
-// proxyExec is a proxy-flow trajectory's exec step: the call its last turn
-// answers gets its answer, and the step ends at the agent's next call (or
-// its end).
+// proxyExec is a proxy-flow trajectory's exec step (t loaded with its
+// tokens): the call its last turn answers gets its answer, and the step
+// ends at the agent's next call (or its end).
 func (w *Worker) proxyExec(ctx context.Context, t *traj.Trajectory) (traj.Transition, error) {
 	r := w.agentRun(t.ID)
 	if r == nil {
 		return agentLost(w.cfg.ID), nil
 	}
-	full, err := w.d.Store.Load(ctx, t.ID, traj.WithTokens)
-	if err != nil {
-		return nil, err
-	}
-	if full.Seq != t.Seq {
-		return nil, traj.ErrSkip // another delivery committed meanwhile
-	}
-	t.Tokens, t.Logprobs, t.Mask, t.Versions = full.Tokens, full.Logprobs, full.Mask, full.Versions
 	c := r.taken[t.Calls-1]
 	if c == nil {
 		return agentLost(w.cfg.ID), nil

@@ -144,6 +144,11 @@ func WriteCompletionStream(w io.Writer, resp Completion, usage bool) error {
 	return writeEvents(w, events)
 }
 
+// WriteErrorStream writes an error to a stream whose answer has started
+// (its status can no longer say it), as vLLM's servers do: an event
+// holding the error body, then "data: [DONE]".
+func WriteErrorStream(w io.Writer, body ErrorBody) error { return writeEvents(w, []any{body}) }
+
 // writeEvents writes each event as "data: <json>\n\n", then "data: [DONE]".
 func writeEvents(w io.Writer, events []any) error {
 	var b bytes.Buffer

@@ -34,8 +34,12 @@ type Driver struct {
 
 // Step describes one kind of step to a Driver.
 type Step struct {
-	Parts Parts  // what the step reads beyond the hash
-	Want  Status // the status a trajectory waiting for this step has
+	Parts Parts // what the step reads beyond the hash
+	// More, when set, says what else a trajectory's step reads, known
+	// once its hash is (a flow's own needs): the driver loads it before
+	// Run, the seq unchanged.
+	More func(t *Trajectory) Parts
+	Want Status // the status a trajectory waiting for this step has
 	// Run does the step's work and returns its transition.
 	Run func(ctx context.Context, t *Trajectory) (Transition, error)
 	// Discard, when set, is told of a transition that did not commit
@@ -95,6 +99,18 @@ func (d *Driver) do(ctx context.Context, id string, seq int64, s Step) error {
 			return nil
 		}
 		return bus.Malformed(fmt.Errorf("step %d of trajectory %s wants status %s, found %s", seq, t.ID, s.Want, t.Status))
+	}
+	if s.More != nil {
+		if more := s.More(t); more&^s.Parts != 0 {
+			full, err := d.Store.Load(ctx, id, s.Parts|more)
+			if err != nil {
+				return err
+			}
+			if full.Seq != t.Seq {
+				return d.afterStale(ctx, id, seq) // another delivery committed meanwhile
+			}
+			t = full
+		}
 	}
 	stop := d.holdLease(ctx, id, seq)
 	tr, err := s.Run(ctx, t)

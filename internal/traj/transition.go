@@ -271,11 +271,7 @@ func (c Called) apply(t *Trajectory, _ time.Time) (appended, error) {
 	if err := from(t, c, StatusStarting, StatusNeedsEnvStep); err != nil {
 		return appended{}, err
 	}
-	if t.Status == StatusStarting {
-		t.Owner, t.Handle = c.Owner, c.Handle
-	} else {
-		t.Commands++
-	}
+	agentStep(t, c.Owner, c.Handle)
 	if c.NewSegment || len(t.SegmentStarts) == 0 {
 		t.Segment = len(t.Tokens)
 		t.SegmentStarts = append(slices.Clip(t.SegmentStarts), t.Segment)
@@ -287,6 +283,17 @@ func (c Called) apply(t *Trajectory, _ time.Time) (appended, error) {
 	a := appended{messages: c.Messages}
 	a.add(c.Append, nil, 0, -1)
 	return a, nil
+}
+
+// agentStep records what a proxy-flow env step did before its end: from
+// starting, the sandbox its agent runs in (owner and handle, as Started);
+// from an env step, the agent's work since its last answer, one command.
+func agentStep(t *Trajectory, owner, handle string) {
+	if t.Status == StatusStarting {
+		t.Owner, t.Handle = owner, handle
+		return
+	}
+	t.Commands++
 }
 
 // AgentExited: a proxy-flow agent exited, or was lost (starting or
@@ -303,11 +310,7 @@ func (x AgentExited) apply(t *Trajectory, _ time.Time) (appended, error) {
 	if err := from(t, x, StatusStarting, StatusNeedsEnvStep); err != nil {
 		return appended{}, err
 	}
-	if t.Status == StatusStarting {
-		t.Owner, t.Handle = x.Owner, x.Handle
-	} else {
-		t.Commands++
-	}
+	agentStep(t, x.Owner, x.Handle)
 	t.Status, t.Call, t.LastExit = StatusFinishing, "", x.Code
 	if x.Code == 0 {
 		t.Reason, t.End = ReasonSubmitted, schema.StatusSubmitted

@@ -256,6 +256,10 @@ func rewind(body any) bool {
 func (d *Docker) send(ctx context.Context, version, method, path string, query url.Values, body any) (*http.Response, error) {
 	var r io.Reader
 	ctype := "application/json"
+	up, upgrade := body.(upgradeBody)
+	if upgrade {
+		body = up.body
+	}
 	switch b := body.(type) {
 	case nil:
 	case io.Reader:
@@ -278,11 +282,15 @@ func (d *Docker) send(ctx context.Context, version, method, path string, query u
 	if r != nil {
 		req.Header.Set("Content-Type", ctype)
 	}
+	if upgrade {
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "tcp")
+	}
 	resp, err := d.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("docker %s %s: %w", method, path, err)
 	}
-	if resp.StatusCode/100 != 2 {
+	if resp.StatusCode/100 != 2 && !(upgrade && resp.StatusCode == http.StatusSwitchingProtocols) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		var msg struct {
@@ -360,40 +368,23 @@ func (d *Docker) Close() error {
 	return nil
 }
 
+// upgradeBody is a JSON body whose request asks to hijack the connection
+// ("Connection: Upgrade", "Upgrade: tcp"), which the engine answers 101.
+type upgradeBody struct{ body any }
+
 // upgrade sends a POST whose answer hijacks the connection (an exec's
-// start with its stdin attached: "Connection: Upgrade", "Upgrade: tcp",
-// answered 101) and returns the connection: the multiplexed output to
-// read, the stdin to write. ctx bounds the request only: the connection
-// lives until it is closed.
+// start with its stdin attached) and returns the connection: the
+// multiplexed output to read, the stdin to write. ctx bounds the request
+// only: the connection lives until it is closed.
 func (d *Docker) upgrade(ctx context.Context, path string, body any) (io.ReadWriteCloser, error) {
-	v, err := d.apiVersion(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("docker POST %s: %w", path, err)
-	}
-	buf, err := json.Marshal(body)
+	resp, err := d.do(ctx, http.MethodPost, path, nil, upgradeBody{body})
 	if err != nil {
 		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.base+"/v"+v+path, bytes.NewReader(buf))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "tcp")
-	resp, err := d.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("docker POST %s: %w", path, err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, &apiError{method: http.MethodPost, path: path, status: resp.StatusCode, message: strings.TrimSpace(string(b))}
 	}
 	rw, ok := resp.Body.(io.ReadWriteCloser)
-	if !ok {
+	if resp.StatusCode != http.StatusSwitchingProtocols || !ok {
 		resp.Body.Close()
-		return nil, fmt.Errorf("docker POST %s: the upgraded connection cannot be written", path)
+		return nil, fmt.Errorf("docker POST %s: answered %d, not an upgraded connection", path, resp.StatusCode)
 	}
 	return rw, nil
 }
